@@ -5,6 +5,26 @@
 // The package has no goroutines and no network code, and knows nothing of
 // queues or exchanges. Decoders never panic on any input: malformed input
 // yields an *Error carrying the reply code RabbitMQ would send.
+//
+// Guarantees:
+//
+//   - No goroutines, no global mutable state; a FrameReader is for one
+//     goroutine at a time, everything else is safe for concurrent use.
+//   - DecodeMethod, Method.Decode, DecodeTable, DecodeArray, DecodeHeader,
+//     DecodeProperties and FrameReader.ReadFrame never panic, whatever the
+//     bytes (fuzzed). Table nesting is bounded by MaxTableDepth, and a
+//     FrameReader never buffers more than the frame size limit plus 8.
+//   - Decoded values never alias their input: strings, byte arrays and
+//     tables are copied. Frame.Payload is the one exception: it aliases
+//     the FrameReader's buffer and is valid until the next ReadFrame.
+//   - Append functions only append to dst; with enough capacity the
+//     basic.publish/deliver/ack/nack methods, frame headers and properties
+//     without headers encode without allocating.
+//   - Decoding then encoding yields bytes that decode to the same value
+//     (tables are re-encoded with sorted keys).
+//
+// Errors follow RabbitMQ 3.10 as observed on the wire; frame.go lists the
+// exact reply codes and texts.
 package amqp
 
 import (

@@ -1,0 +1,295 @@
+package amqp
+
+import (
+	"encoding/binary"
+	"strconv"
+	"time"
+)
+
+//go:generate go run ./gen -spec /usr/share/amqp/specs/0-9-1-rabbit/amqp0-9-1.stripped.extended.xml -out spec.go
+
+// Method is an AMQP method: one struct per method of the spec, named
+// ClassMethod (BasicPublish, ConnectionStartOk, ...), see spec.go. All
+// methods have pointer receivers.
+type Method interface {
+	ClassID() uint16
+	MethodID() uint16
+	// Name is the spec name, "basic.publish", "connection.start-ok".
+	Name() string
+	// HasContent reports whether the method is followed by a content
+	// header and body frames (basic.publish, basic.return, basic.deliver,
+	// basic.get-ok).
+	HasContent() bool
+	// Decode sets every field from args, the method frame payload after the
+	// 4-byte class and method ids. Strings and tables are copied: the
+	// method does not alias args. Malformed args (truncated, trailing
+	// bytes, bad table) give a hard *Error 501 FRAME_ERROR, like RabbitMQ.
+	Decode(args []byte) error
+	// Append appends the class id, method id and arguments to dst. A
+	// shortstr longer than 255 bytes is truncated to 255 bytes.
+	Append(dst []byte) []byte
+}
+
+// SplitMethod splits a method frame payload into its class id, method id
+// and arguments without decoding them (and without allocating). A payload
+// shorter than 4 bytes is a hard FRAME_ERROR.
+func SplitMethod(payload []byte) (classID, methodID uint16, args []byte, err error) {
+	if len(payload) < 4 {
+		return 0, 0, nil, frameError(FrameMethod, payload, "unknown_frame")
+	}
+	return binary.BigEndian.Uint16(payload), binary.BigEndian.Uint16(payload[2:]), payload[4:], nil
+}
+
+// DecodeMethod decodes the payload of a method frame into a newly allocated
+// method. Unknown class or method ids give a hard 540 NOT_IMPLEMENTED
+// *Error (RabbitMQ 3.10 drops the connection without connection.close in
+// that case; see frame.go); malformed arguments a hard 501 FRAME_ERROR.
+//
+// To decode without allocating the method struct, use SplitMethod and the
+// Decode method of a reused struct.
+func DecodeMethod(payload []byte) (Method, error) {
+	cid, mid, args, err := SplitMethod(payload)
+	if err != nil {
+		return nil, err
+	}
+	m := NewMethod(cid, mid)
+	if m == nil {
+		return nil, ConnErrorf(NotImplemented, "{unknown_method_id,{%d,%d}}", cid, mid).WithMethod(cid, mid)
+	}
+	if err := m.Decode(args); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// decodeError is RabbitMQ's error for method arguments it cannot parse:
+// connection.close 501 "FRAME_ERROR - cannot decode <<...>>" naming the
+// method.
+func decodeError(classID, methodID uint16, args []byte) error {
+	return cannotDecode(args).WithMethod(classID, methodID)
+}
+
+func cannotDecode(b []byte) *Error {
+	e := &Error{Code: FrameError, Hard: true}
+	e.Text = truncateText("FRAME_ERROR - cannot decode " + erlBinary(b, maxReplyText))
+	return e
+}
+
+// frameError is RabbitMQ's error for a malformed frame:
+// "FRAME_ERROR - type T, all octets = <<...>>: reason", or "first 16
+// octets" when the payload is longer than 16 bytes.
+func frameError(typ uint8, payload []byte, reason string) *Error {
+	what := "all"
+	if len(payload) > 16 {
+		what, payload = "first 16", payload[:16]
+	}
+	e := ConnErrorf(FrameError, "type %d, %s octets = %s: %s", typ, what, erlBinary(payload, 16), reason)
+	e.Text = truncateText(e.Text)
+	return e
+}
+
+const maxReplyText = 255
+
+// truncateText makes s fit a shortstr reply-text.
+func truncateText(s string) string {
+	if len(s) <= maxReplyText {
+		return s
+	}
+	return s[:maxReplyText-3] + "..."
+}
+
+// erlBinary formats b the way Erlang's ~p prints a binary: <<"text">> when
+// every byte is printable Latin-1, else <<1,2,3>>. At most max bytes are
+// formatted (the rest elided with "..."). Erlang's line wrapping of long
+// terms is not reproduced.
+func erlBinary(b []byte, max int) string {
+	elided := false
+	if len(b) > max {
+		b, elided = b[:max], true
+	}
+	printable := len(b) > 0
+	for _, c := range b {
+		if !(c >= 32 && c <= 126 || c >= 160 || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\b' || c == '\f' || c == 0x1b) {
+			printable = false
+			break
+		}
+	}
+	out := make([]byte, 0, 4*len(b)+8)
+	out = append(out, "<<"...)
+	if printable {
+		out = append(out, '"')
+		for _, c := range b {
+			switch c {
+			case '"', '\\':
+				out = append(out, '\\', c)
+			case '\n':
+				out = append(out, `\n`...)
+			case '\r':
+				out = append(out, `\r`...)
+			case '\t':
+				out = append(out, `\t`...)
+			case '\v':
+				out = append(out, `\v`...)
+			case '\b':
+				out = append(out, `\b`...)
+			case '\f':
+				out = append(out, `\f`...)
+			case 0x1b:
+				out = append(out, `\e`...)
+			default:
+				out = append(out, c)
+			}
+		}
+		out = append(out, '"')
+	} else {
+		for i, c := range b {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = strconv.AppendUint(out, uint64(c), 10)
+		}
+	}
+	if elided {
+		out = append(out, ",..."...)
+	}
+	out = append(out, ">>"...)
+	return string(out)
+}
+
+// decoder reads AMQP method argument fields. Reading past the end sets bad
+// and returns zero values; finish turns that into the error.
+type decoder struct {
+	b   []byte
+	bad bool
+}
+
+func (d *decoder) octet() uint8 {
+	if len(d.b) < 1 {
+		d.bad = true
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) short() uint16 {
+	if len(d.b) < 2 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	v := binary.BigEndian.Uint16(d.b)
+	d.b = d.b[2:]
+	return v
+}
+
+func (d *decoder) long() uint32 {
+	if len(d.b) < 4 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *decoder) longlong() uint64 {
+	if len(d.b) < 8 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) timestamp() time.Time {
+	if len(d.b) < 8 {
+		d.bad = true
+		d.b = nil
+		return time.Time{}
+	}
+	return time.Unix(int64(d.longlong()), 0).UTC()
+}
+
+func (d *decoder) shortstrBytes() []byte {
+	if len(d.b) < 1 || len(d.b) < 1+int(d.b[0]) {
+		d.bad = true
+		d.b = nil
+		return nil
+	}
+	n := int(d.b[0])
+	v := d.b[1 : 1+n]
+	d.b = d.b[1+n:]
+	return v
+}
+
+func (d *decoder) shortstr() string { return string(d.shortstrBytes()) }
+func (d *decoder) skipShortstr()    { d.shortstrBytes() }
+
+func (d *decoder) longstrBytes() []byte {
+	if len(d.b) < 4 {
+		d.bad = true
+		d.b = nil
+		return nil
+	}
+	n := binary.BigEndian.Uint32(d.b)
+	if uint64(len(d.b)-4) < uint64(n) {
+		d.bad = true
+		d.b = nil
+		return nil
+	}
+	v := d.b[4 : 4+n]
+	d.b = d.b[4+n:]
+	return v
+}
+
+func (d *decoder) longstr() string { return string(d.longstrBytes()) }
+func (d *decoder) skipLongstr()    { d.longstrBytes() }
+
+func (d *decoder) table() Table {
+	if d.bad {
+		return nil
+	}
+	t, n, err := decodeTable(d.b, 0)
+	if err != nil {
+		d.bad = true
+		d.b = nil
+		return nil
+	}
+	d.b = d.b[n:]
+	return t
+}
+
+func (d *decoder) finish(classID, methodID uint16, args []byte) error {
+	if d.bad || len(d.b) != 0 {
+		return decodeError(classID, methodID, args)
+	}
+	return nil
+}
+
+func appendOctet(dst []byte, v uint8) []byte     { return append(dst, v) }
+func appendShort(dst []byte, v uint16) []byte    { return binary.BigEndian.AppendUint16(dst, v) }
+func appendLong(dst []byte, v uint32) []byte     { return binary.BigEndian.AppendUint32(dst, v) }
+func appendLonglong(dst []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(dst, v) }
+
+func appendTimestamp(dst []byte, t time.Time) []byte {
+	return binary.BigEndian.AppendUint64(dst, uint64(t.Unix()))
+}
+
+// appendShortstr appends s as a shortstr, truncated to 255 bytes.
+func appendShortstr(dst []byte, s string) []byte {
+	if len(s) > 255 {
+		s = s[:255]
+	}
+	dst = append(dst, byte(len(s)))
+	return append(dst, s...)
+}
+
+func appendLongstr(dst []byte, s string) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(s)))
+	return append(dst, s...)
+}
