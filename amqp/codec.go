@@ -254,6 +254,12 @@ func (d *decoder) table() Table {
 	if d.bad {
 		return nil
 	}
+	if len(d.b) >= 4 && d.b[0]|d.b[1]|d.b[2]|d.b[3] == 0 {
+		// An empty table decodes as nil in method arguments and
+		// properties: no map is allocated.
+		d.b = d.b[4:]
+		return nil
+	}
 	t, n, err := decodeTable(d.b, 0)
 	if err != nil {
 		d.bad = true

@@ -96,7 +96,7 @@ var initialisms = map[string]string{"id": "ID", "ttl": "TTL", "url": "URL"}
 // "field". The close methods' class-id and method-id would collide with
 // the ClassID and MethodID methods of the Method interface.
 var fieldNames = map[string]string{
-	"nowait":                   "NoWait",
+	"nowait":                     "NoWait",
 	"connection.close.class-id":  "FailingClassID",
 	"connection.close.method-id": "FailingMethodID",
 	"channel.close.class-id":     "FailingClassID",
