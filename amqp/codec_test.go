@@ -155,7 +155,7 @@ func TestDecodeMethodErrors(t *testing.T) {
 		{[]byte{0, 30, 0, 10}, NotImplemented, "NOT_IMPLEMENTED - {unknown_method_id,{30,10}}", 30, 10},
 		{[]byte{0, 90, 0, 10, 1}, FrameError, "FRAME_ERROR - cannot decode <<1>>", 90, 10},
 		// Unknown field type in a table (RabbitMQ crashes here).
-		{append([]byte{0, 50, 0, 10, 0, 0, 2, 'q', '1', 0, 0, 0, 0, 4, 1, 'k', 'Z', 1}), FrameError,
+		{[]byte{0, 50, 0, 10, 0, 0, 2, 'q', '1', 0, 0, 0, 0, 4, 1, 'k', 'Z', 1}, FrameError,
 			"FRAME_ERROR - cannot decode <<0,0,2,113,49,0,0,0,0,4,1,107,90,1>>", 50, 10},
 		{[]byte{0, 60, 0, 40, 0, 0, 5, 'a', 'b'}, FrameError, "FRAME_ERROR - cannot decode <<0,0,5,97,98>>", 60, 40},
 	} {

@@ -75,16 +75,19 @@ type FrameReader struct {
 
 // NewFrameReader returns a FrameReader reading from r with a buffer of
 // bufSize bytes (at least 4096). A frame that does not fit grows the
-// buffer, up to the frame size limit.
+// buffer, up to the frame size limit. The frame size limit starts at
+// FrameMinSize; see SetMaxFrameSize.
 func NewFrameReader(r io.Reader, bufSize int) *FrameReader {
 	if bufSize < FrameMinSize {
 		bufSize = FrameMinSize
 	}
-	return &FrameReader{rd: r, buf: make([]byte, bufSize), initial: bufSize}
+	return &FrameReader{rd: r, buf: make([]byte, bufSize), initial: bufSize, max: FrameMinSize}
 }
 
 // SetMaxFrameSize sets the negotiated frame-max, which counts the 8 bytes
-// of frame overhead. 0 means no limit other than MaxFrameSizeCap. Like
+// of frame overhead. 0 means no limit other than MaxFrameSizeCap. Until it
+// is called the limit is FrameMinSize (4096), what the spec allows before
+// connection.tune-ok. Like
 // RabbitMQ, the reader tolerates 8 bytes of slack: it rejects a frame
 // whose payload is larger than n, reporting the limit as n-8.
 func (r *FrameReader) SetMaxFrameSize(n uint32) { r.max = n }
@@ -94,23 +97,22 @@ func (r *FrameReader) SetMaxFrameSize(n uint32) { r.max = n }
 // may well return without blocking, so a server can batch its replies.
 func (r *FrameReader) Buffered() int { return r.w - r.r }
 
-// fill makes at least n bytes available in buf[r:w].
+// fill makes at least n bytes available in buf[r:w]. The buffer grows
+// (doubling, up to n) only as data arrives, so a peer announcing a large
+// frame costs memory in proportion to what it actually sends.
 func (r *FrameReader) fill(n int) error {
-	if r.w-r.r >= n {
-		return nil
-	}
-	if r.r+n > len(r.buf) {
-		if n > len(r.buf) {
-			nb := make([]byte, n)
-			r.w = copy(nb, r.buf[r.r:r.w])
-			r.buf = nb
-		} else {
-			r.w = copy(r.buf, r.buf[r.r:r.w])
-		}
-		r.r = 0
-	}
 	empty := 0
 	for r.w-r.r < n {
+		if r.w == len(r.buf) {
+			if r.r > 0 {
+				r.w = copy(r.buf, r.buf[r.r:r.w])
+				r.r = 0
+			} else {
+				nb := make([]byte, min(n, 2*len(r.buf)))
+				copy(nb, r.buf[:r.w])
+				r.buf = nb
+			}
+		}
 		m, err := r.rd.Read(r.buf[r.w:])
 		r.w += m
 		if r.w-r.r >= n {
@@ -127,6 +129,8 @@ func (r *FrameReader) fill(n int) error {
 			if empty > 100 {
 				return io.ErrNoProgress
 			}
+		} else {
+			empty = 0
 		}
 	}
 	return nil
