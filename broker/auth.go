@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"regexp"
+	"sort"
+)
+
+// User is a broker user. Passwords are kept as RabbitMQ keeps them: a
+// base64 string of a 4-byte salt followed by SHA-256(salt || password), so
+// that hashes exported from RabbitMQ definitions can be imported as they are.
+type User struct {
+	Name         string
+	PasswordHash string
+	Tags         []string
+	perms        map[string]*compiledPerm // by vhost
+}
+
+// Permission is a user's access to one vhost, as three regular expressions
+// matched against resource names (RabbitMQ semantics: "" matches nothing).
+type Permission struct {
+	Configure, Write, Read string
+}
+
+type compiledPerm struct {
+	Permission
+	configure, write, read *regexp.Regexp
+}
+
+// Access kinds.
+type Access int
+
+const (
+	Configure Access = iota
+	Write
+	Read
+)
+
+func (a Access) String() string {
+	switch a {
+	case Configure:
+		return "configure"
+	case Write:
+		return "write"
+	}
+	return "read"
+}
+
+// HashPassword returns a RabbitMQ-compatible rabbit_password_hashing_sha256 hash.
+func HashPassword(password string) string {
+	salt := make([]byte, 4)
+	_, _ = rand.Read(salt)
+	return hashWithSalt(salt, password)
+}
+
+func hashWithSalt(salt []byte, password string) string {
+	h := sha256.New()
+	h.Write(salt)
+	h.Write([]byte(password))
+	return base64.StdEncoding.EncodeToString(append(append([]byte{}, salt...), h.Sum(nil)...))
+}
+
+// CheckPassword reports whether password matches the stored hash.
+func (u *User) CheckPassword(password string) bool {
+	raw, err := base64.StdEncoding.DecodeString(u.PasswordHash)
+	if err != nil || len(raw) != 4+sha256.Size {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(hashWithSalt(raw[:4], password)), []byte(u.PasswordHash)) == 1
+}
+
+// HasTag reports whether the user has the tag.
+func (u *User) HasTag(tag string) bool {
+	for _, t := range u.Tags {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// PutUser creates or updates a user with a password.
+func (b *Broker) PutUser(name, password string, tags []string) {
+	b.PutUserHash(name, HashPassword(password), tags)
+}
+
+// PutUserHash creates or updates a user with an already hashed password.
+func (b *Broker) PutUserHash(name, hash string, tags []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if u := b.users[name]; u != nil {
+		u.PasswordHash, u.Tags = hash, append([]string(nil), tags...)
+		return
+	}
+	b.users[name] = &User{Name: name, PasswordHash: hash, Tags: append([]string(nil), tags...), perms: map[string]*compiledPerm{}}
+}
+
+// DeleteUser removes a user.
+func (b *Broker) DeleteUser(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.users[name]
+	delete(b.users, name)
+	return ok
+}
+
+// User returns a copy of the named user, or nil.
+func (b *Broker) User(name string) *User {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	u := b.users[name]
+	if u == nil {
+		return nil
+	}
+	c := *u
+	return &c
+}
+
+// Users returns the user names, sorted.
+func (b *Broker) Users() []string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]string, 0, len(b.users))
+	for n := range b.users {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Authenticate checks a user's password and returns the user.
+func (b *Broker) Authenticate(name, password string) (*User, bool) {
+	u := b.User(name)
+	if u == nil || !u.CheckPassword(password) {
+		return nil, false
+	}
+	return u, true
+}
+
+// SetPermissions sets a user's permissions on a vhost. The expressions are
+// compiled now; an invalid one is an error.
+func (b *Broker) SetPermissions(vhost, user string, p Permission) error {
+	cp := &compiledPerm{Permission: p}
+	var err error
+	for _, f := range []struct {
+		src string
+		dst **regexp.Regexp
+	}{{p.Configure, &cp.configure}, {p.Write, &cp.write}, {p.Read, &cp.read}} {
+		if f.src == "" {
+			continue
+		}
+		if *f.dst, err = regexp.Compile(f.src); err != nil {
+			return err
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u := b.users[user]
+	if u == nil {
+		return errNoUser
+	}
+	u.perms[vhost] = cp
+	return nil
+}
+
+// ClearPermissions removes a user's permissions on a vhost.
+func (b *Broker) ClearPermissions(vhost, user string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if u := b.users[user]; u != nil {
+		delete(u.perms, vhost)
+	}
+}
+
+// Permissions returns a user's permissions on a vhost.
+func (b *Broker) Permissions(vhost, user string) (Permission, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if u := b.users[user]; u != nil {
+		if p := u.perms[vhost]; p != nil {
+			return p.Permission, true
+		}
+	}
+	return Permission{}, false
+}
+
+// CanAccessVHost reports whether the user has any permissions on the vhost.
+func (b *Broker) CanAccessVHost(user, vhost string) bool {
+	_, ok := b.Permissions(vhost, user)
+	return ok
+}
+
+// Check reports whether user may access the named resource. Names are
+// matched as RabbitMQ does: an unanchored search (re:run), so a permission
+// meant for one name must be written "^name$"; "" grants nothing.
+func (b *Broker) Check(user, vhost string, a Access, name string) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	u := b.users[user]
+	if u == nil {
+		return false
+	}
+	p := u.perms[vhost]
+	if p == nil {
+		return false
+	}
+	var re *regexp.Regexp
+	switch a {
+	case Configure:
+		re = p.configure
+	case Write:
+		re = p.write
+	default:
+		re = p.read
+	}
+	return re != nil && re.MatchString(name)
+}
+
+type brokerError string
+
+func (e brokerError) Error() string { return string(e) }
+
+const errNoUser = brokerError("no such user")

@@ -1,0 +1,119 @@
+// Package broker holds Warren's model: virtual hosts, exchanges, bindings,
+// routing, queues and consumers, users and permissions. It knows nothing of
+// sockets or frames: the server package drives it and implements Sink to
+// receive deliveries.
+//
+// Lock order (a goroutine holding a lock may only take locks further down):
+//
+//	Broker.mu  ->  VHost.mu  ->  Queue.mu  ->  (Sink internals: channel, then connection output)
+//
+// Exchanges and bindings are guarded by their VHost's mu. Sink methods are
+// called with the queue's lock held and must never call back into a Queue;
+// code that holds channel state (acks, cancels) releases it before calling
+// a Queue.
+package broker
+
+import (
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/clock"
+)
+
+// Config configures a Broker.
+type Config struct {
+	Logger *slog.Logger
+	Clock  clock.Clock
+}
+
+// Broker is the set of virtual hosts and users of one Warren node.
+type Broker struct {
+	log   *slog.Logger
+	clock clock.Clock
+
+	mu     sync.RWMutex
+	vhosts map[string]*VHost
+	users  map[string]*User
+}
+
+// New returns a broker with the default vhost "/" and the user guest/guest
+// (an administrator with full permissions on "/"), as RabbitMQ starts.
+func New(cfg Config) *Broker {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}}
+	b.AddVHost("/")
+	b.PutUser("guest", "guest", []string{"administrator"})
+	b.SetPermissions("/", "guest", Permission{Configure: ".*", Write: ".*", Read: ".*"})
+	return b
+}
+
+// Clock returns the broker's clock.
+func (b *Broker) Clock() clock.Clock { return b.clock }
+
+// Logger returns the broker's logger.
+func (b *Broker) Logger() *slog.Logger { return b.log }
+
+// VHost returns the named vhost or nil.
+func (b *Broker) VHost(name string) *VHost {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.vhosts[name]
+}
+
+// VHosts returns the vhost names, sorted.
+func (b *Broker) VHosts() []string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	names := make([]string, 0, len(b.vhosts))
+	for n := range b.vhosts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// AddVHost creates a vhost with the predeclared exchanges; it returns the
+// existing one if it exists.
+func (b *Broker) AddVHost(name string) *VHost {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v := b.vhosts[name]; v != nil {
+		return v
+	}
+	v := newVHost(b, name)
+	b.vhosts[name] = v
+	return v
+}
+
+// DeleteVHost removes a vhost, deleting its queues (consumers are cancelled).
+func (b *Broker) DeleteVHost(name string) bool {
+	b.mu.Lock()
+	v := b.vhosts[name]
+	delete(b.vhosts, name)
+	for _, u := range b.users {
+		delete(u.perms, name)
+	}
+	b.mu.Unlock()
+	if v == nil {
+		return false
+	}
+	v.close()
+	return true
+}
+
+// ErrNotFound etc. are built with amqp.Errorf at the call sites; this helper
+// formats the common "no queue" text.
+func notFoundQueue(name, vhost string) *amqp.Error {
+	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, vhost)
+}
+
+func notFoundExchange(name, vhost string) *amqp.Error {
+	return amqp.Errorf(amqp.NotFound, "no exchange '%s' in vhost '%s'", name, vhost)
+}

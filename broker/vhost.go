@@ -1,0 +1,680 @@
+package broker
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warrenmq/warren/amqp"
+)
+
+// VHost is a virtual host: a namespace of exchanges, queues and bindings.
+type VHost struct {
+	b    *Broker
+	Name string
+
+	mu        sync.RWMutex
+	exchanges map[string]*Exchange
+	queues    map[string]*Queue
+	replyTo   map[string]ReplyTarget
+	closed    bool
+}
+
+// ReplyTarget receives messages published to a direct reply-to address.
+type ReplyTarget interface {
+	// DeliverReply hands m to the consumer; false if it is gone.
+	DeliverReply(m *Message) bool
+}
+
+// DirectReplyTo is the pseudo-queue name of RabbitMQ's direct reply-to.
+const DirectReplyTo = "amq.rabbitmq.reply-to"
+
+func newVHost(b *Broker, name string) *VHost {
+	v := &VHost{b: b, Name: name, exchanges: map[string]*Exchange{}, queues: map[string]*Queue{}, replyTo: map[string]ReplyTarget{}}
+	v.exchanges[""] = newExchange(v, "", KindDirect, true, false, false, nil)
+	for _, x := range []struct{ name, kind string }{
+		{"amq.direct", KindDirect}, {"amq.fanout", KindFanout}, {"amq.topic", KindTopic},
+		{"amq.headers", KindHeaders}, {"amq.match", KindHeaders},
+	} {
+		v.exchanges[x.name] = newExchange(v, x.name, x.kind, true, false, false, nil)
+	}
+	return v
+}
+
+// Broker returns the vhost's broker.
+func (v *VHost) Broker() *Broker { return v.b }
+
+func (v *VHost) close() {
+	v.mu.Lock()
+	v.closed = true
+	qs := make([]*Queue, 0, len(v.queues))
+	for _, q := range v.queues {
+		qs = append(qs, q)
+	}
+	v.mu.Unlock()
+	for _, q := range qs {
+		v.deleteQueue(q, false, false)
+	}
+}
+
+// ExchangeSpec describes an exchange.declare.
+type ExchangeSpec struct {
+	Name                          string
+	Kind                          string
+	Durable, AutoDelete, Internal bool
+	Args                          amqp.Table
+}
+
+// DeclareExchange creates an exchange or checks that an existing one is
+// equivalent. passive only checks existence.
+func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if s.Name == "" {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
+	x := v.exchanges[s.Name]
+	if passive {
+		if x == nil {
+			return notFoundExchange(s.Name, v.Name)
+		}
+		return nil
+	}
+	if x == nil {
+		if strings.HasPrefix(s.Name, "amq.") {
+			return amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", s.Name)
+		}
+		if !validKind(s.Kind) {
+			return amqp.ConnErrorf(amqp.CommandInvalid, "invalid exchange type '%s'", s.Kind)
+		}
+		v.exchanges[s.Name] = newExchange(v, s.Name, s.Kind, s.Durable, s.AutoDelete, s.Internal, s.Args)
+		return nil
+	}
+	what := fmt.Sprintf("exchange '%s' in vhost '%s'", s.Name, v.Name)
+	if x.Kind != s.Kind {
+		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'type' for %s: received '%s' but current is '%s'", what, s.Kind, x.Kind)
+	}
+	for _, c := range []struct {
+		name     string
+		got, cur bool
+	}{{"durable", s.Durable, x.Durable}, {"auto_delete", s.AutoDelete, x.AutoDelete}, {"internal", s.Internal, x.Internal}} {
+		if c.got != c.cur {
+			return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for %s: received '%t' but current is '%t'", c.name, what, c.got, c.cur)
+		}
+	}
+	return argsEquivalent(what, x.Args, s.Args, []string{"alternate-exchange"})
+}
+
+// Exchange returns the named exchange or nil.
+func (v *VHost) Exchange(name string) *Exchange {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.exchanges[name]
+}
+
+// Exchanges returns the vhost's exchanges sorted by name.
+func (v *VHost) Exchanges() []*Exchange {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]*Exchange, 0, len(v.exchanges))
+	for _, x := range v.exchanges {
+		out = append(out, x)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// DeleteExchange deletes an exchange and its bindings. Deleting a missing
+// exchange succeeds, as in RabbitMQ.
+func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if name == "" || strings.HasPrefix(name, "amq.") && v.exchanges[name] != nil {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
+	x := v.exchanges[name]
+	if x == nil {
+		return nil
+	}
+	if ifUnused && len(x.bindings) > 0 {
+		return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, v.Name)
+	}
+	v.deleteExchangeLocked(x)
+	return nil
+}
+
+func (v *VHost) deleteExchangeLocked(x *Exchange) {
+	delete(v.exchanges, x.Name)
+	x.deleted = true
+	for _, b := range x.bindings {
+		v.unlinkLocked(b)
+	}
+	for _, b := range x.inbound {
+		v.unlinkLocked(b)
+	}
+}
+
+// unlinkLocked removes a binding from both ends and auto-deletes its
+// source exchange if that was its last binding.
+func (v *VHost) unlinkLocked(b *Binding) {
+	b.Source.removeBinding(b)
+	if b.dest.q != nil {
+		delete(b.dest.q.bindings, b)
+	} else {
+		delete(b.dest.x.inbound, b.id)
+	}
+	if src := b.Source; src.AutoDelete && len(src.bindings) == 0 && !src.deleted {
+		v.deleteExchangeLocked(src)
+	}
+}
+
+// QueueSpec describes a queue.declare.
+type QueueSpec struct {
+	Name                           string
+	Durable, Exclusive, AutoDelete bool
+	Args                           amqp.Table
+	// Owner is the declaring connection's id, for exclusive queues.
+	Owner uint64
+	// ServerNamed marks a name made by NewQueueName, exempt from the
+	// reserved "amq." prefix rule.
+	ServerNamed bool
+}
+
+// Supported queue arguments for equivalence checks (classic queues).
+var classicQueueArgs = []string{
+	"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+	"x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
+	"x-queue-leader-locator",
+}
+
+// NewQueueName returns a server-generated queue name as RabbitMQ makes them.
+func NewQueueName() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "amq.gen-" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// DeclareQueue creates a queue or checks an existing one. It returns the
+// queue with its ready message and consumer counts.
+func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error) {
+	v.mu.Lock()
+	q := v.queues[s.Name]
+	if q != nil && q.Exclusive && q.Owner != s.Owner {
+		v.mu.Unlock()
+		return nil, 0, 0, lockedQueue(s.Name, v.Name)
+	}
+	if passive {
+		v.mu.Unlock()
+		if q == nil {
+			return nil, 0, 0, notFoundQueue(s.Name, v.Name)
+		}
+		m, c := q.Counts()
+		return q, m, c, nil
+	}
+	if q == nil {
+		if strings.HasPrefix(s.Name, "amq.") && !s.ServerNamed {
+			v.mu.Unlock()
+			return nil, 0, 0, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", s.Name)
+		}
+		q = newQueue(v, s)
+		v.queues[s.Name] = q
+		// Every queue is bound to the default exchange by its name; that
+		// binding is implicit (see route).
+		v.mu.Unlock()
+		return q, 0, 0, nil
+	}
+	v.mu.Unlock()
+	what := fmt.Sprintf("queue '%s' in vhost '%s'", s.Name, v.Name)
+	if q.Durable != s.Durable {
+		return nil, 0, 0, amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'durable' for %s: received '%t' but current is '%t'", what, s.Durable, q.Durable)
+	}
+	if q.AutoDelete != s.AutoDelete {
+		return nil, 0, 0, amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'auto_delete' for %s: received '%t' but current is '%t'", what, s.AutoDelete, q.AutoDelete)
+	}
+	if q.Exclusive != s.Exclusive {
+		return nil, 0, 0, lockedQueue(s.Name, v.Name)
+	}
+	if err := argsEquivalent(what, q.Args, s.Args, classicQueueArgs); err != nil {
+		return nil, 0, 0, err
+	}
+	m, c := q.Counts()
+	return q, m, c, nil
+}
+
+func lockedQueue(name, vhost string) *amqp.Error {
+	return amqp.Errorf(amqp.ResourceLocked, "cannot obtain exclusive access to locked queue '%s' in vhost '%s'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.", name, vhost)
+}
+
+// Queue returns the named queue or nil.
+func (v *VHost) Queue(name string) *Queue {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.queues[name]
+}
+
+// Queues returns the vhost's queues sorted by name.
+func (v *VHost) Queues() []*Queue {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]*Queue, 0, len(v.queues))
+	for _, q := range v.queues {
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// LookupQueue finds a queue for use by connection conn: 404 if missing, 405
+// if it is exclusive to another connection.
+func (v *VHost) LookupQueue(name string, conn uint64) (*Queue, error) {
+	q := v.Queue(name)
+	if q == nil {
+		return nil, notFoundQueue(name, v.Name)
+	}
+	if q.Exclusive && q.Owner != conn {
+		return nil, lockedQueue(name, v.Name)
+	}
+	return q, nil
+}
+
+// DeleteQueue deletes a queue, returning the number of ready messages it
+// held. Deleting a missing queue succeeds with 0.
+func (v *VHost) DeleteQueue(name string, conn uint64, ifUnused, ifEmpty bool) (int, error) {
+	q := v.Queue(name)
+	if q == nil {
+		return 0, nil
+	}
+	if q.Exclusive && q.Owner != conn {
+		return 0, lockedQueue(name, v.Name)
+	}
+	return v.deleteQueue(q, ifUnused, ifEmpty)
+}
+
+func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
+	v.mu.Lock()
+	if v.queues[q.Name] != q {
+		v.mu.Unlock()
+		return 0, nil
+	}
+	q.mu.Lock()
+	if ifUnused && len(q.consumers) > 0 {
+		q.mu.Unlock()
+		v.mu.Unlock()
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, v.Name)
+	}
+	if ifEmpty && q.ready.n > 0 {
+		q.mu.Unlock()
+		v.mu.Unlock()
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, v.Name)
+	}
+	q.mu.Unlock()
+	delete(v.queues, q.Name)
+	for b := range q.bindings {
+		v.unlinkLocked(b)
+	}
+	v.mu.Unlock()
+	n, cs := q.markDeleted()
+	for _, c := range cs {
+		c.Sink.Cancelled(c)
+	}
+	return n, nil
+}
+
+// DeleteExclusive deletes the exclusive queues owned by a closing connection.
+func (v *VHost) DeleteExclusive(conn uint64) {
+	var qs []*Queue
+	v.mu.RLock()
+	for _, q := range v.queues {
+		if q.Exclusive && q.Owner == conn {
+			qs = append(qs, q)
+		}
+	}
+	v.mu.RUnlock()
+	for _, q := range qs {
+		v.deleteQueue(q, false, false)
+	}
+}
+
+// Bind binds a queue (or, with toExchange, an exchange) to an exchange.
+func (v *VHost) Bind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)
+	if err != nil {
+		return err
+	}
+	if src.Kind == KindHeaders {
+		if err := validateHeadersBinding(args); err != nil {
+			return err
+		}
+	}
+	id := bindingID{d: d, key: key, args: argsKey(args)}
+	if src.bindings[id] != nil {
+		return nil
+	}
+	b := &Binding{Source: src, dest: d, RoutingKey: key, Args: args, id: id}
+	src.addBinding(b)
+	if d.q != nil {
+		d.q.bindings[b] = struct{}{}
+	} else {
+		d.x.inbound[id] = b
+	}
+	return nil
+}
+
+// Unbind removes a binding; removing a missing binding succeeds.
+func (v *VHost) Unbind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)
+	if err != nil {
+		return err
+	}
+	if b := src.bindings[bindingID{d: d, key: key, args: argsKey(args)}]; b != nil {
+		v.unlinkLocked(b)
+	}
+	return nil
+}
+
+func (v *VHost) bindEndsLocked(source, destination string, toExchange bool, conn uint64) (dest, *Exchange, error) {
+	if source == "" {
+		return dest{}, nil, amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
+	var d dest
+	if toExchange {
+		if destination == "" {
+			return dest{}, nil, amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+		}
+		x := v.exchanges[destination]
+		if x == nil {
+			return dest{}, nil, notFoundExchange(destination, v.Name)
+		}
+		d.x = x
+	} else {
+		q := v.queues[destination]
+		if q == nil {
+			return dest{}, nil, notFoundQueue(destination, v.Name)
+		}
+		if q.Exclusive && q.Owner != conn {
+			return dest{}, nil, lockedQueue(destination, v.Name)
+		}
+		d.q = q
+	}
+	src := v.exchanges[source]
+	if src == nil {
+		return dest{}, nil, notFoundExchange(source, v.Name)
+	}
+	return d, src, nil
+}
+
+// BindingInfo describes a binding for listings.
+type BindingInfo struct {
+	Source, Destination string
+	DestinationIsQueue  bool
+	RoutingKey          string
+	Args                amqp.Table
+}
+
+// Bindings lists the vhost's bindings, including the implicit default
+// exchange bindings, sorted.
+func (v *VHost) Bindings() []BindingInfo {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []BindingInfo
+	for _, q := range v.queues {
+		out = append(out, BindingInfo{Source: "", Destination: q.Name, DestinationIsQueue: true, RoutingKey: q.Name})
+	}
+	for _, x := range v.exchanges {
+		for _, b := range x.bindings {
+			out = append(out, BindingInfo{Source: x.Name, Destination: b.dest.name(), DestinationIsQueue: b.dest.q != nil, RoutingKey: b.RoutingKey, Args: b.Args})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Source != b.Source {
+			return a.Source < b.Source
+		}
+		if a.Destination != b.Destination {
+			return a.Destination < b.Destination
+		}
+		return a.RoutingKey < b.RoutingKey
+	})
+	return out
+}
+
+// RegisterReplyTo registers a direct reply-to address; UnregisterReplyTo removes it.
+func (v *VHost) RegisterReplyTo(addr string, t ReplyTarget) {
+	v.mu.Lock()
+	v.replyTo[addr] = t
+	v.mu.Unlock()
+}
+
+// UnregisterReplyTo removes a direct reply-to address.
+func (v *VHost) UnregisterReplyTo(addr string) {
+	v.mu.Lock()
+	delete(v.replyTo, addr)
+	v.mu.Unlock()
+}
+
+// PublishResult tells the publisher what became of a message.
+type PublishResult struct {
+	// Routed is the number of queues (or reply-to consumers) that took it.
+	Routed int
+}
+
+// Router holds per-publisher scratch space so that routing does not
+// allocate. A Router must not be used concurrently.
+type Router struct {
+	queues []*Queue
+	xs     []*Exchange
+	keys   []string
+}
+
+// Publish routes m through the named exchange and enqueues it. The caller
+// has checked write permission. The CC and BCC headers add routing keys
+// (sender-selected distribution); BCC is removed from the message.
+func (v *VHost) Publish(r *Router, exchange string, m *Message) (PublishResult, error) {
+	r.keys = append(r.keys[:0], m.RoutingKey)
+	if h := m.Props.Headers; h != nil {
+		r.keys = appendKeys(r.keys, h["CC"])
+		if bcc, ok := h["BCC"]; ok {
+			r.keys = appendKeys(r.keys, bcc)
+			nh := make(amqp.Table, len(h))
+			for k, val := range h {
+				if k != "BCC" {
+					nh[k] = val
+				}
+			}
+			m.Props.Headers = nh
+		}
+	}
+	v.mu.RLock()
+	x := v.exchanges[exchange]
+	if x == nil {
+		v.mu.RUnlock()
+		return PublishResult{}, notFoundExchange(exchange, v.Name)
+	}
+	if x.Internal {
+		v.mu.RUnlock()
+		return PublishResult{}, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", exchange, v.Name)
+	}
+	if exchange == "" && strings.HasPrefix(m.RoutingKey, DirectReplyTo+".") {
+		t := v.replyTo[m.RoutingKey]
+		v.mu.RUnlock()
+		if t != nil && t.DeliverReply(m) {
+			return PublishResult{Routed: 1}, nil
+		}
+		return PublishResult{}, nil
+	}
+	r.queues = r.queues[:0]
+	v.routeLocked(r, x, m)
+	v.mu.RUnlock()
+	for _, q := range r.queues {
+		q.enqueue(m)
+	}
+	res := PublishResult{Routed: len(r.queues)}
+	clear(r.queues)
+	return res, nil
+}
+
+func appendKeys(keys []string, v any) []string {
+	arr, ok := v.([]any)
+	if !ok {
+		return keys
+	}
+	for _, k := range arr {
+		if s, ok := k.(string); ok {
+			keys = append(keys, s)
+		}
+	}
+	return keys
+}
+
+// routeLocked collects into r.queues the distinct queues x routes m to,
+// following exchange-to-exchange bindings and alternate exchanges.
+func (v *VHost) routeLocked(r *Router, x *Exchange, m *Message) {
+	r.xs = append(r.xs[:0], x)
+	for i := 0; i < len(r.xs); i++ {
+		cur := r.xs[i]
+		found := false
+		if cur.Name == "" {
+			for _, k := range r.keys {
+				if q := v.queues[k]; q != nil {
+					r.addQueue(q)
+					found = true
+				}
+			}
+		} else {
+			cur.match(r.keys, m.Props.Headers, func(d dest) {
+				found = true
+				if d.q != nil {
+					r.addQueue(d.q)
+				} else {
+					r.addExchange(d.x)
+				}
+			})
+		}
+		if !found {
+			if ae := cur.alternate(); ae != "" {
+				if ax := v.exchanges[ae]; ax != nil {
+					r.addExchange(ax)
+				}
+			}
+		}
+	}
+	clear(r.xs)
+}
+
+func (r *Router) addQueue(q *Queue) {
+	for _, o := range r.queues {
+		if o == q {
+			return
+		}
+	}
+	r.queues = append(r.queues, q)
+}
+
+func (r *Router) addExchange(x *Exchange) {
+	for _, o := range r.xs {
+		if o == x {
+			return
+		}
+	}
+	r.xs = append(r.xs, x)
+}
+
+// argsEquivalent checks the keys a declaration supports, as RabbitMQ's
+// rabbit_misc:assert_args_equivalence does. Integer widths compare equal.
+func argsEquivalent(what string, cur, got amqp.Table, keys []string) error {
+	for _, k := range keys {
+		c, cok := cur[k]
+		g, gok := got[k]
+		if k == "x-queue-type" {
+			if !cok {
+				c, cok = "classic", true
+			}
+			if !gok {
+				g, gok = "classic", true
+			}
+		}
+		if cok == gok && (!cok || equivalentValue(c, g)) {
+			continue
+		}
+		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for %s: received %s but current is %s", k, what, describeArg(g, gok), describeArg(c, cok))
+	}
+	return nil
+}
+
+func equivalentValue(a, b any) bool {
+	ai, aok := intArg(a)
+	bi, bok := intArg(b)
+	if aok || bok {
+		return aok && bok && ai == bi
+	}
+	return fmt.Sprint(a) == fmt.Sprint(b) && TypeName(a) == TypeName(b)
+}
+
+func describeArg(v any, ok bool) string {
+	if !ok {
+		return "none"
+	}
+	return fmt.Sprintf("the value '%s' of type '%s'", formatValue(v), TypeName(v))
+}
+
+func formatValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case time.Time:
+		return fmt.Sprint(x.Unix())
+	}
+	return fmt.Sprint(v)
+}
+
+// TypeName returns RabbitMQ's name for the AMQP type of a table value.
+func TypeName(v any) string {
+	switch v.(type) {
+	case bool:
+		return "bool"
+	case int8:
+		return "byte"
+	case uint8:
+		return "unsignedbyte"
+	case int16:
+		return "short"
+	case uint16:
+		return "unsignedshort"
+	case int32:
+		return "signedint"
+	case uint32:
+		return "unsignedint"
+	case int64, int:
+		return "long"
+	case float32:
+		return "float"
+	case float64:
+		return "double"
+	case amqp.Decimal:
+		return "decimal"
+	case string:
+		return "longstr"
+	case []any:
+		return "array"
+	case time.Time:
+		return "timestamp"
+	case amqp.Table, map[string]any:
+		return "table"
+	case nil:
+		return "void"
+	case []byte:
+		return "binary"
+	}
+	return "unknown"
+}

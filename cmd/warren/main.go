@@ -1,0 +1,135 @@
+// Command warren runs the Warren message broker.
+//
+//	go run ./cmd/warren                   # AMQP on :5672, data in ./warren-data
+//	go run ./cmd/warren --amqp-addr 127.0.0.1:5673
+//
+// Every flag can also be set in a config file (--config FILE, lines of
+// "name = value" using the flag names) or in the environment as
+// WARREN_<NAME> (WARREN_AMQP_ADDR=...). Flags win over the environment,
+// which wins over the file.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/server"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "warren:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	AMQPAddr    string
+	AMQPSAddr   string
+	HTTPAddr    string
+	DataDir     string
+	TLSCert     string
+	TLSKey      string
+	DefaultUser string
+	DefaultPass string
+	LogLevel    string
+	Heartbeat   time.Duration
+	FrameMax    uint
+	ChannelMax  uint
+}
+
+func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("warren", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.AMQPAddr, "amqp-addr", ":5672", "AMQP listen address")
+	fs.StringVar(&o.AMQPSAddr, "amqps-addr", ":5671", "AMQPS (TLS) listen address, used when --tls-cert and --tls-key are set")
+	fs.StringVar(&o.HTTPAddr, "http-addr", ":15672", "management HTTP listen address (reserved; the management API is not built yet)")
+	fs.StringVar(&o.DataDir, "data-dir", "./warren-data", "data directory")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate file for AMQPS")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "PEM private key file for AMQPS")
+	fs.StringVar(&o.DefaultUser, "default-user", "guest", "user created at start-up (loopback-only when it is guest)")
+	fs.StringVar(&o.DefaultPass, "default-pass", "guest", "password of the default user")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&o.Heartbeat, "heartbeat", 60*time.Second, "heartbeat interval proposed to clients (0 disables)")
+	fs.UintVar(&o.FrameMax, "frame-max", 131072, "largest frame accepted, in bytes")
+	fs.UintVar(&o.ChannelMax, "channel-max", 2047, "highest channel number")
+	cfgFile := fs.String("config", "", "config file of 'name = value' lines (flag names)")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: warren [flags]\n\nWarren is an AMQP 0-9-1 message broker compatible with RabbitMQ clients.\n\nFlags (also WARREN_<FLAG_NAME> in the environment):\n")
+		fs.PrintDefaults()
+	}
+	return fs, cfgFile
+}
+
+func run(args []string, out io.Writer) error {
+	var o options
+	fs, cfgFile := newFlagSet(&o, out)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := applyConfig(fs, *cfgFile, os.Environ()); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return err
+	}
+	b := broker.New(broker.Config{Logger: log})
+	if o.DefaultUser != "guest" || o.DefaultPass != "guest" {
+		b.DeleteUser("guest")
+		b.PutUser(o.DefaultUser, o.DefaultPass, []string{"administrator"})
+		if err := b.SetPermissions("/", o.DefaultUser, broker.Permission{Configure: ".*", Write: ".*", Read: ".*"}); err != nil {
+			return err
+		}
+	}
+	hb := o.Heartbeat
+	if hb == 0 {
+		hb = -1
+	}
+	cfg := server.Config{AMQPAddr: o.AMQPAddr, AMQPSAddr: o.AMQPSAddr, Heartbeat: hb, FrameMax: uint32(o.FrameMax),
+		ChannelMax: uint16(o.ChannelMax), Logger: log, Broker: b}
+	if o.TLSCert != "" || o.TLSKey != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	log.Info("Warren started", "version", server.Version, "amqp", srv.Addr().String(), "data_dir", o.DataDir)
+	if a := srv.TLSAddr(); a != nil {
+		log.Info("AMQPS listener started", "addr", a.String())
+	}
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	s := <-sig
+	log.Info("shutting down", "signal", s.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(ctx)
+}

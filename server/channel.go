@@ -1,0 +1,839 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker"
+)
+
+// channel is one AMQP channel. Protocol state (content assembly, confirms,
+// transactions) belongs to the connection's reader goroutine. Delivery
+// state (tags, unacked, credit, consumers) is guarded by mu, because
+// queues deliver from other goroutines.
+type channel struct {
+	c  *conn
+	id uint16
+
+	// Reader goroutine only.
+	closing     bool // channel.close sent, waiting for close-ok
+	pub         amqp.BasicPublish
+	msg         *broker.Message
+	bodySize    int
+	inContent   int // 0 none, 1 want header, 2 want body
+	router      broker.Router
+	lastQueue   string
+	confirm     bool
+	publishSeq  uint64
+	ackedUpTo   uint64 // highest seq confirmed to the client
+	pendingAck  uint64 // highest seq ready to be confirmed
+	tx          bool
+	txOps       []txOp
+	writeOK     string // last exchange write permission succeeded for
+	replyTo     string // direct reply-to address, when consuming it
+	replyCons   *consumer
+	deliverPool []broker.Delivery
+
+	mu            sync.Mutex
+	nextTag       uint64
+	unacked       []unackedMsg // in tag order
+	unackedCount  int
+	prefetch      int // per new consumer (basic.qos global=false)
+	globalLimit   int // channel-wide (basic.qos global=true)
+	flowActive    bool
+	consumers     map[string]*consumer
+	consumedQueue []*broker.Queue // queues with consumers here, for re-dispatch
+}
+
+type unackedMsg struct {
+	tag  uint64
+	d    broker.Delivery
+	cons *consumer // nil for basic.get
+	done bool
+}
+
+type txOp struct {
+	pub  *broker.Message
+	exch string
+	mand bool
+	ack  *amqp.BasicNack // ack/nack/reject normalised to nack fields
+	kind int           // 0 publish, 1 ack, 2 nack
+}
+
+func newChannel(c *conn, id uint16) *channel {
+	return &channel{c: c, id: id, flowActive: true, consumers: map[string]*consumer{}}
+}
+
+func (ch *channel) vhost() *broker.VHost { return ch.c.vhost }
+
+// handleMethod runs a method on the channel. A soft *amqp.Error closes the
+// channel; a hard one is returned to close the connection.
+func (ch *channel) handleMethod(m amqp.Method) error {
+	if ch.closing {
+		switch m.(type) {
+		case *amqp.ChannelCloseOk:
+			ch.c.channels[ch.id] = nil
+			delete(ch.c.channels, ch.id)
+		case *amqp.ChannelClose:
+			ch.c.sendMethod(ch.id, &amqp.ChannelCloseOk{})
+		}
+		return nil
+	}
+	if ch.inContent != 0 {
+		return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected content header for class 60, got non content header frame instead")
+	}
+	err := ch.dispatch(m)
+	if err == nil {
+		return nil
+	}
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	if ae.ClassID == 0 && ae.MethodID == 0 {
+		ae = ae.WithMethod(m.ClassID(), m.MethodID())
+	}
+	if ae.Hard {
+		return ae
+	}
+	ch.closeWith(ae)
+	return nil
+}
+
+// closeWith closes the channel with a soft error: state is released now,
+// and frames other than close/close-ok are ignored until close-ok.
+func (ch *channel) closeWith(e *amqp.Error) {
+	ch.shutdown()
+	ch.closing = true
+	ch.c.sendMethod(ch.id, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: truncate(e.Text), FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
+}
+
+// shutdown releases the channel's consumers and requeues its unacked
+// messages. It is idempotent.
+func (ch *channel) shutdown() {
+	ch.flushConfirms()
+	ch.mu.Lock()
+	cons := make([]*consumer, 0, len(ch.consumers))
+	for _, cs := range ch.consumers {
+		cons = append(cons, cs)
+	}
+	ch.consumers = map[string]*consumer{}
+	pending := ch.takeUnackedLocked(func(*unackedMsg) bool { return true })
+	ch.flowActive = false
+	ch.mu.Unlock()
+	for _, cs := range cons {
+		cs.bc.Queue.RemoveConsumer(cs.bc)
+	}
+	if ch.replyTo != "" {
+		ch.vhost().UnregisterReplyTo(ch.replyTo)
+		ch.replyTo = ""
+	}
+	settle(pending, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds) })
+	ch.txOps = nil
+	ch.msg = nil
+	ch.inContent = 0
+}
+
+func (ch *channel) dispatch(m amqp.Method) error {
+	switch m := m.(type) {
+	case *amqp.BasicPublish:
+		return ch.startPublish(m)
+	case *amqp.BasicAck:
+		return ch.settle(m.DeliveryTag, m.Multiple, 1, false)
+	case *amqp.BasicNack:
+		return ch.settle(m.DeliveryTag, m.Multiple, 2, m.Requeue)
+	case *amqp.BasicReject:
+		return ch.settle(m.DeliveryTag, false, 2, m.Requeue)
+	case *amqp.ChannelClose:
+		ch.shutdown()
+		ch.c.sendMethod(ch.id, &amqp.ChannelCloseOk{})
+		delete(ch.c.channels, ch.id)
+		return nil
+	case *amqp.ChannelCloseOk:
+		return nil
+	case *amqp.ChannelOpen:
+		return amqp.ConnErrorf(amqp.ChannelError, "second 'channel.open' seen")
+	case *amqp.ChannelFlow:
+		ch.mu.Lock()
+		ch.flowActive = m.Active
+		ch.mu.Unlock()
+		ch.c.sendMethod(ch.id, &amqp.ChannelFlowOk{Active: m.Active})
+		if m.Active {
+			ch.redispatch()
+		}
+		return nil
+	case *amqp.ChannelFlowOk:
+		return nil
+	case *amqp.ExchangeDeclare:
+		return ch.exchangeDeclare(m)
+	case *amqp.ExchangeDelete:
+		return ch.exchangeDelete(m)
+	case *amqp.ExchangeBind:
+		return ch.bind(m.Source, m.Destination, true, m.RoutingKey, m.Arguments, false, m.NoWait, &amqp.ExchangeBindOk{})
+	case *amqp.ExchangeUnbind:
+		return ch.bind(m.Source, m.Destination, true, m.RoutingKey, m.Arguments, true, m.NoWait, &amqp.ExchangeUnbindOk{})
+	case *amqp.QueueDeclare:
+		return ch.queueDeclare(m)
+	case *amqp.QueueBind:
+		return ch.bind(m.Exchange, ch.queueName(m.Queue), false, m.RoutingKey, m.Arguments, false, m.NoWait, &amqp.QueueBindOk{})
+	case *amqp.QueueUnbind:
+		return ch.bind(m.Exchange, ch.queueName(m.Queue), false, m.RoutingKey, m.Arguments, true, false, &amqp.QueueUnbindOk{})
+	case *amqp.QueuePurge:
+		return ch.queuePurge(m)
+	case *amqp.QueueDelete:
+		return ch.queueDelete(m)
+	case *amqp.BasicQos:
+		return ch.qos(m)
+	case *amqp.BasicConsume:
+		return ch.consume(m)
+	case *amqp.BasicCancel:
+		return ch.cancel(m)
+	case *amqp.BasicGet:
+		return ch.get(m)
+	case *amqp.BasicRecover:
+		return ch.recover(m.Requeue, true)
+	case *amqp.BasicRecoverAsync:
+		return ch.recover(m.Requeue, false)
+	case *amqp.ConfirmSelect:
+		if ch.tx {
+			return amqp.Errorf(amqp.PreconditionFailed, "cannot switch from tx to confirm mode")
+		}
+		ch.confirm = true
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &amqp.ConfirmSelectOk{})
+		}
+		return nil
+	case *amqp.TxSelect:
+		if ch.confirm {
+			return amqp.Errorf(amqp.PreconditionFailed, "cannot switch from confirm to tx mode")
+		}
+		ch.tx = true
+		ch.c.sendMethod(ch.id, &amqp.TxSelectOk{})
+		return nil
+	case *amqp.TxCommit:
+		return ch.txCommit()
+	case *amqp.TxRollback:
+		if !ch.tx {
+			return amqp.Errorf(amqp.PreconditionFailed, "channel is not transactional")
+		}
+		ch.txOps = nil
+		ch.c.sendMethod(ch.id, &amqp.TxRollbackOk{})
+		return nil
+	}
+	return amqp.ConnErrorf(amqp.CommandInvalid, "unexpected method '%s' on a channel", m.Name())
+}
+
+// queueName resolves "" to the last queue declared on the channel, as
+// the protocol allows.
+func (ch *channel) queueName(name string) string {
+	if name == "" {
+		return ch.lastQueue
+	}
+	return name
+}
+
+func (ch *channel) check(a broker.Access, kind, name string) error {
+	if ch.c.s.broker.Check(ch.c.user.Name, ch.vhost().Name, a, name) {
+		return nil
+	}
+	return amqp.Errorf(amqp.AccessRefused, "access to %s '%s' in vhost '%s' refused for user '%s'", kind, name, ch.vhost().Name, ch.c.user.Name)
+}
+
+func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) error {
+	if !m.Passive {
+		if err := ch.check(broker.Configure, "exchange", m.Exchange); err != nil {
+			return err
+		}
+		if ae, ok := m.Arguments["alternate-exchange"].(string); ok {
+			// RabbitMQ requires write on the alternate exchange.
+			if err := ch.check(broker.Write, "exchange", ae); err != nil {
+				return err
+			}
+		}
+	}
+	err := ch.vhost().DeclareExchange(broker.ExchangeSpec{Name: m.Exchange, Kind: m.Type, Durable: m.Durable,
+		AutoDelete: m.AutoDelete, Internal: m.Internal, Args: m.Arguments}, m.Passive)
+	if err != nil {
+		return err
+	}
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &amqp.ExchangeDeclareOk{})
+	}
+	return nil
+}
+
+func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) error {
+	if err := ch.check(broker.Configure, "exchange", m.Exchange); err != nil {
+		return err
+	}
+	if err := ch.vhost().DeleteExchange(m.Exchange, m.IfUnused); err != nil {
+		return err
+	}
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &amqp.ExchangeDeleteOk{})
+	}
+	return nil
+}
+
+func (ch *channel) bind(source, dst string, toExchange bool, key string, args amqp.Table, unbind, noWait bool, ok amqp.Method) error {
+	kind := "queue"
+	if toExchange {
+		kind = "exchange"
+	}
+	if err := ch.check(broker.Write, kind, dst); err != nil {
+		return err
+	}
+	if err := ch.check(broker.Read, "exchange", source); err != nil {
+		return err
+	}
+	var err error
+	if unbind {
+		err = ch.vhost().Unbind(source, dst, toExchange, key, args, ch.c.id)
+	} else {
+		err = ch.vhost().Bind(source, dst, toExchange, key, args, ch.c.id)
+	}
+	if err != nil {
+		return err
+	}
+	if !noWait {
+		ch.c.sendMethod(ch.id, ok)
+	}
+	return nil
+}
+
+func (ch *channel) queueDeclare(m *amqp.QueueDeclare) error {
+	name, generated := m.Queue, false
+	if name == "" && !m.Passive {
+		name, generated = broker.NewQueueName(), true
+	} else if name == "" {
+		name = ch.lastQueue
+	}
+	if !m.Passive {
+		if err := ch.check(broker.Configure, "queue", name); err != nil {
+			return err
+		}
+	}
+	q, msgs, cons, err := ch.vhost().DeclareQueue(broker.QueueSpec{Name: name, Durable: m.Durable, Exclusive: m.Exclusive,
+		AutoDelete: m.AutoDelete, Args: m.Arguments, Owner: ch.c.id, ServerNamed: generated}, m.Passive)
+	if err != nil {
+		return err
+	}
+	ch.lastQueue = q.Name
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: q.Name, MessageCount: uint32(msgs), ConsumerCount: uint32(cons)})
+	}
+	return nil
+}
+
+func (ch *channel) queuePurge(m *amqp.QueuePurge) error {
+	name := ch.queueName(m.Queue)
+	if err := ch.check(broker.Read, "queue", name); err != nil {
+		return err
+	}
+	q, err := ch.vhost().LookupQueue(name, ch.c.id)
+	if err != nil {
+		return err
+	}
+	n := q.Purge()
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &amqp.QueuePurgeOk{MessageCount: uint32(n)})
+	}
+	return nil
+}
+
+func (ch *channel) queueDelete(m *amqp.QueueDelete) error {
+	name := ch.queueName(m.Queue)
+	if err := ch.check(broker.Configure, "queue", name); err != nil {
+		return err
+	}
+	n, err := ch.vhost().DeleteQueue(name, ch.c.id, m.IfUnused, m.IfEmpty)
+	if err != nil {
+		return err
+	}
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &amqp.QueueDeleteOk{MessageCount: uint32(n)})
+	}
+	return nil
+}
+
+func (ch *channel) qos(m *amqp.BasicQos) error {
+	if m.PrefetchSize != 0 {
+		return amqp.ConnErrorf(amqp.NotImplemented, "prefetch_size!=0 (%d)", m.PrefetchSize)
+	}
+	ch.mu.Lock()
+	if m.Global {
+		ch.globalLimit = int(m.PrefetchCount)
+	} else {
+		ch.prefetch = int(m.PrefetchCount)
+	}
+	ch.mu.Unlock()
+	ch.c.sendMethod(ch.id, &amqp.BasicQosOk{})
+	ch.redispatch()
+	return nil
+}
+
+// redispatch asks every queue this channel consumes from to deliver
+// again, after credit was released. Called without ch.mu held.
+func (ch *channel) redispatch() {
+	ch.mu.Lock()
+	qs := append([]*broker.Queue(nil), ch.consumedQueue...)
+	ch.mu.Unlock()
+	for _, q := range qs {
+		q.Dispatch()
+	}
+}
+
+// --- publishing ---
+
+func (ch *channel) startPublish(m *amqp.BasicPublish) error {
+	if m.Exchange != ch.writeOK {
+		if err := ch.check(broker.Write, "exchange", m.Exchange); err != nil {
+			return err
+		}
+		ch.writeOK = m.Exchange
+	}
+	if m.Immediate {
+		return amqp.ConnErrorf(amqp.NotImplemented, "immediate=true")
+	}
+	ch.pub = *m
+	ch.inContent = 1
+	return nil
+}
+
+func (ch *channel) handleContent(f amqp.Frame) error {
+	if ch.closing {
+		return nil
+	}
+	switch {
+	case f.Type == amqp.FrameHeader && ch.inContent == 1:
+		classID, size, props, err := amqp.DecodeHeader(f.Payload)
+		if err != nil {
+			return err
+		}
+		if classID != 60 {
+			return amqp.ConnErrorf(amqp.FrameError, "content header for class %d, expected class 60", classID)
+		}
+		if size > uint64(ch.c.s.cfg.MaxMessageSize) {
+			ch.inContent = 0
+			return ch.softFail(amqp.Errorf(amqp.PreconditionFailed, "message size %d is larger than configured max size %d", size, ch.c.s.cfg.MaxMessageSize))
+		}
+		ch.msg = &broker.Message{Exchange: ch.pub.Exchange, RoutingKey: ch.pub.RoutingKey, Props: props}
+		ch.bodySize = int(size)
+		if size == 0 {
+			return ch.finishPublish()
+		}
+		ch.msg.Body = make([]byte, 0, size)
+		ch.inContent = 2
+		return nil
+	case f.Type == amqp.FrameBody && ch.inContent == 2:
+		if len(ch.msg.Body)+len(f.Payload) > ch.bodySize {
+			return amqp.ConnErrorf(amqp.FrameError, "content body exceeds the declared size %d", ch.bodySize)
+		}
+		ch.msg.Body = append(ch.msg.Body, f.Payload...)
+		if len(ch.msg.Body) == ch.bodySize {
+			return ch.finishPublish()
+		}
+		return nil
+	case f.Type == amqp.FrameHeader:
+		return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")
+	case ch.inContent == 1:
+		return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected content header for class 60, got non content header frame instead")
+	}
+	return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")
+}
+
+// softFail closes the channel for an error found while reading content.
+func (ch *channel) softFail(e *amqp.Error) error {
+	ch.closeWith(e.WithMethod(60, 40))
+	return nil
+}
+
+func (ch *channel) finishPublish() error {
+	m := ch.msg
+	ch.msg = nil
+	ch.inContent = 0
+	if m.Props.UserID != "" && m.Props.UserID != ch.c.user.Name {
+		return ch.softFail(amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", m.Props.UserID, ch.c.user.Name))
+	}
+	if m.Props.ReplyTo == broker.DirectReplyTo {
+		if ch.replyTo == "" {
+			return ch.softFail(amqp.Errorf(amqp.PreconditionFailed, "fast reply consumer does not exist"))
+		}
+		m.Props.ReplyTo = ch.replyTo
+	}
+	if ch.tx {
+		ch.txOps = append(ch.txOps, txOp{kind: 0, pub: m, exch: ch.pub.Exchange, mand: ch.pub.Mandatory})
+		return nil
+	}
+	if err := ch.publish(ch.pub.Exchange, m, ch.pub.Mandatory); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && !ae.Hard {
+			return ch.softFail(ae)
+		}
+		return err
+	}
+	if ch.c.r.Buffered() == 0 {
+		// Block here, between messages, while a resource alarm is raised.
+		if alarms, _ := ch.c.s.alarmState(); len(alarms) > 0 || ch.c.blocked {
+			ch.flushConfirms()
+			ch.c.waitAlarm()
+		}
+	}
+	return nil
+}
+
+func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) error {
+	res, err := ch.vhost().Publish(&ch.router, exchange, m)
+	if err != nil {
+		return err
+	}
+	if res.Routed == 0 && mandatory {
+		ch.flushConfirms()
+		ch.c.send(func(b []byte) []byte {
+			b = amqp.AppendMethodFrame(b, ch.id, &amqp.BasicReturn{ReplyCode: amqp.NoRoute, ReplyText: "NO_ROUTE", Exchange: exchange, RoutingKey: m.RoutingKey})
+			b = amqp.AppendHeaderFrame(b, ch.id, 60, uint64(len(m.Body)), &m.Props)
+			return amqp.AppendBodyFrames(b, ch.id, m.Body, ch.c.frameMax)
+		})
+	}
+	if ch.confirm {
+		ch.publishSeq++
+		ch.pendingAck = ch.publishSeq
+	}
+	return nil
+}
+
+// flushConfirms sends the pending publisher confirms as one basic.ack
+// (multiple when it covers several messages). The reader calls it when it
+// has no more input buffered, so a burst of publishes shares one ack.
+func (ch *channel) flushConfirms() {
+	if ch.pendingAck <= ch.ackedUpTo {
+		return
+	}
+	tag, multiple := ch.pendingAck, ch.pendingAck-ch.ackedUpTo > 1
+	ch.ackedUpTo = ch.pendingAck
+	ch.c.sendMethod(ch.id, &amqp.BasicAck{DeliveryTag: tag, Multiple: multiple})
+}
+
+func (ch *channel) txCommit() error {
+	if !ch.tx {
+		return amqp.Errorf(amqp.PreconditionFailed, "channel is not transactional")
+	}
+	ops := ch.txOps
+	ch.txOps = nil
+	for _, op := range ops {
+		switch op.kind {
+		case 0:
+			if err := ch.publish(op.exch, op.pub, op.mand); err != nil {
+				return err
+			}
+		default:
+			if err := ch.applySettle(op.ack.DeliveryTag, op.ack.Multiple, op.kind, op.ack.Requeue); err != nil {
+				return err
+			}
+		}
+	}
+	ch.c.sendMethod(ch.id, &amqp.TxCommitOk{})
+	return nil
+}
+
+// --- consuming ---
+
+func (ch *channel) consume(m *amqp.BasicConsume) error {
+	name := ch.queueName(m.Queue)
+	if name == broker.DirectReplyTo {
+		return ch.consumeReplyTo(m)
+	}
+	if err := ch.check(broker.Read, "queue", name); err != nil {
+		return err
+	}
+	q, err := ch.vhost().LookupQueue(name, ch.c.id)
+	if err != nil {
+		return err
+	}
+	tag := m.ConsumerTag
+	ch.mu.Lock()
+	if tag == "" {
+		tag = "amq.ctag-" + strings.TrimPrefix(broker.NewQueueName(), "amq.gen-")
+	}
+	if _, dup := ch.consumers[tag]; dup {
+		ch.mu.Unlock()
+		return amqp.ConnErrorf(amqp.NotAllowed, "attempt to reuse consumer tag '%s'", tag)
+	}
+	prio := 0
+	if p, ok := m.Arguments["x-priority"]; ok {
+		if n, ok := toInt(p); ok {
+			prio = int(n)
+		}
+	}
+	cs := &consumer{ch: ch, prefetch: ch.prefetch}
+	cs.bc = &broker.Consumer{Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio, Args: m.Arguments, Sink: cs, Owner: ch.c.id}
+	ch.consumers[tag] = cs
+	ch.mu.Unlock()
+	// consume-ok must precede the first delivery.
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &amqp.BasicConsumeOk{ConsumerTag: tag})
+	}
+	if err := q.AddConsumer(cs.bc); err != nil {
+		ch.mu.Lock()
+		delete(ch.consumers, tag)
+		ch.mu.Unlock()
+		return err
+	}
+	ch.mu.Lock()
+	ch.addConsumedLocked(q)
+	ch.mu.Unlock()
+	return nil
+}
+
+func (ch *channel) addConsumedLocked(q *broker.Queue) {
+	for _, o := range ch.consumedQueue {
+		if o == q {
+			return
+		}
+	}
+	ch.consumedQueue = append(ch.consumedQueue, q)
+}
+
+func (ch *channel) cancel(m *amqp.BasicCancel) error {
+	ch.mu.Lock()
+	cs := ch.consumers[m.ConsumerTag]
+	delete(ch.consumers, m.ConsumerTag)
+	ch.mu.Unlock()
+	if cs != nil {
+		if cs == ch.replyCons {
+			ch.vhost().UnregisterReplyTo(ch.replyTo)
+			ch.replyTo, ch.replyCons = "", nil
+		} else {
+			cs.bc.Queue.RemoveConsumer(cs.bc)
+		}
+	}
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &amqp.BasicCancelOk{ConsumerTag: m.ConsumerTag})
+	}
+	return nil
+}
+
+func (ch *channel) consumeReplyTo(m *amqp.BasicConsume) error {
+	if !m.NoAck {
+		return amqp.Errorf(amqp.PreconditionFailed, "reply consumer cannot acknowledge")
+	}
+	if ch.replyTo != "" {
+		return amqp.Errorf(amqp.PreconditionFailed, "reply consumer already set")
+	}
+	tag := m.ConsumerTag
+	if tag == "" {
+		tag = "amq.ctag-" + strings.TrimPrefix(broker.NewQueueName(), "amq.gen-")
+	}
+	cs := &consumer{ch: ch}
+	cs.bc = &broker.Consumer{Tag: tag, NoAck: true, Sink: cs, Owner: ch.c.id}
+	ch.mu.Lock()
+	ch.consumers[tag] = cs
+	ch.mu.Unlock()
+	ch.replyCons = cs
+	ch.replyTo = broker.DirectReplyTo + "." + strings.TrimPrefix(broker.NewQueueName(), "amq.gen-")
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &amqp.BasicConsumeOk{ConsumerTag: tag})
+	}
+	ch.vhost().RegisterReplyTo(ch.replyTo, cs)
+	return nil
+}
+
+func (ch *channel) get(m *amqp.BasicGet) error {
+	name := ch.queueName(m.Queue)
+	if err := ch.check(broker.Read, "queue", name); err != nil {
+		return err
+	}
+	q, err := ch.vhost().LookupQueue(name, ch.c.id)
+	if err != nil {
+		return err
+	}
+	d, remaining, ok := q.Get(m.NoAck)
+	if !ok {
+		ch.c.sendMethod(ch.id, &amqp.BasicGetEmpty{})
+		return nil
+	}
+	ch.mu.Lock()
+	ch.nextTag++
+	tag := ch.nextTag
+	if !m.NoAck {
+		ch.unacked = append(ch.unacked, unackedMsg{tag: tag, d: d})
+		ch.unackedCount++
+	}
+	ch.c.send(func(b []byte) []byte {
+		b = amqp.AppendMethodFrame(b, ch.id, &amqp.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered,
+			Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey, MessageCount: uint32(remaining)})
+		b = amqp.AppendHeaderFrame(b, ch.id, 60, uint64(len(d.Msg.Body)), &d.Msg.Props)
+		return amqp.AppendBodyFrames(b, ch.id, d.Msg.Body, ch.c.frameMax)
+	})
+	ch.mu.Unlock()
+	return nil
+}
+
+// settle handles basic.ack (kind 1) and basic.nack/reject (kind 2).
+func (ch *channel) settle(tag uint64, multiple bool, kind int, requeue bool) error {
+	if ch.tx {
+		// Validate now, apply at commit.
+		ch.mu.Lock()
+		ok := ch.hasTagLocked(tag, multiple)
+		ch.mu.Unlock()
+		if !ok {
+			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+		}
+		ch.txOps = append(ch.txOps, txOp{kind: kind, ack: &amqp.BasicNack{DeliveryTag: tag, Multiple: multiple, Requeue: requeue}})
+		return nil
+	}
+	return ch.applySettle(tag, multiple, kind, requeue)
+}
+
+func (ch *channel) hasTagLocked(tag uint64, multiple bool) bool {
+	if multiple && tag == 0 {
+		return true
+	}
+	i := ch.findTagLocked(tag)
+	return i >= 0 && !ch.unacked[i].done
+}
+
+func (ch *channel) findTagLocked(tag uint64) int {
+	lo, hi := 0, len(ch.unacked)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if ch.unacked[mid].tag < tag {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo < len(ch.unacked) && ch.unacked[lo].tag == tag {
+		return lo
+	}
+	return -1
+}
+
+func (ch *channel) applySettle(tag uint64, multiple bool, kind int, requeue bool) error {
+	ch.mu.Lock()
+	var taken []unackedMsg
+	if multiple {
+		// tag 0 with multiple means every outstanding delivery.
+		taken = ch.takeUnackedLocked(func(u *unackedMsg) bool { return tag == 0 || u.tag <= tag })
+		if len(taken) == 0 && tag != 0 {
+			ch.mu.Unlock()
+			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+		}
+	} else {
+		i := ch.findTagLocked(tag)
+		if i < 0 || ch.unacked[i].done {
+			ch.mu.Unlock()
+			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+		}
+		taken = []unackedMsg{ch.unacked[i]}
+		ch.markDoneLocked(i)
+	}
+	ch.mu.Unlock()
+	switch {
+	case kind == 1:
+		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Ack(ds) })
+	case requeue:
+		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds) })
+	default:
+		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Reject(ds) })
+	}
+	ch.redispatch()
+	return nil
+}
+
+// markDoneLocked settles unacked[i] and trims settled entries off the front.
+func (ch *channel) markDoneLocked(i int) {
+	u := &ch.unacked[i]
+	u.done = true
+	ch.unackedCount--
+	if u.cons != nil {
+		u.cons.unacked--
+	}
+	n := 0
+	for n < len(ch.unacked) && ch.unacked[n].done {
+		n++
+	}
+	if n > 0 {
+		ch.unacked = append(ch.unacked[:0], ch.unacked[n:]...)
+	}
+}
+
+// takeUnackedLocked removes and returns, in tag order, the outstanding
+// deliveries that keep reports true for.
+func (ch *channel) takeUnackedLocked(keep func(*unackedMsg) bool) []unackedMsg {
+	var out []unackedMsg
+	rest := ch.unacked[:0]
+	for i := range ch.unacked {
+		u := ch.unacked[i]
+		if u.done {
+			continue
+		}
+		if keep(&u) {
+			out = append(out, u)
+			ch.unackedCount--
+			if u.cons != nil {
+				u.cons.unacked--
+			}
+		} else {
+			rest = append(rest, u)
+		}
+	}
+	clear(ch.unacked[len(rest):])
+	ch.unacked = rest
+	return out
+}
+
+// settle groups deliveries by queue, keeping their order, and applies fn.
+func settle(us []unackedMsg, fn func(*broker.Queue, []broker.Delivery)) {
+	for len(us) > 0 {
+		q := us[0].d.Queue
+		ds := make([]broker.Delivery, 0, len(us))
+		rest := us[:0]
+		for _, u := range us {
+			if u.d.Queue == q {
+				ds = append(ds, u.d)
+			} else {
+				rest = append(rest, u)
+			}
+		}
+		fn(q, ds)
+		us = rest
+	}
+}
+
+func (ch *channel) recover(requeue, sync bool) error {
+	if !requeue {
+		return amqp.ConnErrorf(amqp.NotImplemented, "requeue=false")
+	}
+	ch.mu.Lock()
+	taken := ch.takeUnackedLocked(func(*unackedMsg) bool { return true })
+	ch.mu.Unlock()
+	settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds) })
+	if sync {
+		ch.c.sendMethod(ch.id, &amqp.BasicRecoverOk{})
+	}
+	ch.redispatch()
+	return nil
+}
+
+func toInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int8:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case int64:
+		return n, true
+	}
+	return 0, false
+}

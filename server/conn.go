@@ -1,0 +1,575 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker"
+)
+
+// Output buffering: deliveries stop being appended to a connection's
+// output once this much is pending, and resume once the writer drained it.
+const outHighWater = 1 << 20
+
+// Version is the server version advertised in connection.start.
+const Version = "0.1.0"
+
+// conn is one client connection. The reader goroutine (run) owns the
+// socket's read side, the channel table and all protocol state; the writer
+// goroutine owns the write side. Other goroutines only append to out.
+type conn struct {
+	s  *Server
+	nc net.Conn
+	id uint64
+	r  *amqp.FrameReader
+
+	// Set during the handshake, then read-only.
+	user       *broker.User
+	vhost      *broker.VHost
+	frameMax   uint32
+	channelMax uint16
+	heartbeat  time.Duration
+	clientCaps amqp.Table
+	clientName string
+
+	channels map[uint16]*channel // reader goroutine only
+
+	outMu     sync.Mutex
+	out       []byte
+	outSignal chan struct{}
+	kicks     []*broker.Queue // queues to Dispatch once output drained
+	writerErr error
+
+	closing    atomic.Bool // connection.close sent; waiting for close-ok
+	closeSent  atomic.Bool
+	readFrames atomic.Uint64
+	done       chan struct{} // closed when the reader stops
+	writerDone chan struct{}
+	blocked    bool // connection.blocked sent (reader goroutine only)
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	return &conn{s: s, nc: nc, id: s.nextConn.Add(1), channels: map[uint16]*channel{},
+		outSignal: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}),
+		frameMax: s.cfg.FrameMax, channelMax: s.cfg.ChannelMax}
+}
+
+// send appends frames to the output under the output lock and wakes the writer.
+func (c *conn) send(fn func([]byte) []byte) {
+	c.outMu.Lock()
+	c.out = fn(c.out)
+	c.outMu.Unlock()
+	c.wake()
+}
+
+func (c *conn) wake() {
+	select {
+	case c.outSignal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) sendMethod(ch uint16, m amqp.Method) {
+	c.send(func(b []byte) []byte { return amqp.AppendMethodFrame(b, ch, m) })
+}
+
+func (c *conn) run() {
+	defer c.s.removeConn(c)
+	defer c.nc.Close()
+	c.r = amqp.NewFrameReader(c.nc, 64<<10)
+	c.r.SetMaxFrameSize(c.s.cfg.FrameMax)
+	c.nc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
+	go c.writeLoop()
+	err := c.handshake()
+	if err == nil {
+		c.nc.SetDeadline(time.Time{})
+		err = c.readLoop()
+	}
+	c.teardown(err)
+}
+
+// teardown releases everything the connection holds: unacked messages go
+// back to their queues, consumers are cancelled, exclusive queues deleted.
+func (c *conn) teardown(err error) {
+	for _, ch := range c.channels {
+		ch.shutdown()
+	}
+	c.channels = nil
+	if c.vhost != nil {
+		c.vhost.DeleteExclusive(c.id)
+	}
+	close(c.done)
+	select {
+	case <-c.writerDone:
+	case <-time.After(5 * time.Second):
+	}
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		c.s.log.Debug("connection closed", "conn", c.id, "remote", c.nc.RemoteAddr().String(), "err", err)
+	}
+}
+
+func (c *conn) writeLoop() {
+	defer close(c.writerDone)
+	var spare []byte
+	var tick <-chan time.Time
+	if c.s.cfg.Heartbeat > 0 {
+		// The negotiated interval is not known yet; tick often and decide.
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	lastWrite := time.Now()
+	lastRead, lastReadCount := time.Now(), uint64(0)
+	for {
+		final := false
+		select {
+		case <-c.outSignal:
+		case <-c.done:
+			final = true
+		case now := <-tick:
+			hb := c.heartbeatInterval()
+			if hb <= 0 {
+				continue
+			}
+			if n := c.readFrames.Load(); n != lastReadCount {
+				lastReadCount, lastRead = n, now
+			} else if now.Sub(lastRead) > 2*hb {
+				c.s.log.Warn("missed heartbeats from client", "conn", c.id, "timeout", hb.String())
+				c.nc.Close()
+			}
+			if now.Sub(lastWrite) >= hb/2 {
+				c.send(amqp.AppendHeartbeat)
+			}
+			continue
+		}
+		c.outMu.Lock()
+		buf := c.out
+		c.out = spare[:0]
+		kicks := c.kicks
+		c.kicks = nil
+		c.outMu.Unlock()
+		if len(buf) > 0 && c.writerErr == nil {
+			c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if _, err := c.nc.Write(buf); err != nil {
+				c.writerErr = err
+				c.nc.Close()
+			}
+			lastWrite = time.Now()
+		}
+		if cap(buf) <= 4*outHighWater {
+			spare = buf
+		} else {
+			spare = nil
+		}
+		for _, q := range kicks {
+			q.Dispatch()
+		}
+		if final {
+			c.outMu.Lock()
+			empty := len(c.out) == 0
+			c.outMu.Unlock()
+			if empty || c.writerErr != nil {
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) heartbeatInterval() time.Duration {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	return c.heartbeat
+}
+
+// backlogged reports, with outMu held, whether deliveries should pause; if
+// so q is remembered and dispatched once the writer drained the output.
+func (c *conn) backloggedLocked(q *broker.Queue) bool {
+	if len(c.out) < outHighWater {
+		return false
+	}
+	if !slices.Contains(c.kicks, q) {
+		c.kicks = append(c.kicks, q)
+	}
+	return true
+}
+
+// readMethod reads the next frame during the handshake and requires a
+// method frame on channel 0.
+func (c *conn) readMethod() (amqp.Method, error) {
+	for {
+		f, err := c.r.ReadFrame()
+		if err != nil {
+			return nil, err
+		}
+		c.readFrames.Add(1)
+		if f.Type == amqp.FrameHeartbeat {
+			continue
+		}
+		if f.Type != amqp.FrameMethod || f.Channel != 0 {
+			return nil, amqp.ConnErrorf(amqp.CommandInvalid, "expected a method frame on channel 0 during the handshake")
+		}
+		return amqp.DecodeMethod(f.Payload)
+	}
+}
+
+func (c *conn) handshake() error {
+	hdr := make([]byte, 8)
+	if _, err := io.ReadFull(c.nc, hdr); err != nil {
+		return err
+	}
+	if !bytes.Equal(hdr, amqp.ProtocolHeader) {
+		// Answer any other header with the version we speak, then close.
+		c.send(func(b []byte) []byte { return append(b, amqp.ProtocolHeader...) })
+		return errors.New("bad protocol header")
+	}
+	c.sendMethod(0, &amqp.ConnectionStart{
+		VersionMajor:     0,
+		VersionMinor:     9,
+		ServerProperties: serverProperties(),
+		Mechanisms:       "PLAIN AMQPLAIN",
+		Locales:          "en_US",
+	})
+	m, err := c.readMethod()
+	if err != nil {
+		return c.handshakeErr(err)
+	}
+	so, ok := m.(*amqp.ConnectionStartOk)
+	if !ok {
+		return c.handshakeErr(amqp.ConnErrorf(amqp.CommandInvalid, "expected 'connection.start_ok', got '%s'", m.Name()))
+	}
+	c.clientCaps, _ = so.ClientProperties["capabilities"].(amqp.Table)
+	c.clientName, _ = so.ClientProperties["connection_name"].(string)
+	if err := c.authenticate(so.Mechanism, so.Response); err != nil {
+		return c.handshakeErr(err)
+	}
+	hb := uint16(0)
+	if c.s.cfg.Heartbeat > 0 {
+		hb = uint16(c.s.cfg.Heartbeat / time.Second)
+	}
+	c.sendMethod(0, &amqp.ConnectionTune{ChannelMax: c.s.cfg.ChannelMax, FrameMax: c.s.cfg.FrameMax, Heartbeat: hb})
+	m, err = c.readMethod()
+	if err != nil {
+		return c.handshakeErr(err)
+	}
+	to, ok := m.(*amqp.ConnectionTuneOk)
+	if !ok {
+		return c.handshakeErr(amqp.ConnErrorf(amqp.CommandInvalid, "expected 'connection.tune_ok', got '%s'", m.Name()))
+	}
+	if err := c.negotiate(to); err != nil {
+		return c.handshakeErr(err)
+	}
+	m, err = c.readMethod()
+	if err != nil {
+		return c.handshakeErr(err)
+	}
+	op, ok := m.(*amqp.ConnectionOpen)
+	if !ok {
+		return c.handshakeErr(amqp.ConnErrorf(amqp.CommandInvalid, "expected 'connection.open', got '%s'", m.Name()))
+	}
+	v := c.s.broker.VHost(op.VirtualHost)
+	if v == nil {
+		return c.handshakeErr(amqp.ConnErrorf(amqp.NotAllowed, "vhost %s not found", op.VirtualHost).WithMethod(10, 40))
+	}
+	if !c.s.broker.CanAccessVHost(c.user.Name, v.Name) {
+		return c.handshakeErr(amqp.ConnErrorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", v.Name, c.user.Name).WithMethod(10, 40))
+	}
+	c.vhost = v
+	c.sendMethod(0, &amqp.ConnectionOpenOk{})
+	return nil
+}
+
+func (c *conn) negotiate(to *amqp.ConnectionTuneOk) error {
+	max := c.s.cfg.FrameMax
+	switch {
+	case to.FrameMax != 0 && to.FrameMax < amqp.FrameMinSize:
+		return amqp.ConnErrorf(amqp.NotAllowed, "frame_max=%d < %d min size", to.FrameMax, amqp.FrameMinSize)
+	case to.FrameMax > max:
+		return amqp.ConnErrorf(amqp.NotAllowed, "frame_max=%d > %d max size", to.FrameMax, max)
+	case to.FrameMax != 0:
+		max = to.FrameMax
+	}
+	if to.ChannelMax > c.s.cfg.ChannelMax {
+		return amqp.ConnErrorf(amqp.NotAllowed, "negotiated channel_max = %d is higher than the maximum allowed value (%d)", to.ChannelMax, c.s.cfg.ChannelMax)
+	}
+	c.frameMax = max
+	c.r.SetMaxFrameSize(max)
+	if to.ChannelMax != 0 {
+		c.channelMax = to.ChannelMax
+	}
+	c.outMu.Lock()
+	c.heartbeat = time.Duration(to.Heartbeat) * time.Second
+	c.outMu.Unlock()
+	return nil
+}
+
+// handshakeErr answers a handshake failure. A protocol error gets a
+// connection.close (RabbitMQ sends one for authentication failures since
+// clients advertise authentication_failure_close), and the socket closes
+// after a short wait for close-ok.
+func (c *conn) handshakeErr(err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		c.sendMethod(0, &amqp.ConnectionClose{ReplyCode: ae.Code, ReplyText: truncate(ae.Text), FailingClassID: ae.ClassID, FailingMethodID: ae.MethodID})
+		c.nc.SetReadDeadline(time.Now().Add(time.Second))
+		for {
+			m, rerr := c.readMethod()
+			if rerr != nil {
+				break
+			}
+			if _, ok := m.(*amqp.ConnectionCloseOk); ok {
+				break
+			}
+		}
+	}
+	return err
+}
+
+func (c *conn) authenticate(mechanism string, response string) error {
+	var user, pass string
+	switch mechanism {
+	case "PLAIN":
+		parts := strings.Split(response, "\x00")
+		if len(parts) != 3 {
+			return amqp.ConnErrorf(amqp.AccessRefused, "Login was refused using authentication mechanism PLAIN. For details see the broker logfile.")
+		}
+		user, pass = parts[1], parts[2]
+	case "AMQPLAIN":
+		raw := make([]byte, 4+len(response))
+		binary.BigEndian.PutUint32(raw, uint32(len(response)))
+		copy(raw[4:], response)
+		t, _, err := amqp.DecodeTable(raw)
+		if err != nil {
+			return amqp.ConnErrorf(amqp.AccessRefused, "Login was refused using authentication mechanism AMQPLAIN. For details see the broker logfile.")
+		}
+		user, _ = t["LOGIN"].(string)
+		pass, _ = t["PASSWORD"].(string)
+	default:
+		return amqp.ConnErrorf(amqp.CommandInvalid, "unknown authentication mechanism '%s'", mechanism)
+	}
+	u, ok := c.s.broker.Authenticate(user, pass)
+	if !ok {
+		return amqp.ConnErrorf(amqp.AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", mechanism)
+	}
+	if slices.Contains(c.s.cfg.LoopbackUsers, user) && !isLoopback(c.nc.RemoteAddr()) {
+		c.s.log.Warn("user can only log in via localhost", "user", user)
+		return amqp.ConnErrorf(amqp.AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", mechanism)
+	}
+	c.user = u
+	return nil
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+func serverProperties() amqp.Table {
+	return amqp.Table{
+		"product":      "Warren",
+		"version":      Version,
+		"platform":     "Go",
+		"copyright":    "Warren authors",
+		"information":  "Licensed under the MPL 2.0",
+		"cluster_name": "warren",
+		"capabilities": amqp.Table{
+			"publisher_confirms":           true,
+			"exchange_exchange_bindings":   true,
+			"basic.nack":                   true,
+			"consumer_cancel_notify":       true,
+			"connection.blocked":           true,
+			"consumer_priorities":          true,
+			"authentication_failure_close": true,
+			"per_consumer_qos":             true,
+			"direct_reply_to":              true,
+		},
+	}
+}
+
+func (c *conn) clientCap(name string) bool {
+	b, _ := c.clientCaps[name].(bool)
+	return b
+}
+
+func truncate(s string) string {
+	if len(s) > 255 {
+		return s[:255]
+	}
+	return s
+}
+
+// closeConn starts the connection close handshake with a hard error.
+func (c *conn) closeConn(e *amqp.Error) {
+	if c.closeSent.Swap(true) {
+		return
+	}
+	c.closing.Store(true)
+	c.sendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: truncate(e.Text), FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
+	// Wait for close-ok at most a few seconds, then drop the socket.
+	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+}
+
+// forceClose is called from other goroutines (server shutdown, management).
+func (c *conn) forceClose(reason string) {
+	c.closeConn(amqp.ConnErrorf(amqp.ConnectionForced, "%s", reason))
+}
+
+// readLoop reads frames until the connection closes. It returns nil after
+// a clean close handshake.
+func (c *conn) readLoop() error {
+	for {
+		if c.r.Buffered() == 0 {
+			c.flushConfirms()
+		}
+		f, err := c.r.ReadFrame()
+		if err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && !c.closing.Load() {
+				c.closeConn(ae)
+				continue
+			}
+			return err
+		}
+		c.readFrames.Add(1)
+		if err := c.handleFrame(f); err != nil {
+			if errors.Is(err, errClosed) {
+				return nil
+			}
+			var ae *amqp.Error
+			if errors.As(err, &ae) {
+				if ae.Hard {
+					c.closeConn(ae)
+					continue
+				}
+			}
+			return err
+		}
+	}
+}
+
+var errClosed = errors.New("connection closed")
+
+func (c *conn) flushConfirms() {
+	for _, ch := range c.channels {
+		ch.flushConfirms()
+	}
+}
+
+func (c *conn) handleFrame(f amqp.Frame) error {
+	if c.closing.Load() {
+		// After connection.close only close and close-ok matter.
+		if f.Type == amqp.FrameMethod && f.Channel == 0 {
+			m, err := amqp.DecodeMethod(f.Payload)
+			if err != nil {
+				return nil
+			}
+			switch m.(type) {
+			case *amqp.ConnectionCloseOk:
+				return errClosed
+			case *amqp.ConnectionClose:
+				c.sendMethod(0, &amqp.ConnectionCloseOk{})
+				return errClosed
+			}
+		}
+		return nil
+	}
+	switch f.Type {
+	case amqp.FrameHeartbeat:
+		if f.Channel != 0 {
+			return amqp.ConnErrorf(amqp.CommandInvalid, "heartbeat frame on channel %d", f.Channel)
+		}
+		return nil
+	case amqp.FrameMethod:
+		m, err := amqp.DecodeMethod(f.Payload)
+		if err != nil {
+			return err
+		}
+		if f.Channel == 0 {
+			return c.handleConnMethod(m)
+		}
+		return c.handleChannelMethod(f.Channel, m)
+	case amqp.FrameHeader, amqp.FrameBody:
+		if f.Channel == 0 {
+			return amqp.ConnErrorf(amqp.CommandInvalid, "content frame on channel 0")
+		}
+		ch := c.channels[f.Channel]
+		if ch == nil {
+			return amqp.ConnErrorf(amqp.ChannelError, "expected 'channel.open'")
+		}
+		return ch.handleContent(f)
+	}
+	return amqp.ConnErrorf(amqp.FrameError, "unknown frame type %d", f.Type)
+}
+
+func (c *conn) handleConnMethod(m amqp.Method) error {
+	switch m := m.(type) {
+	case *amqp.ConnectionClose:
+		c.sendMethod(0, &amqp.ConnectionCloseOk{})
+		return errClosed
+	case *amqp.ConnectionCloseOk:
+		return errClosed
+	case *amqp.ConnectionBlocked, *amqp.ConnectionUnblocked:
+		return nil
+	case *amqp.ConnectionUpdateSecret:
+		if _, ok := c.s.broker.Authenticate(c.user.Name, m.NewSecret); !ok {
+			return amqp.ConnErrorf(amqp.AccessRefused, "Login was refused using authentication mechanism PLAIN. For details see the broker logfile.").WithMethod(m.ClassID(), m.MethodID())
+		}
+		c.sendMethod(0, &amqp.ConnectionUpdateSecretOk{})
+		return nil
+	}
+	return amqp.ConnErrorf(amqp.CommandInvalid, "unexpected method '%s' on channel 0", m.Name()).WithMethod(m.ClassID(), m.MethodID())
+}
+
+func (c *conn) handleChannelMethod(id uint16, m amqp.Method) error {
+	ch := c.channels[id]
+	if ch == nil {
+		if _, ok := m.(*amqp.ChannelOpen); !ok {
+			return amqp.ConnErrorf(amqp.ChannelError, "expected 'channel.open'").WithMethod(m.ClassID(), m.MethodID())
+		}
+		if id > c.channelMax {
+			return amqp.ConnErrorf(amqp.NotAllowed, "channel number exceeds negotiated channel_max (%d)", c.channelMax).WithMethod(m.ClassID(), m.MethodID())
+		}
+		c.channels[id] = newChannel(c, id)
+		c.sendMethod(id, &amqp.ChannelOpenOk{})
+		return nil
+	}
+	return ch.handleMethod(m)
+}
+
+// waitAlarm blocks a publishing connection while a resource alarm is
+// raised, as RabbitMQ blocks publishers: connection.blocked is sent once,
+// nothing is read until every alarm clears, then connection.unblocked.
+func (c *conn) waitAlarm() {
+	for {
+		alarms, changed := c.s.alarmState()
+		if len(alarms) == 0 {
+			if c.blocked {
+				c.blocked = false
+				if c.clientCap("connection.blocked") {
+					c.sendMethod(0, &amqp.ConnectionUnblocked{})
+				}
+			}
+			return
+		}
+		if !c.blocked {
+			c.blocked = true
+			if c.clientCap("connection.blocked") {
+				slices.Sort(alarms)
+				c.sendMethod(0, &amqp.ConnectionBlocked{Reason: "low on " + strings.Join(alarms, ", ")})
+			}
+		}
+		select {
+		case <-changed:
+		case <-c.writerDone:
+			return
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker"
+)
+
+// consumer is the server side of a broker.Consumer: it holds the
+// per-consumer credit and writes deliveries to the connection.
+type consumer struct {
+	ch       *channel
+	bc       *broker.Consumer
+	prefetch int // guarded by ch.mu
+	unacked  int // guarded by ch.mu
+}
+
+// Deliver implements broker.Sink. It runs with the queue's lock held; it
+// takes the channel lock, then the connection's output lock, so that
+// delivery tags reach the socket in order.
+func (cs *consumer) Deliver(bc *broker.Consumer, d broker.Delivery) bool {
+	ch := cs.ch
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if !ch.flowActive || ch.consumers[bc.Tag] != cs {
+		return false
+	}
+	if !bc.NoAck {
+		if cs.prefetch > 0 && cs.unacked >= cs.prefetch {
+			return false
+		}
+		if ch.globalLimit > 0 && ch.unackedCount >= ch.globalLimit {
+			return false
+		}
+	}
+	c := ch.c
+	c.outMu.Lock()
+	if c.backloggedLocked(d.Queue) {
+		c.outMu.Unlock()
+		return false
+	}
+	ch.nextTag++
+	tag := ch.nextTag
+	c.out = appendDelivery(c.out, ch.id, bc.Tag, tag, d.Redelivered, d.Msg, c.frameMax)
+	c.outMu.Unlock()
+	c.wake()
+	if !bc.NoAck {
+		ch.unacked = append(ch.unacked, unackedMsg{tag: tag, d: d, cons: cs})
+		ch.unackedCount++
+		cs.unacked++
+	}
+	return true
+}
+
+func appendDelivery(b []byte, chID uint16, ctag string, tag uint64, redelivered bool, m *broker.Message, frameMax uint32) []byte {
+	b = amqp.AppendMethodFrame(b, chID, &amqp.BasicDeliver{ConsumerTag: ctag, DeliveryTag: tag, Redelivered: redelivered,
+		Exchange: m.Exchange, RoutingKey: m.RoutingKey})
+	b = amqp.AppendHeaderFrame(b, chID, 60, uint64(len(m.Body)), &m.Props)
+	return amqp.AppendBodyFrames(b, chID, m.Body, frameMax)
+}
+
+// Cancelled implements broker.Sink: the queue was deleted. The client is
+// told with basic.cancel if it declared consumer_cancel_notify.
+func (cs *consumer) Cancelled(bc *broker.Consumer) {
+	ch := cs.ch
+	ch.mu.Lock()
+	if ch.consumers[bc.Tag] != cs {
+		ch.mu.Unlock()
+		return
+	}
+	delete(ch.consumers, bc.Tag)
+	ch.mu.Unlock()
+	if ch.c.clientCap("consumer_cancel_notify") {
+		ch.c.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: bc.Tag, NoWait: true})
+	}
+}
+
+// DeliverReply implements broker.ReplyTarget for direct reply-to.
+func (cs *consumer) DeliverReply(m *broker.Message) bool {
+	ch := cs.ch
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.consumers[cs.bc.Tag] != cs {
+		return false
+	}
+	ch.nextTag++
+	tag := ch.nextTag
+	ch.c.send(func(b []byte) []byte {
+		return appendDelivery(b, ch.id, cs.bc.Tag, tag, false, m, ch.c.frameMax)
+	})
+	return true
+}

@@ -1,0 +1,310 @@
+// Package server is Warren's AMQP 0-9-1 front end: the listener,
+// connections (one reader and one writer goroutine each), channels, SASL,
+// heartbeats, flow control, publisher confirms and transactions. It is the
+// only package that owns sockets; the model lives in package broker.
+//
+// The API follows net/http: New, Start (returns once listening), Addr,
+// Shutdown, and an idempotent Close.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/clock"
+)
+
+// Config configures a Server. Zero values take RabbitMQ's defaults.
+type Config struct {
+	// AMQPAddr is the TCP address to listen on; default ":5672".
+	AMQPAddr string
+	// AMQPSAddr is the TLS listener's address, used when TLS is set;
+	// default ":5671".
+	AMQPSAddr string
+	TLS       *tls.Config
+	// Heartbeat is the interval the server proposes; default 60s. Negative disables.
+	Heartbeat time.Duration
+	// FrameMax is the largest frame the server accepts; default 131072.
+	FrameMax uint32
+	// ChannelMax is the highest channel number; default 2047.
+	ChannelMax uint16
+	// MaxMessageSize bounds a message body; default 128 MiB, as RabbitMQ.
+	MaxMessageSize int
+	// HandshakeTimeout bounds the protocol handshake; default 10s.
+	HandshakeTimeout time.Duration
+	// LoopbackUsers may only connect from loopback addresses; default ["guest"].
+	LoopbackUsers []string
+
+	Logger *slog.Logger
+	Clock  clock.Clock
+	// Broker is the model to serve; New makes one if nil.
+	Broker *broker.Broker
+}
+
+func (c *Config) setDefaults() {
+	if c.AMQPAddr == "" {
+		c.AMQPAddr = ":5672"
+	}
+	if c.AMQPSAddr == "" {
+		c.AMQPSAddr = ":5671"
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 60 * time.Second
+	}
+	if c.FrameMax == 0 {
+		c.FrameMax = 131072
+	}
+	if c.ChannelMax == 0 {
+		c.ChannelMax = 2047
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = 128 << 20
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.LoopbackUsers == nil {
+		c.LoopbackUsers = []string{"guest"}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+}
+
+// Server serves AMQP 0-9-1 connections for a broker.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	broker *broker.Broker
+
+	mu        sync.Mutex
+	ln        net.Listener
+	tlsLn     net.Listener
+	conns     map[*conn]struct{}
+	started   bool
+	closed    bool
+	wg        sync.WaitGroup
+	nextConn  atomic.Uint64
+	alarms    map[string]bool
+	alarmCh   chan struct{} // closed and replaced when the alarm state changes
+	closeOnce sync.Once
+}
+
+// New returns a server for cfg. It does not listen until Start.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if cfg.FrameMax < 4096 {
+		return nil, fmt.Errorf("server: frame-max %d is below the minimum 4096", cfg.FrameMax)
+	}
+	b := cfg.Broker
+	if b == nil {
+		b = broker.New(broker.Config{Logger: cfg.Logger, Clock: cfg.Clock})
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, broker: b, conns: map[*conn]struct{}{},
+		alarms: map[string]bool{}, alarmCh: make(chan struct{})}, nil
+}
+
+// Broker returns the model the server serves.
+func (s *Server) Broker() *broker.Broker { return s.broker }
+
+// Start listens and serves in the background; it returns once the
+// listeners accept connections.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("server: already started")
+	}
+	if s.closed {
+		return errors.New("server: closed")
+	}
+	ln, err := net.Listen("tcp", s.cfg.AMQPAddr)
+	if err != nil {
+		return err
+	}
+	s.ln = ln
+	s.started = true
+	s.go_(func() { s.serve(ln) })
+	if s.cfg.TLS != nil {
+		tl, err := tls.Listen("tcp", s.cfg.AMQPSAddr, s.cfg.TLS)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		s.tlsLn = tl
+		s.go_(func() { s.serve(tl) })
+	}
+	s.log.Info("AMQP listener started", "addr", ln.Addr().String())
+	return nil
+}
+
+// go_ runs f in a goroutine registered with the server's WaitGroup.
+func (s *Server) go_(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// Addr is the AMQP listener's address (nil before Start).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// TLSAddr is the AMQPS listener's address, or nil.
+func (s *Server) TLSAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tlsLn == nil {
+		return nil
+	}
+	return s.tlsLn.Addr()
+}
+
+func (s *Server) serve(ln net.Listener) {
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.isClosed() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return
+		}
+		delay = 0
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.go_(c.run)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, closes every connection with 320
+// CONNECTION_FORCED as RabbitMQ does on shutdown, and waits for all
+// goroutines or for ctx.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+func (s *Server) stop() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		if s.ln != nil {
+			s.ln.Close()
+		}
+		if s.tlsLn != nil {
+			s.tlsLn.Close()
+		}
+		conns := make([]*conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.forceClose("broker forced connection closure with reason 'shutdown'")
+		}
+	})
+}
+
+// Close shuts the server down, waiting at most a few seconds. It is idempotent.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Shutdown(ctx)
+}
+
+// SetAlarm raises or clears a resource alarm (e.g. "memory", "disk").
+// While any alarm is raised, connections that publish are blocked: they
+// get connection.blocked (if the client supports it) and are not read
+// from until every alarm clears.
+func (s *Server) SetAlarm(name string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.alarms[name] == on {
+		return
+	}
+	if on {
+		s.alarms[name] = true
+	} else {
+		delete(s.alarms, name)
+	}
+	close(s.alarmCh)
+	s.alarmCh = make(chan struct{})
+}
+
+// alarmState returns the raised alarms (nil if none) and a channel closed
+// on the next change.
+func (s *Server) alarmState() ([]string, chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for n := range s.alarms {
+		names = append(names, n)
+	}
+	return names, s.alarmCh
+}
+
+// ConnectionCount returns the number of open connections.
+func (s *Server) ConnectionCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}

@@ -1,0 +1,132 @@
+// Package warrentest starts a real Warren broker in-process for tests:
+//
+//	b := warrentest.Start(t)
+//	conn, err := amqp091.Dial(b.URL())
+//
+// The broker listens on 127.0.0.1 on a free port, keeps its data in
+// t.TempDir(), and is shut down by t.Cleanup.
+package warrentest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/clock"
+	"github.com/warrenmq/warren/server"
+)
+
+// Broker is a running test broker.
+type Broker struct {
+	t       testing.TB
+	srv     *server.Server
+	cfg     server.Config
+	dataDir string
+	addr    string
+}
+
+// Option adjusts the server configuration.
+type Option func(*server.Config)
+
+// WithClock drives the broker's time (TTLs, expiries, delays) from c.
+func WithClock(c clock.Clock) Option { return func(cfg *server.Config) { cfg.Clock = c } }
+
+// WithConfig lets a test change any server setting.
+func WithConfig(f func(*server.Config)) Option { return Option(f) }
+
+// Start starts a broker and registers its shutdown with t.Cleanup.
+func Start(t testing.TB, opts ...Option) *Broker {
+	t.Helper()
+	cfg := server.Config{AMQPAddr: "127.0.0.1:0", Heartbeat: 60 * time.Second}
+	if os.Getenv("WARREN_TEST_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b := &Broker{t: t, cfg: cfg, dataDir: t.TempDir()}
+	b.start()
+	t.Cleanup(b.Close)
+	return b
+}
+
+func (b *Broker) start() {
+	b.t.Helper()
+	srv, err := server.New(b.cfg)
+	if err != nil {
+		b.t.Fatalf("warrentest: %v", err)
+	}
+	if err := srv.Start(); err != nil {
+		b.t.Fatalf("warrentest: %v", err)
+	}
+	b.srv = srv
+	b.addr = srv.Addr().String()
+	// Keep the port across Restart.
+	b.cfg.AMQPAddr = b.addr
+}
+
+// URL is the amqp:// URL of the broker for the guest user.
+func (b *Broker) URL() string { return fmt.Sprintf("amqp://guest:guest@%s/", b.addr) }
+
+// Addr is the broker's host:port.
+func (b *Broker) Addr() string { return b.addr }
+
+// Server returns the running server.
+func (b *Broker) Server() *server.Server { return b.srv }
+
+// Broker returns the broker model, for inspection in tests.
+func (b *Broker) Broker() *broker.Broker { return b.srv.Broker() }
+
+// DataDir is the broker's data directory.
+func (b *Broker) DataDir() string { return b.dataDir }
+
+// Restart stops the broker and starts it again on the same port and data.
+func (b *Broker) Restart() {
+	b.t.Helper()
+	b.shutdown()
+	b.cfg.Broker = nil
+	for i := 0; ; i++ {
+		srv, err := server.New(b.cfg)
+		if err == nil {
+			if err = srv.Start(); err == nil {
+				b.srv = srv
+				return
+			}
+		}
+		var oe *net.OpError
+		if i > 50 || !asOpError(err, &oe) {
+			b.t.Fatalf("warrentest: restart: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func asOpError(err error, oe **net.OpError) bool {
+	e, ok := err.(*net.OpError)
+	if ok {
+		*oe = e
+	}
+	return ok
+}
+
+func (b *Broker) shutdown() {
+	if b.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.srv.Shutdown(ctx); err != nil {
+		b.t.Errorf("warrentest: shutdown: %v", err)
+	}
+}
+
+// Close shuts the broker down. It is idempotent.
+func (b *Broker) Close() {
+	b.shutdown()
+	b.srv = nil
+}
