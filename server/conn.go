@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -85,8 +84,8 @@ func (c *conn) sendMethod(ch uint16, m amqp.Method) {
 func (c *conn) run() {
 	defer c.s.removeConn(c)
 	defer c.nc.Close()
+	// Until tune-ok, frames are limited to frame_min_size, as in RabbitMQ.
 	c.r = amqp.NewFrameReader(c.nc, 64<<10)
-	c.r.SetMaxFrameSize(c.s.cfg.FrameMax)
 	c.nc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
 	go c.writeLoop()
 	err := c.handshake()
@@ -222,11 +221,10 @@ func (c *conn) readMethod() (amqp.Method, error) {
 }
 
 func (c *conn) handshake() error {
-	hdr := make([]byte, 8)
-	if _, err := io.ReadFull(c.nc, hdr); err != nil {
-		return err
-	}
-	if !bytes.Equal(hdr, amqp.ProtocolHeader) {
+	if _, err := c.r.ReadProtocolHeader(); err != nil {
+		if !errors.Is(err, amqp.ErrProtocolHeader) {
+			return err
+		}
 		// Answer any other header with the version we speak, then close.
 		c.send(func(b []byte) []byte { return append(b, amqp.ProtocolHeader...) })
 		return errors.New("bad protocol header")
@@ -399,9 +397,11 @@ func (c *conn) clientCap(name string) bool {
 	return b
 }
 
+// truncate fits a reply-text into a shortstr as RabbitMQ does: texts
+// over 255 bytes are cut to 252 and end in "...".
 func truncate(s string) string {
 	if len(s) > 255 {
-		return s[:255]
+		return s[:252] + "..."
 	}
 	return s
 }
