@@ -3,7 +3,7 @@ package amqp
 // Frame-level errors. The codes and texts below were observed on the wire
 // from RabbitMQ 3.10 (connection.close sent on channel 0 after the
 // connection was open, frame-max negotiated to 4096); Warren reproduces
-// the first six rows exactly:
+// them exactly except where a row says otherwise:
 //
 //	input                                 RabbitMQ 3.10 connection.close
 //	------------------------------------  -------------------------------------------------------------------------------
@@ -18,8 +18,10 @@ package amqp
 //	unknown method 60.99 / class 99       none: the reader process crashes ({unknown_method_id,{60,99}}) and the
 //	                                      socket is reset. Warren answers 540 "NOT_IMPLEMENTED - {unknown_method_id,{60,99}}".
 //	unknown field-table type 'Z'          none: crash and reset. Warren: 501 "FRAME_ERROR - cannot decode <<...>>".
+//	header payload < 12 bytes             501 "FRAME_ERROR - type 2, all octets = <<0,60,0>>: unknown_frame" (DecodeHeader)
 //	header property flags with 0x0001     541 "INTERNAL_ERROR" (channel process crash). Warren: 501 "cannot decode".
-//	truncated header properties           541 "INTERNAL_ERROR". Warren: 501 "FRAME_ERROR - cannot decode <<...>>".
+//	header property flags with 0x0002     accepted. Warren: accepted, bit dropped.
+//	truncated or missing header props     541 "INTERNAL_ERROR". Warren: 501 "FRAME_ERROR - cannot decode <<...>>".
 //
 // Errors that depend on connection state are the broker's to produce, not
 // this package's; RabbitMQ's texts for reference:

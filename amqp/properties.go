@@ -2,8 +2,8 @@ package amqp
 
 import "encoding/binary"
 
-// flagsKnown are the 14 property flags; the two low bits (0x0002 unused,
-// 0x0001 continuation) are never valid for the basic class.
+// flagsKnown are the 14 property flags of the basic class. Of the two low
+// bits, 0x0001 (continuation) is rejected and 0x0002 (unused) ignored.
 const flagsKnown uint16 = 0xFFFC
 
 // flags returns the property flags that AppendProperties writes: the
@@ -123,14 +123,15 @@ func AppendHeaderFrame(dst []byte, channel, classID uint16, bodySize uint64, p *
 }
 
 // DecodeHeader decodes the payload of a content header frame. The weight
-// field is ignored. A payload shorter than the 14-byte fixed part gives
-// RabbitMQ's FRAME_ERROR "type 2, all octets = <<...>>: unknown_frame";
+// field is ignored. A payload shorter than the 12-byte class id, weight and
+// body size gives RabbitMQ's FRAME_ERROR "type 2, all octets = <<...>>:
+// unknown_frame" (observed);
 // malformed properties give FRAME_ERROR "cannot decode <<...>>" (both hard,
 // 501). The class id is returned as is: checking that it matches the
 // method is the caller's business (RabbitMQ answers 505 UNEXPECTED_FRAME
 // "expected content header for class 60, got one for class 50 instead").
 func DecodeHeader(payload []byte) (classID uint16, bodySize uint64, p Properties, err error) {
-	if len(payload) < 14 {
+	if len(payload) < 12 {
 		return 0, 0, p, frameError(FrameHeader, payload, "unknown_frame")
 	}
 	classID = binary.BigEndian.Uint16(payload)
@@ -142,19 +143,21 @@ func DecodeHeader(payload []byte) (classID uint16, bodySize uint64, p Properties
 // DecodeProperties decodes property flags and the properties they announce
 // from b, which must hold exactly that, into p (every field of p is set;
 // p.Flags records which properties were present). Strings and headers are
-// copied. The continuation bit 0x0001 and the unused bit 0x0002 are
-// rejected: the basic class has only 14 properties (RabbitMQ 3.10 fails
-// such a header with 541 INTERNAL_ERROR), as are truncated or trailing
-// bytes; the error is a hard 501 FRAME_ERROR *Error.
+// copied. The continuation bit 0x0001 is rejected, the basic class having
+// only 14 properties (RabbitMQ 3.10 fails such a header with 541
+// INTERNAL_ERROR), as are missing flags and truncated or trailing bytes;
+// the error is a hard 501 FRAME_ERROR *Error. The unused bit 0x0002 is
+// ignored and not kept in p.Flags, as RabbitMQ accepts it.
 func DecodeProperties(b []byte, p *Properties) error {
 	*p = Properties{}
 	if len(b) < 2 {
 		return cannotDecode(b)
 	}
 	f := binary.BigEndian.Uint16(b)
-	if f&^flagsKnown != 0 {
+	if f&0x0001 != 0 {
 		return cannotDecode(b)
 	}
+	f &= flagsKnown
 	p.Flags = f
 	d := decoder{b: b[2:]}
 	if f&FlagContentType != 0 {

@@ -86,6 +86,10 @@ func TestPropertiesFixture(t *testing.T) {
 	if err := DecodeProperties([]byte{0x00, 0x40, 0, 0, 0, 0, 0, 0, 0, 0}, &q); err != nil || q.Timestamp.Unix() != 0 || q.Flags != FlagTimestamp {
 		t.Fatalf("%+v %v", q, err)
 	}
+	// The unused bit 0x0002 is accepted (as RabbitMQ does) and dropped.
+	if err := DecodeProperties([]byte{0x80, 0x02, 1, 'a'}, &q); err != nil || q.Flags != FlagContentType || q.ContentType != "a" {
+		t.Fatalf("0x0002: %+v %v", q, err)
+	}
 	// Clearing a decoded property needs both value and flag cleared.
 	q = Properties{Flags: FlagContentType, ContentType: ""}
 	if b := AppendProperties(nil, &q); !bytes.Equal(b, []byte{0x80, 0, 0}) {
@@ -95,13 +99,13 @@ func TestPropertiesFixture(t *testing.T) {
 
 func TestPropertiesErrors(t *testing.T) {
 	for name, b := range map[string][]byte{
-		"empty":        {},
-		"one byte":     {0x80},
-		"continuation": {0x00, 0x01, 0, 0},
-		"unused bit":   {0x00, 0x02},
-		"truncated":    {0x80, 0x00, 9, 'a'},
-		"trailing":     {0x00, 0x00, 1},
-		"bad headers":  {0x20, 0x00, 0, 0, 0, 3, 1, 'k', 'Z'},
+		"empty":         {},
+		"one byte":      {0x80},
+		"continuation":  {0x00, 0x01, 0, 0},
+		"flags missing": {},
+		"truncated":     {0x80, 0x00, 9, 'a'},
+		"trailing":      {0x00, 0x00, 1},
+		"bad headers":   {0x20, 0x00, 0, 0, 0, 3, 1, 'k', 'Z'},
 	} {
 		var p Properties
 		p.ContentType = "stale"
@@ -141,4 +145,9 @@ func TestHeaderFrame(t *testing.T) {
 	}
 	_, _, _, err = DecodeHeader(append(want[7:21], 0))
 	wantCode(t, err, FrameError, true)
+	// 12 bytes: fixed part present, flags missing (RabbitMQ: 541 INTERNAL_ERROR).
+	_, _, _, err = DecodeHeader(want[7:19])
+	if e := wantCode(t, err, FrameError, true); e.Text != "FRAME_ERROR - cannot decode <<>>" {
+		t.Fatalf("text %q", e.Text)
+	}
 }
