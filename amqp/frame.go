@@ -17,6 +17,8 @@ package amqp
 //	  trailing bytes after args           501 "FRAME_ERROR - cannot decode <<0,0,0,0,0,0,0,0,0,9,9>>", 60/80 (basic.ack)
 //	unknown method 60.99 / class 99       none: the reader process crashes ({unknown_method_id,{60,99}}) and the
 //	                                      socket is reset. Warren answers 540 "NOT_IMPLEMENTED - {unknown_method_id,{60,99}}".
+//	access.request 30.10, empty args      501 "FRAME_ERROR - cannot decode <<>>" (RabbitMQ's framing still knows the 0-8
+//	                                      access class). Warren has no access class: 540 as for any unknown method.
 //	unknown field-table type 'Z'          none: crash and reset. Warren: 501 "FRAME_ERROR - cannot decode <<...>>".
 //	header payload < 12 bytes             501 "FRAME_ERROR - type 2, all octets = <<0,60,0>>: unknown_frame" (DecodeHeader)
 //	header property flags with 0x0001     541 "INTERNAL_ERROR" (channel process crash). Warren: 501 "cannot decode".
@@ -30,6 +32,9 @@ package amqp
 //	body or header frame where a method   505 "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
 //	  was expected
 //	heartbeat on channel 1                505 "UNEXPECTED_FRAME - type 8, all octets = <<>>"
+//
+// RabbitMQ never answers malformed arguments with 502 SYNTAX_ERROR: it
+// uses 501 FRAME_ERROR "cannot decode", and so does Warren.
 //
 // Binaries are printed as Erlang's ~p does: <<"abc">> when all bytes are
 // printable Latin-1, else <<0,60,0>>. Erlang's pretty printer wraps long
