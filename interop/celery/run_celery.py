@@ -149,7 +149,13 @@ def main():
     log("PASS in %.1fs" % (time.monotonic() - start))
 
 
+def on_sigterm(signum, _frame):
+    # Raised inside main() so that its finally block stops the worker.
+    raise Failure("terminated by signal %d" % signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         main()
     except Failure as e:
