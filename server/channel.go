@@ -124,7 +124,9 @@ func (ch *channel) shutdown() {
 	ch.flowActive = false
 	ch.mu.Unlock()
 	for _, cs := range cons {
-		cs.bc.Queue.RemoveConsumer(cs.bc)
+		if cs.bc.Queue != nil { // nil for the direct reply-to consumer
+			cs.bc.Queue.RemoveConsumer(cs.bc)
+		}
 	}
 	if ch.replyTo != "" {
 		ch.vhost().UnregisterReplyTo(ch.replyTo)
