@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"sort"
 	"strings"
 	"sync"
 
@@ -573,11 +574,14 @@ func (ch *channel) consume(m *amqp.BasicConsume) error {
 	cs.bc = &broker.Consumer{Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio, Args: m.Arguments, Sink: cs, Owner: ch.c.id}
 	ch.consumers[tag] = cs
 	ch.mu.Unlock()
-	// consume-ok must precede the first delivery.
-	if !m.NoWait {
-		ch.c.sendMethod(ch.id, &amqp.BasicConsumeOk{ConsumerTag: tag})
+	// consume-ok is sent only once the queue accepted the consumer (not
+	// for a 403 exclusive refusal), and before its first delivery.
+	added := func() {
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &amqp.BasicConsumeOk{ConsumerTag: tag})
+		}
 	}
-	if err := q.AddConsumer(cs.bc); err != nil {
+	if err := q.AddConsumerThen(cs.bc, added); err != nil {
 		ch.mu.Lock()
 		delete(ch.consumers, tag)
 		ch.mu.Unlock()
@@ -718,7 +722,7 @@ func (ch *channel) applySettle(tag uint64, multiple bool, kind int, requeue bool
 	var taken []unackedMsg
 	if multiple {
 		// tag 0 with multiple means every outstanding delivery.
-		taken = ch.takeUnackedLocked(func(u *unackedMsg) bool { return tag == 0 || u.tag <= tag })
+		taken = ch.takeUpToLocked(tag)
 		if len(taken) == 0 && tag != 0 {
 			ch.mu.Unlock()
 			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
@@ -760,6 +764,31 @@ func (ch *channel) markDoneLocked(i int) {
 	if n > 0 {
 		ch.unacked = append(ch.unacked[:0], ch.unacked[n:]...)
 	}
+}
+
+// takeUpToLocked removes and returns, in tag order, the outstanding
+// deliveries with tags up to tag (all of them for tag 0). Tags are sorted,
+// so this is a prefix: O(taken), not O(outstanding).
+func (ch *channel) takeUpToLocked(tag uint64) []unackedMsg {
+	n := len(ch.unacked)
+	if tag != 0 {
+		n = sort.Search(len(ch.unacked), func(i int) bool { return ch.unacked[i].tag > tag })
+	}
+	out := make([]unackedMsg, 0, n)
+	for i := 0; i < n; i++ {
+		u := ch.unacked[i]
+		if u.done {
+			continue
+		}
+		out = append(out, u)
+		ch.unackedCount--
+		if u.cons != nil {
+			u.cons.unacked--
+		}
+	}
+	clear(ch.unacked[:n])
+	ch.unacked = ch.unacked[n:]
+	return out
 }
 
 // takeUnackedLocked removes and returns, in tag order, the outstanding
