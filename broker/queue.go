@@ -309,7 +309,13 @@ func (q *Queue) Purge() int {
 
 // AddConsumer subscribes c. It fails with 403 if the queue has an exclusive
 // consumer or c wants exclusivity on a queue with consumers.
-func (q *Queue) AddConsumer(c *Consumer) error {
+func (q *Queue) AddConsumer(c *Consumer) error { return q.AddConsumerThen(c, nil) }
+
+// AddConsumerThen is AddConsumer with a hook: once c is accepted, added
+// (if not nil) runs with the queue's lock held, before anything is
+// delivered to c, so that basic.consume-ok is sent only on success and
+// ahead of the first delivery. added follows the rules of Sink.Deliver.
+func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.deleted {
@@ -328,6 +334,9 @@ func (q *Queue) AddConsumer(c *Consumer) error {
 		q.consumers[i] = c
 	}
 	q.hadConsumer = true
+	if added != nil {
+		added()
+	}
 	q.dispatchLocked()
 	return nil
 }
