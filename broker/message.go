@@ -10,6 +10,12 @@ type Message struct {
 	RoutingKey string
 	Props      amqp.Properties
 	Body       []byte
+	// BCC holds the keys of the BCC header, which is removed at publish
+	// but still routes a dead-lettered copy (R3.3, R3.6).
+	BCC []string
+	// Deaths is the broker's own dead-letter history, most recent first.
+	// A client-set x-death header is not trusted (R3.7): only this is.
+	Deaths []Death
 }
 
 // Size is what counts towards x-max-length-bytes: the body only.

@@ -483,7 +483,9 @@ func (v *VHost) Publish(r *Router, exchange string, m *Message) (PublishResult, 
 	if h := m.Props.Headers; h != nil {
 		r.keys = appendKeys(r.keys, h["CC"])
 		if bcc, ok := h["BCC"]; ok {
+			n := len(r.keys)
 			r.keys = appendKeys(r.keys, bcc)
+			m.BCC = append([]string(nil), r.keys[n:]...)
 			nh := make(amqp.Table, len(h))
 			for k, val := range h {
 				if k != "BCC" {
