@@ -2,4 +2,4 @@ module github.com/warrenmq/warren
 
 go 1.26.8
 
-require github.com/rabbitmq/amqp091-go v1.16.0 // indirect
+require github.com/rabbitmq/amqp091-go v1.16.0
