@@ -33,6 +33,7 @@ type channel struct {
 	tx          bool
 	txOps       []txOp
 	writeOK     string // last exchange write permission succeeded for
+	writeOKSet  bool   // writeOK is valid ("" is the default exchange)
 	replyTo     string // direct reply-to address, when consuming it
 	replyCons   *consumer
 	deliverPool []broker.Delivery
@@ -238,6 +239,10 @@ func (ch *channel) queueName(name string) string {
 }
 
 func (ch *channel) check(a broker.Access, kind, name string) error {
+	if kind == "exchange" && name == "" {
+		// RabbitMQ checks, and names, the default exchange as "amq.default".
+		name = "amq.default"
+	}
 	if ch.c.s.broker.Check(ch.c.user.Name, ch.vhost().Name, a, name) {
 		return nil
 	}
@@ -391,11 +396,11 @@ func (ch *channel) redispatch() {
 // --- publishing ---
 
 func (ch *channel) startPublish(m *amqp.BasicPublish) error {
-	if m.Exchange != ch.writeOK {
+	if m.Exchange != ch.writeOK || !ch.writeOKSet {
 		if err := ch.check(broker.Write, "exchange", m.Exchange); err != nil {
 			return err
 		}
-		ch.writeOK = m.Exchange
+		ch.writeOK, ch.writeOKSet = m.Exchange, true
 	}
 	if m.Immediate {
 		return amqp.ConnErrorf(amqp.NotImplemented, "immediate=true")
@@ -503,9 +508,16 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 	if ch.confirm {
 		ch.publishSeq++
 		ch.pendingAck = ch.publishSeq
+		if ch.pendingAck-ch.ackedUpTo >= maxUnflushedConfirms {
+			ch.flushConfirms()
+		}
 	}
 	return nil
 }
+
+// maxUnflushedConfirms bounds how many confirms wait for the reader to
+// run out of input, so that a publisher that never pauses still hears back.
+const maxUnflushedConfirms = 256
 
 // flushConfirms sends the pending publisher confirms as one basic.ack
 // (multiple when it covers several messages). The reader calls it when it
