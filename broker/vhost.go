@@ -89,7 +89,7 @@ func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) error {
 			return amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", s.Name)
 		}
 		if !validKind(s.Kind) {
-			return amqp.ConnErrorf(amqp.CommandInvalid, "invalid exchange type '%s'", s.Kind)
+			return amqp.ConnErrorf(amqp.CommandInvalid, "unknown exchange type '%s'", s.Kind)
 		}
 		v.exchanges[s.Name] = newExchange(v, s.Name, s.Kind, s.Durable, s.AutoDelete, s.Internal, s.Args)
 		return nil
@@ -133,8 +133,11 @@ func (v *VHost) Exchanges() []*Exchange {
 func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if name == "" || strings.HasPrefix(name, "amq.") && v.exchanges[name] != nil {
+	if name == "" {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
+	if strings.HasPrefix(name, "amq.") && v.exchanges[name] != nil {
+		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' not allowed", name, v.Name)
 	}
 	x := v.exchanges[name]
 	if x == nil {
@@ -367,11 +370,15 @@ func (v *VHost) Bind(source, destination string, toExchange bool, key string, ar
 	return nil
 }
 
-// Unbind removes a binding; removing a missing binding succeeds.
+// Unbind removes a binding; removing a missing binding succeeds, even
+// when its queue or exchange does not exist (as in RabbitMQ 3.10).
 func (v *VHost) Unbind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)
+	if ae, ok := err.(*amqp.Error); ok && ae.Code == amqp.NotFound {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -606,6 +613,10 @@ func argsEquivalent(what string, cur, got amqp.Table, keys []string) error {
 		}
 		if cok == gok && (!cok || equivalentValue(c, g)) {
 			continue
+		}
+		if cok && gok {
+			// Both present: RabbitMQ prints the bare values.
+			return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for %s: received '%s' but current is '%s'", k, what, formatValue(g), formatValue(c))
 		}
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for %s: received %s but current is %s", k, what, describeArg(g, gok), describeArg(c, cok))
 	}

@@ -61,7 +61,7 @@ type txOp struct {
 	exch string
 	mand bool
 	ack  *amqp.BasicNack // ack/nack/reject normalised to nack fields
-	kind int           // 0 publish, 1 ack, 2 nack
+	kind int             // 0 publish, 1 ack, 2 nack
 }
 
 func newChannel(c *conn, id uint16) *channel {

@@ -247,6 +247,12 @@ func (c *conn) handshake() error {
 	c.clientCaps, _ = so.ClientProperties["capabilities"].(amqp.Table)
 	c.clientName, _ = so.ClientProperties["connection_name"].(string)
 	if err := c.authenticate(so.Mechanism, so.Response); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.AccessRefused && !c.clientCap("authentication_failure_close") {
+			// As RabbitMQ: a client that cannot take connection.close
+			// here sees the socket close.
+			return err
+		}
 		return c.handshakeErr(err)
 	}
 	hb := uint16(0)
@@ -534,8 +540,10 @@ func (c *conn) handleChannelMethod(id uint16, m amqp.Method) error {
 		if _, ok := m.(*amqp.ChannelOpen); !ok {
 			return amqp.ConnErrorf(amqp.ChannelError, "expected 'channel.open'").WithMethod(m.ClassID(), m.MethodID())
 		}
-		if id > c.channelMax {
-			return amqp.ConnErrorf(amqp.NotAllowed, "channel number exceeds negotiated channel_max (%d)", c.channelMax).WithMethod(m.ClassID(), m.MethodID())
+		// Like RabbitMQ, channel_max bounds how many channels are open,
+		// not the channel numbers.
+		if len(c.channels) >= int(c.channelMax) {
+			return amqp.ConnErrorf(amqp.NotAllowed, "number of channels opened (%d) has reached the negotiated channel_max (%d)", len(c.channels), c.channelMax)
 		}
 		c.channels[id] = newChannel(c, id)
 		c.sendMethod(id, &amqp.ChannelOpenOk{})
