@@ -81,7 +81,7 @@ func TestAmqp091Suite(t *testing.T) {
 	}
 
 	url := brokerURL(t)
-	timeout := suiteTimeout(t, 6*time.Minute)
+	timeout := suiteTimeout(t, 8*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// go test's own -timeout fires first and dumps the goroutines of a hang.
