@@ -88,6 +88,19 @@ func frameError(typ uint8, payload []byte, reason string) *Error {
 	return e
 }
 
+// UnexpectedFrameError is RabbitMQ's connection error for a well-formed
+// frame where none of its type may come (a heartbeat on a channel, content
+// on channel 0): 505 "UNEXPECTED_FRAME - type T, all octets = <<...>>".
+func UnexpectedFrameError(f Frame) *Error {
+	what, payload := "all", f.Payload
+	if len(payload) > 16 {
+		what, payload = "first 16", payload[:16]
+	}
+	e := ConnErrorf(UnexpectedFrame, "type %d, %s octets = %s", f.Type, what, erlBinary(payload, 16))
+	e.Text = truncateText(e.Text)
+	return e
+}
+
 const maxReplyText = 255
 
 // truncateText makes s fit a shortstr reply-text.

@@ -309,6 +309,10 @@ func (r closeResult) String() string {
 		if errors.Is(r.Err, io.EOF) || errors.Is(r.Err, io.ErrUnexpectedEOF) || strings.Contains(fmt.Sprint(r.Err), "reset by peer") {
 			return "dropped"
 		}
+		var ne net.Error
+		if errors.As(r.Err, &ne) && ne.Timeout() {
+			return "no reply (timeout)"
+		}
 		return fmt.Sprintf("dropped (%v)", r.Err)
 	}
 	return fmt.Sprintf("%s.close %d %q (%d.%d)", r.Level, r.Code, r.Text, r.Class, r.Method)
@@ -317,6 +321,7 @@ func (r closeResult) String() string {
 // awaitClose reads until the server closes the channel or connection,
 // answering with close-ok.
 func (c *rawConn) awaitClose() closeResult {
+	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
 	var res closeResult
 	for {
 		ch, m, err := c.readMethod()

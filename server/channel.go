@@ -84,7 +84,7 @@ func (ch *channel) handleMethod(m amqp.Method) error {
 		return nil
 	}
 	if ch.inContent != 0 {
-		return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected content header for class 60, got non content header frame instead")
+		return ch.contentExpected()
 	}
 	err := ch.dispatch(m)
 	if err == nil {
@@ -226,7 +226,7 @@ func (ch *channel) dispatch(m amqp.Method) error {
 		ch.c.sendMethod(ch.id, &amqp.TxRollbackOk{})
 		return nil
 	}
-	return amqp.ConnErrorf(amqp.CommandInvalid, "unexpected method '%s' on a channel", m.Name())
+	return amqp.ConnErrorf(amqp.CommandInvalid, "unimplemented method")
 }
 
 // queueName resolves "" to the last queue declared on the channel, as
@@ -421,7 +421,7 @@ func (ch *channel) handleContent(f amqp.Frame) error {
 			return err
 		}
 		if classID != 60 {
-			return amqp.ConnErrorf(amqp.FrameError, "content header for class %d, expected class 60", classID)
+			return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected content header for class 60, got one for class %d instead", classID).WithMethod(60, 40)
 		}
 		if size > uint64(ch.c.s.cfg.MaxMessageSize) {
 			ch.inContent = 0
@@ -437,19 +437,26 @@ func (ch *channel) handleContent(f amqp.Frame) error {
 		return nil
 	case f.Type == amqp.FrameBody && ch.inContent == 2:
 		if len(ch.msg.Body)+len(f.Payload) > ch.bodySize {
-			return amqp.ConnErrorf(amqp.FrameError, "content body exceeds the declared size %d", ch.bodySize)
+			return amqp.ConnErrorf(amqp.FrameError, "content body exceeds the declared size %d", ch.bodySize).WithMethod(60, 40)
 		}
 		ch.msg.Body = append(ch.msg.Body, f.Payload...)
 		if len(ch.msg.Body) == ch.bodySize {
 			return ch.finishPublish()
 		}
 		return nil
-	case f.Type == amqp.FrameHeader:
-		return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")
-	case ch.inContent == 1:
-		return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected content header for class 60, got non content header frame instead")
+	case ch.inContent != 0:
+		return ch.contentExpected()
 	}
 	return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")
+}
+
+// contentExpected is RabbitMQ's error for a frame that interrupts a
+// publish's content.
+func (ch *channel) contentExpected() error {
+	if ch.inContent == 1 {
+		return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected content header for class 60, got non content header frame instead").WithMethod(60, 40)
+	}
+	return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected content body, got non content body frame instead").WithMethod(60, 40)
 }
 
 // softFail closes the channel for an error found while reading content.

@@ -490,7 +490,7 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 	switch f.Type {
 	case amqp.FrameHeartbeat:
 		if f.Channel != 0 {
-			return amqp.ConnErrorf(amqp.CommandInvalid, "heartbeat frame on channel %d", f.Channel)
+			return amqp.UnexpectedFrameError(f)
 		}
 		return nil
 	case amqp.FrameMethod:
@@ -504,11 +504,12 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		return c.handleChannelMethod(f.Channel, m)
 	case amqp.FrameHeader, amqp.FrameBody:
 		if f.Channel == 0 {
-			return amqp.ConnErrorf(amqp.CommandInvalid, "content frame on channel 0")
+			return amqp.UnexpectedFrameError(f)
 		}
 		ch := c.channels[f.Channel]
 		if ch == nil {
-			return amqp.ConnErrorf(amqp.ChannelError, "expected 'channel.open'")
+			// RabbitMQ's text for content on a channel that is not open.
+			return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")
 		}
 		return ch.handleContent(f)
 	}
@@ -531,7 +532,7 @@ func (c *conn) handleConnMethod(m amqp.Method) error {
 		c.sendMethod(0, &amqp.ConnectionUpdateSecretOk{})
 		return nil
 	}
-	return amqp.ConnErrorf(amqp.CommandInvalid, "unexpected method '%s' on channel 0", m.Name()).WithMethod(m.ClassID(), m.MethodID())
+	return amqp.ConnErrorf(amqp.ChannelError, "unexpected method in connection state running").WithMethod(m.ClassID(), m.MethodID())
 }
 
 func (c *conn) handleChannelMethod(id uint16, m amqp.Method) error {
