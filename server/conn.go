@@ -54,11 +54,16 @@ type conn struct {
 	done       chan struct{} // closed when the reader stops
 	writerDone chan struct{}
 	blocked    bool // connection.blocked sent (reader goroutine only)
+	// readPaused is set while the reader waits out a resource alarm: it
+	// reads nothing then, so missed heartbeats are not counted (as
+	// RabbitMQ pauses its heartbeat monitor).
+	readPaused atomic.Bool
+	closeCh    chan struct{} // closed by closeConn, wakes a reader held by an alarm
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	return &conn{s: s, nc: nc, id: s.nextConn.Add(1), channels: map[uint16]*channel{},
-		outSignal: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}),
+		outSignal: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}), closeCh: make(chan struct{}),
 		frameMax: s.cfg.FrameMax, channelMax: s.cfg.ChannelMax}
 }
 
@@ -139,7 +144,7 @@ func (c *conn) writeLoop() {
 			if hb <= 0 {
 				continue
 			}
-			if n := c.readFrames.Load(); n != lastReadCount {
+			if n := c.readFrames.Load(); n != lastReadCount || c.readPaused.Load() {
 				lastReadCount, lastRead = n, now
 			} else if now.Sub(lastRead) > 2*hb {
 				c.s.log.Warn("missed heartbeats from client", "conn", c.id, "timeout", hb.String())
@@ -418,6 +423,7 @@ func (c *conn) closeConn(e *amqp.Error) {
 		return
 	}
 	c.closing.Store(true)
+	close(c.closeCh)
 	c.sendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: truncate(e.Text), FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
 	// Wait for close-ok at most a few seconds, then drop the socket.
 	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
@@ -557,6 +563,8 @@ func (c *conn) handleChannelMethod(id uint16, m amqp.Method) error {
 // raised, as RabbitMQ blocks publishers: connection.blocked is sent once,
 // nothing is read until every alarm clears, then connection.unblocked.
 func (c *conn) waitAlarm() {
+	c.readPaused.Store(true)
+	defer c.readPaused.Store(false)
 	for {
 		alarms, changed := c.s.alarmState()
 		if len(alarms) == 0 {
@@ -578,6 +586,8 @@ func (c *conn) waitAlarm() {
 		select {
 		case <-changed:
 		case <-c.writerDone:
+			return
+		case <-c.closeCh: // shutdown or a forced close: go read the close-ok
 			return
 		}
 	}
