@@ -112,8 +112,14 @@ func (s *session) result(err error) outcome {
 	return s.await(5 * time.Second)
 }
 
-// await waits up to d for the channel to be closed by the server (after an
-// asynchronous operation such as publish or ack).
+// barrier is the outcome of the asynchronous operations sent so far
+// (publish, ack): it makes a synchronous round trip (basic.qos, which needs
+// no permission) that a channel or connection close would overtake.
+func (s *session) barrier() outcome {
+	return s.result(s.ch.Qos(0, 0, false))
+}
+
+// await waits up to d for the channel to be closed by the server.
 func (s *session) await(d time.Duration) outcome {
 	select {
 	case e, ok := <-s.chClosed:
@@ -166,7 +172,7 @@ func (s *session) publishFlags(exchange, key string, mandatory, immediate bool, 
 	if err := s.ch.PublishWithContext(context.Background(), exchange, key, mandatory, immediate, p); err != nil {
 		return s.result(err)
 	}
-	return s.await(2 * time.Second)
+	return s.barrier()
 }
 
 // rawOutcome is the outcome of a raw-socket scenario.
@@ -539,25 +545,25 @@ var errScenarios = []errScenario{
 		run: func(t *testing.T, tg *target) outcome {
 			s := tg.session(t)
 			must(t, s.ch.Ack(42, false))
-			return s.await(2 * time.Second)
+			return s.barrier()
 		}},
 	{name: "basic.ack/unknown-tag-multiple", want: chanErr(406, "PRECONDITION_FAILED - unknown delivery tag 42"),
 		run: func(t *testing.T, tg *target) outcome {
 			s := tg.session(t)
 			must(t, s.ch.Ack(42, true))
-			return s.await(2 * time.Second)
+			return s.barrier()
 		}},
 	{name: "basic.nack/unknown-tag", want: chanErr(406, "PRECONDITION_FAILED - unknown delivery tag 42"),
 		run: func(t *testing.T, tg *target) outcome {
 			s := tg.session(t)
 			must(t, s.ch.Nack(42, false, true))
-			return s.await(2 * time.Second)
+			return s.barrier()
 		}},
 	{name: "basic.reject/unknown-tag", want: chanErr(406, "PRECONDITION_FAILED - unknown delivery tag 42"),
 		run: func(t *testing.T, tg *target) outcome {
 			s := tg.session(t)
 			must(t, s.ch.Reject(42, false))
-			return s.await(2 * time.Second)
+			return s.barrier()
 		}},
 	{name: "basic.ack/double-ack", want: chanErr(406, "PRECONDITION_FAILED - unknown delivery tag 1"),
 		run: func(t *testing.T, tg *target) outcome {
@@ -572,7 +578,7 @@ var errScenarios = []errScenario{
 			}
 			must(t, d.Ack(false))
 			must(t, d.Ack(false))
-			return s.await(2 * time.Second)
+			return s.barrier()
 		}},
 	{name: "basic.ack/tag-of-autoack-delivery", want: chanErr(406, "PRECONDITION_FAILED - unknown delivery tag 1"),
 		run: func(t *testing.T, tg *target) outcome {
@@ -586,7 +592,7 @@ var errScenarios = []errScenario{
 				t.Fatalf("get: %v %v", ok, err)
 			}
 			must(t, s.ch.Ack(1, false))
-			return s.await(2 * time.Second)
+			return s.barrier()
 		}},
 
 	// --- 403: internal exchanges, reserved names, default exchange ---
