@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "warren.conf")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	file := writeFile(t, "# comment\namqp_addr = \"file:1\"\nlog-level = warn\nheartbeat = 5s\n\n")
+	tests := []struct {
+		name      string
+		args      []string
+		env       []string
+		wantAddr  string
+		wantLevel string
+	}{
+		{"defaults", nil, nil, ":5672", "info"},
+		{"file", []string{"--config", file}, nil, "file:1", "warn"},
+		{"config file from env", nil, []string{"WARREN_CONFIG=" + file}, "file:1", "warn"},
+		{"env beats file", []string{"--config", file}, []string{"WARREN_AMQP_ADDR=env:2"}, "env:2", "warn"},
+		{"flag beats env and file", []string{"--config", file, "--amqp-addr", "flag:3"}, []string{"WARREN_AMQP_ADDR=env:2", "WARREN_LOG_LEVEL=debug"}, "flag:3", "debug"},
+		{"other env ignored", nil, []string{"AMQP_ADDR=x", "WARRENX=y"}, ":5672", "info"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var o options
+			fs, cfgFile := newFlagSet(&o, io.Discard)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := applyConfig(fs, *cfgFile, tc.env); err != nil {
+				t.Fatal(err)
+			}
+			if o.AMQPAddr != tc.wantAddr || o.LogLevel != tc.wantLevel {
+				t.Fatalf("got amqp-addr %q log-level %q, want %q %q", o.AMQPAddr, o.LogLevel, tc.wantAddr, tc.wantLevel)
+			}
+			if tc.name == "file" && o.Heartbeat != 5*time.Second {
+				t.Fatalf("got heartbeat %v, want 5s from the file", o.Heartbeat)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string
+		env  []string
+		want string
+	}{
+		{"unknown key in file", "amqp-addr = :1\nno-such-setting = 1\n", nil, "unknown setting"},
+		{"line without =", "amqp-addr\n", nil, "name = value"},
+		{"bad value in file", "heartbeat = soon\n", nil, "heartbeat"},
+		{"bad value in env", "", []string{"WARREN_FRAME_MAX=big"}, "WARREN_FRAME_MAX"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o options
+			fs, _ := newFlagSet(&o, io.Discard)
+			if err := fs.Parse(nil); err != nil {
+				t.Fatal(err)
+			}
+			err := applyConfig(fs, writeFile(t, tc.file), tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+	var o options
+	fs, _ := newFlagSet(&o, io.Discard)
+	fs.Parse(nil)
+	if err := applyConfig(fs, filepath.Join(t.TempDir(), "missing.conf"), nil); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing config file: got %v, want a not-exist error", err)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var out bytes.Buffer
+	err := run([]string{"--help"}, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("got %v, want flag.ErrHelp (main exits 0 on it)", err)
+	}
+	for _, want := range []string{"Usage: warren", "-amqp-addr", "WARREN_"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := run([]string{"--no-such-flag"}, io.Discard); err == nil || errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("unknown flag: got %v, want an error", err)
+	}
+}
+
+// binDir holds the binary built for this test run.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "warren-bin")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildWarren builds the binary once per test run.
+var buildWarren = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(binDir, "warren")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", errors.New(string(out))
+	}
+	return bin, nil
+})
+
+func warrenBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin, err := buildWarren()
+	if err != nil {
+		t.Fatalf("go build: %v", err)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// cleanEnv is the environment without WARREN_ settings.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WARREN_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func waitExit(t *testing.T, cmd *exec.Cmd, timeout time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("warren did not exit within %v", timeout)
+		return nil
+	}
+}
+
+func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
+	bin := warrenBinary(t)
+	addr := freePort(t)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--amqp-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data"), "--heartbeat", "10s")
+	cmd.Env = cleanEnv()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+
+	var conn *amqp.Connection
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", q.Name, false, false, amqp.Publishing{Body: []byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok, err := ch.Get(q.Name, true); err != nil || !ok || string(d.Body) != "hi" {
+		t.Fatalf("get: got %q ok=%v err=%v, want hi", d.Body, ok, err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(t, cmd, 15*time.Second); err != nil {
+		t.Fatalf("warren exited with %v, want status 0\n%s", err, out.String())
+	}
+	// The client was told: connection.close 320 CONNECTION_FORCED.
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.ConnectionForced {
+			t.Fatalf("got close %v, want 320 CONNECTION_FORCED", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("client not told of the shutdown")
+	}
+}
+
+func TestBinaryExitCodes(t *testing.T) {
+	bin := warrenBinary(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		code int
+	}{
+		{"help", []string{"--help"}, nil, 0},
+		{"unknown flag", []string{"--bogus"}, nil, 1},
+		{"unknown key in config", []string{"--config", writeFile(t, "bogus = 1\n")}, nil, 1},
+		{"bad env value", nil, []string{"WARREN_LOG_LEVEL=loud"}, 1},
+		{"address in use", []string{"--amqp-addr", busy.Addr().String()}, nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin, append(tc.args, "--data-dir", filepath.Join(t.TempDir(), "d"))...)
+			if tc.name == "help" {
+				cmd = exec.Command(bin, tc.args...)
+			}
+			cmd.Env = append(cleanEnv(), tc.env...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitExit(t, cmd, 10*time.Second)
+			if got := cmd.ProcessState.ExitCode(); got != tc.code {
+				t.Fatalf("got exit code %d, want %d\n%s", got, tc.code, out.String())
+			}
+		})
+	}
+}
