@@ -114,6 +114,8 @@ type Queue struct {
 	Exclusive  bool
 	AutoDelete bool
 	Args       amqp.Table
+	// Config is Args parsed (validated at declare, qargs.go).
+	Config QueueArgs
 	// Owner is the connection that declared an exclusive queue.
 	Owner uint64
 
@@ -134,7 +136,7 @@ type Queue struct {
 
 func newQueue(v *VHost, spec QueueSpec) *Queue {
 	q := &Queue{vhost: v, Name: spec.Name, Durable: spec.Durable, Exclusive: spec.Exclusive, AutoDelete: spec.AutoDelete,
-		Args: spec.Args, bindings: map[*Binding]struct{}{}}
+		Args: spec.Args, Config: ParseQueueArgs(spec.Args), bindings: map[*Binding]struct{}{}}
 	if spec.Exclusive {
 		q.Owner = spec.Owner
 	}

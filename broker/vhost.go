@@ -187,14 +187,6 @@ type QueueSpec struct {
 	ServerNamed bool
 }
 
-// Supported queue arguments for equivalence checks (classic queues).
-var classicQueueArgs = []string{
-	"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
-	"x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
-	"x-queue-leader-locator",
-}
-
 // NewQueueName returns a server-generated queue name as RabbitMQ makes them.
 func NewQueueName() string {
 	var b [16]byte
@@ -224,6 +216,17 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 			v.mu.Unlock()
 			return nil, 0, 0, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", s.Name)
 		}
+		// Arguments are validated on creation only (R1.1); see qargs.go.
+		if s.ServerNamed {
+			if err := checkServerNamed(s.Args); err != nil {
+				v.mu.Unlock()
+				return nil, 0, 0, err
+			}
+		}
+		if err := ValidateQueueDeclare(s.Name, v.Name, s); err != nil {
+			v.mu.Unlock()
+			return nil, 0, 0, err
+		}
 		q = newQueue(v, s)
 		v.queues[s.Name] = q
 		// Every queue is bound to the default exchange by its name; that
@@ -242,7 +245,7 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 	if q.Exclusive != s.Exclusive {
 		return nil, 0, 0, lockedQueue(s.Name, v.Name)
 	}
-	if err := argsEquivalent(what, q.Args, s.Args, classicQueueArgs); err != nil {
+	if err := queueArgsEquivalent(what, q, s.Args); err != nil { // R1.10
 		return nil, 0, 0, err
 	}
 	m, c := q.Counts()
