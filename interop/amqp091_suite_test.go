@@ -119,6 +119,9 @@ func TestAmqp091Suite(t *testing.T) {
 			strings.Join(nowPassing, " "))
 	}
 
+	if t.Failed() || runErr != nil && (len(unexpected) > 0 || !res.completed) || ctx.Err() != nil {
+		saveLog(t, out.Bytes())
+	}
 	switch {
 	case ctx.Err() != nil:
 		t.Fatalf("amqp091-go suite timed out after %v; last output:\n%s", timeout, tail(out.String(), 150))
@@ -126,6 +129,11 @@ func TestAmqp091Suite(t *testing.T) {
 		var b strings.Builder
 		for _, name := range unexpected {
 			fmt.Fprintf(&b, "\n=== %s\n%s", name, tail(res.output[name], 60))
+		}
+		if !res.completed {
+			// A panic or crash: its trace is after the last test's output.
+			fmt.Fprintf(&b, "\n=== the suite did not complete (exit status %d); last output:\n%s",
+				exitCode(runErr), tail(out.String(), 100))
 		}
 		t.Fatalf("amqp091-go integration tests failed: %s\n%s", strings.Join(unexpected, " "), b.String())
 	case runErr != nil && !res.completed:
@@ -137,6 +145,19 @@ func TestAmqp091Suite(t *testing.T) {
 	case len(res.passed) < 100:
 		t.Fatalf("only %d amqp091-go tests passed; did the suite run? last output:\n%s",
 			len(res.passed), tail(out.String(), 80))
+	}
+}
+
+// saveLog keeps the suite's full output for a failure's post-mortem.
+func saveLog(t *testing.T, out []byte) {
+	f, err := os.CreateTemp("", "warren-amqp091-suite-*.log")
+	if err != nil {
+		t.Logf("cannot save the suite's output: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := f.Write(out); err == nil {
+		t.Logf("full amqp091-go suite output: %s", f.Name())
 	}
 }
 
@@ -209,13 +230,14 @@ func copyTree(src, dst string) error {
 type goTestResult struct {
 	passed, failed, skipped []string
 	output                  map[string]string // top-level test -> its output
-	completed               bool              // the final "ok"/"FAIL <pkg> <time>" line was seen
+	completed               bool              // the final "ok"/"FAIL <pkg> <time>" line was seen, and no panic
 }
 
 var (
 	resultLine  = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+) \(`)
 	runLine     = regexp.MustCompile(`^=== (RUN|CONT|PAUSE|NAME)\s+(\S+)`)
 	summaryLine = regexp.MustCompile(`^(ok|FAIL)\s+\S+\s+[0-9.]+s`)
+	crashLine   = regexp.MustCompile(`^(panic: |fatal error: |goleak: )`)
 )
 
 // parseGoTestOutput reads `go test -v` output of one package. Only top-level
@@ -224,6 +246,7 @@ func parseGoTestOutput(s string) goTestResult {
 	res := goTestResult{output: map[string]string{}}
 	bufs := map[string]*strings.Builder{}
 	cur := ""
+	crashed := false
 	sc := bufio.NewScanner(strings.NewReader(s))
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -254,7 +277,11 @@ func parseGoTestOutput(s string) goTestResult {
 		if summaryLine.MatchString(line) {
 			res.completed = true
 		}
+		if crashLine.MatchString(line) {
+			crashed = true
+		}
 	}
+	res.completed = res.completed && !crashed
 	for name, b := range bufs {
 		res.output[name] = b.String()
 	}
