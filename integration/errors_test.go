@@ -457,6 +457,46 @@ var errScenarios = []errScenario{
 			return s.result(err)
 		}},
 
+	// --- 406: invalid queue arguments ---
+	{name: "queue.declare/x-max-length-wrong-type", want: chanErr(406, "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue '{p}-q' in vhost '/': \"expected integer, got longstr\""),
+		run: func(t *testing.T, tg *target) outcome {
+			s := tg.session(t)
+			_, err := s.ch.QueueDeclare(tg.name("q"), false, true, false, false, amqp091.Table{"x-max-length": "ten"})
+			return s.result(err)
+		}},
+	{name: "queue.declare/x-message-ttl-negative", want: chanErr(406, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue '{p}-q' in vhost '/': {value_negative,-1}"),
+		run: func(t *testing.T, tg *target) outcome {
+			s := tg.session(t)
+			_, err := s.ch.QueueDeclare(tg.name("q"), false, true, false, false, amqp091.Table{"x-message-ttl": int32(-1)})
+			return s.result(err)
+		}},
+	{name: "queue.declare/x-expires-zero", want: chanErr(406, "PRECONDITION_FAILED - invalid arg 'x-expires' for queue '{p}-q' in vhost '/': {value_zero,0}"),
+		run: func(t *testing.T, tg *target) outcome {
+			s := tg.session(t)
+			_, err := s.ch.QueueDeclare(tg.name("q"), false, true, false, false, amqp091.Table{"x-expires": int32(0)})
+			return s.result(err)
+		}},
+	{name: "queue.declare/x-overflow-unknown", want: chanErr(406, "PRECONDITION_FAILED - invalid arg 'x-overflow' for queue '{p}-q' in vhost '/': invalid_overflow"),
+		run: func(t *testing.T, tg *target) outcome {
+			s := tg.session(t)
+			_, err := s.ch.QueueDeclare(tg.name("q"), false, true, false, false, amqp091.Table{"x-overflow": "sideways"})
+			return s.result(err)
+		}},
+	{name: "basic.publish/mandatory-unroutable-returns-312", want: outcome{Level: "basic.return", Code: 312, Reason: "NO_ROUTE"},
+		run: func(t *testing.T, tg *target) outcome {
+			s := tg.session(t)
+			returns := s.ch.NotifyReturn(make(chan amqp091.Return, 1))
+			if o := s.publishFlags("amq.direct", tg.name("nowhere"), true, false, amqp091.Publishing{Body: []byte("x")}); o != noError {
+				return o
+			}
+			select {
+			case r := <-returns:
+				return outcome{Level: "basic.return", Code: int(r.ReplyCode), Reason: r.ReplyText}
+			case <-time.After(5 * time.Second):
+				return noError
+			}
+		}},
+
 	// --- 403 ACCESS_REFUSED: permissions ---
 	{name: "access/exchange.declare-configure-denied", want: chanErr(403, "ACCESS_REFUSED - access to exchange '{p}-denied-x' in vhost '/' refused for user '{b}-limited'"),
 		run: func(t *testing.T, tg *target) outcome {
