@@ -160,13 +160,12 @@ func (ch *channel) dispatch(m amqp.Method) error {
 	case *amqp.ChannelOpen:
 		return amqp.ConnErrorf(amqp.ChannelError, "second 'channel.open' seen")
 	case *amqp.ChannelFlow:
-		ch.mu.Lock()
-		ch.flowActive = m.Active
-		ch.mu.Unlock()
-		ch.c.sendMethod(ch.id, &amqp.ChannelFlowOk{Active: m.Active})
-		if m.Active {
-			ch.redispatch()
+		// RabbitMQ refuses to stop deliveries this way (clients use
+		// basic.qos), and clients such as amqp091-go's test suite rely on it.
+		if !m.Active {
+			return amqp.ConnErrorf(amqp.NotImplemented, "active=false")
 		}
+		ch.c.sendMethod(ch.id, &amqp.ChannelFlowOk{Active: true})
 		return nil
 	case *amqp.ChannelFlowOk:
 		return nil
