@@ -137,3 +137,42 @@ func isCycle(history []Death, target string) bool {
 	}
 	return false
 }
+
+// deadLetter publishes dead-lettered copies of ms, in order, to the
+// queue's dead-letter exchange (R3.1 to R3.8, R3.11). It must be called
+// without q.mu held: the targets may include q itself. A missing
+// dead-letter exchange, or one that routes nowhere, drops the messages
+// silently (R3.2).
+func (q *Queue) deadLetter(ms []*Message, reason string) {
+	dlx, dlrk := q.Config.DLX, q.Config.DLRK
+	if dlx == nil {
+		return
+	}
+	v := q.vhost
+	now := v.b.clock.Now()
+	var r Router
+	for _, m := range ms {
+		c := deadLetterCopy(m, q.Name, reason, *dlx, dlrk, now)
+		if dlrk != nil {
+			r.keys = append(r.keys[:0], *dlrk)
+		} else {
+			r.keys = m.routingKeys(r.keys[:0])
+		}
+		v.mu.RLock()
+		x := v.exchanges[*dlx]
+		if x == nil {
+			v.mu.RUnlock()
+			continue
+		}
+		r.queues = r.queues[:0]
+		v.routeLocked(&r, x, c)
+		v.mu.RUnlock()
+		for _, t := range r.queues {
+			if reason != ReasonRejected && isCycle(c.Deaths, t.Name) {
+				v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
+				continue
+			}
+			t.enqueue(c)
+		}
+	}
+}

@@ -283,8 +283,16 @@ func (q *Queue) Ack(ds []Delivery) {
 // discarded (dead-lettering hooks in here).
 func (q *Queue) Reject(ds []Delivery) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.unacked -= len(ds)
+	q.mu.Unlock()
+	if q.Config.DLX == nil {
+		return
+	}
+	ms := make([]*Message, len(ds))
+	for i, d := range ds {
+		ms[i] = d.Msg
+	}
+	q.deadLetter(ms, ReasonRejected)
 }
 
 // Requeue returns deliveries to their original positions, marked
