@@ -239,7 +239,7 @@ func erlString(s string) string {
 }
 
 func intArgTerm(v any) (int64, string) {
-	n, ok := intArg(v)
+	n, ok := IntArg(v)
 	if !ok {
 		return 0, erlString("expected integer, got " + argTypeName(v))
 	}
@@ -287,7 +287,7 @@ func checkMaxPriorityArg(v any, args amqp.Table) string {
 	if term := checkNonNegIntArg(v, args); term != "" {
 		return term
 	}
-	if n, _ := intArg(v); n > maxSupportedPriority {
+	if n, _ := IntArg(v); n > maxSupportedPriority {
 		return fmt.Sprintf("{max_value_exceeded,%d}", n)
 	}
 	return ""
@@ -297,7 +297,7 @@ func checkClusterSizeArg(v any, args amqp.Table) string {
 	if term := checkNonNegIntArg(v, args); term != "" {
 		return term
 	}
-	if n, _ := intArg(v); n == 0 {
+	if n, _ := IntArg(v); n == 0 {
 		return "{value_zero,0}"
 	}
 	return ""
@@ -307,7 +307,7 @@ func checkQueueVersionArg(v any, args amqp.Table) string {
 	if term := checkNonNegIntArg(v, args); term != "" {
 		return term
 	}
-	if n, _ := intArg(v); n != 2 {
+	if n, _ := IntArg(v); n != 2 {
 		return erlString(fmt.Sprintf("unsupported queue version '%d'", n))
 	}
 	return ""
@@ -523,7 +523,7 @@ func ParseQueueArgs(t amqp.Table) QueueArgs {
 		return nil
 	}
 	num := func(k string) *int64 {
-		if n, ok := intArg(t[k]); ok {
+		if n, ok := IntArg(t[k]); ok {
 			return &n
 		}
 		return nil

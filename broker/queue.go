@@ -141,7 +141,7 @@ func newQueue(v *VHost, spec QueueSpec) *Queue {
 		q.Owner = spec.Owner
 	}
 	levels := 1
-	if p, ok := intArg(spec.Args["x-max-priority"]); ok && p > 0 {
+	if p, ok := IntArg(spec.Args["x-max-priority"]); ok && p > 0 {
 		levels = int(min(p, 255)) + 1
 	}
 	q.ready.levels = make([]deque[entry], levels)
@@ -404,7 +404,9 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	return messages, cs
 }
 
-func intArg(v any) (int64, bool) {
+// IntArg returns the value of an integer-typed table value (any width,
+// signed or not) and whether v is one.
+func IntArg(v any) (int64, bool) {
 	switch n := v.(type) {
 	case int8:
 		return int64(n), true

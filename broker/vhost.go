@@ -627,19 +627,19 @@ func argsEquivalent(what string, cur, got amqp.Table, keys []string) error {
 }
 
 func equivalentValue(a, b any) bool {
-	ai, aok := intArg(a)
-	bi, bok := intArg(b)
+	ai, aok := IntArg(a)
+	bi, bok := IntArg(b)
 	if aok || bok {
 		return aok && bok && ai == bi
 	}
-	return fmt.Sprint(a) == fmt.Sprint(b) && TypeName(a) == TypeName(b)
+	return fmt.Sprint(a) == fmt.Sprint(b) && fieldTypeName(a) == fieldTypeName(b)
 }
 
 func describeArg(v any, ok bool) string {
 	if !ok {
 		return "none"
 	}
-	return fmt.Sprintf("the value '%s' of type '%s'", formatValue(v), TypeName(v))
+	return fmt.Sprintf("the value '%s' of type '%s'", formatValue(v), fieldTypeName(v))
 }
 
 func formatValue(v any) string {
@@ -652,45 +652,4 @@ func formatValue(v any) string {
 		return fmt.Sprint(x.Unix())
 	}
 	return fmt.Sprint(v)
-}
-
-// TypeName returns RabbitMQ's name for the AMQP type of a table value.
-func TypeName(v any) string {
-	switch v.(type) {
-	case bool:
-		return "bool"
-	case int8:
-		return "byte"
-	case uint8:
-		return "unsignedbyte"
-	case int16:
-		return "short"
-	case uint16:
-		return "unsignedshort"
-	case int32:
-		return "signedint"
-	case uint32:
-		return "unsignedint"
-	case int64, int:
-		return "long"
-	case float32:
-		return "float"
-	case float64:
-		return "double"
-	case amqp.Decimal:
-		return "decimal"
-	case string:
-		return "longstr"
-	case []any:
-		return "array"
-	case time.Time:
-		return "timestamp"
-	case amqp.Table, map[string]any:
-		return "table"
-	case nil:
-		return "void"
-	case []byte:
-		return "binary"
-	}
-	return "unknown"
 }

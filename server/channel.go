@@ -584,7 +584,7 @@ func (ch *channel) consume(m *amqp.BasicConsume) error {
 	}
 	prio := 0
 	if p, ok := m.Arguments["x-priority"]; ok {
-		if n, ok := toInt(p); ok {
+		if n, ok := broker.IntArg(p); ok {
 			prio = int(n)
 		}
 	}
@@ -865,24 +865,4 @@ func (ch *channel) recover(requeue, sync bool) error {
 	}
 	ch.redispatch()
 	return nil
-}
-
-func toInt(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int8:
-		return int64(n), true
-	case uint8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case int64:
-		return n, true
-	}
-	return 0, false
 }
