@@ -620,10 +620,31 @@ func (ch *channel) addConsumedLocked(q *broker.Queue) {
 	ch.consumedQueue = append(ch.consumedQueue, q)
 }
 
+// removeConsumerLocked forgets a consumer, and its queue too when no other
+// consumer of the channel reads from it, so consumedQueue stays small on
+// channels that consume from many short-lived queues.
+func (ch *channel) removeConsumerLocked(cs *consumer) {
+	delete(ch.consumers, cs.bc.Tag)
+	q := cs.bc.Queue
+	for _, o := range ch.consumers {
+		if o.bc.Queue == q {
+			return
+		}
+	}
+	for i, o := range ch.consumedQueue {
+		if o == q {
+			ch.consumedQueue = append(ch.consumedQueue[:i], ch.consumedQueue[i+1:]...)
+			return
+		}
+	}
+}
+
 func (ch *channel) cancel(m *amqp.BasicCancel) error {
 	ch.mu.Lock()
 	cs := ch.consumers[m.ConsumerTag]
-	delete(ch.consumers, m.ConsumerTag)
+	if cs != nil {
+		ch.removeConsumerLocked(cs)
+	}
 	ch.mu.Unlock()
 	if cs != nil {
 		if cs == ch.replyCons {

@@ -67,7 +67,7 @@ func (cs *consumer) Cancelled(bc *broker.Consumer) {
 		ch.mu.Unlock()
 		return
 	}
-	delete(ch.consumers, bc.Tag)
+	ch.removeConsumerLocked(cs)
 	ch.mu.Unlock()
 	if ch.c.clientCap("consumer_cancel_notify") {
 		ch.c.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: bc.Tag, NoWait: true})
