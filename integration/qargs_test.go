@@ -14,13 +14,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
-	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/warrentest"
@@ -342,30 +338,6 @@ func randomQAName() string {
 	return hex.EncodeToString(b[:])
 }
 
-// qaRabbitURL returns the RabbitMQ oracle URL, or "" when it is not
-// reachable (a failure under CI=true).
-func qaRabbitURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("WARREN_RABBITMQ_URL")
-	if u == "" {
-		u = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	pu, err := url.Parse(u)
-	if err != nil {
-		t.Fatalf("WARREN_RABBITMQ_URL: %v", err)
-	}
-	nc, err := net.DialTimeout("tcp", pu.Host, 2*time.Second)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ %s not reachable under CI=true: %v", pu.Host, err)
-		}
-		t.Logf("RabbitMQ %s not reachable (%v): skipping the comparison with RabbitMQ; set WARREN_RABBITMQ_URL to enable it", pu.Host, err)
-		return ""
-	}
-	nc.Close()
-	return u
-}
-
 // rabbitVersion returns the oracle's server version property.
 func rabbitVersion(t *testing.T, url string) string {
 	conn, err := amqp.Dial(url)
@@ -394,7 +366,7 @@ func (c qaCase) wantRabbit(version string) qaResult {
 
 func TestQueueArgsValidation(t *testing.T) {
 	w := warrentest.Start(t)
-	rabbit := qaRabbitURL(t)
+	rabbit := rabbitURL(t)
 	version := ""
 	if rabbit != "" {
 		version = rabbitVersion(t, rabbit)
