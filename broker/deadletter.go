@@ -138,14 +138,13 @@ func isCycle(history []Death, target string) bool {
 	return false
 }
 
-// deadLetter publishes dead-lettered copies of ms, in order, to the
-// queue's dead-letter exchange (R3.1 to R3.8, R3.11). It must be called
-// without q.mu held: the targets may include q itself. A missing
-// dead-letter exchange, or one that routes nowhere, drops the messages
-// silently (R3.2).
-func (q *Queue) deadLetter(ms []*Message, reason string) {
-	dlx, dlrk := q.Config.DLX, q.Config.DLRK
-	if dlx == nil {
+// deadLetterAs publishes dead-lettered copies of ms, in order, to the
+// dead-letter exchange dlx with routing key dlrk (nil: the messages' own
+// keys) (R3.1 to R3.8, R3.11). It must be called without q.mu held: the
+// targets may include q itself. A missing dead-letter exchange, or one
+// that routes nowhere, drops the messages silently (R3.2).
+func (q *Queue) deadLetterAs(ms []*Message, reason string, dlx, dlrk *string) {
+	if dlx == nil || len(ms) == 0 {
 		return
 	}
 	v := q.vhost

@@ -1,10 +1,13 @@
 package broker
 
 import (
+	"container/heap"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/clock"
 )
 
 // Sink receives deliveries for consumers. The server's channels implement it.
@@ -33,76 +36,20 @@ type Consumer struct {
 	Owner uint64
 }
 
-type entry struct {
-	seq         uint64
-	msg         *Message
-	redelivered bool
-}
-
-// readyList holds ready messages in delivery order: by priority level
-// (highest first), then by sequence number.
-type readyList struct {
-	levels []deque[entry]
-	n      int
-	bytes  int64
-}
-
-func (r *readyList) level(m *Message) int {
-	if len(r.levels) == 1 {
-		return 0
-	}
-	p := int(m.Props.Priority)
-	if p >= len(r.levels) {
-		p = len(r.levels) - 1
-	}
-	return p
-}
-
-func (r *readyList) push(e entry) {
-	r.levels[r.level(e.msg)].PushBack(e)
-	r.n++
-	r.bytes += int64(e.msg.Size())
-}
-
-// putBack returns a delivered message to its original position.
-func (r *readyList) putBack(e entry) {
-	d := &r.levels[r.level(e.msg)]
-	i := sort.Search(d.Len(), func(i int) bool { return d.At(i).seq > e.seq })
-	d.Insert(i, e)
-	r.n++
-	r.bytes += int64(e.msg.Size())
-}
-
-func (r *readyList) head() *deque[entry] {
-	for i := len(r.levels) - 1; i >= 0; i-- {
-		if r.levels[i].Len() > 0 {
-			return &r.levels[i]
-		}
-	}
-	return nil
-}
-
-func (r *readyList) pop() entry {
-	e := r.head().PopFront()
-	r.n--
-	r.bytes -= int64(e.msg.Size())
-	return e
-}
-
-func (r *readyList) clear() int {
-	n := r.n
-	for i := range r.levels {
-		r.levels[i].Clear()
-	}
-	r.n, r.bytes = 0, 0
-	return n
-}
-
-// QueueStats are a queue's counters.
+// QueueStats are a queue's counters. The dead-letter, expiry and drop
+// counters make a queue that spins on requeue or sheds messages visible.
 type QueueStats struct {
-	Ready, Unacked, Consumers                int
+	Ready, Unacked, Consumers, Delayed       int
 	ReadyBytes                               int64
 	Published, Delivered, Acked, Redelivered uint64
+	// Requeued counts messages returned to the queue by consumers.
+	Requeued uint64
+	// DeadLettered counts messages dead-lettered, by reason.
+	DeadLettered map[string]uint64
+	// Dropped counts messages discarded without dead-lettering (no DLX), by reason.
+	Dropped map[string]uint64
+	// Rejected counts publishes refused by reject-publish(-dlx) overflow.
+	Rejected uint64
 }
 
 // Queue is a FIFO of messages (per priority level) with consumers.
@@ -123,7 +70,13 @@ type Queue struct {
 	bindings map[*Binding]struct{}
 
 	mu          sync.Mutex
+	eff         QueueArgs // Config combined with policies (R1.12)
 	ready       readyList
+	expiries    timedHeap   // per-message deadlines of ready messages
+	delayed     delayedHeap // returned messages waiting out a retry delay
+	timer       clock.Timer // one timer for the earliest expiry or delay
+	timerAt     int64
+	expiresAt   int64 // x-expires deadline while unused; 0 = none
 	nextSeq     uint64
 	consumers   []*Consumer
 	rr          int
@@ -132,55 +85,240 @@ type Queue struct {
 	hadConsumer bool
 	sac         bool
 	stats       QueueStats
+	deadStats   [4]uint64 // by reason index
+	dropStats   [4]uint64
 }
 
 func newQueue(v *VHost, spec QueueSpec) *Queue {
 	q := &Queue{vhost: v, Name: spec.Name, Durable: spec.Durable, Exclusive: spec.Exclusive, AutoDelete: spec.AutoDelete,
 		Args: spec.Args, Config: ParseQueueArgs(spec.Args), bindings: map[*Binding]struct{}{}}
+	q.eff = q.Config
 	if spec.Exclusive {
 		q.Owner = spec.Owner
 	}
 	levels := 1
-	if p, ok := IntArg(spec.Args["x-max-priority"]); ok && p > 0 {
-		levels = int(min(p, 255)) + 1
+	if q.Config.MaxPriority > 0 {
+		levels = q.Config.MaxPriority + 1
 	}
 	q.ready.levels = make([]deque[entry], levels)
-	if b, ok := spec.Args["x-single-active-consumer"].(bool); ok && b {
-		q.sac = true
-	}
+	q.sac = q.Config.SingleActive
+	q.mu.Lock()
+	q.touchLocked()
+	q.mu.Unlock()
 	return q
+}
+
+var reasons = [4]string{ReasonRejected, ReasonExpired, ReasonMaxLen, ReasonDeliveryLimit}
+
+func reasonIndex(r string) int {
+	for i, s := range reasons {
+		if s == r {
+			return i
+		}
+	}
+	return 0
 }
 
 // VHost returns the queue's vhost.
 func (q *Queue) VHost() *VHost { return q.vhost }
+
+// Effective returns the settings in force: arguments combined with
+// policies (R1.12).
+func (q *Queue) Effective() QueueArgs {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.eff
+}
+
+// SetEffective installs new effective settings and applies them live
+// (R1.13): a lower max-length trims the head at once (drop-head); a new
+// message-ttl does not touch messages already enqueued; a new x-expires
+// restarts the unused timer.
+func (q *Queue) SetEffective(e QueueArgs) {
+	q.mu.Lock()
+	q.eff = e
+	var dls []*Message
+	if q.overflow() == "drop-head" {
+		dls = q.trimLocked(nil)
+	}
+	q.touchLocked()
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	q.mu.Unlock()
+	q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
+}
+
+func (q *Queue) overflow() string {
+	if q.eff.Overflow == "" {
+		return "drop-head"
+	}
+	return q.eff.Overflow
+}
+
+// deliveryLimit is the effective delivery limit, -1 for none (R5.3):
+// quorum queues default to 20; Warren's classic queues have none unless set.
+func (q *Queue) deliveryLimit() int64 {
+	if q.eff.DeliveryLimit != nil {
+		if *q.eff.DeliveryLimit < 0 {
+			return -1
+		}
+		return *q.eff.DeliveryLimit
+	}
+	if q.eff.Type == "quorum" {
+		return 20
+	}
+	return -1
+}
+
+// countsDeliveries reports whether redeliveries carry x-delivery-count and
+// x-acquired-count: always on quorum queues (R5.3), and on other queues
+// when they set a delivery limit (Warren's extension).
+func (q *Queue) countsDeliveries() bool {
+	return q.eff.Type == "quorum" || q.eff.DeliveryLimit != nil
+}
 
 // Stats returns a snapshot of the queue's counters.
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := q.stats
-	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes = q.ready.n, q.unacked, len(q.consumers), q.ready.bytes
+	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes, s.Delayed = q.ready.n, q.unacked, len(q.consumers), q.ready.bytes, len(q.delayed)
+	s.DeadLettered, s.Dropped = map[string]uint64{}, map[string]uint64{}
+	for i, r := range reasons {
+		s.DeadLettered[r] = q.deadStats[i]
+		s.Dropped[r] = q.dropStats[i]
+	}
 	return s
 }
 
-// Counts returns the ready message and consumer counts, as queue.declare-ok reports them.
+// Counts returns the message and consumer counts, as queue.declare-ok
+// reports them. Delayed retries count as messages (R5.5).
 func (q *Queue) Counts() (messages, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.ready.n, len(q.consumers)
+	return q.ready.n + len(q.delayed), len(q.consumers)
 }
 
-// enqueue adds m and hands it to a consumer if one can take it.
-func (q *Queue) enqueue(m *Message) {
+func (q *Queue) nowMs() int64 { return q.vhost.b.clock.Now().UnixMilli() }
+
+// enqueueResult is what a queue did with a published message.
+type enqueueResult uint8
+
+const (
+	enqueued enqueueResult = iota
+	// rejectedOverflow: refused by reject-publish(-dlx); the publisher is nacked (R4.5, R4.6).
+	rejectedOverflow
+)
+
+// enqueue adds m, hands it to a consumer if one can take it, and applies
+// TTL and length limits. Dead letters it causes are published after the
+// queue's lock is released.
+func (q *Queue) enqueue(m *Message) enqueueResult {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.deleted {
-		return
+		q.mu.Unlock()
+		return enqueued
+	}
+	now := q.nowMs()
+	// R4.5, R4.6: reject-publish checks the limits before anything else.
+	if ov := q.overflow(); ov != "drop-head" && q.overLimitWith(m) {
+		q.stats.Rejected++
+		dlx, dlrk := q.eff.DLX, q.eff.DLRK
+		q.mu.Unlock()
+		if ov == "reject-publish-dlx" {
+			q.deadLetterAs([]*Message{m}, ReasonMaxLen, dlx, dlrk)
+		}
+		return rejectedOverflow
 	}
 	q.stats.Published++
 	q.nextSeq++
-	q.ready.push(entry{seq: q.nextSeq, msg: m})
+	e := entry{seq: q.nextSeq, msg: m}
+	ttl := q.ttlFor(m)
+	var dls []*Message
+	var reasonsOf []string
+	if ttl == 0 {
+		// R2.5: delivered if a consumer takes it now, else expires on arrival.
+		if q.ready.n == 0 && len(q.delayed) == 0 && q.offerLocked(&e) {
+			q.mu.Unlock()
+			return enqueued
+		}
+		q.noteDeadLocked(ReasonExpired)
+		dlx, dlrk := q.eff.DLX, q.eff.DLRK
+		q.mu.Unlock()
+		q.deadLetterAs([]*Message{m}, ReasonExpired, dlx, dlrk)
+		return enqueued
+	}
+	if ttl > 0 {
+		e.expiresAt = now + ttl
+	}
+	q.ready.push(e)
+	if e.expiresAt != 0 {
+		q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(m)})
+	}
 	q.dispatchLocked()
+	if q.overflow() == "drop-head" {
+		dls = q.trimLocked(nil)
+		for range dls {
+			reasonsOf = append(reasonsOf, ReasonMaxLen)
+		}
+	}
+	q.armLocked()
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	q.mu.Unlock()
+	q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
+	return enqueued
+}
+
+// ttlFor is the effective TTL of m in ms: min(queue TTL, message TTL), -1
+// for none (R2.2).
+func (q *Queue) ttlFor(m *Message) int64 {
+	ttl := int64(-1)
+	if m.HasTTL {
+		ttl = m.TTL
+	}
+	if q.eff.MessageTTL != nil && (ttl < 0 || *q.eff.MessageTTL < ttl) {
+		ttl = *q.eff.MessageTTL
+	}
+	return ttl
+}
+
+// overLimitWith reports whether adding m would exceed a length limit.
+// Only ready messages count (R4.1), delayed retries too (R5.5).
+func (q *Queue) overLimitWith(m *Message) bool {
+	n := int64(q.ready.n + len(q.delayed))
+	if q.eff.MaxLength != nil && n+1 > *q.eff.MaxLength {
+		return true
+	}
+	return q.eff.MaxLengthBytes != nil && q.ready.bytes+int64(m.Size()) > *q.eff.MaxLengthBytes
+}
+
+func (q *Queue) overLimit() bool {
+	if q.eff.MaxLength != nil && int64(q.ready.n+len(q.delayed)) > *q.eff.MaxLength {
+		return true
+	}
+	return q.eff.MaxLengthBytes != nil && q.ready.bytes > *q.eff.MaxLengthBytes
+}
+
+// trimLocked drops head messages while the queue is over a limit (R4.2)
+// and returns those to dead-letter (reason maxlen) when there is a DLX.
+func (q *Queue) trimLocked(out []*Message) []*Message {
+	for q.overLimit() && q.ready.n > 0 {
+		e := q.ready.pop()
+		if q.noteDeadLocked(ReasonMaxLen) {
+			out = append(out, e.msg)
+		}
+	}
+	return out
+}
+
+// noteDeadLocked counts a message leaving for reason and reports whether it
+// is to be dead-lettered (there is a DLX) rather than dropped.
+func (q *Queue) noteDeadLocked(reason string) bool {
+	if q.eff.DLX != nil {
+		q.deadStats[reasonIndex(reason)]++
+		return true
+	}
+	q.dropStats[reasonIndex(reason)]++
+	return false
 }
 
 // Dispatch delivers ready messages to consumers that can take them. Sinks
@@ -188,33 +326,77 @@ func (q *Queue) enqueue(m *Message) {
 func (q *Queue) Dispatch() {
 	q.mu.Lock()
 	q.dispatchLocked()
+	expired := q.takeExpiredHeadLocked(q.nowMs(), nil)
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
 	q.mu.Unlock()
+	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
 }
 
 func (q *Queue) dispatchLocked() {
+	if q.ready.n == 0 || len(q.consumers) == 0 {
+		return
+	}
+	now := int64(-1)
 	for q.ready.n > 0 && len(q.consumers) > 0 {
-		if !q.deliverOneLocked() {
+		h := q.ready.head()
+		e := h.Ptr(0)
+		if e.expiresAt != 0 {
+			if now < 0 {
+				now = q.nowMs()
+			}
+			if e.expiresAt <= now {
+				// Expired messages are never delivered (R2.4); the timer
+				// or the caller dead-letters them.
+				return
+			}
+		}
+		if !q.offerLocked(e) {
 			return
 		}
+		q.ready.pop()
 	}
 }
 
 func (q *Queue) delivery(e *entry, tag string) Delivery {
-	return Delivery{Queue: q, Msg: e.msg, Seq: e.seq, Redelivered: e.redelivered, ConsumerTag: tag}
+	d := Delivery{Queue: q, Msg: e.msg, Seq: e.seq, Redelivered: e.redelivered || e.acquired > 0, ConsumerTag: tag,
+		ExpiresAt: e.expiresAt, DeliveryCount: e.deliveryCount, AcquiredCount: e.acquired}
+	if e.acquired > 0 && q.countsDeliveries() {
+		d.Msg, d.Original = withCounts(e.msg, e.deliveryCount, e.acquired), e.msg
+	}
+	return d
 }
 
-// deliverOneLocked offers the head message to the consumers: the highest
-// priority group first, round-robin within a group; with single active
-// consumer only to the first consumer.
-func (q *Queue) deliverOneLocked() bool {
-	h := q.ready.head()
-	e := h.Ptr(0)
+// withCounts returns a copy of m carrying x-delivery-count (absent until
+// the first failure) and x-acquired-count headers (R5.3). Only
+// redeliveries of counting queues pay for the copy.
+func withCounts(m *Message, failures, acquired uint32) *Message {
+	c := *m
+	h := make(amqp.Table, len(m.Props.Headers)+2)
+	for k, v := range m.Props.Headers {
+		h[k] = v
+	}
+	if failures > 0 {
+		h["x-delivery-count"] = int64(failures)
+	}
+	h["x-acquired-count"] = int64(acquired)
+	c.Props.Headers = h
+	c.Props.Flags |= amqp.FlagHeaders
+	return &c
+}
+
+// offerLocked offers e to the consumers: the highest priority group first,
+// round-robin within a group; with single active consumer only to the
+// first consumer. It reports whether one took it; the caller removes it.
+func (q *Queue) offerLocked(e *entry) bool {
+	if len(q.consumers) == 0 {
+		return false
+	}
 	if q.sac {
 		c := q.consumers[0]
 		if !c.Sink.Deliver(c, q.delivery(e, c.Tag)) {
 			return false
 		}
-		q.tookHeadLocked(c)
+		q.tookLocked(e, c.NoAck)
 		return true
 	}
 	n := len(q.consumers)
@@ -228,7 +410,7 @@ func (q *Queue) deliverOneLocked() bool {
 			c := q.consumers[i+(q.rr+k)%size]
 			if c.Sink.Deliver(c, q.delivery(e, c.Tag)) {
 				q.rr += k + 1
-				q.tookHeadLocked(c)
+				q.tookLocked(e, c.NoAck)
 				return true
 			}
 		}
@@ -237,13 +419,12 @@ func (q *Queue) deliverOneLocked() bool {
 	return false
 }
 
-func (q *Queue) tookHeadLocked(c *Consumer) {
-	e := q.ready.pop()
+func (q *Queue) tookLocked(e *entry, noAck bool) {
 	q.stats.Delivered++
-	if e.redelivered {
+	if e.redelivered || e.acquired > 0 {
 		q.stats.Redelivered++
 	}
-	if !c.NoAck {
+	if !noAck {
 		q.unacked++
 	} else {
 		q.stats.Acked++
@@ -254,21 +435,170 @@ func (q *Queue) tookHeadLocked(c *Consumer) {
 // empty; remaining is the count left after the take.
 func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	now := q.nowMs()
+	expired := q.takeExpiredHeadLocked(now, nil)
+	q.touchLocked()
 	if q.ready.n == 0 || q.deleted {
+		dlx, dlrk := q.eff.DLX, q.eff.DLRK
+		q.mu.Unlock()
+		q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
 		return Delivery{}, 0, false
 	}
 	e := q.ready.pop()
-	q.stats.Delivered++
-	if e.redelivered {
-		q.stats.Redelivered++
+	q.tookLocked(&e, noAck)
+	d = q.delivery(&e, "")
+	remaining = q.ready.n
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	q.mu.Unlock()
+	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
+	return d, remaining, true
+}
+
+// takeExpiredHeadLocked removes expired messages from the heads of the
+// priority levels (the timer finds the others).
+func (q *Queue) takeExpiredHeadLocked(now int64, out []*Message) []*Message {
+	for {
+		h := q.ready.head()
+		if h == nil {
+			return out
+		}
+		e := h.Ptr(0)
+		if e.expiresAt == 0 || e.expiresAt > now {
+			// Another level's head may still be expired.
+			found := false
+			for i := range q.ready.levels {
+				d := &q.ready.levels[i]
+				for d.Len() > 0 && d.Ptr(0).dead {
+					d.PopFront()
+				}
+				if d.Len() > 0 && d.Ptr(0).expiresAt != 0 && d.Ptr(0).expiresAt <= now {
+					x := d.Ptr(0)
+					q.ready.kill(x)
+					if q.noteDeadLocked(ReasonExpired) {
+						out = append(out, x.msg)
+					}
+					found = true
+				}
+			}
+			if !found {
+				return out
+			}
+			continue
+		}
+		x := q.ready.pop()
+		if q.noteDeadLocked(ReasonExpired) {
+			out = append(out, x.msg)
+		}
 	}
-	if !noAck {
-		q.unacked++
-	} else {
-		q.stats.Acked++
+}
+
+// expireLocked removes every ready message whose deadline has passed,
+// wherever it sits (Warren's answer to R2.4), keeping the order of the
+// others, and moves delayed retries that are due to ready.
+func (q *Queue) expireLocked(now int64) []*Message {
+	for len(q.delayed) > 0 && q.delayed[0].at <= now {
+		de := heap.Pop(&q.delayed).(delayedEntry)
+		q.ready.putBack(de.e)
+		if de.e.expiresAt != 0 {
+			q.expiries.add(timed{at: de.e.expiresAt, seq: de.e.seq, level: q.ready.level(de.e.msg)})
+		}
 	}
-	return q.delivery(&e, ""), q.ready.n, true
+	var out []*Message
+	for len(q.expiries) > 0 && q.expiries[0].at <= now {
+		t := q.expiries.popMin()
+		e := q.ready.find(t.level, t.seq)
+		if e == nil || e.expiresAt != t.at {
+			continue // delivered, removed or requeued since
+		}
+		q.ready.kill(e)
+		if q.noteDeadLocked(ReasonExpired) {
+			out = append(out, e.msg)
+		}
+	}
+	return out
+}
+
+// armLocked keeps one timer for the earliest expiry or delayed retry.
+func (q *Queue) armLocked() {
+	next := int64(0)
+	// Drop stale heap tops so a burst of acked messages does not keep
+	// waking the timer.
+	for len(q.expiries) > 0 {
+		t := q.expiries[0]
+		if e := q.ready.find(t.level, t.seq); e != nil && e.expiresAt == t.at {
+			next = t.at
+			break
+		}
+		q.expiries.popMin()
+	}
+	if len(q.delayed) > 0 && (next == 0 || q.delayed[0].at < next) {
+		next = q.delayed[0].at
+	}
+	if q.expiresAt != 0 && (next == 0 || q.expiresAt < next) {
+		next = q.expiresAt
+	}
+	if next == 0 || q.deleted {
+		return
+	}
+	if q.timer != nil && q.timerAt <= next && q.timerAt != 0 {
+		return
+	}
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.timerAt = next
+	d := time.Duration(next-q.nowMs()) * time.Millisecond
+	q.timer = q.vhost.b.clock.AfterFunc(max(d, 0), q.onTimer)
+}
+
+func (q *Queue) onTimer() {
+	q.mu.Lock()
+	q.timer, q.timerAt = nil, 0
+	if q.deleted {
+		q.mu.Unlock()
+		return
+	}
+	now := q.nowMs()
+	if q.expiresAt != 0 && now >= q.expiresAt && len(q.consumers) == 0 {
+		// x-expires: unused for its whole lifetime; deleted without
+		// dead-lettering (R2.7).
+		q.mu.Unlock()
+		q.vhost.deleteQueue(q, false, false)
+		return
+	}
+	expired := q.expireLocked(now)
+	q.dispatchLocked()
+	expired = q.takeExpiredHeadLocked(now, expired)
+	if q.overflow() == "drop-head" && q.overLimit() {
+		dls := q.trimLocked(nil)
+		dlx, dlrk := q.eff.DLX, q.eff.DLRK
+		q.armLocked()
+		q.mu.Unlock()
+		q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
+		q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
+		return
+	}
+	q.armLocked()
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	q.mu.Unlock()
+	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
+}
+
+// touchLocked restarts the x-expires clock: the queue was used.
+func (q *Queue) touchLocked() {
+	if q.eff.Expires == nil || len(q.consumers) > 0 {
+		q.expiresAt = 0
+		return
+	}
+	q.expiresAt = q.nowMs() + *q.eff.Expires
+	q.armLocked()
+}
+
+// Touch marks the queue used (redeclared), restarting x-expires (R2.7).
+func (q *Queue) Touch() {
+	q.mu.Lock()
+	q.touchLocked()
+	q.mu.Unlock()
 }
 
 // Ack settles deliveries of this queue as done.
@@ -280,41 +610,126 @@ func (q *Queue) Ack(ds []Delivery) {
 }
 
 // Reject settles deliveries as rejected without requeue: they are
-// discarded (dead-lettering hooks in here).
+// dead-lettered with reason rejected when the queue has a DLX, else
+// discarded (R5.2).
 func (q *Queue) Reject(ds []Delivery) {
 	q.mu.Lock()
 	q.unacked -= len(ds)
+	var ms []*Message
+	for _, d := range ds {
+		if q.noteDeadLocked(ReasonRejected) {
+			ms = append(ms, d.queued())
+		}
+	}
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
 	q.mu.Unlock()
-	if q.Config.DLX == nil {
-		return
-	}
-	ms := make([]*Message, len(ds))
-	for i, d := range ds {
-		ms[i] = d.Msg
-	}
-	q.deadLetter(ms, ReasonRejected)
+	q.deadLetterAs(ms, ReasonRejected, dlx, dlrk)
 }
 
-// Requeue returns deliveries to their original positions, marked
-// redelivered, and dispatches them again.
-func (q *Queue) Requeue(ds []Delivery) {
+// Requeue returns deliveries to the queue, marked redelivered (R5.1).
+// failed says whether the return counts as a failed delivery (basic.reject
+// with requeue, channel or connection loss) rather than a plain return
+// (basic.nack with requeue, basic.recover) (R5.3, RabbitMQ 4.3). A message
+// over the delivery limit is dead-lettered with reason delivery_limit, or
+// dropped without a DLX. Classic queues put messages back at their
+// original position; quorum queues serve returns first while a delivery
+// limit is set and put them at the back otherwise (R5.4). With a delayed
+// retry type, returns wait before becoming ready (R5.5). A requeue that
+// pushes a drop-head queue over its limit trims the head (R4.4); the
+// deadline of a message does not change (R2.3).
+func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.unacked -= len(ds)
 	if q.deleted {
+		q.mu.Unlock()
 		return
 	}
+	now := q.nowMs()
+	limit := q.deliveryLimit()
+	var overLimit, expired []*Message
 	for _, d := range ds {
-		q.ready.putBack(entry{seq: d.Seq, msg: d.Msg, redelivered: true})
+		e := entry{seq: d.Seq, msg: d.queued(), redelivered: true, expiresAt: d.ExpiresAt,
+			deliveryCount: d.DeliveryCount, acquired: d.AcquiredCount + 1}
+		if failed {
+			e.deliveryCount++
+		}
+		q.stats.Requeued++
+		if limit >= 0 && int64(e.deliveryCount) > limit {
+			if q.noteDeadLocked(ReasonDeliveryLimit) {
+				overLimit = append(overLimit, e.msg)
+			}
+			continue
+		}
+		if e.expiresAt != 0 && e.expiresAt <= now {
+			if q.noteDeadLocked(ReasonExpired) {
+				expired = append(expired, e.msg)
+			}
+			continue
+		}
+		if delay := q.retryDelay(e, failed); delay > 0 {
+			heap.Push(&q.delayed, delayedEntry{at: now + delay, e: e})
+			continue
+		}
+		if q.eff.Type == "quorum" && limit < 0 {
+			q.nextSeq++
+			e.seq = q.nextSeq
+			q.ready.push(e)
+		} else {
+			q.ready.putBack(e)
+		}
+		if e.expiresAt != 0 {
+			q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
+		}
 	}
 	q.dispatchLocked()
+	var dls []*Message
+	if q.overflow() == "drop-head" {
+		dls = q.trimLocked(nil)
+	}
+	q.armLocked()
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	q.mu.Unlock()
+	q.deadLetterAs(overLimit, ReasonDeliveryLimit, dlx, dlrk)
+	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
+	q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
 }
 
-// Purge drops all ready messages and returns how many there were.
+// retryDelay is the delay before a returned message is ready again under
+// x-delayed-retry-type (R5.5): min(min × delivery count, max) ms.
+func (q *Queue) retryDelay(e entry, failed bool) int64 {
+	switch q.eff.DelayedRetryType {
+	case "all":
+	case "failed":
+		if !failed {
+			return 0
+		}
+	case "returned":
+		if failed {
+			return 0
+		}
+	default:
+		return 0
+	}
+	if q.eff.DelayedRetryMin == nil {
+		return 0
+	}
+	n := int64(max(e.deliveryCount, 1))
+	d := *q.eff.DelayedRetryMin * n
+	if q.eff.DelayedRetryMax != nil && d > *q.eff.DelayedRetryMax {
+		d = *q.eff.DelayedRetryMax
+	}
+	return d
+}
+
+// Purge drops all ready and delayed messages and returns how many there
+// were. Purged messages are never dead-lettered (R3.1).
 func (q *Queue) Purge() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.ready.clear()
+	n := q.ready.clear() + len(q.delayed)
+	q.delayed = nil
+	q.expiries = nil
+	return n
 }
 
 // AddConsumer subscribes c. It fails with 403 if the queue has an exclusive
@@ -327,11 +742,12 @@ func (q *Queue) AddConsumer(c *Consumer) error { return q.AddConsumerThen(c, nil
 // ahead of the first delivery. added follows the rules of Sink.Deliver.
 func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.deleted {
+		q.mu.Unlock()
 		return notFoundQueue(q.Name, q.vhost.Name)
 	}
 	if len(q.consumers) > 0 && (c.Exclusive || q.consumers[0].Exclusive) {
+		q.mu.Unlock()
 		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name, q.vhost.Name)
 	}
 	c.Queue = q
@@ -344,10 +760,16 @@ func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 		q.consumers[i] = c
 	}
 	q.hadConsumer = true
+	q.expiresAt = 0
 	if added != nil {
 		added()
 	}
+	now := q.nowMs()
+	expired := q.takeExpiredHeadLocked(now, nil)
 	q.dispatchLocked()
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	q.mu.Unlock()
+	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
 	return nil
 }
 
@@ -362,8 +784,11 @@ func (q *Queue) RemoveConsumer(c *Consumer) {
 		}
 	}
 	autoDelete := q.AutoDelete && q.hadConsumer && len(q.consumers) == 0 && !q.deleted
-	if !autoDelete && q.sac {
-		q.dispatchLocked() // the next consumer may have become active
+	if !autoDelete {
+		if q.sac {
+			q.dispatchLocked() // the next consumer may have become active
+		}
+		q.touchLocked()
 	}
 	q.mu.Unlock()
 	if autoDelete {
@@ -393,12 +818,17 @@ func (q *Queue) Deleted() bool {
 }
 
 // markDeleted drops the queue's messages and returns its consumers for
-// cancel notifications.
+// cancel notifications. Nothing is dead-lettered (R3.1).
 func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.deleted = true
-	messages = q.ready.clear()
+	messages = q.ready.clear() + len(q.delayed)
+	q.delayed, q.expiries = nil, nil
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
+	}
 	cs = q.consumers
 	q.consumers = nil
 	return messages, cs

@@ -51,6 +51,11 @@ func (v *VHost) Broker() *Broker { return v.b }
 func (v *VHost) close() {
 	v.mu.Lock()
 	v.closed = true
+	for _, x := range v.exchanges {
+		if x.delayed != nil {
+			x.delayed.drop()
+		}
+	}
 	qs := make([]*Queue, 0, len(v.queues))
 	for _, q := range v.queues {
 		qs = append(qs, q)
@@ -90,6 +95,11 @@ func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) error {
 		}
 		if !validKind(s.Kind) {
 			return amqp.ConnErrorf(amqp.CommandInvalid, "unknown exchange type '%s'", s.Kind)
+		}
+		if s.Kind == KindDelayed {
+			if err := validateDelayedArgs(s.Args); err != nil {
+				return err
+			}
 		}
 		v.exchanges[s.Name] = newExchange(v, s.Name, s.Kind, s.Durable, s.AutoDelete, s.Internal, s.Args)
 		return nil
@@ -153,6 +163,9 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 func (v *VHost) deleteExchangeLocked(x *Exchange) {
 	delete(v.exchanges, x.Name)
 	x.deleted = true
+	if x.delayed != nil {
+		x.delayed.drop()
+	}
 	for _, b := range x.bindings {
 		v.unlinkLocked(b)
 	}
@@ -248,6 +261,7 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 	if err := queueArgsEquivalent(what, q, s.Args); err != nil { // R1.10
 		return nil, 0, 0, err
 	}
+	q.Touch() // a redeclare is a use (x-expires, R2.7)
 	m, c := q.Counts()
 	return q, m, c, nil
 }
@@ -354,7 +368,7 @@ func (v *VHost) Bind(source, destination string, toExchange bool, key string, ar
 	if err != nil {
 		return err
 	}
-	if src.Kind == KindHeaders {
+	if src.route == KindHeaders {
 		if err := validateHeadersBinding(args); err != nil {
 			return err
 		}
@@ -473,8 +487,12 @@ func (v *VHost) UnregisterReplyTo(addr string) {
 
 // PublishResult tells the publisher what became of a message.
 type PublishResult struct {
-	// Routed is the number of queues (or reply-to consumers) that took it.
+	// Routed is the number of queues (or reply-to consumers) it was routed to.
 	Routed int
+	// Rejected is set when a queue refused it by reject-publish(-dlx)
+	// overflow: the publisher's confirm is a nack (R4.5), though other
+	// queues may have taken it.
+	Rejected bool
 }
 
 // Router holds per-publisher scratch space so that routing does not
@@ -526,10 +544,12 @@ func (v *VHost) Publish(r *Router, exchange string, m *Message) (PublishResult, 
 	r.queues = r.queues[:0]
 	v.routeLocked(r, x, m)
 	v.mu.RUnlock()
-	for _, q := range r.queues {
-		q.enqueue(m)
-	}
 	res := PublishResult{Routed: len(r.queues)}
+	for _, q := range r.queues {
+		if q.enqueue(m) == rejectedOverflow {
+			res.Rejected = true
+		}
+	}
 	clear(r.queues)
 	return res, nil
 }
@@ -561,6 +581,10 @@ func (v *VHost) routeLocked(r *Router, x *Exchange, m *Message) {
 					found = true
 				}
 			}
+		} else if cur.delayed != nil && cur.delayed.hold(m) {
+			// Held until its x-delay elapses (delayed.go); then routed
+			// from cur, and only then to its alternate exchange.
+			found = true
 		} else {
 			cur.match(r.keys, m.Props.Headers, func(d dest) {
 				found = true

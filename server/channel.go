@@ -61,8 +61,16 @@ type txOp struct {
 	exch string
 	mand bool
 	ack  *amqp.BasicNack // ack/nack/reject normalised to nack fields
-	kind int             // 0 publish, 1 ack, 2 nack
+	kind int             // txPublish or a settle kind
 }
+
+// What a tx op or settle call does.
+const (
+	txPublish = iota
+	settleAck
+	settleNack
+	settleReject
+)
 
 func newChannel(c *conn, id uint16) *channel {
 	return &channel{c: c, id: id, flowActive: true, consumers: map[string]*consumer{}}
@@ -134,7 +142,8 @@ func (ch *channel) shutdown() {
 		ch.vhost().UnregisterReplyTo(ch.replyTo)
 		ch.replyTo = ""
 	}
-	settle(pending, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds) })
+	// A lost channel counts as a failed delivery (R5.3).
+	settle(pending, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds, true) })
 	ch.txOps = nil
 	ch.msg = nil
 	ch.inContent = 0
@@ -145,11 +154,11 @@ func (ch *channel) dispatch(m amqp.Method) error {
 	case *amqp.BasicPublish:
 		return ch.startPublish(m)
 	case *amqp.BasicAck:
-		return ch.settle(m.DeliveryTag, m.Multiple, 1, false)
+		return ch.settle(m.DeliveryTag, m.Multiple, settleAck, false)
 	case *amqp.BasicNack:
-		return ch.settle(m.DeliveryTag, m.Multiple, 2, m.Requeue)
+		return ch.settle(m.DeliveryTag, m.Multiple, settleNack, m.Requeue)
 	case *amqp.BasicReject:
-		return ch.settle(m.DeliveryTag, false, 2, m.Requeue)
+		return ch.settle(m.DeliveryTag, false, settleReject, m.Requeue)
 	case *amqp.ChannelClose:
 		ch.shutdown()
 		ch.c.sendMethod(ch.id, &amqp.ChannelCloseOk{})
@@ -471,6 +480,13 @@ func (ch *channel) finishPublish() error {
 	if m.Props.UserID != "" && m.Props.UserID != ch.c.user.Name {
 		return ch.softFail(amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", m.Props.UserID, ch.c.user.Name))
 	}
+	if m.Props.Flags&amqp.FlagExpiration != 0 || m.Props.Expiration != "" {
+		ttl, err := broker.ParseExpiration(m.Props.Expiration)
+		if err != nil {
+			return ch.softFail(err.(*amqp.Error))
+		}
+		m.TTL, m.HasTTL = ttl, true
+	}
 	if m.Props.ReplyTo == broker.DirectReplyTo {
 		if ch.replyTo == "" {
 			return ch.softFail(amqp.Errorf(amqp.PreconditionFailed, "fast reply consumer does not exist"))
@@ -478,7 +494,7 @@ func (ch *channel) finishPublish() error {
 		m.Props.ReplyTo = ch.replyTo
 	}
 	if ch.tx {
-		ch.txOps = append(ch.txOps, txOp{kind: 0, pub: m, exch: ch.pub.Exchange, mand: ch.pub.Mandatory})
+		ch.txOps = append(ch.txOps, txOp{kind: txPublish, pub: m, exch: ch.pub.Exchange, mand: ch.pub.Mandatory})
 		return nil
 	}
 	if err := ch.publish(ch.pub.Exchange, m, ch.pub.Mandatory); err != nil {
@@ -513,6 +529,14 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 	}
 	if ch.confirm {
 		ch.publishSeq++
+		if res.Rejected {
+			// R4.5: a queue refused it (reject-publish). Acks before it go
+			// out first so confirms stay in order.
+			ch.flushConfirms()
+			ch.ackedUpTo, ch.pendingAck = ch.publishSeq, ch.publishSeq
+			ch.c.sendMethod(ch.id, &amqp.BasicNack{DeliveryTag: ch.publishSeq})
+			return nil
+		}
 		ch.pendingAck = ch.publishSeq
 		if ch.pendingAck-ch.ackedUpTo >= maxUnflushedConfirms {
 			ch.flushConfirms()
@@ -545,7 +569,7 @@ func (ch *channel) txCommit() error {
 	ch.txOps = nil
 	for _, op := range ops {
 		switch op.kind {
-		case 0:
+		case txPublish:
 			if err := ch.publish(op.exch, op.pub, op.mand); err != nil {
 				return err
 			}
@@ -777,10 +801,13 @@ func (ch *channel) applySettle(tag uint64, multiple bool, kind int, requeue bool
 	}
 	ch.mu.Unlock()
 	switch {
-	case kind == 1:
+	case kind == settleAck:
 		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Ack(ds) })
 	case requeue:
-		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds) })
+		// basic.reject(requeue) counts as a failed delivery, basic.nack does
+		// not (R5.3, RabbitMQ 4.3).
+		failed := kind == settleReject
+		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds, failed) })
 	default:
 		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Reject(ds) })
 	}
@@ -880,7 +907,7 @@ func (ch *channel) recover(requeue, sync bool) error {
 	ch.mu.Lock()
 	taken := ch.takeUnackedLocked(func(*unackedMsg) bool { return true })
 	ch.mu.Unlock()
-	settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds) })
+	settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds, false) })
 	if sync {
 		ch.c.sendMethod(ch.id, &amqp.BasicRecoverOk{})
 	}
