@@ -71,12 +71,21 @@ type Exchange struct {
 	topic    *topicTrie[dest]
 	headers  []*Binding
 	deleted  bool
+
+	// route is the type that routes: Kind, or for a delayed exchange its
+	// x-delayed-type. delayed holds a delayed exchange's messages.
+	route   string
+	delayed *delayedState
 }
 
 func newExchange(v *VHost, name, kind string, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
 	x := &Exchange{vhost: v, Name: name, Kind: kind, Durable: durable, AutoDelete: autoDelete, Internal: internal, Args: args,
-		bindings: map[bindingID]*Binding{}, inbound: map[bindingID]*Binding{}}
-	switch kind {
+		bindings: map[bindingID]*Binding{}, inbound: map[bindingID]*Binding{}, route: kind}
+	if kind == KindDelayed {
+		x.route, _ = delayedType(args)
+		x.delayed = newDelayedState(x)
+	}
+	switch x.route {
 	case KindDirect:
 		x.direct = map[string][]dest{}
 	case KindTopic:
@@ -88,7 +97,7 @@ func newExchange(v *VHost, name, kind string, durable, autoDelete, internal bool
 // validKind reports whether kind is an exchange type Warren implements.
 func validKind(kind string) bool {
 	switch kind {
-	case KindDirect, KindFanout, KindTopic, KindHeaders:
+	case KindDirect, KindFanout, KindTopic, KindHeaders, KindDelayed:
 		return true
 	}
 	return false
@@ -103,7 +112,7 @@ func (x *Exchange) alternate() string {
 
 func (x *Exchange) addBinding(b *Binding) {
 	x.bindings[b.id] = b
-	switch x.Kind {
+	switch x.route {
 	case KindDirect:
 		x.direct[b.RoutingKey] = append(x.direct[b.RoutingKey], b.dest)
 	case KindFanout:
@@ -117,7 +126,7 @@ func (x *Exchange) addBinding(b *Binding) {
 
 func (x *Exchange) removeBinding(b *Binding) {
 	delete(x.bindings, b.id)
-	switch x.Kind {
+	switch x.route {
 	case KindDirect:
 		ds := removeDest(x.direct[b.RoutingKey], b.dest)
 		if len(ds) == 0 {
@@ -159,7 +168,7 @@ func removeDest(ds []dest, d dest) []dest {
 // match calls fn for each destination this exchange routes m's keys to.
 // The same destination may be reported more than once.
 func (x *Exchange) match(keys []string, headers amqp.Table, fn func(dest)) {
-	switch x.Kind {
+	switch x.route {
 	case KindDirect:
 		for _, k := range keys {
 			for _, d := range x.direct[k] {
