@@ -107,7 +107,7 @@ func (x *Exchange) alternate() string {
 	if s, ok := x.Args["alternate-exchange"].(string); ok {
 		return s
 	}
-	return ""
+	return x.vhost.policyAlternateExchange(x.Name) // the argument wins over a policy
 }
 
 func (x *Exchange) addBinding(b *Binding) {

@@ -22,6 +22,8 @@ type VHost struct {
 	queues    map[string]*Queue
 	replyTo   map[string]ReplyTarget
 	closed    bool
+
+	policies vhostPolicies // policy.go
 }
 
 // ReplyTarget receives messages published to a direct reply-to address.
@@ -241,6 +243,7 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 			return nil, 0, 0, err
 		}
 		q = newQueue(v, s)
+		v.applyQueuePolicies(q) // existing policies apply (R1.12)
 		v.queues[s.Name] = q
 		// Every queue is bound to the default exchange by its name; that
 		// binding is implicit (see route).
