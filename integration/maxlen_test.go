@@ -198,7 +198,7 @@ func TestDelayedRetry(t *testing.T) {
 	clk.Advance(time.Millisecond)
 	d = recv(t, ds)
 	d.Reject(true)
-	e.waitMessages(q, 1) // the reject reached the broker: the message waits again
+	e.waitMessages(q, 1)                 // the reject reached the broker: the message waits again
 	clk.Advance(1499 * time.Millisecond) // second failure: min(2000, 1500)
 	noRecv(t, ds)
 	clk.Advance(time.Millisecond)
