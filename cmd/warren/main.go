@@ -49,6 +49,7 @@ type options struct {
 	Heartbeat   time.Duration
 	FrameMax    uint
 	ChannelMax  uint
+	Definitions string
 }
 
 func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
@@ -66,6 +67,7 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.DurationVar(&o.Heartbeat, "heartbeat", 60*time.Second, "heartbeat interval proposed to clients (0 disables)")
 	fs.UintVar(&o.FrameMax, "frame-max", 131072, "largest frame accepted, in bytes")
 	fs.UintVar(&o.ChannelMax, "channel-max", 2047, "highest channel number")
+	fs.StringVar(&o.Definitions, "definitions", "", "RabbitMQ definitions JSON file (rabbitmqctl export_definitions) to import at start-up")
 	cfgFile := fs.String("config", "", "config file of 'name = value' lines (flag names)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: warren [flags]\n\nWarren is an AMQP 0-9-1 message broker compatible with RabbitMQ clients.\n\nFlags (also WARREN_<FLAG_NAME> in the environment):\n")
@@ -99,6 +101,9 @@ func run(args []string, out io.Writer) error {
 		if err := b.SetPermissions("/", o.DefaultUser, broker.Permission{Configure: ".*", Write: ".*", Read: ".*"}); err != nil {
 			return err
 		}
+	}
+	if err := loadDefinitions(b, o.Definitions); err != nil {
+		return err
 	}
 	hb := o.Heartbeat
 	if hb == 0 {
