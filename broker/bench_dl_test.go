@@ -4,9 +4,9 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -136,4 +136,3 @@ func BenchmarkTTLExpiry1M(b *testing.B) {
 		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "heap-MiB")
 	}
 }
-
