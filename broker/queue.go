@@ -147,8 +147,10 @@ func (q *Queue) SetEffective(e QueueArgs) {
 	q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
 }
 
+// overflow is the effective overflow mode. Quorum queues accept
+// reject-publish-dlx but behave as drop-head (R1.3), as RabbitMQ does.
 func (q *Queue) overflow() string {
-	if q.eff.Overflow == "" {
+	if q.eff.Overflow == "" || q.eff.Overflow == "reject-publish-dlx" && q.eff.Type == "quorum" {
 		return "drop-head"
 	}
 	return q.eff.Overflow
