@@ -141,37 +141,120 @@ func isCycle(history []Death, target string) bool {
 // deadLetterAs publishes dead-lettered copies of ms, in order, to the
 // dead-letter exchange dlx with routing key dlrk (nil: the messages' own
 // keys) (R3.1 to R3.8, R3.11). It must be called without q.mu held: the
-// targets may include q itself. A missing dead-letter exchange, or one
-// that routes nowhere, drops the messages silently (R3.2).
+// targets may include q itself. At most once (the default, R3.9): a
+// missing dead-letter exchange, one that routes nowhere, or a target that
+// refuses the message drops it silently (R3.2). At least once (quorum
+// queues with x-dead-letter-strategy at-least-once and reject-publish,
+// R1.14): the message stays with the source queue and is retried until
+// every target took it.
 func (q *Queue) deadLetterAs(ms []*Message, reason string, dlx, dlrk *string) {
 	if dlx == nil || len(ms) == 0 {
 		return
 	}
-	v := q.vhost
-	now := v.b.clock.Now()
+	q.mu.Lock()
+	alo := q.atLeastOnce()
+	q.mu.Unlock()
+	now := q.vhost.b.clock.Now()
 	var r Router
+	var owed []pendingDL
 	for _, m := range ms {
-		c := deadLetterCopy(m, q.Name, reason, *dlx, dlrk, now)
+		p := pendingDL{msg: deadLetterCopy(m, q.Name, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx}
 		if dlrk != nil {
-			r.keys = append(r.keys[:0], *dlrk)
+			p.keys = []string{*dlrk}
 		} else {
-			r.keys = m.routingKeys(r.keys[:0])
+			p.keys = m.routingKeys(nil)
 		}
-		v.mu.RLock()
-		x := v.exchanges[*dlx]
-		if x == nil {
-			v.mu.RUnlock()
-			continue
-		}
-		r.queues = r.queues[:0]
-		v.routeLocked(&r, x, c)
-		v.mu.RUnlock()
-		for _, t := range r.queues {
-			if reason != ReasonRejected && isCycle(c.Deaths, t.Name) {
-				v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
-				continue
-			}
-			t.enqueue(c)
+		if !q.sendDeadLetter(&r, &p) && alo {
+			owed = append(owed, p)
 		}
 	}
+	if len(owed) > 0 {
+		q.mu.Lock()
+		q.dlxPending = append(q.dlxPending, owed...)
+		q.armDLXRetryLocked()
+		q.mu.Unlock()
+	}
+}
+
+// pendingDL is a dead letter on its way: at least once, it is kept until
+// every target queue took it.
+type pendingDL struct {
+	msg    *Message
+	reason string
+	dlx    string
+	keys   []string
+	// targets are the queues still owed the message; nil means route again.
+	targets []string
+}
+
+// sendDeadLetter routes p.msg and enqueues it into its targets (or the
+// targets still owed). It reports whether every target took it; p.targets
+// is left holding those that did not (nil when nothing routed).
+func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
+	v := q.vhost
+	r.queues = r.queues[:0]
+	v.mu.RLock()
+	if p.targets != nil {
+		for _, name := range p.targets {
+			if t := v.queues[name]; t != nil {
+				r.queues = append(r.queues, t)
+			}
+		}
+	} else if x := v.exchanges[p.dlx]; x != nil {
+		r.keys = append(r.keys[:0], p.keys...)
+		v.routeLocked(r, x, p.msg)
+	}
+	v.mu.RUnlock()
+	if len(r.queues) == 0 {
+		p.targets = nil
+		return false
+	}
+	var failed []string
+	for _, t := range r.queues {
+		if p.reason != ReasonRejected && isCycle(p.msg.Deaths, t.Name) {
+			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
+			continue
+		}
+		if t.enqueue(p.msg) == rejectedOverflow {
+			failed = append(failed, t.Name)
+		}
+	}
+	p.targets = failed
+	return len(failed) == 0
+}
+
+// dlxRetryInterval is how often owed at-least-once dead letters are retried.
+const dlxRetryInterval = time.Second
+
+func (q *Queue) armDLXRetryLocked() {
+	if q.dlxTimer != nil || q.deleted || len(q.dlxPending) == 0 {
+		return
+	}
+	q.dlxTimer = q.vhost.b.clock.AfterFunc(dlxRetryInterval, q.retryDeadLetters)
+}
+
+func (q *Queue) retryDeadLetters() {
+	q.mu.Lock()
+	q.dlxTimer = nil
+	ps := q.dlxPending
+	q.dlxPending = nil
+	q.mu.Unlock()
+	var r Router
+	var owed []pendingDL
+	for i := range ps {
+		if !q.sendDeadLetter(&r, &ps[i]) {
+			owed = append(owed, ps[i])
+		}
+	}
+	q.mu.Lock()
+	q.dlxPending = append(owed, q.dlxPending...)
+	q.armDLXRetryLocked()
+	q.mu.Unlock()
+}
+
+// atLeastOnce reports whether dead-lettering keeps messages until their
+// targets took them (R1.14): quorum, strategy at-least-once, a DLX and
+// overflow reject-publish; otherwise at most once.
+func (q *Queue) atLeastOnce() bool {
+	return q.eff.Type == "quorum" && q.eff.DeadLetterStrategy == "at-least-once" && q.eff.DLX != nil && q.overflow() == "reject-publish"
 }

@@ -50,6 +50,10 @@ type QueueStats struct {
 	Dropped map[string]uint64
 	// Rejected counts publishes refused by reject-publish(-dlx) overflow.
 	Rejected uint64
+	// DeadLetterPending counts at-least-once dead letters still owed to
+	// their targets (RabbitMQ's messages_dlx); they count towards the
+	// source queue's length limit.
+	DeadLetterPending int
 }
 
 // Queue is a FIFO of messages (per priority level) with consumers.
@@ -85,6 +89,8 @@ type Queue struct {
 	hadConsumer bool
 	sac         bool
 	stats       QueueStats
+	dlxPending  []pendingDL // at-least-once dead letters not yet taken (R1.14)
+	dlxTimer    clock.Timer
 	deadStats   [4]uint64 // by reason index
 	dropStats   [4]uint64
 }
@@ -184,6 +190,7 @@ func (q *Queue) Stats() QueueStats {
 	defer q.mu.Unlock()
 	s := q.stats
 	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes, s.Delayed = q.ready.n, q.unacked, len(q.consumers), q.ready.bytes, len(q.delayed)
+	s.DeadLetterPending = len(q.dlxPending)
 	s.DeadLettered, s.Dropped = map[string]uint64{}, map[string]uint64{}
 	for i, r := range reasons {
 		s.DeadLettered[r] = q.deadStats[i]
@@ -286,7 +293,7 @@ func (q *Queue) ttlFor(m *Message) int64 {
 // overLimitWith reports whether adding m would exceed a length limit.
 // Only ready messages count (R4.1), delayed retries too (R5.5).
 func (q *Queue) overLimitWith(m *Message) bool {
-	n := int64(q.ready.n + len(q.delayed))
+	n := int64(q.ready.n + len(q.delayed) + len(q.dlxPending))
 	if q.eff.MaxLength != nil && n+1 > *q.eff.MaxLength {
 		return true
 	}
@@ -731,6 +738,8 @@ func (q *Queue) Purge() int {
 	n := q.ready.clear() + len(q.delayed)
 	q.delayed = nil
 	q.expiries = nil
+	// RabbitMQ 4.3 purge also drops pending at-least-once dead letters.
+	q.dlxPending = nil
 	return n
 }
 
@@ -826,7 +835,11 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	defer q.mu.Unlock()
 	q.deleted = true
 	messages = q.ready.clear() + len(q.delayed)
-	q.delayed, q.expiries = nil, nil
+	q.delayed, q.expiries, q.dlxPending = nil, nil, nil
+	if q.dlxTimer != nil {
+		q.dlxTimer.Stop()
+		q.dlxTimer = nil
+	}
 	if q.timer != nil {
 		q.timer.Stop()
 		q.timer = nil

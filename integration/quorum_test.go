@@ -2,9 +2,13 @@ package integration
 
 import (
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// dlxRetryTestInterval is broker.dlxRetryInterval, the at-least-once retry period.
+const dlxRetryTestInterval = time.Second
 
 func quorumArgs(extra amqp.Table) amqp.Table {
 	t := amqp.Table{"x-queue-type": "quorum"}
@@ -129,5 +133,61 @@ func TestQuorumRejectPublishDLXIsDropHead(t *testing.T) {
 	publishBody(t, ch, "", q, "b") // confirmed (acked), not nacked
 	if got := getBodies(t, ch, q); len(got) != 1 || got[0] != "b" {
 		t.Fatalf("queue: got %v, want [b]", got)
+	}
+}
+
+// R1.14, R3.2, R3.9 (T:fdlx dlx_missing / target_queue_not_bound /
+// reject_publish_target_classic_queue): at-least-once dead-lettering keeps
+// the message with the source until a target takes it, retrying.
+func TestQuorumAtLeastOnceRetains(t *testing.T) {
+	e, clk := fakeEnv(t)
+	ch := e.channel()
+	dlx := e.exchange(ch, e.name("dlx"), "direct", nil)
+	q := declareDurable(t, e, ch, e.name("qq"), quorumArgs(amqp.Table{"x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k",
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}))
+	publishBody(t, ch, "", q, "m")
+	d, ok, err := ch.Get(q, false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	d.Nack(false, false)
+	src := e.w.Broker().VHost("/").Queue(q)
+	waitFor(t, "dead letter retained", func() bool { return src.Stats().DeadLetterPending == 1 })
+	clk.Advance(dlxRetryTestInterval) // still nowhere to go
+	if st := src.Stats(); st.DeadLetterPending != 1 {
+		t.Fatalf("pending after a retry with no target: got %d, want 1", st.DeadLetterPending)
+	}
+	// A full reject-publish target refuses it: still retained.
+	dlq := declareDurable(t, e, ch, e.name("dlq"), amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	publishBody(t, ch, "", dlq, "filler")
+	bind(t, ch, dlq, "k", dlx, nil)
+	clk.Advance(dlxRetryTestInterval)
+	if st := src.Stats(); st.DeadLetterPending != 1 {
+		t.Fatalf("pending with a full target: got %d, want 1", st.DeadLetterPending)
+	}
+	if got := getBodies(t, ch, dlq); len(got) != 1 || got[0] != "filler" {
+		t.Fatalf("dlq: got %v, want [filler]", got)
+	}
+	clk.Advance(dlxRetryTestInterval)
+	waitFor(t, "dead letter delivered", func() bool { return src.Stats().DeadLetterPending == 0 })
+	dl := getOne(t, ch, dlq)
+	wantDeath(t, death(t, dl, 0), map[string]any{"reason": "rejected", "queue": q, "count": int64(1)})
+}
+
+// R1.14: with drop-head (the default overflow) at-least-once falls back to
+// at most once: a dead letter with nowhere to go is dropped.
+func TestQuorumAtLeastOnceNeedsRejectPublish(t *testing.T) {
+	e := newEnv(t)
+	e.warren()
+	ch := e.channel()
+	dlx := e.exchange(ch, e.name("dlx"), "direct", nil)
+	q := declareDurable(t, e, ch, e.name("qq"), quorumArgs(amqp.Table{"x-dead-letter-exchange": dlx,
+		"x-dead-letter-strategy": "at-least-once"}))
+	publishBody(t, ch, "", q, "m")
+	d, _, _ := ch.Get(q, false)
+	d.Nack(false, false)
+	e.waitMessages(q, 0)
+	if st := e.w.Broker().VHost("/").Queue(q).Stats(); st.DeadLetterPending != 0 {
+		t.Fatalf("pending: got %d, want 0 (at most once)", st.DeadLetterPending)
 	}
 }
