@@ -113,3 +113,48 @@ func TestRejectToMissingDeadLetterExchange(t *testing.T) {
 		t.Fatalf("got %d messages, err %v; want 0, nil", q.Messages, err)
 	}
 }
+
+// R3.12: dead-letter targets may be classic or quorum queues, and every
+// queue counts what it dead-lettered and dropped, by reason (the metrics
+// issue exports these as RabbitMQ's messages_dead_lettered_*_total).
+func TestDeadLetterCountersAndQuorumTarget(t *testing.T) {
+	e, clk := fakeEnv(t)
+	ch := e.channel()
+	dlx := e.exchange(ch, e.name("dlx"), "fanout", nil)
+	classic := e.queue(ch, e.name("dlq-classic"), nil)
+	quorum := declareDurable(t, e, ch, e.name("dlq-quorum"), quorumArgs(nil))
+	bind(t, ch, classic, "", dlx, nil)
+	bind(t, ch, quorum, "", dlx, nil)
+	q := e.queue(ch, e.name("src"), amqp.Table{"x-dead-letter-exchange": dlx, "x-max-length": int32(1), "x-message-ttl": int32(1000)})
+	noDLX := e.queue(ch, e.name("nodlx"), amqp.Table{"x-max-length": int32(1)})
+	publishBody(t, ch, "", q, "maxlen-victim")
+	publishBody(t, ch, "", q, "rejected")
+	d := getOne2(t, ch, q)
+	d.Reject(false)
+	e.waitMessages(classic, 2)
+	publishBody(t, ch, "", q, "expires")
+	clk.Advance(time.Second)
+	e.waitMessages(classic, 3)
+	e.waitMessages(quorum, 3)
+	publishBody(t, ch, "", noDLX, "x")
+	publishBody(t, ch, "", noDLX, "y")
+	st := e.w.Broker().VHost("/").Queue(q).Stats()
+	for _, r := range []string{"maxlen", "rejected", "expired"} {
+		if st.DeadLettered[r] != 1 {
+			t.Errorf("dead-lettered %s: got %d, want 1", r, st.DeadLettered[r])
+		}
+	}
+	if got := e.w.Broker().VHost("/").Queue(noDLX).Stats().Dropped["maxlen"]; got != 1 {
+		t.Errorf("dropped maxlen without DLX: got %d, want 1", got)
+	}
+}
+
+// getOne2 takes one message with basic.get and manual ack.
+func getOne2(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
+	t.Helper()
+	d, ok, err := ch.Get(queue, false)
+	if err != nil || !ok {
+		t.Fatalf("basic.get %s: got ok=%v err=%v, want a message", queue, ok, err)
+	}
+	return d
+}

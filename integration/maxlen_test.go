@@ -208,3 +208,27 @@ func TestDelayedRetry(t *testing.T) {
 	}
 	d.Ack(false)
 }
+
+// R4.3: a publish that a waiting consumer takes at once is never enqueued
+// nor trimmed; with max-length 0, drop-head and no consumer every message
+// is dead-lettered (J:QSL queueSize).
+func TestMaxLengthZero(t *testing.T) {
+	e := newEnv(t)
+	ch := e.channel()
+	dlx, dlq := dlxTopology(t, e, ch, "k")
+	q := e.queue(ch, e.name("q"), amqp.Table{"x-max-length": int32(0), "x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k"})
+	publishBody(t, ch, "", q, "a")
+	publishBody(t, ch, "", q, "b")
+	e.waitMessages(dlq, 2)
+	if n, _ := counts(t, ch, q); n != 0 {
+		t.Fatalf("queue: got %d, want 0", n)
+	}
+	ds := consume(t, e.channel(), q, "", true, nil)
+	publishBody(t, ch, "", q, "c")
+	if d := recv(t, ds); string(d.Body) != "c" {
+		t.Fatalf("consumer got %q, want c", d.Body)
+	}
+	if n, _ := counts(t, ch, dlq); n != 2 {
+		t.Fatalf("DLQ: got %d, want 2 (the consumed message was never trimmed)", n)
+	}
+}
