@@ -234,6 +234,8 @@ func TestServerGeneratedConsumerTag(t *testing.T) {
 	}
 }
 
+// R4.7: an unroutable mandatory message comes back as basic.return 312
+// NO_ROUTE with its exchange and routing key, before its confirm.
 func TestMandatoryReturn(t *testing.T) {
 	e := newEnv(t)
 	ch := e.channel()

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,5 +231,62 @@ func TestMaxLengthZero(t *testing.T) {
 	}
 	if n, _ := counts(t, ch, dlq); n != 2 {
 		t.Fatalf("DLQ: got %d, want 2 (the consumed message was never trimmed)", n)
+	}
+}
+
+// R4.4: on a drop-head queue a requeue that exceeds the limit trims the
+// head afterwards, and the requeued (oldest) message goes first; with
+// reject-publish a requeue never trims and the queue may exceed the limit.
+func TestRequeueVersusLimit(t *testing.T) {
+	for _, tc := range []struct {
+		overflow string
+		want     []string
+		dead     []string
+	}{
+		{"drop-head", []string{"b", "c"}, []string{"a"}},
+		{"reject-publish", []string{"a", "b", "c"}, nil},
+	} {
+		t.Run(tc.overflow, func(t *testing.T) {
+			e := newEnv(t)
+			ch := e.channel()
+			dlx, dlq := dlxTopology(t, e, ch, "k")
+			q := e.queue(ch, e.name("q"), amqp.Table{"x-max-length": int32(2), "x-overflow": tc.overflow,
+				"x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k"})
+			publishBody(t, ch, "", q, "a")
+			d := getOne2(t, ch, q)
+			publishBody(t, ch, "", q, "b")
+			publishBody(t, ch, "", q, "c")
+			d.Nack(false, true)
+			e.waitMessages(dlq, len(tc.dead))
+			waitFor(t, "requeue settled", func() bool {
+				n, _ := counts(t, ch, q)
+				return n == len(tc.want)
+			})
+			if got := getBodies(t, ch, q); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("queue: got %v, want %v", got, tc.want)
+			}
+			if got := getBodies(t, ch, dlq); strings.Join(got, ",") != strings.Join(tc.dead, ",") {
+				t.Fatalf("dead-lettered: got %v, want %v", got, tc.dead)
+			}
+		})
+	}
+}
+
+// R3.11: nack with multiple dead-letters in delivery-tag order.
+func TestNackMultipleDeadLettersInOrder(t *testing.T) {
+	e := newEnv(t)
+	ch := e.channel()
+	dlx, dlq := dlxTopology(t, e, ch, "k")
+	q := e.queue(ch, e.name("q"), amqp.Table{"x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k"})
+	want := []string{"1", "2", "3", "4", "5"}
+	for _, b := range want {
+		publishBody(t, ch, "", q, b)
+	}
+	ds := consume(t, ch, q, "", false, nil)
+	got := recvN(t, ds, len(want))
+	got[len(got)-1].Nack(true, false)
+	e.waitMessages(dlq, len(want))
+	if dead := getBodies(t, ch, dlq); strings.Join(dead, ",") != strings.Join(want, ",") {
+		t.Fatalf("dead-letter order: got %v, want %v", dead, want)
 	}
 }
