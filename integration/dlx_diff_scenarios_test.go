@@ -691,6 +691,62 @@ var ddScenarios = []ddScenario{
 		s.getN(dlq, 2, true)
 	}},
 
+	{name: "queueSize_max_length_zero", rules: "R4.3", run: func(s *ddSession) {
+		// max-length 0: without a consumer every message is dead-lettered;
+		// one a waiting consumer takes is never enqueued nor trimmed.
+		dlx, dlq := s.dlx("k")
+		q := s.queue("q", dlArgs(dlx, "k", "x-max-length", int32(0)))
+		s.pubN(q, "m1")
+		s.awaitCount("", dlq, 1, ddWait)
+		ds := s.consume(q)
+		s.pubN(q, "m2")
+		if got := s.recvN(q, ds, 1); len(got) == 1 {
+			s.ack(got[0], false)
+		}
+		s.count(dlq)
+		s.getN(dlq, 1, true)
+	}},
+	{name: "unacked_requeued_on_close_then_rejected", rules: "R5.1 R5.2", run: func(s *ddSession) {
+		dlx, dlq := s.dlx("k")
+		q := s.queue("q", dlArgs(dlx, "k"))
+		s.pubN(q, "m1", "m2")
+		ch, err := s.conn.Channel()
+		if err != nil {
+			s.t.Fatalf("%s: channel: %v", s.kind, err)
+		}
+		if _, ok, err := ch.Get(q, false); !ok || err != nil {
+			s.note("side channel get failed")
+		}
+		ch.Close() // m1 goes back, redelivered
+		s.awaitCount("", q, 2, ddWait)
+		if ds := s.getN(q, 2, false); len(ds) == 2 {
+			s.nack(ds[1], true, false)
+		}
+		s.awaitCount("", dlq, 2, ddWait)
+		s.getN(dlq, 2, true)
+	}},
+	{name: "publishAndGetWithExpiry", rules: "R2.2", run: func(s *ddSession) {
+		q := s.queue("q", amqp.Table{"x-message-ttl": int32(150)})
+		start := time.Now()
+		s.pubN(q, "m1", "m2")
+		s.get(q, true) // well before the deadline
+		sleepUntil(start.Add(450 * time.Millisecond))
+		s.get(q, true) // expired: empty
+		s.count(q)
+	}},
+	{name: "dead_letter_topic_dlx_with_dlrk", rules: "R3.3", run: func(s *ddSession) {
+		dlx := s.exchange("dlx", "topic")
+		hit := s.queue("hit", nil)
+		miss := s.queue("miss", nil)
+		s.bind(hit, "dead.#", dlx, nil)
+		s.bind(miss, "alive.#", dlx, nil)
+		q := s.queue("q", dlArgs(dlx, "dead.orders.eu", "x-message-ttl", int32(50)))
+		s.publish("", q, false, amqp.Publishing{Body: []byte("m1"), DeliveryMode: 2, Headers: amqp.Table{"app": int32(1)}})
+		s.awaitCount("", hit, 1, ttlWait)
+		s.count(miss)
+		s.getN(hit, 1, true)
+	}},
+
 	// --- arguments (R1.5) ---
 	{name: "declareQueueWithRoutingKeyButNoDeadLetterExchange", rules: "R1.5", run: func(s *ddSession) {
 		s.queue("q", amqp.Table{"x-dead-letter-routing-key": "k"})

@@ -24,6 +24,8 @@ package integration
 // rewrites the differing fields, so the comparison stays strict for
 // everything else.
 //
+// WARREN_DD_DUMP=1 logs each observation (after the allow-list).
+//
 // Names: every resource a scenario creates starts with a unique prefix,
 // rewritten to "P" in observations, so both runs compare equal.
 
@@ -31,6 +33,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -608,6 +611,9 @@ func ddCompare(t *testing.T, w, r *ddObs, wPrefix, rPrefix string) {
 		}
 		diffs = append(diffs, fmt.Sprintf("%s: warren=%s rabbitmq=%s", k, a, b))
 	}
+	if os.Getenv("WARREN_DD_DUMP") != "" {
+		t.Logf("warren (after the allow-list):\n%s", ddDump(wk, wv))
+	}
 	if len(diffs) > 0 {
 		t.Errorf("observations differ (%d lines):\n  %s\nwarren:\n%srabbitmq:\n%s",
 			len(diffs), strings.Join(diffs, "\n  "), ddDump(wk, wv), ddDump(rk, rv))
@@ -724,7 +730,8 @@ var ddAllowList = []ddAllowance{
 			"client_forged_x_death", "dead_letter_headers_first_death", "dead_letter_headers_first_death_route",
 			"dead_letter_headers_reason_maxlen", "properties_kept",
 			"dead_letter_max_length_reject_publish_dlx_confirms",
-			"quorum_subscribe_redelivery_limit_with_dead_letter", "classic_delivery_limit"},
+			"quorum_subscribe_redelivery_limit_with_dead_letter", "classic_delivery_limit",
+			"queueSize_max_length_zero", "unacked_requeued_on_close_then_rejected", "dead_letter_topic_dlx_with_dlrk"},
 		field:  "headers x-last-death-queue, x-last-death-reason, x-last-death-exchange",
 		reason: "added in 3.13 (spec R3.5 and the 3.10-vs-4.x list: 'x-last-death-* headers do not exist in 3.10'); Warren emits them",
 		apply:  ddAllowLastDeath,
