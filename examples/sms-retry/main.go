@@ -29,11 +29,12 @@
 // sms.retry.2.queue. Nobody consumes the retry queues; when the TTL expires
 // the broker dead-letters the message back to sms.normal.exchange with
 // routing key sms.send, and the sender sees it again. Once x-retry-count
-// has reached --max-retries (3) and the gateway still fails, the sender
+// has reached --max-retries (2) and the gateway still fails, the sender
 // nacks with requeue=false, and the broker dead-letters it through
 // sms.dlx.exchange into sms.dlx.queue. So a number that always fails is
-// tried 4 times (after 0, 5, 30 and 30 more seconds) and reaches the DLQ
-// with x-retry-count 3. The DLQ consumer prints an alert and inserts a row
+// tried 3 times (at once, after 5 s, after 30 more seconds) and reaches the
+// DLQ after its third failure, with x-retry-count 2. (The field report
+// retries three times; --max-retries 3 gives that.) The DLQ consumer prints an alert and inserts a row
 // into the dead_letters table of the SQLite file --db; the insert is
 // idempotent on the message id, so a redelivery does not record it twice.
 //
@@ -115,7 +116,7 @@ func main() {
 	flag.StringVar(&cfg.URL, "url", "amqp://guest:guest@localhost:5672/", "broker URL")
 	flag.DurationVar(&cfg.Delay1, "delay1", 5*time.Second, "delay before the first retry (TTL of sms.retry.1.queue)")
 	flag.DurationVar(&cfg.Delay2, "delay2", 30*time.Second, "delay before each later retry (TTL of sms.retry.2.queue)")
-	flag.IntVar(&cfg.MaxRetries, "max-retries", 3, "retries before a message goes to the final DLQ")
+	flag.IntVar(&cfg.MaxRetries, "max-retries", 2, "retries before a message goes to the final DLQ")
 	flag.StringVar(&phones, "phones", "13800000001,13800000002", "comma-separated numbers to send a welcome SMS to")
 	flag.StringVar(&failing, "fail", "13800000002", "comma-separated numbers the fake gateway fails for")
 	flag.StringVar(&cfg.DB, "db", "sms-dead-letters.db", "SQLite file recording the dead letters")

@@ -25,7 +25,7 @@ func testConfig(t *testing.T, url string) config {
 		URL:        url,
 		Delay1:     100 * time.Millisecond,
 		Delay2:     200 * time.Millisecond,
-		MaxRetries: 3,
+		MaxRetries: 2,
 		Phones:     []string{okPhone, failPhone},
 		Failing:    []string{failPhone},
 		DB:         filepath.Join(t.TempDir(), "dead-letters.db"),
@@ -111,29 +111,28 @@ func checkRun(t *testing.T, cfg config, out string) {
 		t.Errorf("%s was retried: %q", okPhone, lines)
 	}
 
-	// The failing number: 1 attempt + 3 retries, through retry queue 1
-	// then 2, then the DLQ (the retry count is the application's header).
+	// The failing number: retried after delay1, then delay2, then the DLQ
+	// after its third failure (the retry count is the application's header).
 	const gwErr = "gateway: 503 upstream carrier unavailable"
 	want := []string{
 		"attempt 1 to " + failPhone + " (x-retry-count 0): " + gwErr + "; retry 1 in 100ms via sms.retry.1.queue",
 		"attempt 2 to " + failPhone + " (x-retry-count 1), back from sms.retry.1.queue: " + gwErr + "; retry 2 in 200ms via sms.retry.2.queue",
-		"attempt 3 to " + failPhone + " (x-retry-count 2), back from sms.retry.2.queue: " + gwErr + "; retry 3 in 200ms via sms.retry.2.queue",
-		"attempt 4 to " + failPhone + " (x-retry-count 3), back from sms.retry.2.queue: " + gwErr + "; retries exhausted: basicNack(requeue=false) -> sms.dlx.exchange",
+		"attempt 3 to " + failPhone + " (x-retry-count 2), back from sms.retry.2.queue: " + gwErr + "; retries exhausted: basicNack(requeue=false) -> sms.dlx.exchange",
 	}
 	got, lastAttempt := linesAbout(out, "to "+failPhone+" (x-retry-count")
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("attempts for %s:\ngot:\n%s\nwant:\n%s", failPhone, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	// The delays were waited for: delay1 + 2 × delay2 = 0.5s before the last attempt.
-	if lastAttempt < 0.5 {
-		t.Errorf("last attempt at %.2fs, before the retry delays (0.5s) had passed", lastAttempt)
+	// The delays were waited for: delay1 + delay2 = 0.3s before the last attempt.
+	if lastAttempt < 0.3 {
+		t.Errorf("last attempt at %.2fs, before the retry delays (0.3s) had passed", lastAttempt)
 	}
 
 	// The DLQ consumer raised the alert.
 	alerts, _ := linesAbout(out, "ALERT SMS_DEAD_LETTER")
-	if len(alerts) != 1 || !strings.HasPrefix(alerts[0], "ALERT SMS_DEAD_LETTER: SMS to "+failPhone+" failed after 3 retries (msgId sms-") ||
+	if len(alerts) != 1 || !strings.HasPrefix(alerts[0], "ALERT SMS_DEAD_LETTER: SMS to "+failPhone+" failed after 2 retries (msgId sms-") ||
 		!strings.HasSuffix(alerts[0], ", x-death reason rejected from sms.normal.queue)") {
-		t.Errorf("want one alert for %s after 3 retries, rejected from sms.normal.queue; got %q", failPhone, alerts)
+		t.Errorf("want one alert for %s after 2 retries, rejected from sms.normal.queue; got %q", failPhone, alerts)
 	}
 	if !strings.Contains(out, "done: 1 sent, 1 dead-lettered\n") {
 		t.Errorf("missing the final count")
@@ -145,13 +144,13 @@ func checkRun(t *testing.T, cfg config, out string) {
 		t.Fatalf("dead_letters has %d rows, want 1: %+v", len(rows), rows)
 	}
 	r := rows[0]
-	if r.mobile != failPhone || r.retries != 3 || r.reason != "rejected" || r.queue != "sms.normal.queue" {
-		t.Errorf("dead_letters row = %+v, want mobile %s, retry_count 3, reason rejected, source_queue sms.normal.queue", r, failPhone)
+	if r.mobile != failPhone || r.retries != 2 || r.reason != "rejected" || r.queue != "sms.normal.queue" {
+		t.Errorf("dead_letters row = %+v, want mobile %s, retry_count 2, reason rejected, source_queue sms.normal.queue", r, failPhone)
 	}
 	if !strings.Contains(alerts[0], "(msgId "+r.msgID+",") {
 		t.Errorf("the alert and the row name different messages: %q vs %s", alerts[0], r.msgID)
 	}
-	if !strings.Contains(out, "dead_letters msg_id="+r.msgID+" mobile="+failPhone+" retry_count=3 reason=rejected source_queue=sms.normal.queue\n") {
+	if !strings.Contains(out, "dead_letters msg_id="+r.msgID+" mobile="+failPhone+" retry_count=2 reason=rejected source_queue=sms.normal.queue\n") {
 		t.Errorf("the run did not print its SQLite row")
 	}
 }
@@ -170,7 +169,7 @@ func TestSMSRetryOnWarren(t *testing.T) {
 	cfg.Delay1, cfg.Delay2 = 50*time.Millisecond, 60*time.Millisecond
 	out, _ = runExample(t, cfg)
 	if !strings.Contains(out, "retry 1 in 50ms via sms.retry.1.queue") ||
-		!strings.Contains(out, "ALERT SMS_DEAD_LETTER: SMS to "+failPhone+" failed after 3 retries") {
+		!strings.Contains(out, "ALERT SMS_DEAD_LETTER: SMS to "+failPhone+" failed after 2 retries") {
 		t.Errorf("second run:\n%s", out)
 	}
 	if rows := readDeadLetters(t, cfg.DB); len(rows) != 2 {
