@@ -223,6 +223,9 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 		if q == nil {
 			return nil, 0, 0, notFoundQueue(s.Name, v.Name)
 		}
+		// RabbitMQ renews x-expires on a passive declare too (its stat
+		// call restarts the expiry timer).
+		q.Touch()
 		m, c := q.Counts()
 		return q, m, c, nil
 	}

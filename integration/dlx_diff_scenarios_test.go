@@ -232,7 +232,6 @@ var ddScenarios = []ddScenario{
 		s.count(dlq)
 	}},
 	{name: "x_expires_passive_declare_renews", rules: "R2.7",
-		skip: "known difference: RabbitMQ renews x-expires on a passive queue.declare (rabbit_amqqueue_process handle_call(stat) calls ensure_expiry_timer); Warren does not, and the spec (R2.7) does not say which is right",
 		run: func(s *ddSession) {
 			q := s.queue("q", amqp.Table{"x-expires": int32(200)})
 			deadline := time.Now().Add(600 * time.Millisecond)
