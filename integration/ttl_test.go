@@ -147,28 +147,43 @@ func TestInvalidExpiration(t *testing.T) {
 }
 
 // R2.7: x-expires deletes a queue unused that long; its messages are not
-// dead-lettered. Use (a consumer) keeps it.
+// dead-lettered. A consumer keeps it; so does a declare, passive or not
+// (as in RabbitMQ), which is why existence is read from the broker here.
 func TestQueueExpires(t *testing.T) {
 	e, clk := fakeEnv(t)
 	ch := e.channel()
+	vh := e.w.Broker().VHost("/")
 	dlx, dlq := dlxTopology(t, e, ch, "k")
 	q := e.queue(ch, e.name("q"), amqp.Table{"x-expires": int32(2000), "x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k"})
 	publishBody(t, ch, "", q, "m")
 	clk.Advance(1999 * time.Millisecond)
-	if !e.queueExists(e.dial(), q) {
+	if vh.Queue(q) == nil {
 		t.Fatal("queue deleted before x-expires")
 	}
 	clk.Advance(time.Millisecond)
-	waitFor(t, "queue deleted", func() bool { return !e.queueExists(e.dial(), q) })
+	waitFor(t, "queue deleted", func() bool { return vh.Queue(q) == nil })
 	if n, _ := counts(t, ch, dlq); n != 0 {
 		t.Fatalf("DLQ: got %d, want 0 (queue expiry never dead-letters)", n)
 	}
+
 	q2 := e.queue(ch, e.name("q2"), amqp.Table{"x-expires": int32(2000)})
 	consume(t, e.channel(), q2, "", true, nil)
 	clk.Advance(10 * time.Second)
-	if !e.queueExists(e.dial(), q2) {
+	if vh.Queue(q2) == nil {
 		t.Fatal("queue with a consumer expired")
 	}
+
+	q3 := e.queue(ch, e.name("q3"), amqp.Table{"x-expires": int32(2000)})
+	clk.Advance(1500 * time.Millisecond)
+	if _, err := ch.QueueDeclarePassive(q3, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(1500 * time.Millisecond)
+	if vh.Queue(q3) == nil {
+		t.Fatal("queue expired although a passive declare renewed it")
+	}
+	clk.Advance(500 * time.Millisecond)
+	waitFor(t, "q3 deleted", func() bool { return vh.Queue(q3) == nil })
 }
 
 // R3.8: a queue that dead-letters to itself on expiry is a cycle (the
