@@ -89,6 +89,7 @@ type Queue struct {
 	hadConsumer bool
 	sac         bool
 	stats       QueueStats
+	outbox      []dlBatch   // dead letters to publish once mu is released
 	dlxPending  []pendingDL // at-least-once dead letters not yet taken (R1.14)
 	dlxTimer    clock.Timer
 	deadStats   [4]uint64 // by reason index
@@ -143,14 +144,11 @@ func (q *Queue) Effective() QueueArgs {
 func (q *Queue) SetEffective(e QueueArgs) {
 	q.mu.Lock()
 	q.eff = e
-	var dls []*Message
 	if q.overflow() == "drop-head" {
-		dls = q.trimLocked(nil)
+		q.trimLocked()
 	}
 	q.touchLocked()
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
+	q.unlock()
 }
 
 // overflow is the effective overflow mode. Quorum queues accept
@@ -223,18 +221,16 @@ const (
 // queue's lock is released.
 func (q *Queue) enqueue(m *Message) enqueueResult {
 	q.mu.Lock()
+	defer q.unlock()
 	if q.deleted {
-		q.mu.Unlock()
 		return enqueued
 	}
 	now := q.nowMs()
 	// R4.5, R4.6: reject-publish checks the limits before anything else.
 	if ov := q.overflow(); ov != "drop-head" && q.overLimitWith(m) {
 		q.stats.Rejected++
-		dlx, dlrk := q.eff.DLX, q.eff.DLRK
-		q.mu.Unlock()
 		if ov == "reject-publish-dlx" {
-			q.deadLetterAs([]*Message{m}, ReasonMaxLen, dlx, dlrk)
+			q.deadLocked(m, ReasonMaxLen)
 		}
 		return rejectedOverflow
 	}
@@ -242,18 +238,14 @@ func (q *Queue) enqueue(m *Message) enqueueResult {
 	q.nextSeq++
 	e := entry{seq: q.nextSeq, msg: m}
 	ttl := q.ttlFor(m)
-	var dls []*Message
-	var reasonsOf []string
 	if ttl == 0 {
-		// R2.5: delivered if a consumer takes it now, else expires on arrival.
+		// R2.5: delivered if a consumer takes it now, else it expires on
+		// arrival; its deadline has passed if it is ever requeued.
+		e.expiresAt = now
 		if q.ready.n == 0 && len(q.delayed) == 0 && q.offerLocked(&e) {
-			q.mu.Unlock()
 			return enqueued
 		}
-		q.noteDeadLocked(ReasonExpired)
-		dlx, dlrk := q.eff.DLX, q.eff.DLRK
-		q.mu.Unlock()
-		q.deadLetterAs([]*Message{m}, ReasonExpired, dlx, dlrk)
+		q.deadLocked(m, ReasonExpired)
 		return enqueued
 	}
 	if ttl > 0 {
@@ -265,15 +257,9 @@ func (q *Queue) enqueue(m *Message) enqueueResult {
 	}
 	q.dispatchLocked()
 	if q.overflow() == "drop-head" {
-		dls = q.trimLocked(nil)
-		for range dls {
-			reasonsOf = append(reasonsOf, ReasonMaxLen)
-		}
+		q.trimLocked()
 	}
 	q.armLocked()
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
 	return enqueued
 }
 
@@ -307,27 +293,51 @@ func (q *Queue) overLimit() bool {
 	return q.eff.MaxLengthBytes != nil && q.ready.bytes > *q.eff.MaxLengthBytes
 }
 
-// trimLocked drops head messages while the queue is over a limit (R4.2)
-// and returns those to dead-letter (reason maxlen) when there is a DLX.
-func (q *Queue) trimLocked(out []*Message) []*Message {
+// trimLocked drops head messages while the queue is over a limit (R4.2),
+// dead-lettering them with reason maxlen.
+func (q *Queue) trimLocked() {
 	for q.overLimit() && q.ready.n > 0 {
-		e := q.ready.pop()
-		if q.noteDeadLocked(ReasonMaxLen) {
-			out = append(out, e.msg)
-		}
+		q.deadLocked(q.ready.pop().msg, ReasonMaxLen)
 	}
-	return out
 }
 
-// noteDeadLocked counts a message leaving for reason and reports whether it
-// is to be dead-lettered (there is a DLX) rather than dropped.
-func (q *Queue) noteDeadLocked(reason string) bool {
-	if q.eff.DLX != nil {
-		q.deadStats[reasonIndex(reason)]++
-		return true
+// deadLocked counts m leaving the queue for reason and, when the queue has
+// a dead-letter exchange, queues it to be dead-lettered once the lock is
+// released (see unlock); without one it is dropped.
+func (q *Queue) deadLocked(m *Message, reason string) {
+	if q.eff.DLX == nil {
+		q.dropStats[reasonIndex(reason)]++
+		return
 	}
-	q.dropStats[reasonIndex(reason)]++
-	return false
+	q.deadStats[reasonIndex(reason)]++
+	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason {
+		q.outbox[n-1].msgs = append(q.outbox[n-1].msgs, m)
+		return
+	}
+	q.outbox = append(q.outbox, dlBatch{reason: reason, msgs: []*Message{m}})
+}
+
+// dlBatch is dead letters of one reason, in the order they left the queue.
+type dlBatch struct {
+	reason string
+	msgs   []*Message
+}
+
+// unlock releases q.mu and then publishes, in order, the dead letters
+// queued while it was held: dead-lettering routes into other queues (or
+// this one), so it never runs under the lock (R3.11 keeps the order).
+func (q *Queue) unlock() {
+	if len(q.outbox) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	out := q.outbox
+	q.outbox = nil
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	q.mu.Unlock()
+	for _, b := range out {
+		q.deadLetterAs(b.msgs, b.reason, dlx, dlrk)
+	}
 }
 
 // Dispatch delivers ready messages to consumers that can take them. Sinks
@@ -335,28 +345,26 @@ func (q *Queue) noteDeadLocked(reason string) bool {
 func (q *Queue) Dispatch() {
 	q.mu.Lock()
 	q.dispatchLocked()
-	expired := q.takeExpiredHeadLocked(q.nowMs(), nil)
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
+	q.unlock()
 }
 
+// dispatchLocked hands ready messages to consumers while they take them.
+// An expired message reaching the head is dead-lettered, never delivered
+// (R2.4), and dispatch goes on with the next.
 func (q *Queue) dispatchLocked() {
 	if q.ready.n == 0 || len(q.consumers) == 0 {
 		return
 	}
 	now := int64(-1)
 	for q.ready.n > 0 && len(q.consumers) > 0 {
-		h := q.ready.head()
-		e := h.Ptr(0)
+		e := q.ready.head().Ptr(0)
 		if e.expiresAt != 0 {
 			if now < 0 {
 				now = q.nowMs()
 			}
 			if e.expiresAt <= now {
-				// Expired messages are never delivered (R2.4); the timer
-				// or the caller dead-letters them.
-				return
+				q.deadLocked(q.ready.pop().msg, ReasonExpired)
+				continue
 			}
 		}
 		if !q.offerLocked(e) {
@@ -444,67 +452,42 @@ func (q *Queue) tookLocked(e *entry, noAck bool) {
 // empty; remaining is the count left after the take.
 func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 	q.mu.Lock()
-	now := q.nowMs()
-	expired := q.takeExpiredHeadLocked(now, nil)
+	defer q.unlock()
+	q.expireHeadsLocked(q.nowMs())
 	q.touchLocked()
 	if q.ready.n == 0 || q.deleted {
-		dlx, dlrk := q.eff.DLX, q.eff.DLRK
-		q.mu.Unlock()
-		q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
 		return Delivery{}, 0, false
 	}
 	e := q.ready.pop()
 	q.tookLocked(&e, noAck)
-	d = q.delivery(&e, "")
-	remaining = q.ready.n
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
-	return d, remaining, true
+	return q.delivery(&e, ""), q.ready.n, true
 }
 
-// takeExpiredHeadLocked removes expired messages from the heads of the
+// expireHeadsLocked dead-letters expired messages at the heads of the
 // priority levels (the timer finds the others).
-func (q *Queue) takeExpiredHeadLocked(now int64, out []*Message) []*Message {
-	for {
-		h := q.ready.head()
-		if h == nil {
-			return out
-		}
-		e := h.Ptr(0)
-		if e.expiresAt == 0 || e.expiresAt > now {
-			// Another level's head may still be expired.
-			found := false
-			for i := range q.ready.levels {
-				d := &q.ready.levels[i]
-				for d.Len() > 0 && d.Ptr(0).dead {
-					d.PopFront()
-				}
-				if d.Len() > 0 && d.Ptr(0).expiresAt != 0 && d.Ptr(0).expiresAt <= now {
-					x := d.Ptr(0)
-					q.ready.kill(x)
-					if q.noteDeadLocked(ReasonExpired) {
-						out = append(out, x.msg)
-					}
-					found = true
-				}
+func (q *Queue) expireHeadsLocked(now int64) {
+	for i := range q.ready.levels {
+		d := &q.ready.levels[i]
+		for d.Len() > 0 {
+			e := d.Ptr(0)
+			if e.dead {
+				d.PopFront()
+				continue
 			}
-			if !found {
-				return out
+			if e.expiresAt == 0 || e.expiresAt > now {
+				break
 			}
-			continue
-		}
-		x := q.ready.pop()
-		if q.noteDeadLocked(ReasonExpired) {
-			out = append(out, x.msg)
+			q.ready.kill(e)
+			q.deadLocked(e.msg, ReasonExpired)
+			d.PopFront()
 		}
 	}
 }
 
-// expireLocked removes every ready message whose deadline has passed,
-// wherever it sits (Warren's answer to R2.4), keeping the order of the
-// others, and moves delayed retries that are due to ready.
-func (q *Queue) expireLocked(now int64) []*Message {
+// expireLocked dead-letters every ready message whose deadline has
+// passed, wherever it sits (Warren's answer to R2.4), keeping the order of
+// the others, and moves delayed retries that are due to ready.
+func (q *Queue) expireLocked(now int64) {
 	for len(q.delayed) > 0 && q.delayed[0].at <= now {
 		de := heap.Pop(&q.delayed).(delayedEntry)
 		q.ready.putBack(de.e)
@@ -512,7 +495,6 @@ func (q *Queue) expireLocked(now int64) []*Message {
 			q.expiries.add(timed{at: de.e.expiresAt, seq: de.e.seq, level: q.ready.level(de.e.msg)})
 		}
 	}
-	var out []*Message
 	for len(q.expiries) > 0 && q.expiries[0].at <= now {
 		t := q.expiries.popMin()
 		e := q.ready.find(t.level, t.seq)
@@ -520,11 +502,8 @@ func (q *Queue) expireLocked(now int64) []*Message {
 			continue // delivered, removed or requeued since
 		}
 		q.ready.kill(e)
-		if q.noteDeadLocked(ReasonExpired) {
-			out = append(out, e.msg)
-		}
+		q.deadLocked(e.msg, ReasonExpired)
 	}
-	return out
 }
 
 // armLocked keeps one timer for the earliest expiry or delayed retry.
@@ -575,22 +554,13 @@ func (q *Queue) onTimer() {
 		q.vhost.deleteQueue(q, false, false)
 		return
 	}
-	expired := q.expireLocked(now)
+	q.expireLocked(now)
 	q.dispatchLocked()
-	expired = q.takeExpiredHeadLocked(now, expired)
-	if q.overflow() == "drop-head" && q.overLimit() {
-		dls := q.trimLocked(nil)
-		dlx, dlrk := q.eff.DLX, q.eff.DLRK
-		q.armLocked()
-		q.mu.Unlock()
-		q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
-		q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
-		return
+	if q.overflow() == "drop-head" {
+		q.trimLocked() // due delayed retries count again
 	}
 	q.armLocked()
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
+	q.unlock()
 }
 
 // touchLocked restarts the x-expires clock: the queue was used.
@@ -624,15 +594,10 @@ func (q *Queue) Ack(ds []Delivery) {
 func (q *Queue) Reject(ds []Delivery) {
 	q.mu.Lock()
 	q.unacked -= len(ds)
-	var ms []*Message
-	for _, d := range ds {
-		if q.noteDeadLocked(ReasonRejected) {
-			ms = append(ms, d.queued())
-		}
+	for i := range ds {
+		q.deadLocked(ds[i].queued(), ReasonRejected)
 	}
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	q.deadLetterAs(ms, ReasonRejected, dlx, dlrk)
+	q.unlock()
 }
 
 // Requeue returns deliveries to the queue, marked redelivered (R5.1).
@@ -648,14 +613,13 @@ func (q *Queue) Reject(ds []Delivery) {
 // deadline of a message does not change (R2.3).
 func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	q.mu.Lock()
+	defer q.unlock()
 	q.unacked -= len(ds)
 	if q.deleted {
-		q.mu.Unlock()
 		return
 	}
 	now := q.nowMs()
 	limit := q.deliveryLimit()
-	var overLimit, expired []*Message
 	for _, d := range ds {
 		e := entry{seq: d.Seq, msg: d.queued(), redelivered: true, expiresAt: d.ExpiresAt,
 			deliveryCount: d.DeliveryCount, acquired: d.AcquiredCount + 1}
@@ -664,15 +628,11 @@ func (q *Queue) Requeue(ds []Delivery, failed bool) {
 		}
 		q.stats.Requeued++
 		if limit >= 0 && int64(e.deliveryCount) > limit {
-			if q.noteDeadLocked(ReasonDeliveryLimit) {
-				overLimit = append(overLimit, e.msg)
-			}
+			q.deadLocked(e.msg, ReasonDeliveryLimit)
 			continue
 		}
 		if e.expiresAt != 0 && e.expiresAt <= now {
-			if q.noteDeadLocked(ReasonExpired) {
-				expired = append(expired, e.msg)
-			}
+			q.deadLocked(e.msg, ReasonExpired)
 			continue
 		}
 		if delay := q.retryDelay(e, failed); delay > 0 {
@@ -691,16 +651,10 @@ func (q *Queue) Requeue(ds []Delivery, failed bool) {
 		}
 	}
 	q.dispatchLocked()
-	var dls []*Message
 	if q.overflow() == "drop-head" {
-		dls = q.trimLocked(nil)
+		q.trimLocked()
 	}
 	q.armLocked()
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	q.deadLetterAs(overLimit, ReasonDeliveryLimit, dlx, dlrk)
-	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
-	q.deadLetterAs(dls, ReasonMaxLen, dlx, dlrk)
 }
 
 // retryDelay is the delay before a returned message is ready again under
@@ -775,12 +729,8 @@ func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 	if added != nil {
 		added()
 	}
-	now := q.nowMs()
-	expired := q.takeExpiredHeadLocked(now, nil)
 	q.dispatchLocked()
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	q.deadLetterAs(expired, ReasonExpired, dlx, dlrk)
+	q.unlock()
 	return nil
 }
 
@@ -801,7 +751,7 @@ func (q *Queue) RemoveConsumer(c *Consumer) {
 		}
 		q.touchLocked()
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if autoDelete {
 		q.vhost.deleteQueue(q, false, false)
 	}

@@ -90,6 +90,14 @@ func TestZeroTTL(t *testing.T) {
 	if n, _ := counts(t, ch, dlq); n != 1 {
 		t.Fatalf("DLQ: got %d, want 1 (the delivered one must not be dead-lettered)", n)
 	}
+	// Taken at once but requeued: it has expired (R2.5).
+	q2 := e.queue(ch, e.name("q2"), amqp.Table{"x-message-ttl": int32(0), "x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k"})
+	md := consume(t, e.channel(), q2, "", false, nil)
+	publishBody(t, ch, "", q2, "requeued")
+	d := recv(t, md)
+	d.Nack(false, true)
+	e.waitMessages(dlq, 2)
+	noRecv(t, md)
 }
 
 // R2.3: requeue keeps the original deadline; a message requeued after it
