@@ -42,6 +42,19 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// LoopbackUsers may only connect from loopback addresses; default ["guest"].
 	LoopbackUsers []string
+	// DataDir is where durable state lives.
+	DataDir string
+
+	// MemoryHighWatermark raises the memory alarm when the broker's Go heap
+	// and stacks exceed it, in bytes; default 40% of the machine's memory,
+	// as RabbitMQ's vm_memory_high_watermark 0.4. DiskFreeLimit raises the
+	// disk alarm when the file system of DataDir has less free space;
+	// default 50 MB, as RabbitMQ's disk_free_limit. ResourceCheckInterval is
+	// how often both are checked; default 1s. A negative watermark or limit
+	// disables that alarm.
+	MemoryHighWatermark   int64
+	DiskFreeLimit         int64
+	ResourceCheckInterval time.Duration
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -71,6 +84,15 @@ func (c *Config) setDefaults() {
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = 10 * time.Second
 	}
+	if c.MemoryHighWatermark == 0 {
+		c.MemoryHighWatermark = int64(float64(totalMemory()) * 0.4)
+	}
+	if c.DiskFreeLimit == 0 {
+		c.DiskFreeLimit = 50_000_000
+	}
+	if c.ResourceCheckInterval == 0 {
+		c.ResourceCheckInterval = time.Second
+	}
 	if c.LoopbackUsers == nil {
 		c.LoopbackUsers = []string{"guest"}
 	}
@@ -98,6 +120,7 @@ type Server struct {
 	nextConn  atomic.Uint64
 	alarms    map[string]bool
 	alarmCh   chan struct{} // closed and replaced when the alarm state changes
+	stopped   chan struct{} // closed by stop
 	closeOnce sync.Once
 }
 
@@ -145,6 +168,7 @@ func (s *Server) Start() error {
 		s.tlsLn = tl
 		s.go_(func() { s.serve(tl) })
 	}
+	s.go_(s.monitorResources)
 	s.log.Info("AMQP listener started", "addr", ln.Addr().String())
 	return nil
 }
@@ -247,6 +271,10 @@ func (s *Server) stop() {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
+		if s.stopped == nil {
+			s.stopped = make(chan struct{})
+		}
+		close(s.stopped)
 		if s.ln != nil {
 			s.ln.Close()
 		}
