@@ -1,0 +1,634 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Options configure a Log. The zero value is usable.
+type Options struct {
+	// SegmentSize is the size at which the log rolls to a new segment file
+	// (default DefaultSegmentSize). A record larger than a segment gets a
+	// segment of its own.
+	SegmentSize int64
+	// FS is the file system (default OSFS).
+	FS FS
+	// Logger receives recovery reports: torn tails cut, corrupt records found
+	// (default: discard).
+	Logger *slog.Logger
+}
+
+// writeBufSize is the size of the append buffer; Sync, a full buffer, a roll
+// and ReadAt or Scan of buffered records write it to the file.
+const writeBufSize = 64 << 10
+
+// A Log is an append-only sequence of checksummed records kept in segment
+// files in one directory; see the package documentation for the format and
+// the guarantees. A Log is safe for concurrent use.
+//
+// Lock order: syncMu, then rmu, then mu.
+type Log struct {
+	dir     string
+	fs      FS
+	segSize int64
+	logger  *slog.Logger
+
+	syncMu sync.Mutex   // serializes the fsync of the active segment
+	rmu    sync.RWMutex // held shared while a segment file is read or synced outside mu; exclusively to close or remove one
+
+	mu       sync.Mutex
+	err      error      // sticky: a write or sync failed; the log refuses further writes
+	closed   bool       // Close was called
+	segs     []*segment // by number; the last one is active
+	buf      []byte     // appended records not yet written to the active file
+	flushed  int64      // file offset where buf starts
+	appended uint64     // number of records appended
+	synced   uint64     // records [0, synced) are durable (guarded by mu)
+}
+
+type segment struct {
+	num  uint32
+	f    File
+	end  int64 // end of the valid records (for the active segment: of the records written to the file or buffered)
+	size int64 // bytes on disk (for reports)
+}
+
+// OpenLog opens the log in dir, creating dir and an empty log if needed, and
+// recovers it: every segment is read and verified. A torn or corrupt tail of
+// the last segment is cut (the file is truncated after the last good record
+// and synced); a corrupt record in an older segment ends that segment (the
+// file is left as it is; the later segments are kept). Both are reported to
+// Options.Logger at level Warn. OpenLog does not fail because of bad data,
+// only because of I/O errors.
+func OpenLog(dir string, opts Options) (*Log, error) {
+	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger}
+	if l.fs == nil {
+		l.fs = OSFS{}
+	}
+	if l.segSize == 0 {
+		l.segSize = DefaultSegmentSize
+	}
+	if l.segSize < MinSegmentSize || l.segSize > MaxSegmentSize {
+		return nil, fmt.Errorf("store: segment size %d out of range [%d, %d]", l.segSize, MinSegmentSize, MaxSegmentSize)
+	}
+	if l.logger == nil {
+		l.logger = slog.New(slog.DiscardHandler)
+	}
+	l.logger = l.logger.With("log", dir)
+	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	names, err := l.fs.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var nums []uint32
+	for _, name := range names {
+		if n, ok := parseSegName(name); ok {
+			nums = append(nums, n)
+		}
+	}
+	// ReadDir sorts names; 16-digit names sort like their numbers.
+	for i, n := range nums {
+		seg, err := l.recoverSegment(n, i == len(nums)-1)
+		if err != nil {
+			l.closeFiles()
+			return nil, err
+		}
+		l.segs = append(l.segs, seg)
+	}
+	if len(l.segs) == 0 {
+		if err := l.createSegment(0); err != nil {
+			return nil, err
+		}
+	}
+	a := l.active()
+	l.flushed = a.end
+	return l, nil
+}
+
+// recoverSegment opens segment n and finds the end of its valid records. The
+// last segment is repaired so that appends can continue after it.
+func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
+	path := filepath.Join(l.dir, segName(n))
+	f, err := l.fs.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	seg := &segment{num: n, f: f, size: size}
+	var hdr [segHeaderSize]byte
+	m, err := f.ReadAt(hdr[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		f.Close()
+		return nil, err
+	}
+	if m < segHeaderSize || !validSegHeader(hdr[:]) {
+		if !last {
+			l.logger.Warn("store: segment has a bad header; ignoring its records", "segment", path, "size", size)
+			return seg, nil // end 0: no records
+		}
+		if size > 0 {
+			l.logger.Warn("store: last segment has a torn or bad header; resetting it", "segment", path, "bytes_cut", size)
+		}
+		h := appendSegHeader(nil)
+		if err := f.Truncate(0); err == nil {
+			_, err = f.WriteAt(h, 0)
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		seg.end, seg.size = segHeaderSize, segHeaderSize
+		return seg, nil
+	}
+	r := segReader{f: f, limit: size, off: segHeaderSize}
+	var bad string
+	for {
+		_, _, _, ok, why, err := r.next()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		if !ok {
+			bad = why
+			break
+		}
+	}
+	seg.end = r.off
+	if seg.end == size {
+		return seg, nil
+	}
+	if !last {
+		l.logger.Warn("store: corrupt record in an older segment; ignoring the rest of that segment",
+			"segment", path, "offset", seg.end, "bytes_ignored", size-seg.end, "reason", bad)
+		return seg, nil
+	}
+	l.logger.Warn("store: cutting torn or corrupt tail", "segment", path, "offset", seg.end,
+		"bytes_cut", size-seg.end, "reason", bad)
+	if err := f.Truncate(seg.end); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	seg.size = seg.end
+	return seg, nil
+}
+
+// createSegment creates segment n with its header (buffered) and makes its
+// directory entry durable. Called with mu held, or before the log is shared.
+func (l *Log) createSegment(n uint32) error {
+	path := filepath.Join(l.dir, segName(n))
+	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		f.Close()
+		return err
+	}
+	l.segs = append(l.segs, &segment{num: n, f: f, end: segHeaderSize})
+	l.flushed = 0
+	l.buf = appendSegHeader(l.buf[:0])
+	return nil
+}
+
+func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+
+// usable reports why the log cannot be written to, if it cannot. mu held.
+func (l *Log) usable() error {
+	if l.closed {
+		return ErrClosed
+	}
+	return l.err
+}
+
+// fail records a write or sync error; the log refuses writes from then on,
+// because after a failed write or fsync the state of the file is unknown.
+// mu held.
+func (l *Log) fail(err error) error {
+	if l.err == nil {
+		l.err = fmt.Errorf("store: log %s failed, reopen it to recover: %w", l.dir, err)
+		l.logger.Error("store: log failed", "err", err)
+	}
+	return l.err
+}
+
+// Append adds a record and returns its position. The record is buffered in
+// memory: it is durable only once Sync (or a Syncer request made after Append
+// returned) has completed. Append rolls to a new segment when the record does
+// not fit in the active one; the previous segment is synced as part of the
+// roll, so the durable records are always a prefix of the appended ones.
+func (l *Log) Append(typ byte, payload []byte) (Pos, error) {
+	if len(payload) > MaxPayload {
+		return Pos{}, ErrTooLarge
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return Pos{}, err
+	}
+	recLen := int64(recHeaderSize + len(payload))
+	a := l.active()
+	if a.end > segHeaderSize && a.end+recLen > l.segSize {
+		if err := l.rollLocked(); err != nil {
+			return Pos{}, err
+		}
+		a = l.active()
+	}
+	if len(l.buf)+int(recLen) > writeBufSize && len(l.buf) > 0 {
+		if err := l.flushLocked(); err != nil {
+			return Pos{}, err
+		}
+	}
+	pos := Pos{Seg: a.num, Off: uint32(a.end)}
+	l.buf = appendRecord(l.buf, typ, payload)
+	a.end += recLen
+	l.appended++
+	if len(l.buf) >= writeBufSize {
+		if err := l.flushLocked(); err != nil {
+			return Pos{}, err
+		}
+	}
+	return pos, nil
+}
+
+// flushLocked writes the buffer to the active file. mu held.
+func (l *Log) flushLocked() error {
+	if len(l.buf) == 0 {
+		return nil
+	}
+	a := l.active()
+	if _, err := a.f.WriteAt(l.buf, l.flushed); err != nil {
+		return l.fail(err)
+	}
+	l.flushed += int64(len(l.buf))
+	a.size = l.flushed
+	l.buf = l.buf[:0]
+	if cap(l.buf) > 4*writeBufSize { // after a huge record
+		l.buf = nil
+	}
+	return nil
+}
+
+// rollLocked seals the active segment (written and synced) and starts the
+// next one. mu held.
+func (l *Log) rollLocked() error {
+	if err := l.flushLocked(); err != nil {
+		return err
+	}
+	a := l.active()
+	if err := a.f.Sync(); err != nil {
+		return l.fail(err)
+	}
+	l.synced = l.appended
+	if err := l.createSegment(a.num + 1); err != nil {
+		return l.fail(err)
+	}
+	return nil
+}
+
+// Roll seals the active segment and starts a new one, so that all records
+// appended so far can be removed with RemoveSegmentsBefore (for example when
+// the owner purges everything). It is a no-op if the active segment is empty.
+func (l *Log) Roll() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if l.active().end == segHeaderSize {
+		return nil
+	}
+	return l.rollLocked()
+}
+
+// Sync makes every record appended before Sync was called durable. Appends
+// may continue while it waits for the disk. Concurrent Syncs share fsyncs.
+// If it fails, the log is failed: every later Append and Sync returns an
+// error and the owner must Close and reopen the log, which recovers what is
+// on disk.
+func (l *Log) Sync() error {
+	_, err := l.sync()
+	return err
+}
+
+// sync is Sync; fsynced reports whether it called fsync.
+func (l *Log) sync() (fsynced bool, err error) {
+	l.mu.Lock()
+	if err := l.usable(); err != nil {
+		l.mu.Unlock()
+		return false, err
+	}
+	target := l.appended
+	covered := l.synced >= target
+	l.mu.Unlock()
+	if covered {
+		return false, nil
+	}
+
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.rmu.RLock() // keeps the active file open while we sync it
+	l.mu.Lock()
+	if err := l.usable(); err != nil {
+		l.mu.Unlock()
+		l.rmu.RUnlock()
+		return false, err
+	}
+	if l.synced >= target { // another Sync (or a roll) covered us while we waited
+		l.mu.Unlock()
+		l.rmu.RUnlock()
+		return false, nil
+	}
+	// Records up to target are in the active segment or in a sealed one,
+	// which its roll synced. Write the buffer and sync the active file; the
+	// fsync covers everything appended up to now.
+	if err := l.flushLocked(); err != nil {
+		l.mu.Unlock()
+		l.rmu.RUnlock()
+		return false, err
+	}
+	upTo := l.appended
+	f := l.active().f
+	l.mu.Unlock()
+
+	err = f.Sync()
+	l.rmu.RUnlock()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		return true, l.fail(err)
+	}
+	l.synced = max(l.synced, upTo)
+	return true, nil
+}
+
+// ReadAt returns the record at p, verified against its checksum. The payload
+// is a new slice owned by the caller. It returns an error wrapping ErrNotFound
+// if p is not the position of a record in the log (including records of
+// removed segments) and one wrapping ErrCorrupt if the data on disk fails its
+// checksum. ReadAt may run concurrently with everything but Close; it reads
+// buffered records after writing them to the file.
+func (l *Log) ReadAt(p Pos) (typ byte, payload []byte, err error) {
+	l.rmu.RLock()
+	defer l.rmu.RUnlock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return 0, nil, ErrClosed
+	}
+	seg := l.findLocked(p.Seg)
+	if seg == nil || int64(p.Off) < segHeaderSize || int64(p.Off)+recHeaderSize > seg.end {
+		l.mu.Unlock()
+		return 0, nil, fmt.Errorf("%w: %v", ErrNotFound, p)
+	}
+	end := seg.end
+	if seg == l.active() && int64(p.Off)+recHeaderSize > l.flushed {
+		if err := l.flushLocked(); err != nil {
+			l.mu.Unlock()
+			return 0, nil, err
+		}
+	}
+	l.mu.Unlock()
+
+	var h [recHeaderSize]byte
+	if _, err := seg.f.ReadAt(h[:], int64(p.Off)); err != nil {
+		return 0, nil, fmt.Errorf("store: reading %v: %w", p, err)
+	}
+	n := int64(le32(h[0:4]))
+	if n > MaxPayload || int64(p.Off)+recHeaderSize+n > end {
+		return 0, nil, fmt.Errorf("%w at %v: length %d runs past the end of the segment (or %v is not a record boundary)", ErrCorrupt, p, n, p)
+	}
+	payload = make([]byte, n)
+	if _, err := seg.f.ReadAt(payload, int64(p.Off)+recHeaderSize); err != nil {
+		return 0, nil, fmt.Errorf("store: reading %v: %w", p, err)
+	}
+	if recordCRC(h[8], payload) != le32(h[4:8]) {
+		return 0, nil, fmt.Errorf("%w at %v: checksum mismatch", ErrCorrupt, p)
+	}
+	return h[8], payload, nil
+}
+
+func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+
+// findLocked returns segment n or nil. mu held.
+func (l *Log) findLocked(n uint32) *segment {
+	lo, hi := 0, len(l.segs)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if l.segs[m].num < n {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(l.segs) && l.segs[lo].num == n {
+		return l.segs[lo]
+	}
+	return nil
+}
+
+// Scan calls fn for every record of the log in order. It is ScanFrom(Pos{}).
+func (l *Log) Scan(fn func(p Pos, typ byte, payload []byte) error) error {
+	return l.ScanFrom(Pos{}, fn)
+}
+
+// ScanFrom calls fn, in order, for every record at or after from that was
+// appended before ScanFrom was called; from must be the position of a record,
+// or a position between records such as Pos{} or Pos{Seg: n}. payload is only
+// valid until fn returns. If fn returns an error, ScanFrom stops and returns
+// it. Records appended concurrently are not visited; segments removed
+// concurrently are skipped. fn must not call Close.
+//
+// Records were verified when the log was opened; a record that fails its
+// checksum now (the disk changed under us) stops the scan with an error
+// wrapping ErrCorrupt.
+func (l *Log) ScanFrom(from Pos, fn func(p Pos, typ byte, payload []byte) error) error {
+	type span struct {
+		num uint32
+		end int64
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	if err := l.flushLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	var spans []span
+	for _, s := range l.segs {
+		if s.num >= from.Seg {
+			spans = append(spans, span{s.num, s.end})
+		}
+	}
+	l.mu.Unlock()
+
+	var r segReader
+	for _, sp := range spans {
+		start := int64(segHeaderSize)
+		if sp.num == from.Seg && int64(from.Off) > start {
+			start = int64(from.Off)
+		}
+		r = segReader{f: segFileReader{l, sp.num}, buf: r.buf[:0], limit: sp.end, off: start}
+		for r.off < sp.end {
+			off, typ, payload, ok, bad, err := r.next()
+			if errors.Is(err, errSegRemoved) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("store: scanning segment %d: %w", sp.num, err)
+			}
+			if !ok {
+				return fmt.Errorf("%w at %v: %s", ErrCorrupt, Pos{sp.num, uint32(r.off)}, bad)
+			}
+			if err := fn(Pos{Seg: sp.num, Off: off}, typ, payload); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var errSegRemoved = errors.New("store: segment removed")
+
+// segFileReader reads segment num of l, holding the locks that keep its file
+// open for the duration of each read.
+type segFileReader struct {
+	l   *Log
+	num uint32
+}
+
+func (r segFileReader) ReadAt(p []byte, off int64) (int, error) {
+	r.l.rmu.RLock()
+	defer r.l.rmu.RUnlock()
+	r.l.mu.Lock()
+	seg := r.l.findLocked(r.num)
+	closed := r.l.closed
+	r.l.mu.Unlock()
+	if closed {
+		return 0, ErrClosed
+	}
+	if seg == nil {
+		return 0, errSegRemoved
+	}
+	return seg.f.ReadAt(p, off)
+}
+
+// RemoveSegmentsBefore deletes the segment files numbered below seg, except
+// the active segment, which is never removed (Roll it first to remove
+// everything). The owner calls it once no record in those segments is needed.
+// The removal is durable when it returns (the directory is synced). It waits
+// for concurrent ReadAt calls; ReadAt of a removed record returns ErrNotFound.
+func (l *Log) RemoveSegmentsBefore(seg uint32) error {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	var kept []*segment
+	removed := 0
+	var firstErr error
+	for i, s := range l.segs {
+		if s.num >= seg || i == len(l.segs)-1 || firstErr != nil {
+			kept = append(kept, s)
+			continue
+		}
+		s.f.Close()
+		if err := l.fs.Remove(filepath.Join(l.dir, segName(s.num))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			firstErr = err
+		}
+		removed++
+	}
+	l.segs = kept
+	if removed > 0 {
+		if err := l.fs.SyncDir(l.dir); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// Segments returns the numbers of the log's segments, oldest first; the last
+// one is the active segment.
+func (l *Log) Segments() []uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	nums := make([]uint32, len(l.segs))
+	for i, s := range l.segs {
+		nums[i] = s.num
+	}
+	return nums
+}
+
+// Size returns the bytes the log occupies on disk, including buffered records.
+func (l *Log) Size() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, s := range l.segs[:len(l.segs)-1] {
+		n += s.size
+	}
+	return n + l.flushed + int64(len(l.buf))
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Close writes and syncs buffered records (unless the log has failed) and
+// closes the files. It waits for concurrent ReadAt calls. Close is
+// idempotent; calls other than Close return ErrClosed afterwards.
+func (l *Log) Close() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	var err error
+	if l.err == nil {
+		if err = l.flushLocked(); err == nil && l.synced < l.appended {
+			if err = l.active().f.Sync(); err != nil {
+				err = l.fail(err)
+			}
+		}
+	}
+	l.closed = true
+	if cerr := l.closeFiles(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (l *Log) closeFiles() error {
+	var first error
+	for _, s := range l.segs {
+		if err := s.f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
