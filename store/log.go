@@ -106,9 +106,9 @@ func OpenLog(dir string, opts Options) (*Log, error) {
 		if err := l.createSegment(0); err != nil {
 			return nil, err
 		}
+	} else {
+		l.flushed = l.active().end
 	}
-	a := l.active()
-	l.flushed = a.end
 	return l, nil
 }
 
@@ -426,7 +426,9 @@ func (l *Log) ReadAt(p Pos) (typ byte, payload []byte, err error) {
 	return h[8], payload, nil
 }
 
-func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
 
 // findLocked returns segment n or nil. mu held.
 func (l *Log) findLocked(n uint32) *segment {

@@ -1,0 +1,59 @@
+// # Message log
+//
+// Messages are kept in a Log per queue (log.go, segment.go, syncer.go): an
+// append-only sequence of records in segment files, as in LavinMQ. The owner
+// (the queue) chooses what a record means through its type byte and payload,
+// keeps the positions it needs, and reclaims whole segments once nothing in
+// them is live.
+//
+// Layout: dir/NNNNNNNNNNNNNNNN.seg, the segment number in 16 decimal digits,
+// numbers increasing by one per roll. A segment is an 8-byte header ("WRNL",
+// u32 version 1) followed by records [u32 length][u32 CRC-32C of type and
+// payload][u8 type][payload], little-endian. A segment rolls when the next
+// record would take it past Options.SegmentSize (default 8 MiB); a larger
+// record gets a segment of its own. A record is addressed by Pos{Seg, Off}.
+//
+// Durability order:
+//  1. Append copies the record into a buffer (64 KiB) in memory; it is not
+//     durable. The buffer is written to the file when full, on Sync, on a
+//     roll, and before ReadAt or Scan needs it.
+//  2. Sync writes the buffer and fdatasyncs the active segment; when it
+//     returns nil, every record appended before it was called is on disk.
+//     A roll first writes and syncs the segment it seals, then creates the
+//     next segment and syncs the directory, so the durable records are always
+//     a prefix of the appended ones.
+//  3. Syncer.Request callbacks (publisher confirms) run only after the fsync
+//     that covers their records has returned.
+//
+// RemoveSegmentsBefore deletes files and syncs the directory before it
+// returns. If a write or an fsync fails, the log is failed: it returns the
+// error from every later Append and Sync, because the state of the file is no
+// longer known (after a failed fsync the kernel may have dropped the dirty
+// pages); the owner closes and reopens it.
+//
+// Recovery (OpenLog) reads and verifies every segment. After a crash the
+// last segment may end in a torn record or in garbage (blocks written back out
+// of order): OpenLog truncates it after the last good record, syncs it and
+// logs a warning. A bad record in an older segment (which was synced before
+// the roll, so only corruption of the disk explains it) ends that segment:
+// its later records are ignored, the later segments are kept, and a warning is
+// logged. OpenLog fails only on I/O errors, never because of the data; no
+// API returns a record whose checksum fails (ReadAt and Scan verify again
+// and return ErrCorrupt). Guarantee after a crash without disk corruption:
+// the records recovered are a prefix of those appended, and include every
+// record whose Sync returned nil (or whose Syncer request completed with nil).
+//
+// Group commit: a Syncer serves all the logs of a node. Requests made while
+// it syncs are batched into the next round, which syncs each log named once;
+// SyncerStats.RequestsPerFsync reports the factor.
+//
+// Concurrency: a Log is safe for concurrent use. Append and Sync may run
+// together (appends continue while an fsync is in flight); ReadAt and Scan
+// may run concurrently with appends; RemoveSegmentsBefore waits for reads and
+// for an fsync in flight. Scan callbacks must not call Close. Lock order:
+// Log.syncMu, Log.rmu, Log.mu. One process at a time may open a directory
+// (not enforced by the log; the node holds a lock on its data directory).
+//
+// Files and tests: FS abstracts the file system; OSFS is the real one and
+// MemFS simulates crashes and torn writes for crash tests.
+package store
