@@ -140,9 +140,9 @@ func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
 		if size > 0 {
 			l.logger.Warn("store: last segment has a torn or bad header; resetting it", "segment", path, "bytes_cut", size)
 		}
-		h := appendSegHeader(nil)
-		if err := f.Truncate(0); err == nil {
-			_, err = f.WriteAt(h, 0)
+		err := f.Truncate(0)
+		if err == nil {
+			_, err = f.WriteAt(appendSegHeader(nil), 0)
 		}
 		if err == nil {
 			err = f.Sync()
@@ -169,6 +169,14 @@ func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
 	}
 	seg.end = r.off
 	if seg.end == size {
+		if last {
+			// After a kill -9 its tail may sit in the page cache only:
+			// make what we recovered durable before appending after it.
+			if err := f.Sync(); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
 		return seg, nil
 	}
 	if !last {

@@ -282,6 +282,9 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
+	if len(p) == 0 {
+		return 0, nil
+	}
 	if off >= int64(len(f.ino.data)) {
 		return 0, io.EOF
 	}
