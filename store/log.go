@@ -424,14 +424,18 @@ func (l *Log) ReadAt(p Pos) (typ byte, payload []byte, err error) {
 	if n > MaxPayload || int64(p.Off)+recHeaderSize+n > end {
 		return 0, nil, fmt.Errorf("%w at %v: length %d runs past the end of the segment (or %v is not a record boundary)", ErrCorrupt, p, n, p)
 	}
-	payload = make([]byte, n)
-	if _, err := seg.f.ReadAt(payload, int64(p.Off)+recHeaderSize); err != nil {
-		return 0, nil, fmt.Errorf("store: reading %v: %w", p, err)
+	// One buffer for type and payload, so the checksum covers them at once.
+	buf := make([]byte, 1+n)
+	buf[0] = h[8]
+	if n > 0 {
+		if _, err := seg.f.ReadAt(buf[1:], int64(p.Off)+recHeaderSize); err != nil {
+			return 0, nil, fmt.Errorf("store: reading %v: %w", p, err)
+		}
 	}
-	if recordCRC(h[8], payload) != le32(h[4:8]) {
+	if recordCRC(buf) != le32(h[4:8]) {
 		return 0, nil, fmt.Errorf("%w at %v: checksum mismatch", ErrCorrupt, p)
 	}
-	return h[8], payload, nil
+	return h[8], buf[1:], nil
 }
 
 func le32(b []byte) uint32 {

@@ -99,15 +99,17 @@ func validSegHeader(h []byte) bool {
 		binary.LittleEndian.Uint32(h[4:8]) == segVersion
 }
 
-func recordCRC(typ byte, payload []byte) uint32 {
-	return crc32.Update(crc32.Update(0, castagnoli, []byte{typ}), castagnoli, payload)
-}
+// recordCRC returns the checksum of a record whose type byte and payload are
+// typPayload (contiguous, as they are on disk).
+func recordCRC(typPayload []byte) uint32 { return crc32.Checksum(typPayload, castagnoli) }
 
 func appendRecord(b []byte, typ byte, payload []byte) []byte {
+	start := len(b)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
-	b = binary.LittleEndian.AppendUint32(b, recordCRC(typ, payload))
-	b = append(b, typ)
-	return append(b, payload...)
+	b = append(b, 0, 0, 0, 0, typ)
+	b = append(b, payload...)
+	binary.LittleEndian.PutUint32(b[start+4:], recordCRC(b[start+8:]))
+	return b
 }
 
 // segReader reads the records of one segment in order, verifying each. It
@@ -173,7 +175,7 @@ func (r *segReader) next() (p uint32, typ byte, payload []byte, ok bool, bad str
 		return 0, 0, nil, false, "short record", err
 	}
 	payload = rec[recHeaderSize:]
-	if recordCRC(typ, payload) != sum {
+	if recordCRC(rec[8:]) != sum {
 		return 0, 0, nil, false, "checksum mismatch", nil
 	}
 	p = uint32(r.off)
