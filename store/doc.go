@@ -43,6 +43,19 @@
 // the records recovered are a prefix of those appended, and include every
 // record whose Sync returned nil (or whose Syncer request completed with nil).
 //
+// Positions: Pos values are stable while the log is open and across clean
+// restarts. Positions of records lost in recovery (an unsynced tail that was
+// cut) are reused by the next appends, so an owner must rebuild its index from
+// Scan after OpenLog, never keep positions from before a crash. A checksum
+// covers a record's type and payload, not its position: ReadAt of a position
+// that was never returned by Append or Scan may return ErrCorrupt, or, if
+// the bytes there happen to frame a valid record (a payload that embeds one),
+// that record.
+//
+// Resources: a Log keeps one open file per segment (for ReadAt), plus a
+// 64 KiB append buffer. With 8 MiB segments that is one file descriptor per
+// 8 MiB of queued data per queue.
+//
 // Group commit: a Syncer serves all the logs of a node. Requests made while
 // it syncs are batched into the next round, which syncs each log named once;
 // SyncerStats.RequestsPerFsync reports the factor.
