@@ -90,21 +90,31 @@ func (b *Broker) PutUser(name, password string, tags []string) {
 // PutUserHash creates or updates a user with an already hashed password.
 func (b *Broker) PutUserHash(name, hash string, tags []string) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if u := b.users[name]; u != nil {
+	u := b.users[name]
+	if u != nil {
 		u.PasswordHash, u.Tags = hash, append([]string(nil), tags...)
-		return
+	} else {
+		u = &User{Name: name, PasswordHash: hash, Tags: append([]string(nil), tags...), perms: map[string]*compiledPerm{}}
+		b.users[name] = u
 	}
-	b.users[name] = &User{Name: name, PasswordHash: hash, Tags: append([]string(nil), tags...), perms: map[string]*compiledPerm{}}
+	b.unlockPersist(userOp(u)) // logged
 }
 
 // DeleteUser removes a user.
 func (b *Broker) DeleteUser(name string) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, ok := b.users[name]
+	u, ok := b.users[name]
 	delete(b.users, name)
-	return ok
+	if !ok {
+		b.mu.Unlock()
+		return false
+	}
+	ops := []defOp{delOp(DefKindUsers, name)}
+	for vhost := range u.perms {
+		ops = append(ops, delOp(DefKindPermissions, scopedKey(vhost, name)))
+	}
+	b.unlockPersist(ops...) // logged
+	return true
 }
 
 // User returns a copy of the named user, or nil.
@@ -157,22 +167,25 @@ func (b *Broker) SetPermissions(vhost, user string, p Permission) error {
 		}
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	u := b.users[user]
 	if u == nil {
+		b.mu.Unlock()
 		return errNoUser
 	}
 	u.perms[vhost] = cp
-	return nil
+	return b.unlockPersist(permissionOp(vhost, user, p))
 }
 
 // ClearPermissions removes a user's permissions on a vhost.
 func (b *Broker) ClearPermissions(vhost, user string) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if u := b.users[user]; u != nil {
-		delete(u.perms, vhost)
+	u := b.users[user]
+	if u == nil || u.perms[vhost] == nil {
+		b.mu.Unlock()
+		return
 	}
+	delete(u.perms, vhost)
+	b.unlockPersist(delOp(DefKindPermissions, scopedKey(vhost, user))) // logged
 }
 
 // Permissions returns a user's permissions on a vhost.

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/internal/clock"
@@ -26,6 +27,11 @@ import (
 type Config struct {
 	Logger *slog.Logger
 	Clock  clock.Clock
+	// Store, if set, keeps durable definitions across restarts (see
+	// persist.go). A broker with a store starts empty: call Recover
+	// before use, which loads the store and, on first boot only, creates
+	// the default vhost and user.
+	Store DefinitionStore
 }
 
 // Broker is the set of virtual hosts and users of one Warren node.
@@ -36,10 +42,17 @@ type Broker struct {
 	mu     sync.RWMutex
 	vhosts map[string]*VHost
 	users  map[string]*User
+
+	store     DefinitionStore
+	persistMu sync.Mutex  // orders writes to store (persist.go)
+	loading   atomic.Bool // Recover is applying stored records
+	recovered bool        // guarded by mu
+	firstBoot bool        // guarded by mu
 }
 
 // New returns a broker with the default vhost "/" and the user guest/guest
 // (an administrator with full permissions on "/"), as RabbitMQ starts.
+// With cfg.Store, Recover creates them instead (on first boot only).
 func New(cfg Config) *Broker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -47,10 +60,10 @@ func New(cfg Config) *Broker {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}}
-	b.AddVHost("/")
-	b.PutUser("guest", "guest", []string{"administrator"})
-	b.SetPermissions("/", "guest", Permission{Configure: ".*", Write: ".*", Read: ".*"})
+	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store}
+	if b.store == nil {
+		b.createDefaults()
+	}
 	return b
 }
 
@@ -83,12 +96,13 @@ func (b *Broker) VHosts() []string {
 // existing one if it exists.
 func (b *Broker) AddVHost(name string) *VHost {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if v := b.vhosts[name]; v != nil {
+		b.mu.Unlock()
 		return v
 	}
 	v := newVHost(b, name)
 	b.vhosts[name] = v
+	b.unlockPersist(putOp(DefKindVHosts, name, DefVHost{Name: name}))
 	return v
 }
 
@@ -99,6 +113,10 @@ func (b *Broker) DeleteVHost(name string) bool {
 	delete(b.vhosts, name)
 	for _, u := range b.users {
 		delete(u.perms, name)
+	}
+	if v != nil {
+		// Everything under the name goes, permissions of any user too.
+		b.dropVHostLocked(name) // logged; DeleteVHost reports no errors
 	}
 	b.mu.Unlock()
 	if v == nil {

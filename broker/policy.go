@@ -574,7 +574,8 @@ func (v *VHost) setPolicy(p Policy, operator bool) error {
 	defer v.policies.mu.Unlock()
 	v.policies.put(operator, p.Name, cp)
 	v.applyPolicies()
-	return nil
+	// policies.mu orders policy writes (persist.go).
+	return v.b.persist(policyOp(v.Name, copyPolicy(cp), operator))
 }
 
 // DeletePolicy removes a policy; it reports whether it existed. Queues it
@@ -591,6 +592,11 @@ func (v *VHost) deletePolicy(name string, operator bool) bool {
 		return false
 	}
 	v.applyPolicies()
+	kind := DefKindPolicies
+	if operator {
+		kind = DefKindOperatorPolicies
+	}
+	v.b.persist(delOp(kind, scopedKey(v.Name, name))) // logged
 	return true
 }
 

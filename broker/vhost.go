@@ -22,6 +22,7 @@ type VHost struct {
 	queues    map[string]*Queue
 	replyTo   map[string]ReplyTarget
 	closed    bool
+	pending   []defOp // store changes made under mu (persist.go)
 
 	policies vhostPolicies // policy.go
 }
@@ -78,9 +79,9 @@ type ExchangeSpec struct {
 
 // DeclareExchange creates an exchange or checks that an existing one is
 // equivalent. passive only checks existence.
-func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) error {
+func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) (err error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer func() { err = v.unlockPersist(err) }()
 	if s.Name == "" {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
@@ -103,7 +104,11 @@ func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) error {
 				return err
 			}
 		}
-		v.exchanges[s.Name] = newExchange(v, s.Name, s.Kind, s.Durable, s.AutoDelete, s.Internal, s.Args)
+		x = newExchange(v, s.Name, s.Kind, s.Durable, s.AutoDelete, s.Internal, s.Args)
+		v.exchanges[s.Name] = x
+		if x.persisted() {
+			v.recordLocked(exchangeOp(v, x))
+		}
 		return nil
 	}
 	what := fmt.Sprintf("exchange '%s' in vhost '%s'", s.Name, v.Name)
@@ -142,9 +147,9 @@ func (v *VHost) Exchanges() []*Exchange {
 
 // DeleteExchange deletes an exchange and its bindings. Deleting a missing
 // exchange succeeds, as in RabbitMQ.
-func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
+func (v *VHost) DeleteExchange(name string, ifUnused bool) (err error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer func() { err = v.unlockPersist(err) }()
 	if name == "" {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
@@ -165,6 +170,9 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 func (v *VHost) deleteExchangeLocked(x *Exchange) {
 	delete(v.exchanges, x.Name)
 	x.deleted = true
+	if x.persisted() {
+		v.recordLocked(delOp(DefKindExchanges, scopedKey(v.Name, x.Name)))
+	}
 	if x.delayed != nil {
 		x.delayed.drop()
 	}
@@ -180,6 +188,9 @@ func (v *VHost) deleteExchangeLocked(x *Exchange) {
 // source exchange if that was its last binding.
 func (v *VHost) unlinkLocked(b *Binding) {
 	b.Source.removeBinding(b)
+	if b.persisted() {
+		v.recordLocked(delOp(DefKindBindings, bindingKey(v.Name, b)))
+	}
 	if b.dest.q != nil {
 		delete(b.dest.q.bindings, b)
 	} else {
@@ -248,9 +259,14 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 		q = newQueue(v, s)
 		v.applyQueuePolicies(q) // existing policies apply (R1.12)
 		v.queues[s.Name] = q
+		if q.persisted() {
+			v.recordLocked(queueOp(v, q))
+		}
 		// Every queue is bound to the default exchange by its name; that
 		// binding is implicit (see route).
-		v.mu.Unlock()
+		if err := v.unlockPersist(nil); err != nil {
+			return nil, 0, 0, err
+		}
 		return q, 0, 0, nil
 	}
 	v.mu.Unlock()
@@ -343,12 +359,15 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 	for b := range q.bindings {
 		v.unlinkLocked(b)
 	}
-	v.mu.Unlock()
+	if q.persisted() {
+		v.recordLocked(delOp(DefKindQueues, scopedKey(v.Name, q.Name)))
+	}
+	perr := v.unlockPersist(nil)
 	n, cs := q.markDeleted()
 	for _, c := range cs {
 		c.Sink.Cancelled(c)
 	}
-	return n, nil
+	return n, perr
 }
 
 // DeleteExclusive deletes the exclusive queues owned by a closing connection.
@@ -367,9 +386,9 @@ func (v *VHost) DeleteExclusive(conn uint64) {
 }
 
 // Bind binds a queue (or, with toExchange, an exchange) to an exchange.
-func (v *VHost) Bind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) error {
+func (v *VHost) Bind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer func() { err = v.unlockPersist(err) }()
 	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)
 	if err != nil {
 		return err
@@ -390,14 +409,17 @@ func (v *VHost) Bind(source, destination string, toExchange bool, key string, ar
 	} else {
 		d.x.inbound[id] = b
 	}
+	if b.persisted() {
+		v.recordLocked(bindingOp(v, b))
+	}
 	return nil
 }
 
 // Unbind removes a binding; removing a missing binding succeeds, even
 // when its queue or exchange does not exist (as in RabbitMQ 3.10).
-func (v *VHost) Unbind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) error {
+func (v *VHost) Unbind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer func() { err = v.unlockPersist(err) }()
 	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)
 	if ae, ok := err.(*amqp.Error); ok && ae.Code == amqp.NotFound {
 		return nil

@@ -1,0 +1,554 @@
+package broker
+
+// Durable definitions: what the broker writes to its DefinitionStore, when,
+// and how Recover reads it back.
+//
+// What is written (as RabbitMQ keeps it across a restart):
+//   - vhosts, users (with their password hash), permissions, policies and
+//     operator policies: always;
+//   - exchanges declared durable (the default and amq.* exchanges are
+//     predeclared in every vhost and never written);
+//   - queues declared durable and not exclusive; durable auto-delete
+//     queues are kept, as RabbitMQ keeps them (they are deleted when
+//     their last consumer goes, not by a restart); exclusive queues never
+//     survive a restart;
+//   - bindings whose source exchange and destination are both written
+//     (a binding to a transient queue dies with the queue).
+//
+// Deleting an entity deletes its record, whatever deleted it (a client,
+// x-expires, auto-delete, a cascade from a deleted queue or exchange, a
+// deleted vhost or user).
+//
+// Records are JSON, in the shapes of RabbitMQ's definitions document
+// (DefVHost, DefUser, ...), so that they can be read by eye. Arguments
+// are kept twice: as JSON for the eye, and as the AMQP field-table
+// encoding (AMQPArgs, base64 in the JSON) from which they are restored,
+// so that their types survive exactly (a long-int x-max-length stays
+// long, not a long-long), a redeclaration after a restart with the same
+// arguments is still equivalent, and one with different arguments gets
+// the same 406 text as before the restart.
+//
+// Keys: name for vhosts and users; vhost + "\x00" + name for vhost-scoped
+// kinds (permissions: vhost + "\x00" + user); bindings add the
+// destination kind, destination, routing key and the hex of their
+// encoded arguments.
+//
+// Ordering and locks: a change is applied in memory first, then written,
+// and the call that made it returns only after the write (so a
+// queue.declare-ok is sent once the queue's record is on disk). Changes
+// under a lock (Broker.mu, VHost.mu) are queued while it is held; the
+// writer takes Broker.persistMu before releasing that lock and writes
+// after releasing it, so records reach the store in the order the changes
+// were made, and publishers, which only need VHost.mu, are not stalled by
+// an fsync unless two definition changes race. Lock order:
+// Broker.mu -> VHost.policies.mu -> VHost.mu -> Broker.persistMu.
+//
+// A failed write is logged and returned where the API returns errors (as
+// a 541 internal error for AMQP callers); the change stays in memory and
+// is lost at the next restart.
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/warrenmq/warren/amqp"
+)
+
+// DefinitionStore persists durable definitions (package store implements
+// it). Put and Delete return once the change is durable. The broker calls
+// them after a change is applied in memory, with no VHost or Broker lock
+// held, in the order the changes were made (see persist.go). ForEach is
+// only used by Recover and must not be called concurrently with writes
+// to the same kind from its callback.
+type DefinitionStore interface {
+	Put(kind, key string, value []byte) error
+	Delete(kind, key string) error
+	ForEach(kind string, fn func(key, value []byte) error) error
+}
+
+// Definition kinds, the buckets of the store.
+const (
+	DefKindVHosts           = "vhosts"
+	DefKindUsers            = "users"
+	DefKindPermissions      = "permissions"
+	DefKindExchanges        = "exchanges"
+	DefKindQueues           = "queues"
+	DefKindBindings         = "bindings"
+	DefKindPolicies         = "policies"
+	DefKindOperatorPolicies = "operator_policies"
+	DefKindMeta             = "meta"
+)
+
+// vhostScopedKinds are the kinds whose keys start with vhost + "\x00".
+var vhostScopedKinds = []string{DefKindPermissions, DefKindExchanges, DefKindQueues, DefKindBindings,
+	DefKindPolicies, DefKindOperatorPolicies}
+
+// metaInitialized marks a store whose defaults (vhost "/", user guest)
+// were created: RabbitMQ creates them on first boot only, so a deleted
+// guest stays deleted.
+const metaInitialized = "initialized"
+
+// defOp is one store change; del deletes key.
+type defOp struct {
+	kind, key string
+	value     []byte
+	del       bool
+}
+
+// queueRecord, exchangeRecord and bindingRecord add the exact encoded
+// arguments to RabbitMQ's definition shapes.
+type queueRecord struct {
+	DefQueue
+	AMQPArgs []byte `json:"amqp_arguments,omitempty"`
+}
+
+type exchangeRecord struct {
+	DefExchange
+	AMQPArgs []byte `json:"amqp_arguments,omitempty"`
+}
+
+type bindingRecord struct {
+	DefBinding
+	AMQPArgs []byte `json:"amqp_arguments,omitempty"`
+}
+
+func scopedKey(vhost, name string) string { return vhost + "\x00" + name }
+
+func encodeArgs(t amqp.Table) []byte {
+	if len(t) == 0 {
+		return nil
+	}
+	return amqp.AppendTable(nil, t)
+}
+
+func decodeArgs(b []byte) (amqp.Table, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	t, _, err := amqp.DecodeTable(b)
+	return t, err
+}
+
+func putOp(kind, key string, rec any) defOp {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		// Records are plain structs of strings, numbers and maps of
+		// decoded AMQP values; this cannot happen short of a bug.
+		panic(fmt.Sprintf("broker: encoding a %s record: %v", kind, err))
+	}
+	return defOp{kind: kind, key: key, value: v}
+}
+
+func delOp(kind, key string) defOp { return defOp{kind: kind, key: key, del: true} }
+
+// persisted reports whether q is written to the store.
+func (q *Queue) persisted() bool { return q.Durable && !q.Exclusive }
+
+// persisted reports whether x is written to the store.
+func (x *Exchange) persisted() bool {
+	return x.Durable && x.Name != "" && !strings.HasPrefix(x.Name, "amq.")
+}
+
+// persisted reports whether the binding is written to the store: both
+// ends survive a restart (amq.* sources included).
+func (bd *Binding) persisted() bool {
+	if !bd.Source.Durable || bd.Source.Name == "" {
+		return false
+	}
+	if bd.dest.q != nil {
+		return bd.dest.q.persisted()
+	}
+	return bd.dest.x.persisted()
+}
+
+func bindingKey(vhost string, bd *Binding) string {
+	dt := "q"
+	if bd.dest.q == nil {
+		dt = "e"
+	}
+	return strings.Join([]string{vhost, bd.Source.Name, dt, bd.dest.name(), bd.RoutingKey, hex.EncodeToString([]byte(bd.id.args))}, "\x00")
+}
+
+func queueOp(v *VHost, q *Queue) defOp {
+	durable := q.Durable
+	typ := q.Config.Type
+	if typ == "" {
+		typ = QueueTypeClassic
+	}
+	return putOp(DefKindQueues, scopedKey(v.Name, q.Name), queueRecord{
+		DefQueue: DefQueue{Name: q.Name, VHost: v.Name, Type: typ, Durable: &durable, AutoDelete: q.AutoDelete,
+			Arguments: tableToJSON(q.Args)},
+		AMQPArgs: encodeArgs(q.Args)})
+}
+
+func exchangeOp(v *VHost, x *Exchange) defOp {
+	durable := x.Durable
+	return putOp(DefKindExchanges, scopedKey(v.Name, x.Name), exchangeRecord{
+		DefExchange: DefExchange{Name: x.Name, VHost: v.Name, Type: x.Kind, Durable: &durable, AutoDelete: x.AutoDelete,
+			Internal: x.Internal, Arguments: tableToJSON(x.Args)},
+		AMQPArgs: encodeArgs(x.Args)})
+}
+
+func bindingOp(v *VHost, bd *Binding) defOp {
+	dt := "queue"
+	if bd.dest.q == nil {
+		dt = "exchange"
+	}
+	return putOp(DefKindBindings, bindingKey(v.Name, bd), bindingRecord{
+		DefBinding: DefBinding{Source: bd.Source.Name, VHost: v.Name, Destination: bd.dest.name(), DestinationType: dt,
+			RoutingKey: bd.RoutingKey, Arguments: tableToJSON(bd.Args)},
+		AMQPArgs: encodeArgs(bd.Args)})
+}
+
+func policyOp(vhost string, p Policy, operator bool) defOp {
+	kind := DefKindPolicies
+	if operator {
+		kind = DefKindOperatorPolicies
+	}
+	return putOp(kind, scopedKey(vhost, p.Name), DefPolicy{VHost: vhost, Name: p.Name, Pattern: p.Pattern,
+		ApplyTo: p.ApplyTo, Priority: json.Number(strconv.Itoa(p.Priority)), Definition: p.Definition})
+}
+
+func userOp(u *User) defOp {
+	return putOp(DefKindUsers, u.Name, DefUser{Name: u.Name, PasswordHash: u.PasswordHash,
+		HashingAlgorithm: HashingSHA256, Tags: DefTags(append([]string{}, u.Tags...))})
+}
+
+func permissionOp(vhost, user string, p Permission) defOp {
+	return putOp(DefKindPermissions, scopedKey(vhost, user), DefPermission{User: user, VHost: vhost,
+		Configure: p.Configure, Write: p.Write, Read: p.Read})
+}
+
+// persisting reports whether changes are written now: there is a store
+// and Recover is not loading it.
+func (b *Broker) persisting() bool { return b.store != nil && !b.loading.Load() }
+
+// writeOpsLocked writes ops in order; the caller holds b.persistMu. It
+// goes on after a failure (later ops may be deletions that must not be
+// lost) and returns the first failure as a 541 internal error.
+func (b *Broker) writeOpsLocked(ops []defOp) error {
+	var first error
+	for _, op := range ops {
+		var err error
+		if op.del {
+			err = b.store.Delete(op.kind, op.key)
+		} else {
+			err = b.store.Put(op.kind, op.key, op.value)
+		}
+		if err != nil {
+			b.log.Error("definition store: write failed; the change holds until restart only",
+				"kind", op.kind, "key", strings.ReplaceAll(op.key, "\x00", "/"), "delete", op.del, "err", err)
+			if first == nil {
+				first = amqp.ConnErrorf(amqp.InternalError, "cannot store %s definition: %v", strings.TrimSuffix(op.kind, "s"), err)
+			}
+		}
+	}
+	return first
+}
+
+// persist writes ops now. The caller holds no broker or vhost lock, or
+// holds a lock that orders these changes (VHost.policies.mu).
+func (b *Broker) persist(ops ...defOp) error {
+	if !b.persisting() || len(ops) == 0 {
+		return nil
+	}
+	b.persistMu.Lock()
+	defer b.persistMu.Unlock()
+	return b.writeOpsLocked(ops)
+}
+
+// unlockPersist releases b.mu (held by the caller) and writes ops, keeping
+// their order with other changes (see the comment at the top).
+func (b *Broker) unlockPersist(ops ...defOp) error {
+	if !b.persisting() || len(ops) == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	b.persistMu.Lock()
+	b.mu.Unlock()
+	defer b.persistMu.Unlock()
+	return b.writeOpsLocked(ops)
+}
+
+// recordLocked queues a store change made under v.mu; unlockPersist
+// writes it. Changes to a deleted vhost are not recorded: DeleteVHost
+// has already removed everything under its name.
+func (v *VHost) recordLocked(op defOp) {
+	if v.b.persisting() && !v.closed {
+		v.pending = append(v.pending, op)
+	}
+}
+
+// unlockPersist releases v.mu (held by the caller) and writes the changes
+// recorded under it. It returns err, or if err is nil the write's error.
+func (v *VHost) unlockPersist(err error) error {
+	ops := v.pending
+	v.pending = nil
+	if len(ops) == 0 {
+		v.mu.Unlock()
+		return err
+	}
+	v.b.persistMu.Lock()
+	v.mu.Unlock()
+	werr := v.b.writeOpsLocked(ops)
+	v.b.persistMu.Unlock()
+	if err == nil {
+		err = werr
+	}
+	return err
+}
+
+// dropVHostLocked deletes every record of a deleted vhost. The caller
+// holds b.mu (so a vhost of the same name cannot be created meanwhile).
+func (b *Broker) dropVHostLocked(name string) error {
+	if !b.persisting() {
+		return nil
+	}
+	b.persistMu.Lock()
+	defer b.persistMu.Unlock()
+	ops := []defOp{delOp(DefKindVHosts, name)}
+	prefix := name + "\x00"
+	for _, kind := range vhostScopedKinds {
+		err := b.store.ForEach(kind, func(k, _ []byte) error {
+			if strings.HasPrefix(string(k), prefix) {
+				ops = append(ops, delOp(kind, string(k)))
+			}
+			return nil
+		})
+		if err != nil {
+			b.log.Error("definition store: listing failed", "kind", kind, "err", err)
+			return amqp.ConnErrorf(amqp.InternalError, "cannot delete the definitions of vhost '%s': %v", name, err)
+		}
+	}
+	return b.writeOpsLocked(ops)
+}
+
+// FirstBoot reports whether this broker started from nothing and created
+// the default vhost "/" and user guest: always without a store; with a
+// store, when Recover found it uninitialised. Start-up code that replaces
+// the default user (RabbitMQ's default_user) does so on first boot only.
+func (b *Broker) FirstBoot() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.firstBoot
+}
+
+// createDefaults creates vhost "/" and guest/guest, an administrator with
+// full permissions on "/", as RabbitMQ does on first boot.
+func (b *Broker) createDefaults() {
+	b.AddVHost("/")
+	b.PutUser("guest", "guest", []string{"administrator"})
+	b.SetPermissions("/", "guest", Permission{Configure: ".*", Write: ".*", Read: ".*"})
+	b.mu.Lock()
+	b.firstBoot = true
+	b.mu.Unlock()
+}
+
+type storedRecord struct {
+	key   string
+	value []byte
+}
+
+func (b *Broker) readKind(kind string) ([]storedRecord, error) {
+	var out []storedRecord
+	err := b.store.ForEach(kind, func(k, v []byte) error {
+		out = append(out, storedRecord{string(k), append([]byte(nil), v...)})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("definition store: reading %s: %w", kind, err)
+	}
+	return out, nil
+}
+
+// Recover loads the durable definitions from the store, in dependency
+// order (vhosts, users, permissions, policies, operator policies,
+// exchanges, queues, bindings), without writing them again. On a store
+// never initialised it creates the defaults (vhost "/", guest) and marks
+// the store, so that they are not recreated once deleted. Call it once,
+// before serving; without a store it does nothing.
+//
+// A record that cannot be applied (unreadable, or refused by today's
+// validation) is logged and skipped, and records left behind by a vhost
+// deleted during a crash are removed: a bad record does not stop the
+// broker from starting. Only a failure to read the store is returned.
+func (b *Broker) Recover() error {
+	if b.store == nil {
+		return nil
+	}
+	b.mu.Lock()
+	if b.recovered {
+		b.mu.Unlock()
+		return nil
+	}
+	b.recovered = true
+	b.mu.Unlock()
+
+	recs := map[string][]storedRecord{}
+	for _, kind := range append([]string{DefKindMeta, DefKindVHosts, DefKindUsers}, vhostScopedKinds...) {
+		r, err := b.readKind(kind)
+		if err != nil {
+			return err
+		}
+		recs[kind] = r
+	}
+	initialized := false
+	for _, r := range recs[DefKindMeta] {
+		if r.key == metaInitialized {
+			initialized = true
+		}
+	}
+
+	b.loading.Store(true)
+	var orphans []defOp
+	b.applyRecords(recs, &orphans)
+	b.loading.Store(false)
+
+	if len(orphans) > 0 {
+		b.log.Warn("definition store: removing records of vhosts that no longer exist", "count", len(orphans))
+		if err := b.persist(orphans...); err != nil {
+			return err
+		}
+	}
+	if !initialized {
+		b.createDefaults()
+		if err := b.persist(defOp{kind: DefKindMeta, key: metaInitialized, value: []byte("1")}); err != nil {
+			return err
+		}
+	}
+	n := 0
+	for _, r := range recs {
+		n += len(r)
+	}
+	b.log.Info("definitions recovered", "records", n, "first_boot", !initialized)
+	return nil
+}
+
+func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) {
+	skip := func(kind, key string, err error) {
+		b.log.Error("definition store: record skipped", "kind", kind, "key", strings.ReplaceAll(key, "\x00", "/"), "err", err)
+	}
+	// vhostOf returns the record's vhost, or nil (and notes an orphan).
+	vhostOf := func(kind, key, name string) *VHost {
+		v := b.VHost(name)
+		if v == nil {
+			*orphans = append(*orphans, delOp(kind, key))
+		}
+		return v
+	}
+	for _, r := range recs[DefKindVHosts] {
+		var d DefVHost
+		if err := json.Unmarshal(r.value, &d); err != nil || d.Name == "" {
+			skip(DefKindVHosts, r.key, err)
+			continue
+		}
+		b.AddVHost(d.Name)
+	}
+	for _, r := range recs[DefKindUsers] {
+		var d DefUser
+		if err := json.Unmarshal(r.value, &d); err != nil || d.Name == "" {
+			skip(DefKindUsers, r.key, err)
+			continue
+		}
+		b.PutUserHash(d.Name, d.PasswordHash, d.Tags)
+	}
+	for _, r := range recs[DefKindPermissions] {
+		var d DefPermission
+		if err := json.Unmarshal(r.value, &d); err != nil {
+			skip(DefKindPermissions, r.key, err)
+			continue
+		}
+		if vhostOf(DefKindPermissions, r.key, d.VHost) == nil {
+			continue
+		}
+		if err := b.SetPermissions(d.VHost, d.User, Permission{Configure: d.Configure, Write: d.Write, Read: d.Read}); err != nil {
+			skip(DefKindPermissions, r.key, err)
+		}
+	}
+	for _, kind := range []string{DefKindPolicies, DefKindOperatorPolicies} {
+		for _, r := range recs[kind] {
+			var d DefPolicy
+			dec := json.NewDecoder(strings.NewReader(string(r.value)))
+			dec.UseNumber()
+			if err := dec.Decode(&d); err != nil {
+				skip(kind, r.key, err)
+				continue
+			}
+			v := vhostOf(kind, r.key, d.VHost)
+			if v == nil {
+				continue
+			}
+			prio, err := defPriority(d.Priority)
+			if err == nil {
+				p := Policy{Name: d.Name, Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: prio, Definition: d.Definition}
+				if kind == DefKindOperatorPolicies {
+					err = v.SetOperatorPolicy(p)
+				} else {
+					err = v.SetPolicy(p)
+				}
+			}
+			if err != nil {
+				skip(kind, r.key, err)
+			}
+		}
+	}
+	for _, r := range recs[DefKindExchanges] {
+		var d exchangeRecord
+		if err := json.Unmarshal(r.value, &d); err != nil {
+			skip(DefKindExchanges, r.key, err)
+			continue
+		}
+		v := vhostOf(DefKindExchanges, r.key, d.VHost)
+		if v == nil {
+			continue
+		}
+		args, err := decodeArgs(d.AMQPArgs)
+		if err == nil {
+			err = v.DeclareExchange(ExchangeSpec{Name: d.Name, Kind: d.Type, Durable: boolOr(d.Durable, true),
+				AutoDelete: d.AutoDelete, Internal: d.Internal, Args: args}, false)
+		}
+		if err != nil {
+			skip(DefKindExchanges, r.key, err)
+		}
+	}
+	for _, r := range recs[DefKindQueues] {
+		var d queueRecord
+		if err := json.Unmarshal(r.value, &d); err != nil {
+			skip(DefKindQueues, r.key, err)
+			continue
+		}
+		v := vhostOf(DefKindQueues, r.key, d.VHost)
+		if v == nil {
+			continue
+		}
+		args, err := decodeArgs(d.AMQPArgs)
+		if err == nil {
+			_, _, _, err = v.DeclareQueue(QueueSpec{Name: d.Name, Durable: boolOr(d.Durable, true), AutoDelete: d.AutoDelete,
+				Args: args, ServerNamed: strings.HasPrefix(d.Name, "amq.")}, false)
+		}
+		if err != nil {
+			skip(DefKindQueues, r.key, err)
+		}
+	}
+	for _, r := range recs[DefKindBindings] {
+		var d bindingRecord
+		if err := json.Unmarshal(r.value, &d); err != nil {
+			skip(DefKindBindings, r.key, err)
+			continue
+		}
+		v := vhostOf(DefKindBindings, r.key, d.VHost)
+		if v == nil {
+			continue
+		}
+		args, err := decodeArgs(d.AMQPArgs)
+		if err == nil {
+			err = v.Bind(d.Source, d.Destination, d.DestinationType == "exchange", d.RoutingKey, args, 0)
+		}
+		if err != nil {
+			skip(DefKindBindings, r.key, err)
+		}
+	}
+}
