@@ -51,6 +51,9 @@ func (s *Server) checkResources() {
 	}
 }
 
+// AlarmRaised reports whether the named alarm ("memory", "disk") is raised.
+func (s *Server) AlarmRaised(name string) bool { return s.alarmRaised(name) }
+
 func (s *Server) alarmRaised(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -129,3 +132,7 @@ func diskFree(dir string) (int64, bool) {
 	}
 	return int64(st.Bavail) * int64(st.Bsize), true
 }
+
+// MemoryUsed reports the memory the memory alarm measures, for tests and
+// operators choosing a watermark.
+func MemoryUsed() int64 { return memoryUsed() }

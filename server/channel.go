@@ -504,12 +504,11 @@ func (ch *channel) finishPublish() error {
 		}
 		return err
 	}
-	if ch.c.r.Buffered() == 0 {
-		// Block here, between messages, while a resource alarm is raised.
-		if alarms, _ := ch.c.s.alarmState(); len(alarms) > 0 || ch.c.blocked {
-			ch.flushConfirms()
-			ch.c.waitAlarm()
-		}
+	// While a resource alarm is raised, a publishing connection is not read
+	// from, from its next publish on (an atomic load on the hot path).
+	if ch.c.s.alarmed.Load() || ch.c.blocked {
+		ch.flushConfirms()
+		ch.c.waitAlarm()
 	}
 	return nil
 }

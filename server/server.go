@@ -20,6 +20,7 @@ import (
 
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/internal/clock"
+	"github.com/warrenmq/warren/store"
 )
 
 // Config configures a Server. Zero values take RabbitMQ's defaults.
@@ -109,6 +110,10 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	broker *broker.Broker
+	// defs is the definitions store New opened in DataDir (nil when the
+	// caller gave the Broker); closed by Shutdown.
+	defs     *store.Defs
+	defsOnce sync.Once
 
 	mu        sync.Mutex
 	ln        net.Listener
@@ -121,6 +126,7 @@ type Server struct {
 	alarms    map[string]bool
 	alarmCh   chan struct{} // closed and replaced when the alarm state changes
 	stopped   chan struct{} // closed by stop
+	alarmed   atomic.Bool   // some alarm is raised (read per publish)
 	closeOnce sync.Once
 }
 
@@ -131,11 +137,39 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: frame-max %d is below the minimum 4096", cfg.FrameMax)
 	}
 	b := cfg.Broker
+	var defs *store.Defs
 	if b == nil {
-		b = broker.New(broker.Config{Logger: cfg.Logger, Clock: cfg.Clock})
+		bc := broker.Config{Logger: cfg.Logger, Clock: cfg.Clock}
+		if cfg.DataDir != "" {
+			var err error
+			if defs, err = store.Open(cfg.DataDir); err != nil {
+				return nil, fmt.Errorf("server: %w", err)
+			}
+			bc.Store = defs
+		}
+		b = broker.New(bc)
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, broker: b, conns: map[*conn]struct{}{},
+	// Durable definitions are loaded before anything can listen (a no-op
+	// for a broker without a store, or one already recovered).
+	if err := b.Recover(); err != nil {
+		if defs != nil {
+			defs.Close()
+		}
+		return nil, fmt.Errorf("server: recovering definitions: %w", err)
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, broker: b, defs: defs, conns: map[*conn]struct{}{},
 		alarms: map[string]bool{}, alarmCh: make(chan struct{})}, nil
+}
+
+// closeDefs closes the definitions store the server opened, once.
+func (s *Server) closeDefs() {
+	s.defsOnce.Do(func() {
+		if s.defs != nil {
+			if err := s.defs.Close(); err != nil {
+				s.log.Error("closing the definitions store", "err", err)
+			}
+		}
+	})
 }
 
 // Broker returns the model the server serves.
@@ -256,6 +290,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		s.closeDefs()
 		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
@@ -263,6 +298,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.nc.Close()
 		}
 		s.mu.Unlock()
+		s.closeDefs()
 		return ctx.Err()
 	}
 }
@@ -314,6 +350,7 @@ func (s *Server) SetAlarm(name string, on bool) {
 	} else {
 		delete(s.alarms, name)
 	}
+	s.alarmed.Store(len(s.alarms) > 0)
 	close(s.alarmCh)
 	s.alarmCh = make(chan struct{})
 }

@@ -49,7 +49,10 @@ func Start(t testing.TB, opts ...Option) *Broker {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	b := &Broker{t: t, cfg: cfg, dataDir: t.TempDir()}
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	b := &Broker{t: t, cfg: cfg, dataDir: cfg.DataDir}
 	b.start()
 	t.Cleanup(b.Close)
 	return b
@@ -85,7 +88,8 @@ func (b *Broker) Broker() *broker.Broker { return b.srv.Broker() }
 // DataDir is the broker's data directory.
 func (b *Broker) DataDir() string { return b.dataDir }
 
-// Restart stops the broker and starts it again on the same port and data.
+// Restart stops the broker and starts it again on the same port and data
+// directory: durable definitions survive, transient ones do not.
 func (b *Broker) Restart() {
 	b.t.Helper()
 	b.shutdown()

@@ -94,23 +94,12 @@ func run(args []string, out io.Writer) error {
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return err
 	}
-	b := broker.New(broker.Config{Logger: log})
-	if o.DefaultUser != "guest" || o.DefaultPass != "guest" {
-		b.DeleteUser("guest")
-		b.PutUser(o.DefaultUser, o.DefaultPass, []string{"administrator"})
-		if err := b.SetPermissions("/", o.DefaultUser, broker.Permission{Configure: ".*", Write: ".*", Read: ".*"}); err != nil {
-			return err
-		}
-	}
-	if err := loadDefinitions(b, o.Definitions); err != nil {
-		return err
-	}
 	hb := o.Heartbeat
 	if hb == 0 {
 		hb = -1
 	}
 	cfg := server.Config{AMQPAddr: o.AMQPAddr, AMQPSAddr: o.AMQPSAddr, Heartbeat: hb, FrameMax: uint32(o.FrameMax),
-		ChannelMax: uint16(o.ChannelMax), Logger: log, Broker: b}
+		ChannelMax: uint16(o.ChannelMax), Logger: log, DataDir: o.DataDir}
 	if o.TLSCert != "" || o.TLSKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
 		if err != nil {
@@ -118,11 +107,18 @@ func run(args []string, out io.Writer) error {
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
+	// server.New opens the definitions store in the data directory and
+	// recovers the durable definitions.
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
+	if err := setUp(srv.Broker(), o); err != nil {
+		srv.Close()
+		return err
+	}
 	if err := srv.Start(); err != nil {
+		srv.Close()
 		return err
 	}
 	log.Info("Warren started", "version", server.Version, "amqp", srv.Addr().String(), "data_dir", o.DataDir)
@@ -137,4 +133,18 @@ func run(args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(ctx)
+}
+
+// setUp replaces the default user on first boot only, as RabbitMQ's
+// default_user (later boots keep whatever users were stored), and imports
+// --definitions at every boot (existing queues and exchanges are kept).
+func setUp(b *broker.Broker, o options) error {
+	if b.FirstBoot() && (o.DefaultUser != "guest" || o.DefaultPass != "guest") {
+		b.DeleteUser("guest")
+		b.PutUser(o.DefaultUser, o.DefaultPass, []string{"administrator"})
+		if err := b.SetPermissions("/", o.DefaultUser, broker.Permission{Configure: ".*", Write: ".*", Read: ".*"}); err != nil {
+			return err
+		}
+	}
+	return loadDefinitions(b, o.Definitions)
 }
