@@ -343,12 +343,19 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) error {
 	return nil
 }
 
+// readableQueue finds a queue the user may read (basic.get, basic.consume,
+// queue.purge): 403 without read permission, 404 if missing, 405 if
+// exclusive to another connection.
+func (ch *channel) readableQueue(name string) (*broker.Queue, error) {
+	if err := ch.check(broker.Read, "queue", name); err != nil {
+		return nil, err
+	}
+	return ch.vhost().LookupQueue(name, ch.c.id)
+}
+
 func (ch *channel) queuePurge(m *amqp.QueuePurge) error {
 	name := ch.queueName(m.Queue)
-	if err := ch.check(broker.Read, "queue", name); err != nil {
-		return err
-	}
-	q, err := ch.vhost().LookupQueue(name, ch.c.id)
+	q, err := ch.readableQueue(name)
 	if err != nil {
 		return err
 	}
@@ -589,10 +596,7 @@ func (ch *channel) consume(m *amqp.BasicConsume) error {
 	if name == broker.DirectReplyTo {
 		return ch.consumeReplyTo(m)
 	}
-	if err := ch.check(broker.Read, "queue", name); err != nil {
-		return err
-	}
-	q, err := ch.vhost().LookupQueue(name, ch.c.id)
+	q, err := ch.readableQueue(name)
 	if err != nil {
 		return err
 	}
@@ -710,10 +714,7 @@ func (ch *channel) consumeReplyTo(m *amqp.BasicConsume) error {
 
 func (ch *channel) get(m *amqp.BasicGet) error {
 	name := ch.queueName(m.Queue)
-	if err := ch.check(broker.Read, "queue", name); err != nil {
-		return err
-	}
-	q, err := ch.vhost().LookupQueue(name, ch.c.id)
+	q, err := ch.readableQueue(name)
 	if err != nil {
 		return err
 	}
