@@ -49,6 +49,8 @@ type options struct {
 	Heartbeat   time.Duration
 	FrameMax    uint
 	ChannelMax  uint
+	MemoryHigh  int64
+	DiskFree    int64
 	Definitions string
 }
 
@@ -67,6 +69,8 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.DurationVar(&o.Heartbeat, "heartbeat", 60*time.Second, "heartbeat interval proposed to clients (0 disables)")
 	fs.UintVar(&o.FrameMax, "frame-max", 131072, "largest frame accepted, in bytes")
 	fs.UintVar(&o.ChannelMax, "channel-max", 2047, "highest channel number")
+	fs.Int64Var(&o.MemoryHigh, "memory-high-watermark", 0, "block publishers while the broker uses more memory than this, in bytes (0: 40% of RAM, as RabbitMQ; -1: off)")
+	fs.Int64Var(&o.DiskFree, "disk-free-limit", 50_000_000, "block publishers while the data directory's disk has less free space than this, in bytes (-1: off)")
 	fs.StringVar(&o.Definitions, "definitions", "", "RabbitMQ definitions JSON file (rabbitmqctl export_definitions) to import at start-up")
 	cfgFile := fs.String("config", "", "config file of 'name = value' lines (flag names)")
 	fs.Usage = func() {
@@ -99,7 +103,8 @@ func run(args []string, out io.Writer) error {
 		hb = -1
 	}
 	cfg := server.Config{AMQPAddr: o.AMQPAddr, AMQPSAddr: o.AMQPSAddr, Heartbeat: hb, FrameMax: uint32(o.FrameMax),
-		ChannelMax: uint16(o.ChannelMax), Logger: log, DataDir: o.DataDir}
+		ChannelMax: uint16(o.ChannelMax), Logger: log, DataDir: o.DataDir,
+		MemoryHighWatermark: o.MemoryHigh, DiskFreeLimit: o.DiskFree}
 	if o.TLSCert != "" || o.TLSKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
 		if err != nil {

@@ -277,3 +277,46 @@ func TestBinaryExitCodes(t *testing.T) {
 		})
 	}
 }
+
+// TestBinaryMemoryWatermarkFlag: --memory-high-watermark 1 raises the
+// memory alarm at once, so the first publish blocks the connection.
+func TestBinaryMemoryWatermarkFlag(t *testing.T) {
+	bin := warrenBinary(t)
+	addr := freePort(t)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--amqp-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data"), "--memory-high-watermark", "1")
+	cmd.Env = cleanEnv()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	var conn *amqp.Connection
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", "nowhere", false, false, amqp.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-blocked:
+		if !b.Active || b.Reason != "low on memory" {
+			t.Fatalf("got %+v, want blocked 'low on memory'", b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not blocked\n%s", out.String())
+	}
+}
