@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func TestMemoryAlarmBlocksPublishers(t *testing.T) {
 	// Publish 8 KiB messages until the alarm blocks us, then a few more
 	// (they wait in the socket until the alarm clears).
 	body := make([]byte, 8<<10)
-	published := 0
+	var published atomic.Int64
 	stop := make(chan struct{})
 	pubDone := make(chan error, 1)
 	go func() {
@@ -57,13 +58,13 @@ func TestMemoryAlarmBlocksPublishers(t *testing.T) {
 				return
 			default:
 			}
-			body[0], body[1], body[2] = byte(published), byte(published>>8), byte(published>>16)
+			n := published.Load()
+			body[0], body[1], body[2] = byte(n), byte(n>>8), byte(n>>16)
 			if err := pch.PublishWithContext(context.Background(), "", q.Name, false, false, amqp.Publishing{Body: body}); err != nil {
 				pubDone <- err
 				return
 			}
-			published++
-			if published > 20000 {
+			if published.Add(1) > 20000 {
 				pubDone <- nil
 				return
 			}
@@ -75,7 +76,7 @@ func TestMemoryAlarmBlocksPublishers(t *testing.T) {
 			t.Fatalf("got %+v, want active blocked 'low on memory'", bl)
 		}
 	case err := <-pubDone:
-		t.Fatalf("publisher finished (%v, %d messages) without being blocked", err, published)
+		t.Fatalf("publisher finished (%v, %d messages) without being blocked", err, published.Load())
 	case <-time.After(30 * time.Second):
 		t.Fatal("not blocked within 30s")
 	}
@@ -110,15 +111,18 @@ func TestMemoryAlarmBlocksPublishers(t *testing.T) {
 		}
 	}
 	close(stop)
-	if err := <-pubDone; err != nil {
-		t.Fatal(err)
-	}
 	// Every publish is confirmed and arrives exactly once. Keep draining
-	// while waiting: the alarm may be raised again by the last publishes.
-	acked := 0
+	// while waiting: the last publishes may raise the alarm again, and the
+	// publisher then waits in a blocked write until the drain clears it.
+	acked, pubFinished := 0, false
 	final := time.After(60 * time.Second)
-	for acked < published || len(seen) < published {
+	for !pubFinished || int64(acked) < published.Load() || int64(len(seen)) < published.Load() {
 		select {
+		case err := <-pubDone:
+			if err != nil {
+				t.Fatal(err)
+			}
+			pubFinished = true
 		case c := <-confirms:
 			if !c.Ack {
 				t.Fatalf("publish %d nacked", c.DeliveryTag)
@@ -129,15 +133,16 @@ func TestMemoryAlarmBlocksPublishers(t *testing.T) {
 			d.Ack(false)
 		case <-blocked:
 		case <-final:
-			t.Fatalf("confirmed %d and received %d distinct of %d published", acked, len(seen), published)
+			t.Fatalf("publisher done %v, confirmed %d and received %d distinct of %d published", pubFinished, acked, len(seen), published.Load())
 		}
 	}
+	total := int(published.Load())
 	for id, n := range seen {
-		if n != 1 || id >= published {
-			t.Fatalf("message %d received %d times (published %d)", id, n, published)
+		if n != 1 || id >= total {
+			t.Fatalf("message %d received %d times (published %d)", id, n, total)
 		}
 	}
-	t.Logf("watermark base+32MiB: %d messages of 8 KiB published, all confirmed and delivered once", published)
+	t.Logf("watermark base+32MiB: %d messages of 8 KiB published, all confirmed and delivered once", total)
 	pc.Close()
 }
 
