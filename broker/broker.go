@@ -32,6 +32,9 @@ type Config struct {
 	// before use, which loads the store and, on first boot only, creates
 	// the default vhost and user.
 	Store DefinitionStore
+	// Messages, if set, keeps the persistent messages of durable queues
+	// (msgstore.go); Recover loads them.
+	Messages *MsgStore
 }
 
 // Broker is the set of virtual hosts and users of one Warren node.
@@ -44,6 +47,7 @@ type Broker struct {
 	users  map[string]*User
 
 	store     DefinitionStore
+	msgs      *MsgStore
 	persistMu sync.Mutex  // orders writes to store (persist.go)
 	loading   atomic.Bool // Recover is applying stored records
 	recovered bool        // guarded by mu
@@ -60,7 +64,7 @@ func New(cfg Config) *Broker {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store}
+	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store, msgs: cfg.Messages}
 	if b.store == nil {
 		b.createDefaults()
 	}

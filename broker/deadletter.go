@@ -138,7 +138,7 @@ func isCycle(history []Death, target string) bool {
 	return false
 }
 
-// deadLetterAs publishes dead-lettered copies of ms, in order, to the
+// deadLetterAs publishes dead-lettered copies of items, in order, to the
 // dead-letter exchange dlx with routing key dlrk (nil: the messages' own
 // keys) (R3.1 to R3.8, R3.11). It must be called without q.mu held: the
 // targets may include q itself. At most once (the default, R3.9): a
@@ -146,9 +146,18 @@ func isCycle(history []Death, target string) bool {
 // refuses the message drops it silently (R3.2). At least once (quorum
 // queues with x-dead-letter-strategy at-least-once and reject-publish,
 // R1.14): the message stays with the source queue and is retried until
-// every target took it.
-func (q *Queue) deadLetterAs(ms []*Message, reason string, dlx, dlrk *string) {
-	if dlx == nil || len(ms) == 0 {
+// every target took it. A persistent message leaving a durable queue for
+// durable targets moves atomically through the store (dlMove).
+func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
+	if len(items) == 0 {
+		return
+	}
+	if dlx == nil {
+		q.mu.Lock()
+		for i := range items {
+			q.goneLocked(&entry{seq: items[i].seq, seg: items[i].seg, ondisk: items[i].ondisk})
+		}
+		q.mu.Unlock()
 		return
 	}
 	q.mu.Lock()
@@ -157,22 +166,43 @@ func (q *Queue) deadLetterAs(ms []*Message, reason string, dlx, dlrk *string) {
 	now := q.vhost.b.clock.Now()
 	var r Router
 	var owed []pendingDL
-	for _, m := range ms {
-		p := pendingDL{msg: deadLetterCopy(m, q.Name, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx}
+	var moves []*dlMove
+	var gone []dlItem
+	for _, it := range items {
+		m := it.msg
+		p := pendingDL{msg: deadLetterCopy(m, q.Name, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx, src: it}
 		if dlrk != nil {
 			p.keys = []string{*dlrk}
 		} else {
 			p.keys = m.routingKeys(nil)
 		}
+		if it.ondisk && !alo && p.msg.persistent() {
+			if mv := q.planMove(&r, &p); mv != nil {
+				moves = append(moves, mv)
+				continue
+			}
+			gone = append(gone, it)
+			continue
+		}
 		if !q.sendDeadLetter(&r, &p) && alo {
 			owed = append(owed, p)
+			continue
 		}
+		gone = append(gone, it)
 	}
-	if len(owed) > 0 {
+	if len(gone) > 0 || len(owed) > 0 {
 		q.mu.Lock()
-		q.dlxPending = append(q.dlxPending, owed...)
-		q.armDLXRetryLocked()
+		for i := range gone {
+			q.goneLocked(&entry{seq: gone[i].seq, seg: gone[i].seg, ondisk: gone[i].ondisk})
+		}
+		if len(owed) > 0 {
+			q.dlxPending = append(q.dlxPending, owed...)
+			q.armDLXRetryLocked()
+		}
 		q.mu.Unlock()
+	}
+	if len(moves) > 0 {
+		q.startMoves(moves)
 	}
 }
 
@@ -185,6 +215,8 @@ type pendingDL struct {
 	keys   []string
 	// targets are the queues still owed the message; nil means route again.
 	targets []string
+	// src is the message in the source queue (its log record).
+	src dlItem
 }
 
 // sendDeadLetter routes p.msg and enqueues it into its targets (or the
@@ -215,7 +247,7 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
 			continue
 		}
-		if t.enqueue(p.msg) == rejectedOverflow {
+		if t.enqueue(p.msg, nil) == rejectedOverflow {
 			failed = append(failed, t.Name)
 		}
 	}
@@ -241,12 +273,18 @@ func (q *Queue) retryDeadLetters() {
 	q.mu.Unlock()
 	var r Router
 	var owed []pendingDL
+	var gone []dlItem
 	for i := range ps {
 		if !q.sendDeadLetter(&r, &ps[i]) {
 			owed = append(owed, ps[i])
+		} else {
+			gone = append(gone, ps[i].src)
 		}
 	}
 	q.mu.Lock()
+	for i := range gone {
+		q.goneLocked(&entry{seq: gone[i].seq, seg: gone[i].seg, ondisk: gone[i].ondisk})
+	}
 	q.dlxPending = append(owed, q.dlxPending...)
 	q.armDLXRetryLocked()
 	q.mu.Unlock()

@@ -314,7 +314,7 @@ func (v *VHost) routeDelayed(x *Exchange, ms []*Message) {
 		v.routeLocked(&r, x, m)
 		v.mu.RUnlock()
 		for _, q := range r.queues {
-			q.enqueue(m)
+			q.enqueue(m, nil)
 		}
 	}
 }

@@ -41,6 +41,15 @@ type Delivery struct {
 	// Original is the queued message when Msg is a copy carrying
 	// x-delivery-count headers; nil otherwise.
 	Original *Message
+	// seg and ondisk locate the message's record in the queue's log.
+	seg    uint32
+	ondisk bool
+}
+
+// entry is the queue entry d was made from.
+func (d *Delivery) entry() entry {
+	return entry{seq: d.Seq, msg: d.queued(), expiresAt: d.ExpiresAt, deliveryCount: d.DeliveryCount,
+		acquired: d.AcquiredCount, seg: d.seg, ondisk: d.ondisk}
 }
 
 // queued returns the message as the queue holds it.

@@ -406,6 +406,11 @@ func (b *Broker) Recover() error {
 	var orphans []defOp
 	b.applyRecords(recs, &orphans)
 	b.loading.Store(false)
+	if b.msgs != nil {
+		if err := b.msgs.recover(b); err != nil {
+			return err
+		}
+	}
 
 	if len(orphans) > 0 {
 		b.log.Warn("definition store: removing records of vhosts that no longer exist", "count", len(orphans))

@@ -90,6 +90,9 @@ type Queue struct {
 	sac         bool
 	stats       QueueStats
 	outbox      []dlBatch   // dead letters to publish once mu is released
+	disk        *qdisk      // the message log of a durable queue (msgstore.go); nil otherwise
+	ackSeqs     []uint64    // scratch for Ack
+	ackSegs     []uint32
 	dlxPending  []pendingDL // at-least-once dead letters not yet taken (R1.14)
 	dlxTimer    clock.Timer
 	deadStats   [4]uint64 // by reason index
@@ -218,49 +221,82 @@ const (
 
 // enqueue adds m, hands it to a consumer if one can take it, and applies
 // TTL and length limits. Dead letters it causes are published after the
-// queue's lock is released.
-func (q *Queue) enqueue(m *Message) enqueueResult {
+// queue's lock is released. A persistent message in a durable queue is
+// appended to the queue's log first; r (nil when nobody waits for it)
+// collects the logs that a publisher confirm must wait for.
+func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 	q.mu.Lock()
 	defer q.unlock()
 	if q.deleted {
 		return enqueued
 	}
-	now := q.nowMs()
 	// R4.5, R4.6: reject-publish checks the limits before anything else.
-	if ov := q.overflow(); ov != "drop-head" && q.overLimitWith(m) {
-		q.stats.Rejected++
-		if ov == "reject-publish-dlx" {
-			q.deadLocked(m, ReasonMaxLen)
-		}
+	if q.rejectsLocked(m) {
 		return rejectedOverflow
 	}
-	q.stats.Published++
 	q.nextSeq++
-	e := entry{seq: q.nextSeq, msg: m}
-	ttl := q.ttlFor(m)
-	if ttl == 0 {
+	e := q.newEntryLocked(q.nextSeq, m)
+	if q.disk != nil && m.persistent() {
+		p, err := q.disk.appendMsg(recMessage, nil, msgHeader{seq: e.seq, expiresAt: e.expiresAt}, m)
+		if err == nil {
+			e.ondisk, e.seg = true, p.Seg
+			if r != nil {
+				r.addLog(q.disk.log)
+			}
+		} else if r != nil {
+			r.failed = true
+		}
+	}
+	q.placeLocked(e)
+	return enqueued
+}
+
+// rejectsLocked applies reject-publish(-dlx) (R4.5, R4.6): it reports
+// whether m is refused, dead-lettering it under reject-publish-dlx.
+func (q *Queue) rejectsLocked(m *Message) bool {
+	ov := q.overflow()
+	if ov == "drop-head" || !q.overLimitWith(m) {
+		return false
+	}
+	q.stats.Rejected++
+	if ov == "reject-publish-dlx" {
+		q.deadLocked(&entry{msg: m}, ReasonMaxLen)
+	}
+	return true
+}
+
+// newEntryLocked is m as a queue entry with sequence number seq and its
+// TTL deadline; a TTL of 0 has a deadline of now.
+func (q *Queue) newEntryLocked(seq uint64, m *Message) entry {
+	e := entry{seq: seq, msg: m}
+	if ttl := q.ttlFor(m); ttl >= 0 {
+		e.expiresAt = q.nowMs() + ttl
+	}
+	return e
+}
+
+// placeLocked makes a new entry ready (in sequence order), delivers it if
+// a consumer can take it and applies TTL and drop-head.
+func (q *Queue) placeLocked(e entry) {
+	q.stats.Published++
+	if e.expiresAt != 0 && e.expiresAt <= q.nowMs() {
 		// R2.5: delivered if a consumer takes it now, else it expires on
 		// arrival; its deadline has passed if it is ever requeued.
-		e.expiresAt = now
 		if q.ready.n == 0 && len(q.delayed) == 0 && q.offerLocked(&e) {
-			return enqueued
+			return
 		}
-		q.deadLocked(m, ReasonExpired)
-		return enqueued
+		q.deadLocked(&e, ReasonExpired)
+		return
 	}
-	if ttl > 0 {
-		e.expiresAt = now + ttl
-	}
-	q.ready.push(e)
+	q.ready.putBack(e)
 	if e.expiresAt != 0 {
-		q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(m)})
+		q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
 	}
 	q.dispatchLocked()
 	if q.overflow() == "drop-head" {
 		q.trimLocked()
 	}
 	q.armLocked()
-	return enqueued
 }
 
 // ttlFor is the effective TTL of m in ms: min(queue TTL, message TTL), -1
@@ -297,30 +333,49 @@ func (q *Queue) overLimit() bool {
 // dead-lettering them with reason maxlen.
 func (q *Queue) trimLocked() {
 	for q.overLimit() && q.ready.n > 0 {
-		q.deadLocked(q.ready.pop().msg, ReasonMaxLen)
+		e := q.ready.pop()
+		q.deadLocked(&e, ReasonMaxLen)
 	}
 }
 
-// deadLocked counts m leaving the queue for reason and, when the queue has
+// deadLocked counts e leaving the queue for reason and, when the queue has
 // a dead-letter exchange, queues it to be dead-lettered once the lock is
 // released (see unlock); without one it is dropped.
-func (q *Queue) deadLocked(m *Message, reason string) {
+func (q *Queue) deadLocked(e *entry, reason string) {
 	if q.eff.DLX == nil {
 		q.dropStats[reasonIndex(reason)]++
+		q.goneLocked(e)
 		return
 	}
 	q.deadStats[reasonIndex(reason)]++
+	it := dlItem{msg: e.msg, seq: e.seq, seg: e.seg, ondisk: e.ondisk}
 	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason {
-		q.outbox[n-1].msgs = append(q.outbox[n-1].msgs, m)
+		q.outbox[n-1].items = append(q.outbox[n-1].items, it)
 		return
 	}
-	q.outbox = append(q.outbox, dlBatch{reason: reason, msgs: []*Message{m}})
+	q.outbox = append(q.outbox, dlBatch{reason: reason, items: []dlItem{it}})
+}
+
+// goneLocked records on disk that e left the queue.
+func (q *Queue) goneLocked(e *entry) {
+	if e.ondisk && q.disk != nil {
+		q.disk.ack1(e.seq, e.seg)
+	}
 }
 
 // dlBatch is dead letters of one reason, in the order they left the queue.
 type dlBatch struct {
 	reason string
-	msgs   []*Message
+	items  []dlItem
+}
+
+// dlItem is a message leaving its queue to be dead-lettered; seq, seg and
+// ondisk locate it in the queue's log until the move is done.
+type dlItem struct {
+	msg    *Message
+	seq    uint64
+	seg    uint32
+	ondisk bool
 }
 
 // unlock releases q.mu and then publishes, in order, the dead letters
@@ -336,7 +391,7 @@ func (q *Queue) unlock() {
 	dlx, dlrk := q.eff.DLX, q.eff.DLRK
 	q.mu.Unlock()
 	for _, b := range out {
-		q.deadLetterAs(b.msgs, b.reason, dlx, dlrk)
+		q.deadLetterAs(b.items, b.reason, dlx, dlrk)
 	}
 }
 
@@ -363,7 +418,8 @@ func (q *Queue) dispatchLocked() {
 				now = q.nowMs()
 			}
 			if e.expiresAt <= now {
-				q.deadLocked(q.ready.pop().msg, ReasonExpired)
+				x := q.ready.pop()
+				q.deadLocked(&x, ReasonExpired)
 				continue
 			}
 		}
@@ -376,7 +432,7 @@ func (q *Queue) dispatchLocked() {
 
 func (q *Queue) delivery(e *entry, tag string) Delivery {
 	d := Delivery{Queue: q, Msg: e.msg, Seq: e.seq, Redelivered: e.redelivered || e.acquired > 0, ConsumerTag: tag,
-		ExpiresAt: e.expiresAt, DeliveryCount: e.deliveryCount, AcquiredCount: e.acquired}
+		ExpiresAt: e.expiresAt, DeliveryCount: e.deliveryCount, AcquiredCount: e.acquired, seg: e.seg, ondisk: e.ondisk}
 	if e.acquired > 0 && q.countsDeliveries() {
 		d.Msg, d.Original = withCounts(e.msg, e.deliveryCount, e.acquired), e.msg
 	}
@@ -445,6 +501,7 @@ func (q *Queue) tookLocked(e *entry, noAck bool) {
 		q.unacked++
 	} else {
 		q.stats.Acked++
+		q.goneLocked(e)
 	}
 }
 
@@ -478,8 +535,9 @@ func (q *Queue) expireHeadsLocked(now int64) {
 				break
 			}
 			q.ready.kill(e)
-			q.deadLocked(e.msg, ReasonExpired)
+			x := *e
 			d.PopFront()
+			q.deadLocked(&x, ReasonExpired)
 		}
 	}
 }
@@ -502,7 +560,7 @@ func (q *Queue) expireLocked(now int64) {
 			continue // delivered, removed or requeued since
 		}
 		q.ready.kill(e)
-		q.deadLocked(e.msg, ReasonExpired)
+		q.deadLocked(e, ReasonExpired)
 	}
 }
 
@@ -586,6 +644,17 @@ func (q *Queue) Ack(ds []Delivery) {
 	defer q.mu.Unlock()
 	q.unacked -= len(ds)
 	q.stats.Acked += uint64(len(ds))
+	if q.disk == nil {
+		return
+	}
+	seqs, segs := q.ackSeqs[:0], q.ackSegs[:0]
+	for i := range ds {
+		if ds[i].ondisk {
+			seqs, segs = append(seqs, ds[i].Seq), append(segs, ds[i].seg)
+		}
+	}
+	q.disk.ack(seqs, segs)
+	q.ackSeqs, q.ackSegs = seqs[:0], segs[:0]
 }
 
 // Reject settles deliveries as rejected without requeue: they are
@@ -595,7 +664,8 @@ func (q *Queue) Reject(ds []Delivery) {
 	q.mu.Lock()
 	q.unacked -= len(ds)
 	for i := range ds {
-		q.deadLocked(ds[i].queued(), ReasonRejected)
+		e := ds[i].entry()
+		q.deadLocked(&e, ReasonRejected)
 	}
 	q.unlock()
 }
@@ -621,29 +691,39 @@ func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	now := q.nowMs()
 	limit := q.deliveryLimit()
 	for _, d := range ds {
-		e := entry{seq: d.Seq, msg: d.queued(), redelivered: true, expiresAt: d.ExpiresAt,
-			deliveryCount: d.DeliveryCount, acquired: d.AcquiredCount + 1}
+		e := d.entry()
+		e.redelivered = true
+		e.acquired++
 		if failed {
 			e.deliveryCount++
 		}
 		q.stats.Requeued++
 		if limit >= 0 && int64(e.deliveryCount) > limit {
-			q.deadLocked(e.msg, ReasonDeliveryLimit)
+			q.deadLocked(&e, ReasonDeliveryLimit)
 			continue
 		}
 		if e.expiresAt != 0 && e.expiresAt <= now {
-			q.deadLocked(e.msg, ReasonExpired)
+			q.deadLocked(&e, ReasonExpired)
 			continue
 		}
 		if delay := q.retryDelay(e, failed); delay > 0 {
+			if e.ondisk && q.disk != nil {
+				q.disk.requeue(e.seq, e.seq, e.deliveryCount, e.acquired, now+delay)
+			}
 			heap.Push(&q.delayed, delayedEntry{at: now + delay, e: e})
 			continue
 		}
 		if q.eff.Type == "quorum" && limit < 0 {
 			q.nextSeq++
+			if e.ondisk && q.disk != nil {
+				q.disk.requeue(e.seq, q.nextSeq, e.deliveryCount, e.acquired, 0)
+			}
 			e.seq = q.nextSeq
 			q.ready.push(e)
 		} else {
+			if e.ondisk && q.disk != nil {
+				q.disk.requeue(e.seq, e.seq, e.deliveryCount, e.acquired, 0)
+			}
 			q.ready.putBack(e)
 		}
 		if e.expiresAt != 0 {
@@ -689,6 +769,7 @@ func (q *Queue) retryDelay(e entry, failed bool) int64 {
 func (q *Queue) Purge() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.purgeDiskLocked()
 	n := q.ready.clear() + len(q.delayed)
 	q.delayed = nil
 	q.expiries = nil
@@ -784,6 +865,9 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.deleted = true
+	if q.disk != nil {
+		q.disk.close(true)
+	}
 	messages = q.ready.clear() + len(q.delayed)
 	q.delayed, q.expiries, q.dlxPending = nil, nil, nil
 	if q.dlxTimer != nil {

@@ -16,6 +16,10 @@ type entry struct {
 	// acquired counts every delivery returned to the queue (x-acquired-count).
 	deliveryCount uint32
 	acquired      uint32
+	// seg is the log segment of the message's record when ondisk (the
+	// queue's log holds it: a persistent message in a durable queue).
+	seg    uint32
+	ondisk bool
 }
 
 // readyList holds ready messages in delivery order: by priority level

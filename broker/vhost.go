@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/store"
 )
 
 // VHost is a virtual host: a namespace of exchanges, queues and bindings.
@@ -261,6 +262,9 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 		v.queues[s.Name] = q
 		if q.persisted() {
 			v.recordLocked(queueOp(v, q))
+			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() {
+				q.disk = ms.newDisk(q, 0, "")
+			}
 		}
 		// Every queue is bound to the default exchange by its name; that
 		// binding is implicit (see route).
@@ -521,6 +525,13 @@ type PublishResult struct {
 	// overflow: the publisher's confirm is a nack (R4.5), though other
 	// queues may have taken it.
 	Rejected bool
+	// Wait lists the queue logs the message was appended to: a confirm
+	// must wait until each is synced (MsgStore.Syncer). It is the
+	// Router's scratch, valid until the Router's next Publish.
+	Wait []*store.Log
+	// Failed is set when a durable queue could not write the message to
+	// disk: the publisher's confirm is a nack.
+	Failed bool
 }
 
 // Router holds per-publisher scratch space so that routing does not
@@ -529,6 +540,17 @@ type Router struct {
 	queues []*Queue
 	xs     []*Exchange
 	keys   []string
+	logs   []*store.Log
+	failed bool
+}
+
+func (r *Router) addLog(l *store.Log) {
+	for _, o := range r.logs {
+		if o == l {
+			return
+		}
+	}
+	r.logs = append(r.logs, l)
 }
 
 // Publish routes m through the named exchange and enqueues it. The caller
@@ -573,12 +595,15 @@ func (v *VHost) Publish(r *Router, exchange string, m *Message) (PublishResult, 
 	v.routeLocked(r, x, m)
 	v.mu.RUnlock()
 	res := PublishResult{Routed: len(r.queues)}
+	clear(r.logs)
+	r.logs, r.failed = r.logs[:0], false
 	for _, q := range r.queues {
-		if q.enqueue(m) == rejectedOverflow {
+		if q.enqueue(m, r) == rejectedOverflow {
 			res.Rejected = true
 		}
 	}
 	clear(r.queues)
+	res.Wait, res.Failed = r.logs, r.failed
 	return res, nil
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"sort"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/store"
 )
 
 // channel is one AMQP channel. Protocol state (content assembly, confirms,
@@ -19,19 +21,27 @@ type channel struct {
 	id uint16
 
 	// Reader goroutine only.
-	closing     bool // channel.close sent, waiting for close-ok
-	pub         amqp.BasicPublish
-	msg         *broker.Message
-	bodySize    int
-	inContent   int // 0 none, 1 want header, 2 want body
-	router      broker.Router
-	lastQueue   string
-	confirm     bool
+	closing   bool // channel.close sent, waiting for close-ok
+	pub       amqp.BasicPublish
+	msg       *broker.Message
+	bodySize  int
+	inContent int // 0 none, 1 want header, 2 want body
+	router    broker.Router
+	lastQueue string
+	confirm   bool
+	tx        bool
+	txOps     []txOp
+	txWait    []*store.Log // logs a tx.commit waits for
+
+	// Publisher confirms (confirms.go), guarded by confMu.
+	confMu      sync.Mutex
 	publishSeq  uint64
 	ackedUpTo   uint64 // highest seq confirmed to the client
 	pendingAck  uint64 // highest seq ready to be confirmed
-	tx          bool
-	txOps       []txOp
+	waits       []confirmWait
+	whead       int
+	confClosed  bool
+	flushQueued bool   // guarded by c.outMu
 	writeOK     string // last exchange write permission succeeded for
 	writeOKSet  bool   // writeOK is valid ("" is the default exchange)
 	replyTo     string // direct reply-to address, when consuming it
@@ -124,6 +134,7 @@ func (ch *channel) closeWith(e *amqp.Error) {
 // messages. It is idempotent.
 func (ch *channel) shutdown() {
 	ch.flushConfirms()
+	ch.closeConfirms()
 	ch.mu.Lock()
 	cons := make([]*consumer, 0, len(ch.consumers))
 	for _, cs := range ch.consumers {
@@ -534,38 +545,27 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 		})
 	}
 	if ch.confirm {
-		ch.publishSeq++
-		if res.Rejected {
-			// R4.5: a queue refused it (reject-publish). Acks before it go
-			// out first so confirms stay in order.
-			ch.flushConfirms()
-			ch.ackedUpTo, ch.pendingAck = ch.publishSeq, ch.publishSeq
-			ch.c.sendMethod(ch.id, &amqp.BasicNack{DeliveryTag: ch.publishSeq})
-			return nil
-		}
-		ch.pendingAck = ch.publishSeq
-		if ch.pendingAck-ch.ackedUpTo >= maxUnflushedConfirms {
-			ch.flushConfirms()
+		ch.confirmPublish(res)
+	} else if ch.tx {
+		for _, l := range res.Wait {
+			ch.addTxWait(l)
 		}
 	}
 	return nil
 }
 
+func (ch *channel) addTxWait(l *store.Log) {
+	for _, o := range ch.txWait {
+		if o == l {
+			return
+		}
+	}
+	ch.txWait = append(ch.txWait, l)
+}
+
 // maxUnflushedConfirms bounds how many confirms wait for the reader to
 // run out of input, so that a publisher that never pauses still hears back.
 const maxUnflushedConfirms = 256
-
-// flushConfirms sends the pending publisher confirms as one basic.ack
-// (multiple when it covers several messages). The reader calls it when it
-// has no more input buffered, so a burst of publishes shares one ack.
-func (ch *channel) flushConfirms() {
-	if ch.pendingAck <= ch.ackedUpTo {
-		return
-	}
-	tag, multiple := ch.pendingAck, ch.pendingAck-ch.ackedUpTo > 1
-	ch.ackedUpTo = ch.pendingAck
-	ch.c.sendMethod(ch.id, &amqp.BasicAck{DeliveryTag: tag, Multiple: multiple})
-}
 
 func (ch *channel) txCommit() error {
 	if !ch.tx {
@@ -585,6 +585,17 @@ func (ch *channel) txCommit() error {
 			}
 		}
 	}
+	// tx.commit-ok only once the transaction's messages are on disk.
+	if syncer := ch.c.s.syncer(); syncer != nil {
+		for _, l := range ch.txWait {
+			if err := syncer.Wait(context.Background(), l); err != nil {
+				ch.txWait = ch.txWait[:0]
+				return amqp.ConnErrorf(amqp.InternalError, "INTERNAL_ERROR - message store: %v", err)
+			}
+		}
+	}
+	clear(ch.txWait)
+	ch.txWait = ch.txWait[:0]
 	ch.c.sendMethod(ch.id, &amqp.TxCommitOk{})
 	return nil
 }

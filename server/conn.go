@@ -46,6 +46,7 @@ type conn struct {
 	out       []byte
 	outSignal chan struct{}
 	kicks     []*broker.Queue // queues to Dispatch once output drained
+	confirmDirty []*channel     // channels with sync completions to confirm (confirms.go)
 	writerErr error
 
 	closing    atomic.Bool // connection.close sent; waiting for close-ok
@@ -155,6 +156,7 @@ func (c *conn) writeLoop() {
 			}
 			continue
 		}
+		c.flushQueuedConfirms()
 		c.outMu.Lock()
 		buf := c.out
 		c.out = spare[:0]

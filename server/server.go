@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,6 +114,7 @@ type Server struct {
 	// defs is the definitions store New opened in DataDir (nil when the
 	// caller gave the Broker); closed by Shutdown.
 	defs     *store.Defs
+	msgs     *broker.MsgStore
 	defsOnce sync.Once
 
 	mu        sync.Mutex
@@ -138,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	b := cfg.Broker
 	var defs *store.Defs
+	var msgs *broker.MsgStore
 	if b == nil {
 		bc := broker.Config{Logger: cfg.Logger, Clock: cfg.Clock}
 		if cfg.DataDir != "" {
@@ -145,31 +148,51 @@ func New(cfg Config) (*Server, error) {
 			if defs, err = store.Open(cfg.DataDir); err != nil {
 				return nil, fmt.Errorf("server: %w", err)
 			}
-			bc.Store = defs
+			if msgs, err = broker.OpenMsgStore(filepath.Join(cfg.DataDir, "msgs"), cfg.Logger); err != nil {
+				defs.Close()
+				return nil, fmt.Errorf("server: %w", err)
+			}
+			bc.Store, bc.Messages = defs, msgs
 		}
 		b = broker.New(bc)
 	}
-	// Durable definitions are loaded before anything can listen (a no-op
-	// for a broker without a store, or one already recovered).
+	// Durable definitions and messages are loaded before anything can
+	// listen (a no-op for a broker without a store, or one already
+	// recovered).
 	if err := b.Recover(); err != nil {
 		if defs != nil {
+			msgs.Close(false)
 			defs.Close()
 		}
 		return nil, fmt.Errorf("server: recovering definitions: %w", err)
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, broker: b, defs: defs, conns: map[*conn]struct{}{},
+	return &Server{cfg: cfg, log: cfg.Logger, broker: b, defs: defs, msgs: msgs, conns: map[*conn]struct{}{},
 		alarms: map[string]bool{}, alarmCh: make(chan struct{})}, nil
 }
 
-// closeDefs closes the definitions store the server opened, once.
-func (s *Server) closeDefs() {
+// closeDefs closes the stores the server opened, once. clean says that
+// every connection closed (their unacked messages were returned).
+func (s *Server) closeDefs(clean bool) {
 	s.defsOnce.Do(func() {
+		if s.msgs != nil {
+			if err := s.msgs.Close(clean); err != nil {
+				s.log.Error("closing the message store", "err", err)
+			}
+		}
 		if s.defs != nil {
 			if err := s.defs.Close(); err != nil {
 				s.log.Error("closing the definitions store", "err", err)
 			}
 		}
 	})
+}
+
+// syncer is the message store's group commit, or nil without a store.
+func (s *Server) syncer() *store.Syncer {
+	if s.msgs == nil {
+		return nil
+	}
+	return s.msgs.Syncer()
 }
 
 // Broker returns the model the server serves.
@@ -290,7 +313,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		s.closeDefs()
+		s.closeDefs(true)
 		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
@@ -298,7 +321,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.nc.Close()
 		}
 		s.mu.Unlock()
-		s.closeDefs()
+		s.closeDefs(false)
 		return ctx.Err()
 	}
 }

@@ -1,0 +1,222 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/warrenmq/warren/amqp"
+)
+
+// Record types of a queue's message log (msgstore.go).
+const (
+	recMessage  byte = 'M' // a message enqueued: msgHeader + message
+	recMovedIn  byte = 'D' // a dead letter moved in: srcID, srcSeq, then as recMessage
+	recAck      byte = 'A' // messages removed: seqs
+	recRequeue  byte = 'R' // a message returned: seq, newSeq, counts
+	recMovedOut byte = 'X' // intent: seq is being dead-lettered to target queues
+	recPurge    byte = 'P' // a purge: every seq up to N except those listed
+)
+
+// msgHeader is what a queue keeps of a message besides the message: the
+// fixed-size front of an M record.
+type msgHeader struct {
+	seq           uint64
+	expiresAt     int64
+	deliveryCount uint32
+	acquired      uint32
+	redelivered   bool
+}
+
+const msgHeaderSize = 8 + 8 + 4 + 4 + 1
+
+func appendMsgHeader(b []byte, h msgHeader) []byte {
+	b = binary.LittleEndian.AppendUint64(b, h.seq)
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.expiresAt))
+	b = binary.LittleEndian.AppendUint32(b, h.deliveryCount)
+	b = binary.LittleEndian.AppendUint32(b, h.acquired)
+	if h.redelivered {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+var errBadRecord = errors.New("broker: malformed message record")
+
+func decodeMsgHeader(b []byte) (msgHeader, []byte, error) {
+	if len(b) < msgHeaderSize {
+		return msgHeader{}, nil, errBadRecord
+	}
+	h := msgHeader{
+		seq:           binary.LittleEndian.Uint64(b),
+		expiresAt:     int64(binary.LittleEndian.Uint64(b[8:])),
+		deliveryCount: binary.LittleEndian.Uint32(b[16:]),
+		acquired:      binary.LittleEndian.Uint32(b[20:]),
+		redelivered:   b[24] == 1,
+	}
+	return h, b[msgHeaderSize:], nil
+}
+
+// appendMessage encodes m: the routing information, the broker's own
+// dead-letter history, the properties as on the wire, then the body.
+func appendMessage(b []byte, m *Message) []byte {
+	b = appendStr(b, m.Exchange)
+	b = appendStr(b, m.RoutingKey)
+	b = binary.AppendUvarint(b, uint64(len(m.BCC)))
+	for _, k := range m.BCC {
+		b = appendStr(b, k)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Deaths)))
+	for _, d := range m.Deaths {
+		b = appendStr(b, d.Queue)
+		b = appendStr(b, d.Reason)
+		b = binary.AppendVarint(b, d.Count)
+		b = binary.AppendVarint(b, d.Time.UnixMilli())
+		b = appendStr(b, d.Exchange)
+		b = binary.AppendUvarint(b, uint64(len(d.RoutingKeys)))
+		for _, k := range d.RoutingKeys {
+			b = appendStr(b, k)
+		}
+		b = appendStr(b, d.OriginalExpiration)
+		b = appendBool(b, d.HasExpiration)
+	}
+	b = appendBool(b, m.HasTTL)
+	b = binary.AppendVarint(b, m.TTL)
+	n := len(b)
+	b = append(b, 0, 0, 0, 0)
+	b = amqp.AppendProperties(b, &m.Props)
+	binary.LittleEndian.PutUint32(b[n:], uint32(len(b)-n-4))
+	return append(b, m.Body...)
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+// msgDecoder reads what appendMessage wrote; the first error sticks.
+type msgDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *msgDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errBadRecord
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *msgDecoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errBadRecord
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *msgDecoder) str() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errBadRecord
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *msgDecoder) bool() bool {
+	if d.err != nil {
+		return false
+	}
+	if len(d.b) == 0 {
+		d.err = errBadRecord
+		return false
+	}
+	v := d.b[0] == 1
+	d.b = d.b[1:]
+	return v
+}
+
+// count reads a list length, refusing one that cannot fit in what is left
+// (each item takes at least one byte), so bad input cannot make us
+// allocate much.
+func (d *msgDecoder) count() int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.err = errBadRecord
+		return 0
+	}
+	return int(n)
+}
+
+// decodeMessage decodes what appendMessage wrote. The message owns its
+// memory (nothing aliases b).
+func decodeMessage(b []byte) (*Message, error) {
+	d := msgDecoder{b: b}
+	m := &Message{Exchange: d.str(), RoutingKey: d.str()}
+	if n := d.count(); n > 0 {
+		m.BCC = make([]string, n)
+		for i := range m.BCC {
+			m.BCC[i] = d.str()
+		}
+	}
+	if n := d.count(); n > 0 {
+		m.Deaths = make([]Death, n)
+		for i := range m.Deaths {
+			x := &m.Deaths[i]
+			x.Queue, x.Reason, x.Count = d.str(), d.str(), d.varint()
+			x.Time = time.UnixMilli(d.varint())
+			x.Exchange = d.str()
+			if k := d.count(); k > 0 {
+				x.RoutingKeys = make([]string, k)
+				for j := range x.RoutingKeys {
+					x.RoutingKeys[j] = d.str()
+				}
+			}
+			x.OriginalExpiration, x.HasExpiration = d.str(), d.bool()
+		}
+	}
+	m.HasTTL = d.bool()
+	m.TTL = d.varint()
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) < 4 {
+		return nil, errBadRecord
+	}
+	pn := binary.LittleEndian.Uint32(d.b)
+	if uint64(pn) > uint64(len(d.b)-4) {
+		return nil, errBadRecord
+	}
+	if err := amqp.DecodeProperties(d.b[4:4+pn], &m.Props); err != nil {
+		return nil, err
+	}
+	m.Body = append([]byte(nil), d.b[4+pn:]...)
+	return m, nil
+}
+
+// persistent reports whether m asks to survive a restart (delivery-mode 2).
+func (m *Message) persistent() bool { return m.Props.DeliveryMode == 2 }

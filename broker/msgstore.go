@@ -1,0 +1,829 @@
+package broker
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/warrenmq/warren/store"
+)
+
+// MsgStore keeps the persistent messages (delivery-mode 2) of durable
+// queues, one store.Log per queue incarnation in dir/<id>/ with a meta file
+// naming the queue (docs/storage.md). A queue appends to its log under its
+// own lock; one store.Syncer group-commits the fsyncs that publisher
+// confirms and dead-letter moves wait for.
+//
+// Records (msgcodec.go): M a message enqueued; A acks (a message left the
+// queue: acked, expired, dropped, dead-lettered); R a message returned
+// (its counts, R5.3); P a purge; X the intent to dead-letter a message to
+// target queues; D a dead letter moved in, naming its source.
+//
+// A dead-letter move of a persistent message between durable queues is
+// atomic across crashes: X is made durable in the source, then D in every
+// target, then the copy becomes visible in the targets and A is appended to
+// the source. Recovery completes a move whose X has no A: if any target
+// has the D, the others get it too and the source acks; if none has, the
+// message stays in the source. Before a segment is removed, every log is
+// synced, so an A that a removal depends on is never lost.
+type MsgStore struct {
+	dir    string
+	log    *slog.Logger
+	syncer *store.Syncer
+	opts   store.Options
+	// clean: the previous run shut down cleanly, so the redelivered flags
+	// on disk are exact; after a crash every recovered message is marked
+	// redelivered (it may have been delivered).
+	clean bool
+
+	mu     sync.Mutex
+	open   map[uint64]*qdisk
+	found  map[string][]foundDir // by vhost + "\x00" + queue, until recovery claims them
+	lastID uint64
+	closed bool
+
+	reclaimCh chan *qdisk
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+type foundDir struct {
+	id   uint64
+	path string
+}
+
+type qmeta struct {
+	VHost string `json:"vhost"`
+	Queue string `json:"queue"`
+	ID    uint64 `json:"id"`
+}
+
+const cleanMarker = "clean-shutdown"
+
+// OpenMsgStore opens (creating it if needed) the message store in dir. It
+// reads which queue logs exist; Broker.Recover loads them.
+func OpenMsgStore(dir string, logger *slog.Logger) (*MsgStore, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ms := &MsgStore{dir: dir, log: logger, open: map[uint64]*qdisk{}, found: map[string][]foundDir{},
+		reclaimCh: make(chan *qdisk, 64), done: make(chan struct{})}
+	ms.opts = store.Options{Logger: logger}
+	if _, err := os.Stat(filepath.Join(dir, cleanMarker)); err == nil {
+		ms.clean = true
+		if err := os.Remove(filepath.Join(dir, cleanMarker)); err != nil {
+			return nil, err
+		}
+		if err := (store.OSFS{}).SyncDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(filepath.Join(p, "meta"))
+		var m qmeta
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err != nil || m.ID == 0 || strconv.FormatUint(m.ID, 16) != e.Name() {
+			// Created, but the crash came before its meta was written: it
+			// holds no message (meta is written before the first append).
+			logger.Warn("message store: removing a queue directory without valid meta", "dir", p, "err", err)
+			os.RemoveAll(p)
+			continue
+		}
+		k := scopedKey(m.VHost, m.Queue)
+		ms.found[k] = append(ms.found[k], foundDir{id: m.ID, path: p})
+		ms.lastID = max(ms.lastID, m.ID)
+	}
+	ms.syncer = store.NewSyncer(0)
+	ms.wg.Add(1)
+	go ms.reclaimer()
+	return ms, nil
+}
+
+// Close syncs and closes every queue log. With clean, which the caller
+// passes once no connection is left (their unacked messages have been
+// returned), the shutdown is marked clean: the next start trusts the
+// redelivered flags on disk. A nil store does nothing.
+func (ms *MsgStore) Close(clean bool) error {
+	if ms == nil {
+		return nil
+	}
+	ms.mu.Lock()
+	if ms.closed {
+		ms.mu.Unlock()
+		return nil
+	}
+	ms.closed = true
+	ms.mu.Unlock()
+	ms.syncer.Close() // runs the callbacks still pending
+	close(ms.done)
+	ms.wg.Wait()
+	ms.mu.Lock()
+	ds := make([]*qdisk, 0, len(ms.open))
+	for _, d := range ms.open {
+		ds = append(ds, d)
+	}
+	ms.mu.Unlock()
+	for _, d := range ds {
+		d.q.mu.Lock()
+		d.closed = true
+		d.q.mu.Unlock()
+	}
+	ms.mu.Lock()
+	var first error
+	for _, d := range ms.open {
+		if err := d.log.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	ms.open = map[uint64]*qdisk{}
+	ms.mu.Unlock()
+	if first != nil || !clean {
+		return first
+	}
+	f, err := os.Create(filepath.Join(ms.dir, cleanMarker))
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	return store.OSFS{}.SyncDir(ms.dir)
+}
+
+// Syncer returns the store's group-commit syncer.
+func (ms *MsgStore) Syncer() *store.Syncer { return ms.syncer }
+
+// newID returns a queue incarnation id, increasing across restarts.
+func (ms *MsgStore) newID() uint64 {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	id := max(uint64(time.Now().UnixNano()), ms.lastID+1)
+	ms.lastID = id
+	return id
+}
+
+// syncAll makes every record appended so far to any log durable.
+func (ms *MsgStore) syncAll() {
+	ms.mu.Lock()
+	logs := make([]*store.Log, 0, len(ms.open))
+	for _, d := range ms.open {
+		logs = append(logs, d.log)
+	}
+	ms.mu.Unlock()
+	for _, l := range logs {
+		l.Sync() // a failed log reports itself on its next append
+	}
+}
+
+// reclaimer removes the segments of queue logs that hold no live message.
+func (ms *MsgStore) reclaimer() {
+	defer ms.wg.Done()
+	for {
+		select {
+		case <-ms.done:
+			return
+		case d := <-ms.reclaimCh:
+			ms.reclaim(d)
+		}
+	}
+}
+
+// reclaimThreshold is how large the active segment of a queue with no
+// live message may grow before it is rolled so that it can be removed.
+const reclaimThreshold = 4 << 20
+
+func (ms *MsgStore) reclaim(d *qdisk) {
+	q := d.q
+	q.mu.Lock()
+	if d.log == nil || d.closed {
+		q.mu.Unlock()
+		return
+	}
+	before := uint32(math.MaxUint32)
+	if len(d.live) > 0 {
+		before = d.live[0].seg
+	}
+	segs := d.log.Segments()
+	if before == math.MaxUint32 {
+		if d.log.Size() > reclaimThreshold {
+			if err := d.log.Roll(); err != nil {
+				q.mu.Unlock()
+				return
+			}
+			segs = d.log.Segments()
+		}
+		before = segs[len(segs)-1]
+	}
+	q.mu.Unlock()
+	if len(segs) < 2 || segs[0] >= before {
+		return
+	}
+	// An A in another log that a removed D depends on must be durable
+	// first (see MsgStore).
+	ms.syncAll()
+	if err := d.log.RemoveSegmentsBefore(before); err != nil && !errors.Is(err, store.ErrClosed) {
+		ms.log.Error("message store: removing acked segments", "dir", d.dir, "err", err)
+	}
+}
+
+// qdisk is a queue's log. Fields other than log and id are guarded by the
+// queue's lock; the log is opened on the first append.
+type qdisk struct {
+	ms     *MsgStore
+	q      *Queue
+	id     uint64
+	dir    string
+	log    *store.Log
+	err    error // the log failed; the queue keeps working in memory
+	closed bool
+	buf    []byte
+	// live counts the messages still in the queue (ready, unacked or
+	// being moved) by segment, oldest first.
+	live []segCount
+}
+
+type segCount struct {
+	seg uint32
+	n   int
+}
+
+func (ms *MsgStore) newDisk(q *Queue, id uint64, dir string) *qdisk {
+	if id == 0 {
+		id = ms.newID()
+		dir = filepath.Join(ms.dir, strconv.FormatUint(id, 16))
+	}
+	return &qdisk{ms: ms, q: q, id: id, dir: dir}
+}
+
+// ensure opens the log, creating its directory and meta file first.
+func (d *qdisk) ensure() error {
+	if d.log != nil || d.err != nil {
+		return d.err
+	}
+	if d.closed {
+		return store.ErrClosed
+	}
+	if err := d.create(); err != nil {
+		d.err = err
+		d.ms.log.Error("message store: cannot create queue log; persistent messages of this queue are kept in memory only",
+			"queue", d.q.Name, "vhost", d.q.vhost.Name, "err", err)
+		return err
+	}
+	return nil
+}
+
+func (d *qdisk) create() error {
+	if _, err := os.Stat(filepath.Join(d.dir, "meta")); err != nil {
+		if err := os.MkdirAll(d.dir, 0o755); err != nil {
+			return err
+		}
+		b, _ := json.Marshal(qmeta{VHost: d.q.vhost.Name, Queue: d.q.Name, ID: d.id})
+		tmp := filepath.Join(d.dir, "meta.tmp")
+		f, err := os.Create(tmp)
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(b)
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(d.dir, "meta")); err != nil {
+			return err
+		}
+		if err := (store.OSFS{}).SyncDir(d.dir); err != nil {
+			return err
+		}
+		if err := (store.OSFS{}).SyncDir(d.ms.dir); err != nil {
+			return err
+		}
+	}
+	l, err := store.OpenLog(d.dir, d.ms.opts)
+	if err != nil {
+		return err
+	}
+	d.ms.mu.Lock()
+	if d.ms.closed {
+		d.ms.mu.Unlock()
+		l.Close()
+		return store.ErrClosed
+	}
+	d.ms.open[d.id] = d
+	d.ms.mu.Unlock()
+	d.log = l
+	return nil
+}
+
+// append writes a record; an error fails the queue's log for good.
+func (d *qdisk) append(typ byte, payload []byte) (store.Pos, error) {
+	if d.closed {
+		return store.Pos{}, store.ErrClosed
+	}
+	if err := d.ensure(); err != nil {
+		return store.Pos{}, err
+	}
+	p, err := d.log.Append(typ, payload)
+	if err != nil && d.err == nil {
+		d.err = err
+		d.ms.log.Error("message store: queue log failed; its messages are kept in memory only",
+			"queue", d.q.Name, "vhost", d.q.vhost.Name, "err", err)
+	}
+	return p, err
+}
+
+// appendMsg writes an M record (or a D record with prefix) and counts the
+// message live in its segment.
+func (d *qdisk) appendMsg(typ byte, prefix []byte, h msgHeader, m *Message) (store.Pos, error) {
+	b := append(d.buf[:0], prefix...)
+	b = appendMsgHeader(b, h)
+	b = appendMessage(b, m)
+	p, err := d.append(typ, b)
+	if cap(b) <= 1<<20 {
+		d.buf = b[:0]
+	}
+	if err == nil {
+		d.addLive(p.Seg)
+	}
+	return p, err
+}
+
+func (d *qdisk) addLive(seg uint32) {
+	if n := len(d.live); n > 0 && d.live[n-1].seg == seg {
+		d.live[n-1].n++
+		return
+	}
+	i := sort.Search(len(d.live), func(i int) bool { return d.live[i].seg >= seg })
+	if i < len(d.live) && d.live[i].seg == seg {
+		d.live[i].n++
+		return
+	}
+	d.live = append(d.live, segCount{})
+	copy(d.live[i+1:], d.live[i:])
+	d.live[i] = segCount{seg: seg, n: 1}
+}
+
+// dropLive counts a message of segment seg gone; when the oldest live
+// segment empties, the reclaimer is told.
+func (d *qdisk) dropLive(seg uint32) {
+	i := sort.Search(len(d.live), func(i int) bool { return d.live[i].seg >= seg })
+	if i == len(d.live) || d.live[i].seg != seg {
+		return
+	}
+	d.live[i].n--
+	if i != 0 || d.live[0].n > 0 {
+		return
+	}
+	for len(d.live) > 0 && d.live[0].n == 0 {
+		d.live = d.live[1:]
+	}
+	select {
+	case d.ms.reclaimCh <- d:
+	default:
+	}
+}
+
+// ack appends an A record for the given entries and drops them from the
+// live counts.
+func (d *qdisk) ack(seqs []uint64, segs []uint32) {
+	if len(seqs) == 0 {
+		return
+	}
+	b := d.buf[:0]
+	for _, s := range seqs {
+		b = binary.LittleEndian.AppendUint64(b, s)
+	}
+	d.append(recAck, b)
+	d.buf = b[:0]
+	for _, s := range segs {
+		d.dropLive(s)
+	}
+}
+
+func (d *qdisk) ack1(seq uint64, seg uint32) {
+	var s [1]uint64
+	var g [1]uint32
+	s[0], g[0] = seq, seg
+	d.ack(s[:], g[:])
+}
+
+// requeue appends an R record: seq returned (as newSeq) with its counts and
+// the time its retry delay ends (0: ready now).
+func (d *qdisk) requeue(seq, newSeq uint64, dc, acq uint32, delayUntil int64) {
+	b := d.buf[:0]
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	b = binary.LittleEndian.AppendUint64(b, newSeq)
+	b = binary.LittleEndian.AppendUint32(b, dc)
+	b = binary.LittleEndian.AppendUint32(b, acq)
+	b = binary.LittleEndian.AppendUint64(b, uint64(delayUntil))
+	d.append(recRequeue, b)
+	d.buf = b[:0]
+}
+
+// purge appends a P record: every message up to upTo is gone except those
+// in except (unacked at the time).
+func (d *qdisk) purge(upTo uint64, except []uint64) {
+	b := binary.LittleEndian.AppendUint64(d.buf[:0], upTo)
+	for _, s := range except {
+		b = binary.LittleEndian.AppendUint64(b, s)
+	}
+	d.append(recPurge, b)
+	d.buf = b[:0]
+}
+
+// close closes the log and, if remove, deletes the queue's directory (the
+// queue was deleted).
+func (d *qdisk) close(remove bool) {
+	d.closed = true
+	d.ms.mu.Lock()
+	delete(d.ms.open, d.id)
+	d.ms.mu.Unlock()
+	if d.log != nil {
+		d.log.Close()
+	}
+	if remove {
+		if err := os.RemoveAll(d.dir); err != nil {
+			d.ms.log.Error("message store: removing a deleted queue's log", "dir", d.dir, "err", err)
+		}
+		store.OSFS{}.SyncDir(d.ms.dir)
+	}
+}
+
+// --- recovery ---
+
+// recState is what the first pass over a queue's log learns.
+type recState struct {
+	q        *Queue
+	d        *qdisk
+	acked    seqSet
+	renames  map[uint64]uint64
+	requeues map[uint64]reqInfo
+	purges   []purgeRec
+	moves    map[uint64][]uint64 // X without A: seq -> target queue ids
+	maxSeq   uint64
+	msgs     int
+}
+
+type reqInfo struct {
+	dc, acq    uint32
+	delayUntil int64
+}
+
+type purgeRec struct {
+	upTo   uint64
+	except map[uint64]bool
+}
+
+func (st *recState) current(seq uint64) uint64 {
+	for i := 0; i < 64; i++ {
+		n, ok := st.renames[seq]
+		if !ok || n == seq {
+			break
+		}
+		seq = n
+	}
+	return seq
+}
+
+func (st *recState) gone(seq uint64) bool {
+	if st.acked.has(seq) {
+		return true
+	}
+	for _, p := range st.purges {
+		if seq <= p.upTo && !p.except[seq] {
+			return true
+		}
+	}
+	return false
+}
+
+// recover loads the message logs of b's durable queues (called at the end
+// of Broker.Recover, once every queue exists), completes interrupted
+// dead-letter moves and removes the logs of queues that no longer exist.
+func (ms *MsgStore) recover(b *Broker) error {
+	start := time.Now()
+	var states []*recState
+	byID := map[uint64]*recState{}
+	srcMax := map[uint64]uint64{}
+	for _, vn := range b.VHosts() {
+		v := b.VHost(vn)
+		for _, q := range v.Queues() {
+			if !q.persisted() {
+				continue
+			}
+			k := scopedKey(vn, q.Name)
+			fds := ms.found[k]
+			delete(ms.found, k)
+			sort.Slice(fds, func(i, j int) bool { return fds[i].id > fds[j].id })
+			for _, old := range fds[min(1, len(fds)):] {
+				ms.log.Warn("message store: removing the log of an older incarnation of a queue", "queue", q.Name, "vhost", vn, "dir", old.path)
+				os.RemoveAll(old.path)
+			}
+			if len(fds) == 0 {
+				q.disk = ms.newDisk(q, 0, "")
+				continue
+			}
+			d := ms.newDisk(q, fds[0].id, fds[0].path)
+			q.disk = d
+			if err := d.create(); err != nil {
+				return fmt.Errorf("message store: opening %s: %w", d.dir, err)
+			}
+			st := &recState{q: q, d: d, renames: map[uint64]uint64{}, requeues: map[uint64]reqInfo{}, moves: map[uint64][]uint64{}}
+			if err := st.pass1(srcMax); err != nil {
+				ms.log.Error("message store: queue log unreadable past a point; later records ignored", "queue", q.Name, "vhost", vn, "err", err)
+			}
+			states = append(states, st)
+			byID[d.id] = st
+		}
+	}
+	for k, fds := range ms.found {
+		for _, fd := range fds {
+			ms.log.Info("message store: removing the log of a queue that no longer exists", "queue", k, "dir", fd.path)
+			os.RemoveAll(fd.path)
+		}
+	}
+	ms.found = nil
+	store.OSFS{}.SyncDir(ms.dir)
+	for _, st := range states {
+		st.maxSeq = max(st.maxSeq, srcMax[st.d.id])
+	}
+	moved := ms.completeMoves(states, byID)
+	total := 0
+	for _, st := range states {
+		n, err := st.pass2(ms.clean, b.clock.Now().UnixMilli())
+		if err != nil {
+			ms.log.Error("message store: queue log unreadable past a point; later records ignored", "queue", st.q.Name, "vhost", st.q.vhost.Name, "err", err)
+		}
+		total += n
+	}
+	ms.log.Info("messages recovered", "queues", len(states), "messages", total, "moves_completed", moved,
+		"clean_shutdown", ms.clean, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+func (st *recState) pass1(srcMax map[uint64]uint64) error {
+	return st.d.log.Scan(func(p store.Pos, typ byte, pl []byte) error {
+		switch typ {
+		case recMessage, recMovedIn:
+			if typ == recMovedIn {
+				if len(pl) < 16 {
+					return nil
+				}
+				src, sseq := le64(pl), le64(pl[8:])
+				srcMax[src] = max(srcMax[src], sseq)
+				pl = pl[16:]
+			}
+			if len(pl) < msgHeaderSize {
+				return nil
+			}
+			st.maxSeq = max(st.maxSeq, le64(pl))
+		case recAck:
+			for ; len(pl) >= 8; pl = pl[8:] {
+				s := le64(pl)
+				st.acked.add(s)
+				delete(st.moves, s)
+			}
+		case recRequeue:
+			if len(pl) < 32 {
+				return nil
+			}
+			seq, nseq := le64(pl), le64(pl[8:])
+			if nseq != seq {
+				st.renames[seq] = nseq
+				st.maxSeq = max(st.maxSeq, nseq)
+			}
+			st.requeues[nseq] = reqInfo{dc: binary.LittleEndian.Uint32(pl[16:]), acq: binary.LittleEndian.Uint32(pl[20:]),
+				delayUntil: int64(le64(pl[24:]))}
+		case recPurge:
+			if len(pl) < 8 {
+				return nil
+			}
+			pr := purgeRec{upTo: le64(pl), except: map[uint64]bool{}}
+			for pl = pl[8:]; len(pl) >= 8; pl = pl[8:] {
+				pr.except[le64(pl)] = true
+			}
+			st.purges = append(st.purges, pr)
+			for s := range st.moves {
+				if s <= pr.upTo && !pr.except[s] {
+					delete(st.moves, s)
+				}
+			}
+		case recMovedOut:
+			if len(pl) < 8 {
+				return nil
+			}
+			seq := le64(pl)
+			var ts []uint64
+			for pl = pl[8:]; len(pl) >= 8; pl = pl[8:] {
+				ts = append(ts, le64(pl))
+			}
+			st.moves[seq] = ts
+		}
+		return nil
+	})
+}
+
+// completeMoves finishes the dead-letter moves that a crash interrupted
+// (see MsgStore) and returns how many it completed.
+func (ms *MsgStore) completeMoves(states []*recState, byID map[uint64]*recState) int {
+	type key struct{ src, seq uint64 }
+	type found struct {
+		t   *recState
+		pos store.Pos
+	}
+	want := map[*recState]map[key]bool{}
+	for _, st := range states {
+		for seq, ts := range st.moves {
+			if st.gone(st.current(seq)) {
+				continue
+			}
+			for _, tid := range ts {
+				if t := byID[tid]; t != nil {
+					if want[t] == nil {
+						want[t] = map[key]bool{}
+					}
+					want[t][key{st.d.id, seq}] = true
+				}
+			}
+		}
+	}
+	if len(want) == 0 {
+		return 0
+	}
+	has := map[key][]found{}
+	for t, ks := range want {
+		t.d.log.Scan(func(p store.Pos, typ byte, pl []byte) error {
+			if typ == recMovedIn && len(pl) >= 16 {
+				if k := (key{le64(pl), le64(pl[8:])}); ks[k] {
+					has[k] = append(has[k], found{t, p})
+				}
+			}
+			return nil
+		})
+	}
+	n := 0
+	for _, st := range states {
+		for seq, ts := range st.moves {
+			k := key{st.d.id, seq}
+			fs := has[k]
+			if len(fs) == 0 || st.gone(st.current(seq)) {
+				continue // never left the source: it stays there
+			}
+			_, pl, err := fs[0].t.d.log.ReadAt(fs[0].pos)
+			if err != nil || len(pl) < 16+msgHeaderSize {
+				continue
+			}
+			for _, tid := range ts {
+				t := byID[tid]
+				if t == nil {
+					continue
+				}
+				dup := false
+				for _, f := range fs {
+					dup = dup || f.t == t
+				}
+				if dup {
+					continue
+				}
+				t.maxSeq++
+				cp := append([]byte(nil), pl...)
+				binary.LittleEndian.PutUint64(cp[16:], t.maxSeq)
+				if _, err := t.d.log.Append(recMovedIn, cp); err != nil {
+					ms.log.Error("message store: completing a dead-letter move", "queue", t.q.Name, "err", err)
+				}
+				t.d.log.Sync()
+			}
+			var a [8]byte
+			binary.LittleEndian.PutUint64(a[:], st.current(seq))
+			st.d.log.Append(recAck, a[:])
+			st.d.log.Sync()
+			st.acked.add(st.current(seq))
+			n++
+		}
+	}
+	return n
+}
+
+// pass2 loads the live messages into the queue, in order, and returns how
+// many.
+func (st *recState) pass2(clean bool, now int64) (int, error) {
+	q, d := st.q, st.d
+	var es []entry
+	var delayed []delayedEntry
+	err := d.log.Scan(func(p store.Pos, typ byte, pl []byte) error {
+		if typ != recMessage && typ != recMovedIn {
+			return nil
+		}
+		if typ == recMovedIn {
+			if len(pl) < 16 {
+				return nil
+			}
+			pl = pl[16:]
+		}
+		h, rest, err := decodeMsgHeader(pl)
+		if err != nil {
+			return nil
+		}
+		seq := st.current(h.seq)
+		if st.gone(seq) {
+			return nil
+		}
+		m, err := decodeMessage(rest)
+		if err != nil {
+			q.vhost.b.log.Error("message store: undecodable message skipped", "queue", q.Name, "pos", p.String(), "err", err)
+			return nil
+		}
+		if !m.persistent() {
+			return nil // a paged-out transient message: gone with the restart
+		}
+		e := entry{seq: seq, msg: m, expiresAt: h.expiresAt, deliveryCount: h.deliveryCount, acquired: h.acquired,
+			redelivered: h.redelivered || !clean, ondisk: true, seg: p.Seg}
+		d.addLive(p.Seg)
+		if r, ok := st.requeues[seq]; ok {
+			e.deliveryCount, e.acquired, e.redelivered = r.dc, r.acq, true
+			if r.delayUntil > now {
+				delayed = append(delayed, delayedEntry{at: r.delayUntil, e: e})
+				return nil
+			}
+		}
+		es = append(es, e)
+		return nil
+	})
+	sort.SliceStable(es, func(i, j int) bool { return es[i].seq < es[j].seq })
+	q.mu.Lock()
+	q.nextSeq = max(q.nextSeq, st.maxSeq)
+	for _, e := range es {
+		q.ready.push(e)
+		if e.expiresAt != 0 {
+			q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
+		}
+	}
+	for _, de := range delayed {
+		q.delayed = append(q.delayed, de)
+	}
+	heap.Init(&q.delayed)
+	q.armLocked()
+	q.mu.Unlock()
+	return len(es) + len(delayed), err
+}
+
+// purgeDiskLocked records that every ready and delayed message leaves the
+// queue (Purge). q.mu held.
+func (q *Queue) purgeDiskLocked() {
+	if q.disk == nil {
+		return
+	}
+	seqs, segs := q.ackSeqs[:0], q.ackSegs[:0]
+	flush := func() {
+		q.disk.ack(seqs, segs)
+		seqs, segs = seqs[:0], segs[:0]
+	}
+	add := func(e *entry) {
+		if e.ondisk && !e.dead {
+			seqs, segs = append(seqs, e.seq), append(segs, e.seg)
+			if len(seqs) == 8192 {
+				flush()
+			}
+		}
+	}
+	for i := range q.ready.levels {
+		d := &q.ready.levels[i]
+		for j := 0; j < d.Len(); j++ {
+			add(d.Ptr(j))
+		}
+	}
+	for i := range q.delayed {
+		add(&q.delayed[i].e)
+	}
+	flush()
+	q.ackSeqs, q.ackSegs = seqs[:0], segs[:0]
+}

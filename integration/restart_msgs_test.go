@@ -1,0 +1,308 @@
+package integration
+
+// Restart tests for messages (issue 4): persistent messages in durable
+// queues survive a restart on the same data directory in every state a
+// message can be in (ready, unacked, delayed, expiring, dead-lettered),
+// with their properties, headers, x-death and delivery counts; transient
+// messages and non-durable queues do not.
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/clock"
+	"github.com/warrenmq/warren/warrentest"
+)
+
+func rmPublish(t *testing.T, ch *amqp.Channel, exchange, key string, p amqp.Publishing) {
+	t.Helper()
+	if p.DeliveryMode == 0 {
+		p.DeliveryMode = amqp.Persistent
+	}
+	dc, err := ch.PublishWithDeferredConfirm(exchange, key, false, false, p)
+	rsCheck(t, "publish", err)
+	if dc == nil {
+		return
+	}
+	if ok, err := dc.WaitContext(t.Context()); err != nil || !ok {
+		t.Fatalf("publish not confirmed: ok=%v err=%v", ok, err)
+	}
+}
+
+func rmGet(t *testing.T, ch *amqp.Channel, q string) (amqp.Delivery, bool) {
+	t.Helper()
+	d, ok, err := ch.Get(q, false)
+	rsCheck(t, "get", err)
+	return d, ok
+}
+
+// rmBodies drains q with basic.get (acking) and returns the bodies.
+func rmBodies(t *testing.T, ch *amqp.Channel, q string) []string {
+	t.Helper()
+	var out []string
+	for {
+		d, ok := rmGet(t, ch, q)
+		if !ok {
+			return out
+		}
+		out = append(out, string(d.Body))
+		rsCheck(t, "ack", d.Ack(false))
+	}
+}
+
+func TestRestartKeepsReadyMessagesInOrder(t *testing.T) {
+	b := warrentest.Start(t)
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	rsCheck(t, "declare", declareQ(ch, "rm.ready", true, nil))
+	rsCheck(t, "declare", declareQ(ch, "rm.transient-queue", false, nil))
+	ts := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for i := range 100 {
+		rmPublish(t, ch, "", "rm.ready", amqp.Publishing{Body: fmt.Appendf(nil, "m%03d", i), ContentType: "text/plain",
+			Headers: amqp.Table{"i": int32(i), "s": "x", "nested": amqp.Table{"a": []any{"b", int64(2)}}}, MessageId: fmt.Sprint(i),
+			Priority: 3, CorrelationId: "c", ReplyTo: "r", Timestamp: ts, Type: "t", AppId: "app", UserId: "guest"})
+	}
+	rmPublish(t, ch, "", "rm.ready", amqp.Publishing{Body: []byte("transient"), DeliveryMode: amqp.Transient})
+	rmPublish(t, ch, "", "rm.transient-queue", amqp.Publishing{Body: []byte("p")})
+	b.Restart()
+
+	_, ch = rsDial(t, b.URL())
+	if _, err := ch.QueueDeclarePassive("rm.transient-queue", false, false, false, false, nil); err == nil {
+		t.Fatal("a non-durable queue survived the restart")
+	}
+	_, ch = rsDial(t, b.URL())
+	for i := range 100 {
+		d, ok := rmGet(t, ch, "rm.ready")
+		if !ok {
+			t.Fatalf("message %d lost", i)
+		}
+		if string(d.Body) != fmt.Sprintf("m%03d", i) {
+			t.Fatalf("message %d: body %q (order or content lost)", i, d.Body)
+		}
+		if d.Redelivered {
+			t.Errorf("message %d redelivered after a clean restart though never delivered", i)
+		}
+		if d.Headers["i"] != int32(i) || d.Headers["s"] != "x" || d.ContentType != "text/plain" || d.MessageId != fmt.Sprint(i) ||
+			d.Priority != 3 || d.CorrelationId != "c" || d.ReplyTo != "r" || !d.Timestamp.Equal(ts) || d.Type != "t" ||
+			d.AppId != "app" || d.UserId != "guest" || d.DeliveryMode != amqp.Persistent {
+			t.Fatalf("message %d: properties not kept: %+v", i, d)
+		}
+		if n, ok := d.Headers["nested"].(amqp.Table); !ok || fmt.Sprint(n["a"]) != "[b 2]" {
+			t.Fatalf("nested header lost: %#v", d.Headers["nested"])
+		}
+		rsCheck(t, "ack", d.Ack(false))
+	}
+	if d, ok := rmGet(t, ch, "rm.ready"); ok {
+		t.Fatalf("a transient message survived the restart: %q", d.Body)
+	}
+}
+
+func declareQ(ch *amqp.Channel, name string, durable bool, args amqp.Table) error {
+	_, err := ch.QueueDeclare(name, durable, false, false, false, args)
+	return err
+}
+
+// TestRestartReturnsUnackedAsRedelivered: a message delivered but not
+// acked when the broker stops comes back with redelivered=true, in its
+// original place; acked ones do not come back.
+func TestRestartReturnsUnackedAsRedelivered(t *testing.T) {
+	b := warrentest.Start(t)
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	rsCheck(t, "declare", declareQ(ch, "rm.unacked", true, nil))
+	for i := range 5 {
+		rmPublish(t, ch, "", "rm.unacked", amqp.Publishing{Body: fmt.Appendf(nil, "%d", i)})
+	}
+	d0, _ := rmGet(t, ch, "rm.unacked")
+	rsCheck(t, "ack", d0.Ack(false))
+	rmGet(t, ch, "rm.unacked") // "1" stays unacked
+	b.Restart()
+	_, ch = rsDial(t, b.URL())
+	var got []string
+	for {
+		d, ok := rmGet(t, ch, "rm.unacked")
+		if !ok {
+			break
+		}
+		got = append(got, fmt.Sprintf("%s:%v", d.Body, d.Redelivered))
+		d.Ack(false)
+	}
+	if fmt.Sprint(got) != "[1:true 2:false 3:false 4:false]" {
+		t.Fatalf("after restart got %v, want [1:true 2:false 3:false 4:false]", got)
+	}
+}
+
+// TestRestartKeepsDeadLettersAndXDeath: messages dead-lettered into a
+// durable DLQ (rejected, expired, maxlen) keep their x-death history across
+// a restart (issue 4, R3.4).
+func TestRestartKeepsDeadLettersAndXDeath(t *testing.T) {
+	b := warrentest.Start(t)
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	rsCheck(t, "dlx", ch.ExchangeDeclare("rm.dlx", "fanout", true, false, false, false, nil))
+	rsCheck(t, "dlq", declareQ(ch, "rm.dlq", true, nil))
+	rsCheck(t, "bind", ch.QueueBind("rm.dlq", "", "rm.dlx", false, nil))
+	rsCheck(t, "src", declareQ(ch, "rm.src", true, amqp.Table{"x-dead-letter-exchange": "rm.dlx", "x-max-length": int32(2)}))
+	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("rejected")})
+	d, _ := rmGet(t, ch, "rm.src")
+	rsCheck(t, "nack", d.Nack(false, false))
+	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("expired"), Expiration: "1"})
+	time.Sleep(50 * time.Millisecond)
+	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("maxlen")})
+	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("k1")})
+	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("k2")})
+	// The expired message left at once (expiry anywhere); "maxlen" was
+	// dropped from the head by k2. Wait until the three are in the DLQ.
+	waitCount(t, ch, "rm.dlq", 3)
+	b.Restart()
+	_, ch = rsDial(t, b.URL())
+	want := []string{"rejected", "expired", "maxlen"}
+	for _, w := range want {
+		d, ok := rmGet(t, ch, "rm.dlq")
+		if !ok {
+			t.Fatalf("dead letter %q lost in the restart", w)
+		}
+		deaths, _ := d.Headers["x-death"].([]any)
+		if string(d.Body) != w || len(deaths) != 1 {
+			t.Fatalf("got %q with x-death %v, want %q with one entry", d.Body, d.Headers["x-death"], w)
+		}
+		x := deaths[0].(amqp.Table)
+		if x["queue"] != "rm.src" || x["reason"] != w && !(w == "maxlen" && x["reason"] == "maxlen") || x["count"] != int64(1) {
+			t.Fatalf("x-death of %q: %v", w, x)
+		}
+		if d.Headers["x-first-death-reason"] != w || d.Headers["x-first-death-queue"] != "rm.src" {
+			t.Fatalf("x-first-death-* of %q: %v", w, d.Headers)
+		}
+		d.Ack(false)
+	}
+	if got := rmBodies(t, ch, "rm.src"); fmt.Sprint(got) != "[k1 k2]" {
+		t.Fatalf("source queue after restart: %v, want [k1 k2]", got)
+	}
+}
+
+func waitCount(t *testing.T, ch *amqp.Channel, q string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		rsCheck(t, "passive declare", err)
+		if qi.Messages >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s has %d messages, want %d", q, qi.Messages, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRestartKeepsTTLDeadlines: a per-message deadline is absolute: a
+// message that expires while the broker is down is dead-lettered when it
+// comes back, and one that has time left keeps only what was left (R2.7).
+func TestRestartKeepsTTLDeadlines(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+	b := warrentest.Start(t, warrentest.WithClock(fake))
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	rsCheck(t, "dlx", ch.ExchangeDeclare("rm.ttl.dlx", "fanout", true, false, false, false, nil))
+	rsCheck(t, "dlq", declareQ(ch, "rm.ttl.dlq", true, nil))
+	rsCheck(t, "bind", ch.QueueBind("rm.ttl.dlq", "", "rm.ttl.dlx", false, nil))
+	rsCheck(t, "src", declareQ(ch, "rm.ttl", true, amqp.Table{"x-dead-letter-exchange": "rm.ttl.dlx"}))
+	rmPublish(t, ch, "", "rm.ttl", amqp.Publishing{Body: []byte("short"), Expiration: "10000"})
+	rmPublish(t, ch, "", "rm.ttl", amqp.Publishing{Body: []byte("long"), Expiration: "60000"})
+	b.Restart()
+	fake.Advance(30 * time.Second) // "short" expired while the broker was down
+	_, ch = rsDial(t, b.URL())
+	waitCount(t, ch, "rm.ttl.dlq", 1)
+	if got := rmBodies(t, ch, "rm.ttl.dlq"); fmt.Sprint(got) != "[short]" {
+		t.Fatalf("DLQ after restart: %v, want [short]", got)
+	}
+	fake.Advance(29 * time.Second) // "long" has 1 s left
+	time.Sleep(20 * time.Millisecond)
+	if qi, _ := ch.QueueDeclarePassive("rm.ttl", true, false, false, false, nil); qi.Messages != 1 {
+		t.Fatalf("rm.ttl has %d messages 59 s in, want 1", qi.Messages)
+	}
+	fake.Advance(2 * time.Second)
+	waitCount(t, ch, "rm.ttl.dlq", 1)
+	if got := rmBodies(t, ch, "rm.ttl.dlq"); fmt.Sprint(got) != "[long]" {
+		t.Fatalf("DLQ at 61 s: %v, want [long]", got)
+	}
+}
+
+// TestRestartKeepsDeliveryCountsAndDelayedRetries: x-delivery-count
+// survives a restart (R5.3), and a message waiting out a delayed retry
+// (R5.5) is still delayed after it.
+func TestRestartKeepsDeliveryCountsAndDelayedRetries(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+	b := warrentest.Start(t, warrentest.WithClock(fake))
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	rsCheck(t, "q", declareQ(ch, "rm.counts", true, amqp.Table{"x-queue-type": "quorum"}))
+	rsCheck(t, "q", declareQ(ch, "rm.delayed", true, amqp.Table{"x-delivery-limit": int32(10),
+		"x-delayed-retry-type": "all", "x-delayed-retry-min": int32(5000), "x-delayed-retry-max": int32(5000)}))
+	rmPublish(t, ch, "", "rm.counts", amqp.Publishing{Body: []byte("c")})
+	rmPublish(t, ch, "", "rm.delayed", amqp.Publishing{Body: []byte("d")})
+	for range 2 {
+		d, ok := rmGet(t, ch, "rm.counts")
+		if !ok {
+			t.Fatal("rm.counts empty")
+		}
+		rsCheck(t, "reject", d.Reject(true))
+	}
+	d, ok := rmGet(t, ch, "rm.delayed")
+	if !ok {
+		t.Fatal("rm.delayed empty")
+	}
+	rsCheck(t, "reject", d.Reject(true))
+	b.Restart()
+	_, ch = rsDial(t, b.URL())
+	d, ok = rmGet(t, ch, "rm.counts")
+	if !ok {
+		t.Fatal("rm.counts lost its message")
+	}
+	if d.Headers["x-delivery-count"] != int64(2) || !d.Redelivered {
+		t.Fatalf("x-delivery-count after restart: %v (redelivered %v), want 2", d.Headers["x-delivery-count"], d.Redelivered)
+	}
+	if _, ok := rmGet(t, ch, "rm.delayed"); ok {
+		t.Fatal("a delayed retry was ready at once after the restart")
+	}
+	fake.Advance(6 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	d, ok = rmGet(t, ch, "rm.delayed")
+	if !ok || d.Headers["x-delivery-count"] != int64(1) {
+		t.Fatalf("delayed retry after its delay: ok=%v headers=%v", ok, d.Headers)
+	}
+}
+
+// TestRestartPurgeAndDeleteAreDurable: purged messages and deleted
+// queues do not come back.
+func TestRestartPurgeAndDeleteAreDurable(t *testing.T) {
+	b := warrentest.Start(t)
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	rsCheck(t, "q", declareQ(ch, "rm.purged", true, nil))
+	rsCheck(t, "q", declareQ(ch, "rm.deleted", true, nil))
+	for i := range 10 {
+		rmPublish(t, ch, "", "rm.purged", amqp.Publishing{Body: fmt.Appendf(nil, "%d", i)})
+		rmPublish(t, ch, "", "rm.deleted", amqp.Publishing{Body: fmt.Appendf(nil, "%d", i)})
+	}
+	if _, err := ch.QueuePurge("rm.purged", false); err != nil {
+		t.Fatal(err)
+	}
+	rmPublish(t, ch, "", "rm.purged", amqp.Publishing{Body: []byte("after")})
+	if _, err := ch.QueueDelete("rm.deleted", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	rsCheck(t, "q", declareQ(ch, "rm.deleted", true, nil))
+	b.Restart()
+	_, ch = rsDial(t, b.URL())
+	if got := rmBodies(t, ch, "rm.purged"); fmt.Sprint(got) != "[after]" {
+		t.Fatalf("purged queue after restart: %v, want [after]", got)
+	}
+	if got := rmBodies(t, ch, "rm.deleted"); len(got) != 0 {
+		t.Fatalf("a deleted queue's messages came back in its new incarnation: %v", got)
+	}
+}

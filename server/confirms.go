@@ -1,0 +1,161 @@
+package server
+
+import (
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker"
+)
+
+// Publisher confirms. A confirm for a persistent message routed to durable
+// queues waits until each queue's log is synced (the message store's group
+// commit); other confirms are answerable at once. Confirms go out in
+// publish order: basic.ack with multiple covers everything up to the
+// lowest publish still waiting for the disk. The state is guarded by
+// confMu because sync completions arrive on the store's goroutine.
+
+// confirmWait is a publish answered only once its logs are synced.
+type confirmWait struct {
+	seq  uint64
+	left int32 // logs still to sync
+	nack bool
+}
+
+// confirmPublish records the outcome of publish number seq (reader
+// goroutine).
+func (ch *channel) confirmPublish(res broker.PublishResult) {
+	ch.confMu.Lock()
+	ch.publishSeq++
+	seq := ch.publishSeq
+	nack := res.Rejected || res.Failed
+	syncer := ch.c.s.syncer()
+	wait := len(res.Wait) > 0 && syncer != nil
+	if len(ch.waits) == ch.whead && !wait {
+		if nack {
+			// R4.5: acks before it go out first so confirms stay in order.
+			ch.flushConfirmsLocked()
+			ch.ackedUpTo, ch.pendingAck = seq, seq
+			ch.c.sendMethod(ch.id, &amqp.BasicNack{DeliveryTag: seq})
+		} else {
+			ch.pendingAck = seq
+			if ch.pendingAck-ch.ackedUpTo >= maxUnflushedConfirms {
+				ch.flushConfirmsLocked()
+			}
+		}
+		ch.confMu.Unlock()
+		return
+	}
+	w := confirmWait{seq: seq, nack: nack}
+	if wait {
+		w.left = int32(len(res.Wait))
+	}
+	ch.waits = append(ch.waits, w)
+	ch.confMu.Unlock()
+	if !wait {
+		return
+	}
+	for _, l := range res.Wait {
+		if err := syncer.Request(l, func(err error) { ch.diskDone(seq, err) }); err != nil {
+			ch.diskDone(seq, err)
+		}
+	}
+}
+
+// diskDone is a sync completion for publish seq (store goroutine). The
+// confirms it makes answerable are sent by the connection's writer, once
+// per write, so that a group commit of many publishes costs one ack.
+func (ch *channel) diskDone(seq uint64, err error) {
+	ch.confMu.Lock()
+	if ch.confClosed || len(ch.waits) == ch.whead {
+		ch.confMu.Unlock()
+		return
+	}
+	i := ch.whead + int(seq-ch.waits[ch.whead].seq)
+	if i < ch.whead || i >= len(ch.waits) {
+		ch.confMu.Unlock()
+		return
+	}
+	w := &ch.waits[i]
+	w.left--
+	if err != nil {
+		w.nack = true
+	}
+	front := i == ch.whead && w.left == 0
+	ch.confMu.Unlock()
+	if front {
+		ch.c.queueConfirmFlush(ch)
+	}
+}
+
+// flushConfirms sends the answerable publisher confirms as one basic.ack
+// (multiple when it covers several messages), with a basic.nack for each
+// refused publish in order. The reader calls it when it has no more input
+// buffered, so a burst of publishes shares one ack; the writer calls it
+// after sync completions.
+func (ch *channel) flushConfirms() {
+	ch.confMu.Lock()
+	ch.flushConfirmsLocked()
+	ch.confMu.Unlock()
+}
+
+func (ch *channel) flushConfirmsLocked() {
+	if ch.confClosed {
+		return
+	}
+	for ch.whead < len(ch.waits) && ch.waits[ch.whead].left <= 0 {
+		w := ch.waits[ch.whead]
+		ch.whead++
+		if w.nack {
+			ch.sendAckLocked()
+			ch.ackedUpTo, ch.pendingAck = w.seq, w.seq
+			ch.c.sendMethod(ch.id, &amqp.BasicNack{DeliveryTag: w.seq})
+		} else {
+			ch.pendingAck = w.seq
+		}
+	}
+	if ch.whead == len(ch.waits) {
+		ch.waits, ch.whead = ch.waits[:0], 0
+	}
+	ch.sendAckLocked()
+}
+
+func (ch *channel) sendAckLocked() {
+	if ch.pendingAck <= ch.ackedUpTo {
+		return
+	}
+	tag, multiple := ch.pendingAck, ch.pendingAck-ch.ackedUpTo > 1
+	ch.ackedUpTo = ch.pendingAck
+	ch.c.sendMethod(ch.id, &amqp.BasicAck{DeliveryTag: tag, Multiple: multiple})
+}
+
+// closeConfirms drops confirms still waiting: the channel is closing.
+func (ch *channel) closeConfirms() {
+	ch.confMu.Lock()
+	ch.confClosed = true
+	ch.waits, ch.whead = nil, 0
+	ch.confMu.Unlock()
+}
+
+// queueConfirmFlush asks the writer to flush ch's confirms before its next
+// write.
+func (c *conn) queueConfirmFlush(ch *channel) {
+	c.outMu.Lock()
+	if !ch.flushQueued {
+		ch.flushQueued = true
+		c.confirmDirty = append(c.confirmDirty, ch)
+	}
+	c.outMu.Unlock()
+	c.wake()
+}
+
+// flushQueuedConfirms runs on the writer before it takes the output.
+func (c *conn) flushQueuedConfirms() {
+	c.outMu.Lock()
+	dirty := c.confirmDirty
+	c.confirmDirty = nil
+	for _, ch := range dirty {
+		ch.flushQueued = false
+	}
+	c.outMu.Unlock()
+	for _, ch := range dirty {
+		ch.flushConfirms()
+	}
+}
