@@ -89,9 +89,9 @@ type Queue struct {
 	hadConsumer bool
 	sac         bool
 	stats       QueueStats
-	outbox      []dlBatch   // dead letters to publish once mu is released
-	disk        *qdisk      // the message log of a durable queue (msgstore.go); nil otherwise
-	ackSeqs     []uint64    // scratch for Ack
+	outbox      []dlBatch // dead letters to publish once mu is released
+	disk        *qdisk    // the message log of a durable queue (msgstore.go); nil otherwise
+	ackSeqs     []uint64  // scratch for Ack
 	ackSegs     []uint32
 	dlxPending  []pendingDL // at-least-once dead letters not yet taken (R1.14)
 	dlxTimer    clock.Timer

@@ -42,12 +42,12 @@ type conn struct {
 
 	channels map[uint16]*channel // reader goroutine only
 
-	outMu     sync.Mutex
-	out       []byte
-	outSignal chan struct{}
-	kicks     []*broker.Queue // queues to Dispatch once output drained
-	confirmDirty []*channel     // channels with sync completions to confirm (confirms.go)
-	writerErr error
+	outMu        sync.Mutex
+	out          []byte
+	outSignal    chan struct{}
+	kicks        []*broker.Queue // queues to Dispatch once output drained
+	confirmDirty []*channel      // channels with sync completions to confirm (confirms.go)
+	writerErr    error
 
 	closing    atomic.Bool // connection.close sent; waiting for close-ok
 	closeSent  atomic.Bool
