@@ -83,11 +83,12 @@ func (s *Syncer) Request(l *Log, done func(error)) error {
 		s.order = append(s.order, l)
 	}
 	s.pending[l] = append(s.pending[l], done)
-	s.mu.Unlock()
+	// The wake-up is sent under mu: Close closes the channel under mu.
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+	s.mu.Unlock()
 	return nil
 }
 
