@@ -195,6 +195,16 @@ func (s *Server) syncer() *store.Syncer {
 	return s.msgs.Syncer()
 }
 
+// SyncStats returns the message store's group-commit counters (zero
+// without a data directory): requests, rounds and fsyncs, from which
+// messages per fsync follow.
+func (s *Server) SyncStats() store.SyncerStats {
+	if s.msgs == nil {
+		return store.SyncerStats{}
+	}
+	return s.msgs.Syncer().Stats()
+}
+
 // Broker returns the model the server serves.
 func (s *Server) Broker() *broker.Broker { return s.broker }
 
