@@ -27,8 +27,9 @@ type dlMove struct {
 }
 
 type heldDL struct {
-	t *Queue
-	e entry
+	t   *Queue
+	e   entry
+	pos store.Pos
 }
 
 // planMove routes the dead letter p, delivers it at once to targets that
@@ -49,7 +50,7 @@ func (q *Queue) planMove(r *Router, p *pendingDL) *dlMove {
 			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
 			continue
 		}
-		if t.disk == nil {
+		if t.disk == nil || t.disk.paging {
 			t.enqueue(p.msg, nil)
 			continue
 		}
@@ -93,11 +94,11 @@ func (q *Queue) moveToTargets(moves []*dlMove) {
 	var logs []*store.Log
 	for _, mv := range moves {
 		for _, t := range mv.targets {
-			e, ok := t.holdMovedIn(mv.msg, q.disk.id, mv.seq)
+			e, pos, ok := t.holdMovedIn(mv.msg, q.disk.id, mv.seq)
 			if !ok {
 				continue
 			}
-			mv.held = append(mv.held, heldDL{t, e})
+			mv.held = append(mv.held, heldDL{t, e, pos})
 			if e.ondisk {
 				l := t.disk.log
 				dup := false
@@ -142,7 +143,7 @@ func (q *Queue) finishMoves(moves []*dlMove) {
 	q.mu.Unlock()
 	for _, mv := range moves {
 		for _, h := range mv.held {
-			h.t.releaseHeld(h.e)
+			h.t.releaseHeld(h.e, h.pos)
 		}
 	}
 }
@@ -150,11 +151,11 @@ func (q *Queue) finishMoves(moves []*dlMove) {
 // holdMovedIn takes a dead letter into t without making it visible: it is
 // appended to t's log as D (step 2). ok is false if t refused it (deleted,
 // or full under reject-publish).
-func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq uint64) (e entry, ok bool) {
+func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq uint64) (e entry, p store.Pos, ok bool) {
 	t.mu.Lock()
 	defer t.unlock()
 	if t.deleted || t.rejectsLocked(m) {
-		return entry{}, false
+		return entry{}, p, false
 	}
 	t.nextSeq++
 	e = t.newEntryLocked(t.nextSeq, m)
@@ -162,18 +163,33 @@ func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq uint64) (e entry, ok bool)
 		var pre [16]byte
 		binary.LittleEndian.PutUint64(pre[:], srcID)
 		binary.LittleEndian.PutUint64(pre[8:], srcSeq)
-		if p, err := t.disk.appendMsg(recMovedIn, pre[:], msgHeader{seq: e.seq, expiresAt: e.expiresAt}, m); err == nil {
+		var err error
+		if p, err = t.disk.appendMsg(recMovedIn, pre[:], msgHeader{seq: e.seq, expiresAt: e.expiresAt}, m); err == nil {
 			e.ondisk, e.seg = true, p.Seg
+			if t.held == nil {
+				t.held = map[uint64]bool{}
+			}
+			t.held[e.seq] = true
 		}
 	}
-	return e, true
+	return e, p, true
 }
 
-// releaseHeld makes a held dead letter visible (step 3).
-func (t *Queue) releaseHeld(e entry) {
+// releaseHeld makes a held dead letter visible (step 3): in memory, or
+// spilled if the queue is spilling and has not read past it.
+func (t *Queue) releaseHeld(e entry, p store.Pos) {
 	t.mu.Lock()
 	defer t.unlock()
+	delete(t.held, e.seq)
 	if t.deleted {
+		return
+	}
+	if e.ondisk && t.spill.active && !p.Less(t.spill.cursor) {
+		t.stats.Published++
+		t.spillLocked(e, p)
+		if t.overflow() == "drop-head" {
+			t.trimLocked()
+		}
 		return
 	}
 	t.placeLocked(e)

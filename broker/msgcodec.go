@@ -26,19 +26,26 @@ type msgHeader struct {
 	deliveryCount uint32
 	acquired      uint32
 	redelivered   bool
+	persistent    bool   // set by appendMsg
+	bodyLen       uint32 // set by appendMsg
 }
 
-const msgHeaderSize = 8 + 8 + 4 + 4 + 1
+const msgHeaderSize = 8 + 8 + 4 + 4 + 1 + 4
 
 func appendMsgHeader(b []byte, h msgHeader) []byte {
 	b = binary.LittleEndian.AppendUint64(b, h.seq)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.expiresAt))
 	b = binary.LittleEndian.AppendUint32(b, h.deliveryCount)
 	b = binary.LittleEndian.AppendUint32(b, h.acquired)
+	var flags byte
 	if h.redelivered {
-		return append(b, 1)
+		flags |= 1
 	}
-	return append(b, 0)
+	if h.persistent {
+		flags |= 2
+	}
+	b = append(b, flags)
+	return binary.LittleEndian.AppendUint32(b, h.bodyLen)
 }
 
 var errBadRecord = errors.New("broker: malformed message record")
@@ -52,7 +59,9 @@ func decodeMsgHeader(b []byte) (msgHeader, []byte, error) {
 		expiresAt:     int64(binary.LittleEndian.Uint64(b[8:])),
 		deliveryCount: binary.LittleEndian.Uint32(b[16:]),
 		acquired:      binary.LittleEndian.Uint32(b[20:]),
-		redelivered:   b[24] == 1,
+		redelivered:   b[24]&1 != 0,
+		persistent:    b[24]&2 != 0,
+		bodyLen:       binary.LittleEndian.Uint32(b[25:]),
 	}
 	return h, b[msgHeaderSize:], nil
 }

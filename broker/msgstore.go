@@ -63,9 +63,10 @@ type foundDir struct {
 }
 
 type qmeta struct {
-	VHost string `json:"vhost"`
-	Queue string `json:"queue"`
-	ID    uint64 `json:"id"`
+	VHost  string `json:"vhost"`
+	Queue  string `json:"queue"`
+	ID     uint64 `json:"id"`
+	Paging bool   `json:"paging,omitempty"`
 }
 
 const cleanMarker = "clean-shutdown"
@@ -110,6 +111,10 @@ func OpenMsgStore(dir string, logger *slog.Logger) (*MsgStore, error) {
 			// holds no message (meta is written before the first append).
 			logger.Warn("message store: removing a queue directory without valid meta", "dir", p, "err", err)
 			os.RemoveAll(p)
+			continue
+		}
+		if m.Paging {
+			os.RemoveAll(p) // a transient queue's paged messages end with the run
 			continue
 		}
 		k := scopedKey(m.VHost, m.Queue)
@@ -261,7 +266,11 @@ type qdisk struct {
 	log    *store.Log
 	err    error // the log failed; the queue keeps working in memory
 	closed bool
-	buf    []byte
+	paging bool // a transient queue's paging log, deleted at start-up
+	// dirtyUpTo: after a crash, records up to here were recovered and their
+	// messages may have been delivered: they come back redelivered.
+	dirtyUpTo store.Pos
+	buf       []byte
 	// live counts the messages still in the queue (ready, unacked or
 	// being moved) by segment, oldest first.
 	live []segCount
@@ -302,7 +311,7 @@ func (d *qdisk) create() error {
 		if err := os.MkdirAll(d.dir, 0o755); err != nil {
 			return err
 		}
-		b, _ := json.Marshal(qmeta{VHost: d.q.vhost.Name, Queue: d.q.Name, ID: d.id})
+		b, _ := json.Marshal(qmeta{VHost: d.q.vhost.Name, Queue: d.q.Name, ID: d.id, Paging: d.paging})
 		tmp := filepath.Join(d.dir, "meta.tmp")
 		f, err := os.Create(tmp)
 		if err != nil {
@@ -363,6 +372,7 @@ func (d *qdisk) append(typ byte, payload []byte) (store.Pos, error) {
 // message live in its segment.
 func (d *qdisk) appendMsg(typ byte, prefix []byte, h msgHeader, m *Message) (store.Pos, error) {
 	b := append(d.buf[:0], prefix...)
+	h.bodyLen, h.persistent = uint32(len(m.Body)), m.persistent()
 	b = appendMsgHeader(b, h)
 	b = appendMessage(b, m)
 	p, err := d.append(typ, b)
@@ -447,10 +457,10 @@ func (d *qdisk) requeue(seq, newSeq uint64, dc, acq uint32, delayUntil int64) {
 	d.buf = b[:0]
 }
 
-// purge appends a P record: every message up to upTo is gone except those
-// in except (unacked at the time).
-func (d *qdisk) purge(upTo uint64, except []uint64) {
-	b := binary.LittleEndian.AppendUint64(d.buf[:0], upTo)
+// purge appends a P record: every message recorded from position from up
+// to the P record itself is gone, except the seqs in except.
+func (d *qdisk) purge(from uint64, except []uint64) {
+	b := binary.LittleEndian.AppendUint64(d.buf[:0], from)
 	for _, s := range except {
 		b = binary.LittleEndian.AppendUint64(b, s)
 	}
@@ -497,8 +507,8 @@ type reqInfo struct {
 }
 
 type purgeRec struct {
-	upTo   uint64
-	except map[uint64]bool
+	from, to store.Pos
+	except   map[uint64]bool
 }
 
 func (st *recState) current(seq uint64) uint64 {
@@ -513,11 +523,13 @@ func (st *recState) current(seq uint64) uint64 {
 }
 
 func (st *recState) gone(seq uint64) bool {
-	if st.acked.has(seq) {
-		return true
-	}
-	for _, p := range st.purges {
-		if seq <= p.upTo && !p.except[seq] {
+	return st.acked.has(seq)
+}
+
+// purged reports whether the record at p (of seq) was removed by a purge.
+func (st *recState) purged(p store.Pos, seq uint64) bool {
+	for _, pr := range st.purges {
+		if !p.Less(pr.from) && p.Less(pr.to) && !pr.except[seq] {
 			return true
 		}
 	}
@@ -627,16 +639,11 @@ func (st *recState) pass1(srcMax map[uint64]uint64) error {
 			if len(pl) < 8 {
 				return nil
 			}
-			pr := purgeRec{upTo: le64(pl), except: map[uint64]bool{}}
+			pr := purgeRec{from: store.PosFromUint64(le64(pl)), to: p, except: map[uint64]bool{}}
 			for pl = pl[8:]; len(pl) >= 8; pl = pl[8:] {
 				pr.except[le64(pl)] = true
 			}
 			st.purges = append(st.purges, pr)
-			for s := range st.moves {
-				if s <= pr.upTo && !pr.except[s] {
-					delete(st.moves, s)
-				}
-			}
 		case recMovedOut:
 			if len(pl) < 8 {
 				return nil
@@ -737,9 +744,15 @@ func (ms *MsgStore) completeMoves(states []*recState, byID map[uint64]*recState)
 // many.
 func (st *recState) pass2(clean bool, now int64) (int, error) {
 	q, d := st.q, st.d
+	canSpill := len(q.ready.levels) == 1
 	var es []entry
 	var delayed []delayedEntry
+	var memBytes int64
+	var sp spillState
+	var last store.Pos
+	n := 0
 	err := d.log.Scan(func(p store.Pos, typ byte, pl []byte) error {
+		last = p
 		if typ != recMessage && typ != recMovedIn {
 			return nil
 		}
@@ -754,7 +767,38 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 			return nil
 		}
 		seq := st.current(h.seq)
-		if st.gone(seq) {
+		// Once spilling, every record the loader must not read back is
+		// in the skip set: transient messages (paged out, they end with
+		// the run), removed ones, and those kept in memory.
+		if !h.persistent || st.gone(seq) || st.purged(p, seq) {
+			if sp.active {
+				sp.skip.add(h.seq)
+			}
+			return nil
+		}
+		d.addLive(p.Seg)
+		n++
+		r, requeued := st.requeues[seq]
+		inMemory := seq != h.seq || requeued && r.delayUntil > now
+		if inMemory && sp.active {
+			sp.skip.add(h.seq)
+		}
+		if !inMemory && canSpill && (sp.active || len(es) >= windowMsgs || memBytes >= windowBytes) {
+			if !sp.active {
+				sp.active, sp.cursor = true, p
+			}
+			sp.n++
+			sp.bytes += int64(h.bodyLen)
+			sp.segs = addSegCount(sp.segs, p.Seg, 1)
+			if requeued {
+				if sp.counts == nil {
+					sp.counts = map[uint64]reqInfo{}
+				}
+				sp.counts[seq] = r
+			}
+			if h.expiresAt != 0 {
+				q.expiries = append(q.expiries, timed{at: h.expiresAt, seq: seq, pos: p.Uint64()})
+			}
 			return nil
 		}
 		m, err := decodeMessage(rest)
@@ -762,13 +806,9 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 			q.vhost.b.log.Error("message store: undecodable message skipped", "queue", q.Name, "pos", p.String(), "err", err)
 			return nil
 		}
-		if !m.persistent() {
-			return nil // a paged-out transient message: gone with the restart
-		}
 		e := entry{seq: seq, msg: m, expiresAt: h.expiresAt, deliveryCount: h.deliveryCount, acquired: h.acquired,
 			redelivered: h.redelivered || !clean, ondisk: true, seg: p.Seg}
-		d.addLive(p.Seg)
-		if r, ok := st.requeues[seq]; ok {
+		if requeued {
 			e.deliveryCount, e.acquired, e.redelivered = r.dc, r.acq, true
 			if r.delayUntil > now {
 				delayed = append(delayed, delayedEntry{at: r.delayUntil, e: e})
@@ -776,24 +816,30 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 			}
 		}
 		es = append(es, e)
+		memBytes += int64(m.Size())
 		return nil
 	})
 	sort.SliceStable(es, func(i, j int) bool { return es[i].seq < es[j].seq })
 	q.mu.Lock()
+	if !clean {
+		d.dirtyUpTo = last
+	}
 	q.nextSeq = max(q.nextSeq, st.maxSeq)
 	for _, e := range es {
 		q.ready.push(e)
 		if e.expiresAt != 0 {
-			q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
+			q.expiries = append(q.expiries, timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
 		}
 	}
+	heap.Init(&q.expiries)
+	q.spill = sp
 	for _, de := range delayed {
 		q.delayed = append(q.delayed, de)
 	}
 	heap.Init(&q.delayed)
 	q.armLocked()
 	q.mu.Unlock()
-	return len(es) + len(delayed), err
+	return n, err
 }
 
 // purgeDiskLocked records that every ready and delayed message leaves the

@@ -89,9 +89,11 @@ type Queue struct {
 	hadConsumer bool
 	sac         bool
 	stats       QueueStats
-	outbox      []dlBatch // dead letters to publish once mu is released
-	disk        *qdisk    // the message log of a durable queue (msgstore.go); nil otherwise
-	ackSeqs     []uint64  // scratch for Ack
+	outbox      []dlBatch       // dead letters to publish once mu is released
+	disk        *qdisk          // the message log of a durable queue (msgstore.go), or a paging log
+	spill       spillState      // messages on disk only (spill.go)
+	held        map[uint64]bool // dead letters moving in, not yet visible (dlmove.go)
+	ackSeqs     []uint64        // scratch for Ack
 	ackSegs     []uint32
 	dlxPending  []pendingDL // at-least-once dead letters not yet taken (R1.14)
 	dlxTimer    clock.Timer
@@ -190,7 +192,7 @@ func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := q.stats
-	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes, s.Delayed = q.ready.n, q.unacked, len(q.consumers), q.ready.bytes, len(q.delayed)
+	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes, s.Delayed = q.ready.n+q.spill.n, q.unacked, len(q.consumers), q.ready.bytes+q.spill.bytes, len(q.delayed)
 	s.DeadLetterPending = len(q.dlxPending)
 	s.DeadLettered, s.Dropped = map[string]uint64{}, map[string]uint64{}
 	for i, r := range reasons {
@@ -205,7 +207,7 @@ func (q *Queue) Stats() QueueStats {
 func (q *Queue) Counts() (messages, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.ready.n + len(q.delayed), len(q.consumers)
+	return q.ready.n + q.spill.n + len(q.delayed), len(q.consumers)
 }
 
 func (q *Queue) nowMs() int64 { return q.vhost.b.clock.Now().UnixMilli() }
@@ -236,14 +238,27 @@ func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 	}
 	q.nextSeq++
 	e := q.newEntryLocked(q.nextSeq, m)
-	if q.disk != nil && m.persistent() {
+	spill := q.spillsLocked()
+	if spill {
+		q.pagingDiskLocked()
+	}
+	durable := q.disk != nil && !q.disk.paging && m.persistent()
+	if durable || spill {
 		p, err := q.disk.appendMsg(recMessage, nil, msgHeader{seq: e.seq, expiresAt: e.expiresAt}, m)
 		if err == nil {
 			e.ondisk, e.seg = true, p.Seg
-			if r != nil {
+			if durable && r != nil {
 				r.addLog(q.disk.log)
 			}
-		} else if r != nil {
+			if spill {
+				q.stats.Published++
+				q.spillLocked(e, p)
+				if q.overflow() == "drop-head" {
+					q.trimLocked()
+				}
+				return enqueued
+			}
+		} else if durable && r != nil {
 			r.failed = true
 		}
 	}
@@ -315,24 +330,30 @@ func (q *Queue) ttlFor(m *Message) int64 {
 // overLimitWith reports whether adding m would exceed a length limit.
 // Only ready messages count (R4.1), delayed retries too (R5.5).
 func (q *Queue) overLimitWith(m *Message) bool {
-	n := int64(q.ready.n + len(q.delayed) + len(q.dlxPending))
+	n := int64(q.ready.n + q.spill.n + len(q.delayed) + len(q.dlxPending))
 	if q.eff.MaxLength != nil && n+1 > *q.eff.MaxLength {
 		return true
 	}
-	return q.eff.MaxLengthBytes != nil && q.ready.bytes+int64(m.Size()) > *q.eff.MaxLengthBytes
+	return q.eff.MaxLengthBytes != nil && q.ready.bytes+q.spill.bytes+int64(m.Size()) > *q.eff.MaxLengthBytes
 }
 
 func (q *Queue) overLimit() bool {
-	if q.eff.MaxLength != nil && int64(q.ready.n+len(q.delayed)) > *q.eff.MaxLength {
+	if q.eff.MaxLength != nil && int64(q.ready.n+q.spill.n+len(q.delayed)) > *q.eff.MaxLength {
 		return true
 	}
-	return q.eff.MaxLengthBytes != nil && q.ready.bytes > *q.eff.MaxLengthBytes
+	return q.eff.MaxLengthBytes != nil && q.ready.bytes+q.spill.bytes > *q.eff.MaxLengthBytes
 }
 
 // trimLocked drops head messages while the queue is over a limit (R4.2),
 // dead-lettering them with reason maxlen.
 func (q *Queue) trimLocked() {
-	for q.overLimit() && q.ready.n > 0 {
+	for q.overLimit() {
+		if q.ready.n == 0 {
+			q.refillLocked(true)
+			if q.ready.n == 0 {
+				return
+			}
+		}
 		e := q.ready.pop()
 		q.deadLocked(&e, ReasonMaxLen)
 	}
@@ -407,11 +428,15 @@ func (q *Queue) Dispatch() {
 // An expired message reaching the head is dead-lettered, never delivered
 // (R2.4), and dispatch goes on with the next.
 func (q *Queue) dispatchLocked() {
-	if q.ready.n == 0 || len(q.consumers) == 0 {
+	if len(q.consumers) == 0 {
 		return
 	}
+	q.refillLocked(false)
 	now := int64(-1)
 	for q.ready.n > 0 && len(q.consumers) > 0 {
+		if q.spill.active {
+			q.refillLocked(false)
+		}
 		e := q.ready.head().Ptr(0)
 		if e.expiresAt != 0 {
 			if now < 0 {
@@ -510,14 +535,19 @@ func (q *Queue) tookLocked(e *entry, noAck bool) {
 func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 	q.mu.Lock()
 	defer q.unlock()
+	q.refillLocked(false)
 	q.expireHeadsLocked(q.nowMs())
 	q.touchLocked()
+	if q.ready.n == 0 {
+		q.refillLocked(true)
+		q.expireHeadsLocked(q.nowMs())
+	}
 	if q.ready.n == 0 || q.deleted {
 		return Delivery{}, 0, false
 	}
 	e := q.ready.pop()
 	q.tookLocked(&e, noAck)
-	return q.delivery(&e, ""), q.ready.n, true
+	return q.delivery(&e, ""), q.ready.n + q.spill.n, true
 }
 
 // expireHeadsLocked dead-letters expired messages at the heads of the
@@ -556,6 +586,10 @@ func (q *Queue) expireLocked(now int64) {
 	for len(q.expiries) > 0 && q.expiries[0].at <= now {
 		t := q.expiries.popMin()
 		e := q.ready.find(t.level, t.seq)
+		if e == nil && q.isSpilledLocked(t) {
+			q.expireSpilledLocked(t)
+			continue
+		}
 		if e == nil || e.expiresAt != t.at {
 			continue // delivered, removed or requeued since
 		}
@@ -571,7 +605,7 @@ func (q *Queue) armLocked() {
 	// waking the timer.
 	for len(q.expiries) > 0 {
 		t := q.expiries[0]
-		if e := q.ready.find(t.level, t.seq); e != nil && e.expiresAt == t.at {
+		if e := q.ready.find(t.level, t.seq); e != nil && e.expiresAt == t.at || e == nil && q.isSpilledLocked(t) {
 			next = t.at
 			break
 		}
@@ -770,7 +804,7 @@ func (q *Queue) Purge() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.purgeDiskLocked()
-	n := q.ready.clear() + len(q.delayed)
+	n := q.purgeSpillLocked() + q.ready.clear() + len(q.delayed)
 	q.delayed = nil
 	q.expiries = nil
 	// RabbitMQ 4.3 purge also drops pending at-least-once dead letters.
@@ -868,7 +902,8 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	if q.disk != nil {
 		q.disk.close(true)
 	}
-	messages = q.ready.clear() + len(q.delayed)
+	messages = q.ready.clear() + len(q.delayed) + q.spill.n
+	q.spill = spillState{}
 	q.delayed, q.expiries, q.dlxPending = nil, nil, nil
 	if q.dlxTimer != nil {
 		q.dlxTimer.Stop()

@@ -124,6 +124,7 @@ type timed struct {
 	at    int64
 	seq   uint64
 	level int
+	pos   uint64 // the log position of a spilled message (spill.go); 0 otherwise
 }
 
 // timedHeap is a min-heap of deadlines, earliest first, then by seq.

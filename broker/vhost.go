@@ -353,7 +353,7 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 		v.mu.Unlock()
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, v.Name)
 	}
-	if ifEmpty && q.ready.n > 0 {
+	if ifEmpty && q.ready.n+q.spill.n > 0 {
 		q.mu.Unlock()
 		v.mu.Unlock()
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, v.Name)

@@ -35,7 +35,9 @@ func TestMemoryAlarmBlocksPublishers(t *testing.T) {
 	// close would wait for the alarm; the broker's shutdown closes it.
 	blocked := pc.NotifyBlocked(make(chan amqp.Blocking, 8))
 	pch, _ := pc.Channel()
-	q, err := pch.QueueDeclare("", false, false, false, false, nil)
+	// A priority queue keeps its messages in memory (others page out
+	// beyond a window, spill.go), so that publishing fills the broker.
+	q, err := pch.QueueDeclare("", false, false, false, false, amqp.Table{"x-max-priority": int32(2)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,227 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/warrenmq/warren/store"
+)
+
+// Bounded memory. A queue keeps at most a window of ready messages in
+// memory (windowMsgs messages or windowBytes of bodies); once the window is
+// full, every new message is appended to the queue's log and only counted
+// (spilled) until the window drains below half and the queue reads the
+// next messages back in log order (refillLocked). A durable queue spills
+// into its message log; a transient queue (or any queue without one) gets a
+// paging log that is deleted at start-up. Messages with a TTL deadline keep
+// a heap entry with their log position, so that they still expire on time
+// while on disk (expireSpilledLocked). Priority queues do not spill.
+const (
+	windowMsgs  = 2048
+	windowBytes = 4 << 20
+)
+
+// spillState is the part of a queue that lives only on disk: messages at
+// or after cursor in the queue's log, in order.
+type spillState struct {
+	active bool
+	n      int
+	bytes  int64
+	cursor store.Pos  // the first record not yet read back
+	segs   []segCount // spilled messages by segment (for a purge)
+	skip   seqSet     // spilled messages removed in place (expired)
+	counts map[uint64]reqInfo
+}
+
+var errStopScan = errors.New("broker: stop scan")
+
+// spillsLocked reports whether a new message must go to disk only.
+func (q *Queue) spillsLocked() bool {
+	if len(q.ready.levels) != 1 || q.vhost.b.msgs == nil {
+		return false
+	}
+	return q.spill.active || q.ready.n >= windowMsgs || q.ready.bytes >= windowBytes
+}
+
+// pagingDiskLocked gives a queue without a message log a paging log.
+func (q *Queue) pagingDiskLocked() {
+	if q.disk == nil {
+		q.disk = q.vhost.b.msgs.newDisk(q, 0, "")
+		q.disk.paging = true
+	}
+}
+
+// spillLocked counts e, appended at p, as on disk only.
+func (q *Queue) spillLocked(e entry, p store.Pos) {
+	s := &q.spill
+	if !s.active {
+		s.active, s.cursor = true, p
+	}
+	s.n++
+	s.bytes += int64(e.msg.Size())
+	s.segs = addSegCount(s.segs, p.Seg, 1)
+	if e.expiresAt != 0 {
+		q.expiries.add(timed{at: e.expiresAt, seq: e.seq, pos: p.Uint64()})
+		q.armLocked()
+	}
+}
+
+func addSegCount(cs []segCount, seg uint32, n int) []segCount {
+	if k := len(cs); k > 0 && cs[k-1].seg == seg {
+		cs[k-1].n += n
+		return cs
+	}
+	for i := range cs {
+		if cs[i].seg == seg {
+			cs[i].n += n
+			return cs
+		}
+	}
+	return append(cs, segCount{seg: seg, n: n})
+}
+
+func dropSegCount(cs []segCount, seg uint32) []segCount {
+	for i := range cs {
+		if cs[i].seg == seg {
+			cs[i].n--
+			if cs[i].n == 0 {
+				return append(cs[:i], cs[i+1:]...)
+			}
+			return cs
+		}
+	}
+	return cs
+}
+
+// unspillLocked counts a spilled message of segment seg and body size
+// bytes back out of the spill.
+func (q *Queue) unspillLocked(seg uint32, bytes int) {
+	s := &q.spill
+	s.n--
+	s.bytes -= int64(bytes)
+	s.segs = dropSegCount(s.segs, seg)
+	if s.n <= 0 {
+		q.spill = spillState{}
+	}
+}
+
+// isSpilledLocked reports whether the deadline t is that of a message
+// still on disk only.
+func (q *Queue) isSpilledLocked(t timed) bool {
+	return t.pos != 0 && q.spill.active && !store.PosFromUint64(t.pos).Less(q.spill.cursor) && !q.spill.skip.has(t.seq)
+}
+
+// expireSpilledLocked dead-letters a spilled message whose deadline passed,
+// reading it from the log where it sits.
+func (q *Queue) expireSpilledLocked(t timed) {
+	p := store.PosFromUint64(t.pos)
+	q.spill.skip.add(t.seq)
+	e := entry{seq: t.seq, seg: p.Seg, ondisk: true}
+	typ, pl, err := q.disk.log.ReadAt(p)
+	var h msgHeader
+	if err == nil && typ == recMovedIn && len(pl) >= 16 {
+		pl = pl[16:]
+	}
+	var rest []byte
+	if err == nil {
+		h, rest, err = decodeMsgHeader(pl)
+	}
+	if err == nil && h.seq != t.seq {
+		err = errBadRecord
+	}
+	if err == nil {
+		e.msg, err = decodeMessage(rest)
+	}
+	if err != nil {
+		q.vhost.b.log.Error("message store: an expired message could not be read; dropped", "queue", q.Name, "pos", p.String(), "err", err)
+		q.unspillLocked(p.Seg, int(h.bodyLen))
+		q.goneLocked(&e)
+		return
+	}
+	q.unspillLocked(p.Seg, e.msg.Size())
+	q.deadLocked(&e, ReasonExpired)
+}
+
+// refillLocked reads spilled messages back into memory once the window is
+// below half (or when force).
+func (q *Queue) refillLocked(force bool) {
+	s := &q.spill
+	if !s.active || q.disk == nil || q.disk.log == nil {
+		return
+	}
+	if !force && (q.ready.n >= windowMsgs/2 || q.ready.bytes >= windowBytes/2) {
+		return
+	}
+	want := windowMsgs - q.ready.n
+	loaded := 0
+	err := q.disk.log.ScanFrom(s.cursor, func(p store.Pos, typ byte, pl []byte) error {
+		if typ != recMessage && typ != recMovedIn {
+			return nil
+		}
+		if !s.active {
+			return errStopScan
+		}
+		if loaded >= want || q.ready.bytes >= windowBytes {
+			s.cursor = p
+			return errStopScan
+		}
+		if typ == recMovedIn {
+			if len(pl) < 16 {
+				return nil
+			}
+			pl = pl[16:]
+		}
+		h, rest, err := decodeMsgHeader(pl)
+		if err != nil || q.held[h.seq] {
+			return nil
+		}
+		if s.skip.has(h.seq) {
+			s.skip.remove(h.seq)
+			return nil
+		}
+		m, err := decodeMessage(rest)
+		if err != nil {
+			q.vhost.b.log.Error("message store: undecodable spilled message dropped", "queue", q.Name, "pos", p.String(), "err", err)
+			q.unspillLocked(p.Seg, int(h.bodyLen))
+			q.goneLocked(&entry{seq: h.seq, seg: p.Seg, ondisk: true})
+			return nil
+		}
+		e := entry{seq: h.seq, msg: m, expiresAt: h.expiresAt, deliveryCount: h.deliveryCount, acquired: h.acquired,
+			redelivered: h.redelivered || !q.disk.dirtyUpTo.Less(p), ondisk: true, seg: p.Seg}
+		if c, ok := s.counts[h.seq]; ok {
+			e.deliveryCount, e.acquired, e.redelivered = c.dc, c.acq, true
+			delete(s.counts, h.seq)
+		}
+		q.unspillLocked(p.Seg, m.Size())
+		q.ready.putBack(e)
+		loaded++
+		return nil
+	})
+	if err == nil && s.active {
+		q.vhost.b.log.Error("message store: spilled messages missing from the queue log", "queue", q.Name, "missing", s.n)
+		q.spill = spillState{}
+	} else if err != nil && !errors.Is(err, errStopScan) {
+		q.vhost.b.log.Error("message store: reading spilled messages", "queue", q.Name, "err", err)
+	}
+}
+
+// purgeSpillLocked drops every spilled message (Purge): a P record covers
+// the log from the cursor to itself, except moves still held.
+func (q *Queue) purgeSpillLocked() int {
+	s := &q.spill
+	if !s.active {
+		return 0
+	}
+	n := s.n
+	var except []uint64
+	for seq := range q.held {
+		except = append(except, seq)
+	}
+	q.disk.purge(s.cursor.Uint64(), except)
+	for _, c := range s.segs {
+		for range c.n {
+			q.disk.dropLive(c.seg)
+		}
+	}
+	q.spill = spillState{}
+	return n
+}
