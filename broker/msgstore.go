@@ -52,8 +52,9 @@ type MsgStore struct {
 	lastID uint64
 	closed bool
 
-	reclaimCh chan *qdisk
-	done      chan struct{}
+	reclaimWake chan struct{}
+	reclaimSet  map[*qdisk]bool // guarded by mu
+	done        chan struct{}
 	wg        sync.WaitGroup
 }
 
@@ -81,7 +82,7 @@ func OpenMsgStore(dir string, logger *slog.Logger) (*MsgStore, error) {
 		return nil, err
 	}
 	ms := &MsgStore{dir: dir, log: logger, open: map[uint64]*qdisk{}, found: map[string][]foundDir{},
-		reclaimCh: make(chan *qdisk, 64), done: make(chan struct{})}
+		reclaimWake: make(chan struct{}, 1), reclaimSet: map[*qdisk]bool{}, done: make(chan struct{})}
 	ms.opts = store.Options{Logger: logger}
 	if _, err := os.Stat(filepath.Join(dir, cleanMarker)); err == nil {
 		ms.clean = true
@@ -212,8 +213,14 @@ func (ms *MsgStore) reclaimer() {
 		select {
 		case <-ms.done:
 			return
-		case d := <-ms.reclaimCh:
-			ms.reclaim(d)
+		case <-ms.reclaimWake:
+			ms.mu.Lock()
+			set := ms.reclaimSet
+			ms.reclaimSet = map[*qdisk]bool{}
+			ms.mu.Unlock()
+			for d := range set {
+				ms.reclaim(d)
+			}
 		}
 	}
 }
@@ -414,8 +421,11 @@ func (d *qdisk) dropLive(seg uint32) {
 	for len(d.live) > 0 && d.live[0].n == 0 {
 		d.live = d.live[1:]
 	}
+	d.ms.mu.Lock()
+	d.ms.reclaimSet[d] = true
+	d.ms.mu.Unlock()
 	select {
-	case d.ms.reclaimCh <- d:
+	case d.ms.reclaimWake <- struct{}{}:
 	default:
 	}
 }
@@ -560,6 +570,7 @@ func (ms *MsgStore) recover(b *Broker) error {
 			}
 			if len(fds) == 0 {
 				q.disk = ms.newDisk(q, 0, "")
+				q.disk.ensure()
 				continue
 			}
 			d := ms.newDisk(q, fds[0].id, fds[0].path)

@@ -271,6 +271,13 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 		if err := v.unlockPersist(nil); err != nil {
 			return nil, 0, 0, err
 		}
+		if q.disk != nil {
+			// The log exists from the start, so that dead-letter moves
+			// can name it (dlmove.go) before its first message.
+			q.mu.Lock()
+			q.disk.ensure()
+			q.mu.Unlock()
+		}
 		return q, 0, 0, nil
 	}
 	v.mu.Unlock()

@@ -8,6 +8,8 @@ package integration
 
 import (
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -304,5 +306,61 @@ func TestRestartPurgeAndDeleteAreDurable(t *testing.T) {
 	}
 	if got := rmBodies(t, ch, "rm.deleted"); len(got) != 0 {
 		t.Fatalf("a deleted queue's messages came back in its new incarnation: %v", got)
+	}
+}
+
+// dirSize sums the sizes of the files under dir.
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// TestAckedMessagesAreReclaimed: once the messages of a log's segments are
+// acked, the segments are deleted (issue 4: acked messages are reclaimed).
+func TestAckedMessagesAreReclaimed(t *testing.T) {
+	b := warrentest.Start(t)
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	rsCheck(t, "declare", declareQ(ch, "rm.reclaim", true, nil))
+	body := make([]byte, 8<<10)
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 5000))
+	for range 5000 { // 40 MiB: five segments
+		rsCheck(t, "publish", ch.Publish("", "rm.reclaim", false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: body}))
+	}
+	for range 5000 {
+		<-confirms
+	}
+	msgs := filepath.Join(b.DataDir(), "msgs")
+	full := dirSize(t, msgs)
+	if full < 5000*8<<10 {
+		t.Fatalf("msgs/ holds %d bytes after 40 MiB of persistent messages", full)
+	}
+	rsCheck(t, "qos", ch.Qos(1000, 0, false))
+	ds, err := ch.Consume("rm.reclaim", "", false, false, false, false, nil)
+	rsCheck(t, "consume", err)
+	for range 5000 {
+		d := <-ds
+		d.Ack(false)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := dirSize(t, msgs)
+		if n < 1<<20 { // the acked tail rolled away too
+			t.Logf("msgs/ shrank from %d MiB to %d KiB", full>>20, n>>10)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("msgs/ still holds %d bytes after every message was acked (was %d)", n, full)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -1,0 +1,199 @@
+package broker
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/amqp"
+)
+
+// Crash states of a dead-letter move (dlmove.go), built record by record
+// and recovered (R3.9 made atomic, issue 4): after any crash a persistent
+// dead letter is in its source or in all its durable targets, never in
+// none, never in both.
+
+type moveFixture struct {
+	dir  string
+	defs *memStore
+	b    *Broker
+	ms   *MsgStore
+}
+
+func (f *moveFixture) open(t *testing.T) {
+	t.Helper()
+	ms, err := OpenMsgStore(f.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ms = ms
+	f.b = New(Config{Store: f.defs, Messages: ms})
+	if err := f.b.Recover(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crash drops the broker without a clean shutdown: logs are closed (what
+// was appended is on disk, as after a crash that came after the syncs) and
+// no clean marker is written.
+func (f *moveFixture) crash(t *testing.T) {
+	t.Helper()
+	if err := f.ms.Close(false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newMoveFixture(t *testing.T) *moveFixture {
+	f := &moveFixture{dir: t.TempDir(), defs: newMemStore()}
+	f.open(t)
+	v := f.b.VHost("/")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(v.DeclareExchange(ExchangeSpec{Name: "dlx", Kind: "fanout", Durable: true}, false))
+	for _, n := range []string{"t1", "t2"} {
+		_, _, _, err := v.DeclareQueue(QueueSpec{Name: n, Durable: true}, false)
+		must(err)
+		must(v.Bind("dlx", n, false, "", nil, 0))
+	}
+	_, _, _, err := v.DeclareQueue(QueueSpec{Name: "src", Durable: true, Args: amqp.Table{"x-dead-letter-exchange": "dlx"}}, false)
+	must(err)
+	var r Router
+	m := &Message{RoutingKey: "src", Body: []byte("payload"), Props: amqp.Properties{DeliveryMode: 2, Flags: amqp.FlagDeliveryMode}}
+	if _, err := v.Publish(&r, "", m); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// stage writes the records of a move of src's message 1 up to a crash
+// point: the X intent, then D in the given targets.
+func (f *moveFixture) stage(t *testing.T, dTargets ...string) {
+	t.Helper()
+	v := f.b.VHost("/")
+	src := v.Queue("src")
+	src.mu.Lock()
+	e := src.ready.pop() // the message leaves the source's memory, as in deadLocked
+	b := binary.LittleEndian.AppendUint64(nil, e.seq)
+	for _, n := range []string{"t1", "t2"} {
+		b = binary.LittleEndian.AppendUint64(b, v.Queue(n).disk.id)
+	}
+	if _, err := src.disk.append(recMovedOut, b); err != nil {
+		t.Fatal(err)
+	}
+	src.mu.Unlock()
+	cp := deadLetterCopy(e.msg, "src", ReasonRejected, "dlx", nil, time.Unix(1700000000, 0))
+	for _, n := range dTargets {
+		tq := v.Queue(n)
+		tq.mu.Lock()
+		tq.nextSeq++
+		var pre [16]byte
+		binary.LittleEndian.PutUint64(pre[:], src.disk.id)
+		binary.LittleEndian.PutUint64(pre[8:], e.seq)
+		if _, err := tq.disk.appendMsg(recMovedIn, pre[:], msgHeader{seq: tq.nextSeq}, cp); err != nil {
+			t.Fatal(err)
+		}
+		tq.mu.Unlock()
+	}
+}
+
+func (f *moveFixture) contents(t *testing.T, q string) []string {
+	t.Helper()
+	var out []string
+	for {
+		d, _, ok := f.b.VHost("/").Queue(q).Get(true)
+		if !ok {
+			return out
+		}
+		s := string(d.Msg.Body)
+		if len(d.Msg.Deaths) > 0 {
+			s += "(dead:" + d.Msg.Deaths[0].Reason + ")"
+		}
+		out = append(out, s)
+	}
+}
+
+func TestMoveCrashBeforeAnyTargetR3_9(t *testing.T) {
+	f := newMoveFixture(t)
+	f.stage(t) // X durable, no D anywhere: the move never happened
+	f.crash(t)
+	f.open(t)
+	if got := f.contents(t, "src"); len(got) != 1 || got[0] != "payload" {
+		t.Fatalf("source after recovery: %v, want the message back", got)
+	}
+	for _, n := range []string{"t1", "t2"} {
+		if got := f.contents(t, n); len(got) != 0 {
+			t.Fatalf("%s after recovery: %v, want empty", n, got)
+		}
+	}
+}
+
+func TestMoveCrashAfterOneTargetR3_9(t *testing.T) {
+	f := newMoveFixture(t)
+	f.stage(t, "t1") // D reached t1 only: recovery completes the move
+	f.crash(t)
+	f.open(t)
+	if got := f.contents(t, "src"); len(got) != 0 {
+		t.Fatalf("source after recovery: %v, want empty (moved)", got)
+	}
+	for _, n := range []string{"t1", "t2"} {
+		if got := f.contents(t, n); len(got) != 1 || got[0] != "payload(dead:rejected)" {
+			t.Fatalf("%s after recovery: %v, want the dead letter", n, got)
+		}
+	}
+	// The completion is durable: a second recovery changes nothing.
+	f.crash(t)
+	f.open(t)
+	for _, n := range []string{"src", "t1", "t2"} {
+		if got := f.contents(t, n); len(got) != 0 {
+			t.Fatalf("%s after a second recovery: %v, want empty (consumed before)", n, got)
+		}
+	}
+}
+
+func TestMoveCrashAfterAllTargetsR3_9(t *testing.T) {
+	f := newMoveFixture(t)
+	f.stage(t, "t1", "t2") // D everywhere, A in the source not yet written
+	f.crash(t)
+	f.open(t)
+	if got := f.contents(t, "src"); len(got) != 0 {
+		t.Fatalf("source after recovery: %v, want empty", got)
+	}
+	for _, n := range []string{"t1", "t2"} {
+		if got := f.contents(t, n); len(got) != 1 {
+			t.Fatalf("%s after recovery: %v, want exactly one dead letter", n, got)
+		}
+	}
+}
+
+// TestMoveEndToEndR3_9: a live nack-style dead-lettering of a persistent
+// message between durable queues goes through the store and lands once.
+func TestMoveEndToEndR3_9(t *testing.T) {
+	f := newMoveFixture(t)
+	src := f.b.VHost("/").Queue("src")
+	d, _, ok := src.Get(false)
+	if !ok {
+		t.Fatal("no message")
+	}
+	src.Reject([]Delivery{d})
+	deadline := time.Now().Add(5 * time.Second)
+	for f.b.VHost("/").Queue("t2").Stats().Ready != 1 || f.b.VHost("/").Queue("t1").Stats().Ready != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("dead letter did not arrive in both targets")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.crash(t)
+	f.open(t)
+	if got := f.contents(t, "src"); len(got) != 0 {
+		t.Fatalf("source: %v", got)
+	}
+	for _, n := range []string{"t1", "t2"} {
+		if got := f.contents(t, n); len(got) != 1 || got[0] != "payload(dead:rejected)" {
+			t.Fatalf("%s: %v", n, got)
+		}
+	}
+}
