@@ -55,7 +55,7 @@ type MsgStore struct {
 	reclaimWake chan struct{}
 	reclaimSet  map[*qdisk]bool // guarded by mu
 	done        chan struct{}
-	wg        sync.WaitGroup
+	wg          sync.WaitGroup
 }
 
 type foundDir struct {
