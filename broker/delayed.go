@@ -47,9 +47,11 @@ package broker
 //   - A string x-delay that is not a decimal integer routes at once; the
 //     plugin's conversion crashes the channel. A signed-byte (int8) x-delay
 //     is honoured, as the plugin did before 3.13.
-//   - Held messages live in memory only, like everything in Warren until
-//     durable storage lands; the plugin keeps them in a node-local Mnesia
-//     table that survives a restart.
+//
+// A durable delayed exchange keeps its persistent held messages in a log of
+// the message store (delayedstore.go), like the plugin's node-local Mnesia
+// table: they survive a restart and a crash, and the publisher's confirm
+// waits for the disk.
 
 import (
 	"container/heap"
@@ -60,6 +62,7 @@ import (
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/internal/clock"
+	"github.com/warrenmq/warren/store"
 )
 
 // KindDelayed is the exchange type of the delayed message exchange.
@@ -155,12 +158,15 @@ type delayedState struct {
 	timerAt time.Time
 	gen     uint64 // identifies the armed timer
 	dropped bool
+	disk    *qdisk // held persistent messages of a durable exchange; nil otherwise
 }
 
 type heldEntry struct {
-	due time.Time
-	seq uint64
-	msg *Message
+	due    time.Time
+	seq    uint64
+	msg    *Message
+	seg    uint32 // the log segment of its record, when ondisk
+	ondisk bool
 }
 
 // heldHeap is a min-heap of entries by due time, then arrival order.
@@ -210,7 +216,7 @@ func (x *Exchange) DelayedType() string {
 
 // hold keeps m until its x-delay has elapsed, if it asks for a delay. It
 // reports whether it did. The caller holds the vhost's lock (read or write).
-func (d *delayedState) hold(m *Message) bool {
+func (d *delayedState) hold(m *Message, r *Router) bool {
 	if m.Props.Headers == nil {
 		return false
 	}
@@ -235,7 +241,9 @@ func (d *delayedState) hold(m *Message) bool {
 		return true
 	}
 	d.seq++
-	heap.Push(&d.pending, heldEntry{due: now.Add(time.Duration(ms) * time.Millisecond), seq: d.seq, msg: &c})
+	e := heldEntry{due: now.Add(time.Duration(ms) * time.Millisecond), seq: d.seq, msg: &c}
+	d.persistLocked(&e, r)
+	heap.Push(&d.pending, e)
 	d.armLocked(now)
 	return true
 }
@@ -277,13 +285,19 @@ func (d *delayedState) fired(gen uint64) {
 	}
 	now := d.clock.Now()
 	var due []*Message
+	var done []heldEntry
 	for len(d.pending) > 0 && !d.pending[0].due.After(now) {
-		due = append(due, heap.Pop(&d.pending).(heldEntry).msg)
+		e := heap.Pop(&d.pending).(heldEntry)
+		due = append(due, e.msg)
+		if e.ondisk {
+			done = append(done, e)
+		}
 	}
 	d.armLocked(now)
 	d.mu.Unlock()
 	if len(due) > 0 {
-		d.x.vhost.routeDelayed(d.x, due)
+		logs := d.x.vhost.routeDelayed(d.x, due)
+		d.released(done, logs)
 	}
 }
 
@@ -296,12 +310,16 @@ func (d *delayedState) drop() {
 	d.stopLocked()
 	clear(d.pending)
 	d.pending = nil
+	if d.disk != nil {
+		d.disk.close(true)
+	}
 }
 
 // routeDelayed routes messages whose delay has elapsed through x, as a
 // publish to x would, unless x has been deleted meanwhile. It takes the
 // vhost's lock per message and enqueues without it.
-func (v *VHost) routeDelayed(x *Exchange, ms []*Message) {
+// It returns the queue logs the messages were appended to.
+func (v *VHost) routeDelayed(x *Exchange, ms []*Message) []*store.Log {
 	var r Router
 	for _, m := range ms {
 		r.keys = m.routingKeys(r.keys[:0])
@@ -309,12 +327,13 @@ func (v *VHost) routeDelayed(x *Exchange, ms []*Message) {
 		v.mu.RLock()
 		if x.deleted {
 			v.mu.RUnlock()
-			return
+			return r.logs
 		}
 		v.routeLocked(&r, x, m)
 		v.mu.RUnlock()
 		for _, q := range r.queues {
-			q.enqueue(m, nil)
+			q.enqueue(m, &r)
 		}
 	}
+	return r.logs
 }

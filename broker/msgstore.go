@@ -64,10 +64,11 @@ type foundDir struct {
 }
 
 type qmeta struct {
-	VHost  string `json:"vhost"`
-	Queue  string `json:"queue"`
-	ID     uint64 `json:"id"`
-	Paging bool   `json:"paging,omitempty"`
+	VHost    string `json:"vhost"`
+	Queue    string `json:"queue,omitempty"`
+	Exchange string `json:"exchange,omitempty"` // a delayed exchange's held messages
+	ID       uint64 `json:"id"`
+	Paging   bool   `json:"paging,omitempty"`
 }
 
 const cleanMarker = "clean-shutdown"
@@ -119,6 +120,9 @@ func OpenMsgStore(dir string, logger *slog.Logger) (*MsgStore, error) {
 			continue
 		}
 		k := scopedKey(m.VHost, m.Queue)
+		if m.Exchange != "" {
+			k = scopedKey(m.VHost, "exchange\x00"+m.Exchange)
+		}
 		ms.found[k] = append(ms.found[k], foundDir{id: m.ID, path: p})
 		ms.lastID = max(ms.lastID, m.ID)
 	}
@@ -153,9 +157,9 @@ func (ms *MsgStore) Close(clean bool) error {
 	}
 	ms.mu.Unlock()
 	for _, d := range ds {
-		d.q.mu.Lock()
+		d.lock.Lock()
 		d.closed = true
-		d.q.mu.Unlock()
+		d.lock.Unlock()
 	}
 	ms.mu.Lock()
 	var first error
@@ -230,10 +234,9 @@ func (ms *MsgStore) reclaimer() {
 const reclaimThreshold = 4 << 20
 
 func (ms *MsgStore) reclaim(d *qdisk) {
-	q := d.q
-	q.mu.Lock()
+	d.lock.Lock()
 	if d.log == nil || d.closed {
-		q.mu.Unlock()
+		d.lock.Unlock()
 		return
 	}
 	before := uint32(math.MaxUint32)
@@ -244,14 +247,14 @@ func (ms *MsgStore) reclaim(d *qdisk) {
 	if before == math.MaxUint32 {
 		if d.log.Size() > reclaimThreshold {
 			if err := d.log.Roll(); err != nil {
-				q.mu.Unlock()
+				d.lock.Unlock()
 				return
 			}
 			segs = d.log.Segments()
 		}
 		before = segs[len(segs)-1]
 	}
-	q.mu.Unlock()
+	d.lock.Unlock()
 	if len(segs) < 2 || segs[0] >= before {
 		return
 	}
@@ -266,14 +269,20 @@ func (ms *MsgStore) reclaim(d *qdisk) {
 // qdisk is a queue's log. Fields other than log and id are guarded by the
 // queue's lock; the log is opened on the first append.
 type qdisk struct {
-	ms     *MsgStore
-	q      *Queue
-	id     uint64
-	dir    string
-	log    *store.Log
-	err    error // the log failed; the queue keeps working in memory
-	closed bool
-	paging bool // a transient queue's paging log, deleted at start-up
+	ms *MsgStore
+	q  *Queue // nil for a delayed exchange's log
+	// vhost and name name the owner; exchange is set for a delayed
+	// exchange's log. lock is the owner's lock, which guards the fields
+	// below but log and id.
+	vhost, name string
+	exchange    bool
+	lock        sync.Locker
+	id          uint64
+	dir         string
+	log         *store.Log
+	err         error // the log failed; the queue keeps working in memory
+	closed      bool
+	paging      bool // a transient queue's paging log, deleted at start-up
 	// dirtyUpTo: after a crash, records up to here were recovered and their
 	// messages may have been delivered: they come back redelivered.
 	dirtyUpTo store.Pos
@@ -293,7 +302,16 @@ func (ms *MsgStore) newDisk(q *Queue, id uint64, dir string) *qdisk {
 		id = ms.newID()
 		dir = filepath.Join(ms.dir, strconv.FormatUint(id, 16))
 	}
-	return &qdisk{ms: ms, q: q, id: id, dir: dir}
+	return &qdisk{ms: ms, q: q, vhost: q.vhost.Name, name: q.Name, lock: &q.mu, id: id, dir: dir}
+}
+
+// newXDisk is newDisk for the held messages of a delayed exchange.
+func (ms *MsgStore) newXDisk(x *Exchange, id uint64, dir string) *qdisk {
+	if id == 0 {
+		id = ms.newID()
+		dir = filepath.Join(ms.dir, strconv.FormatUint(id, 16))
+	}
+	return &qdisk{ms: ms, vhost: x.vhost.Name, name: x.Name, exchange: true, lock: &x.delayed.mu, id: id, dir: dir}
 }
 
 // ensure opens the log, creating its directory and meta file first.
@@ -307,7 +325,7 @@ func (d *qdisk) ensure() error {
 	if err := d.create(); err != nil {
 		d.err = err
 		d.ms.log.Error("message store: cannot create queue log; persistent messages of this queue are kept in memory only",
-			"queue", d.q.Name, "vhost", d.q.vhost.Name, "err", err)
+			"owner", d.name, "vhost", d.vhost, "err", err)
 		return err
 	}
 	return nil
@@ -318,7 +336,11 @@ func (d *qdisk) create() error {
 		if err := os.MkdirAll(d.dir, 0o755); err != nil {
 			return err
 		}
-		b, _ := json.Marshal(qmeta{VHost: d.q.vhost.Name, Queue: d.q.Name, ID: d.id, Paging: d.paging})
+		meta := qmeta{VHost: d.vhost, Queue: d.name, ID: d.id, Paging: d.paging}
+		if d.exchange {
+			meta = qmeta{VHost: d.vhost, Exchange: d.name, ID: d.id}
+		}
+		b, _ := json.Marshal(meta)
 		tmp := filepath.Join(d.dir, "meta.tmp")
 		f, err := os.Create(tmp)
 		if err != nil {
@@ -370,7 +392,7 @@ func (d *qdisk) append(typ byte, payload []byte) (store.Pos, error) {
 	if err != nil && d.err == nil {
 		d.err = err
 		d.ms.log.Error("message store: queue log failed; its messages are kept in memory only",
-			"queue", d.q.Name, "vhost", d.q.vhost.Name, "err", err)
+			"owner", d.name, "vhost", d.vhost, "err", err)
 	}
 	return p, err
 }
@@ -584,6 +606,13 @@ func (ms *MsgStore) recover(b *Broker) error {
 			}
 			states = append(states, st)
 			byID[d.id] = st
+		}
+	}
+	for _, vn := range b.VHosts() {
+		for _, x := range b.VHost(vn).Exchanges() {
+			if x.delayed != nil && x.persisted() {
+				ms.recoverDelayed(x, b.clock.Now())
+			}
 		}
 	}
 	for k, fds := range ms.found {

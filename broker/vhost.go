@@ -641,7 +641,7 @@ func (v *VHost) routeLocked(r *Router, x *Exchange, m *Message) {
 					found = true
 				}
 			}
-		} else if cur.delayed != nil && cur.delayed.hold(m) {
+		} else if cur.delayed != nil && cur.delayed.hold(m, r) {
 			// Held until its x-delay elapses (delayed.go); then routed
 			// from cur, and only then to its alternate exchange.
 			found = true
