@@ -308,6 +308,19 @@ wait:
 	hwm2 := procStatusKB(p.cmd.Process.Pid, "VmHWM")
 	rss.observe(hwm2)
 	diskAfterDrain := deepDiskUsage(b, dataDir)
+	// Acked segments are deleted in the background: wait (at most 10 s)
+	// until the store settles, and report how long that took.
+	reclaimStart := time.Now()
+	for settled := diskAfterDrain; time.Since(reclaimStart) < 10*time.Second; {
+		time.Sleep(100 * time.Millisecond)
+		now := deepDiskUsage(b, dataDir)
+		if now == settled && now < 16<<20 {
+			break
+		}
+		settled = now
+	}
+	reclaimSecs := time.Since(reclaimStart).Seconds()
+	diskSettled := deepDiskUsage(b, dataDir)
 	b.StopTimer()
 	p.Stop()
 
@@ -325,6 +338,8 @@ wait:
 	b.ReportMetric(float64(diskMsgs)/mib, "msgs-disk-MiB")
 	b.ReportMetric(float64(diskMsgs)/float64(n), "disk-B/msg")
 	b.ReportMetric(float64(diskAfterDrain)/mib, "disk-after-drain-MiB")
+	b.ReportMetric(float64(diskSettled)/mib, "disk-settled-MiB")
+	b.ReportMetric(reclaimSecs, "reclaim-s")
 	b.ReportMetric(kib(idleKB), "idle-rss-MiB")
 	b.ReportMetric(kib(rss.peak("publish")), "publish-peak-rss-MiB")
 	b.ReportMetric(kib(afterPublishKB), "after-publish-rss-MiB")
@@ -337,10 +352,10 @@ wait:
 	b.ReportMetric(kib(hwm2), "hwm2-MiB")
 	b.Logf("deep queue, %d messages of 16 bytes: publish %.1f s (%.0f msgs/s, %d publishers, window %d); "+
 		"disk %.1f MiB (msgs/ %.1f MiB, %.1f B/msg); %s stop %.2f s, restart to %d messages %.2f s; "+
-		"drain %.1f s (%.0f msgs/s, %d consumers); disk after drain %.1f MiB",
+		"drain %.1f s (%.0f msgs/s, %d consumers); disk after drain %.1f MiB, %.1f MiB %.1f s later",
 		n, publishSecs, float64(n)/publishSecs, deepPublishers, deepWindow,
 		float64(diskAll)/mib, float64(diskMsgs)/mib, float64(diskMsgs)/float64(n), restartVerb, stopSecs, n, restartSecs,
-		drainSecs, float64(n)/drainSecs, deepConsumers, float64(diskAfterDrain)/mib)
+		drainSecs, float64(n)/drainSecs, deepConsumers, float64(diskAfterDrain)/mib, float64(diskSettled)/mib, reclaimSecs)
 	b.Logf("RSS MiB: idle %.1f; publish peak %.1f, after publish %.1f (%.0f B/msg over idle); "+
 		"restart peak %.1f, after restart %.1f (%.0f B/msg over idle); drain peak %.1f; overall peak %.1f; "+
 		"VmHWM first process %.1f, second %.1f",

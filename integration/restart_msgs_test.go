@@ -399,3 +399,27 @@ func TestRestartKeepsDelayedExchangeMessages(t *testing.T) {
 		t.Fatalf("%d messages held after a second restart, want 0", n)
 	}
 }
+
+// TestRestartKeepsXExpires: a durable queue with x-expires still expires
+// after a restart if nobody uses it (R2.7); its clock starts again at the
+// restart, and its messages are not dead-lettered.
+func TestRestartKeepsXExpires(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+	b := warrentest.Start(t, warrentest.WithClock(fake))
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	rsCheck(t, "q", declareQ(ch, "rm.expires", true, amqp.Table{"x-expires": int32(60000)}))
+	rmPublish(t, ch, "", "rm.expires", amqp.Publishing{Body: []byte("m")})
+	b.Restart()
+	if b.Broker().VHost("/").Queue("rm.expires") == nil {
+		t.Fatal("queue with x-expires gone at the restart")
+	}
+	fake.Advance(61 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Broker().VHost("/").Queue("rm.expires") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("durable queue with x-expires did not expire after the restart")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
