@@ -35,6 +35,10 @@ type Config struct {
 	// Messages, if set, keeps the persistent messages of durable queues
 	// (msgstore.go); Recover loads them.
 	Messages *MsgStore
+	// QueueWindow is how many ready messages a queue keeps in memory
+	// before the rest go to disk only (spill.go); 0 means
+	// DefaultQueueWindow. It takes effect with Messages.
+	QueueWindow int
 }
 
 // Broker is the set of virtual hosts and users of one Warren node.
@@ -46,12 +50,15 @@ type Broker struct {
 	vhosts map[string]*VHost
 	users  map[string]*User
 
-	store     DefinitionStore
-	msgs      *MsgStore
-	persistMu sync.Mutex  // orders writes to store (persist.go)
-	loading   atomic.Bool // Recover is applying stored records
-	recovered bool        // guarded by mu
-	firstBoot bool        // guarded by mu
+	store DefinitionStore
+	msgs  *MsgStore
+
+	queueWindow    int
+	memoryPressure atomic.Bool
+	persistMu      sync.Mutex  // orders writes to store (persist.go)
+	loading        atomic.Bool // Recover is applying stored records
+	recovered      bool        // guarded by mu
+	firstBoot      bool        // guarded by mu
 }
 
 // New returns a broker with the default vhost "/" and the user guest/guest
@@ -64,7 +71,11 @@ func New(cfg Config) *Broker {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store, msgs: cfg.Messages}
+	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store, msgs: cfg.Messages,
+		queueWindow: cfg.QueueWindow}
+	if b.queueWindow <= 0 {
+		b.queueWindow = DefaultQueueWindow
+	}
 	if b.store == nil {
 		b.createDefaults()
 	}

@@ -197,3 +197,55 @@ func TestMoveEndToEndR3_9(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowShrinksUnderMemoryPressure: while memory is tight a queue
+// keeps a sixteenth of its window in memory; the rest goes to disk and
+// comes back in order.
+func TestWindowShrinksUnderMemoryPressure(t *testing.T) {
+	ms, err := OpenMsgStore(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close(false)
+	b := New(Config{Store: newMemStore(), Messages: ms, QueueWindow: 256})
+	if err := b.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	v := b.VHost("/")
+	q, _, _, err := v.DeclareQueue(QueueSpec{Name: "tight"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Router
+	pub := func(i int) {
+		m := &Message{RoutingKey: "tight", Body: []byte{byte(i >> 8), byte(i)}}
+		if _, err := v.Publish(&r, "", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inMemory := func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.ready.n
+	}
+	for i := range 100 {
+		pub(i)
+	}
+	if n := inMemory(); n != 100 {
+		t.Fatalf("%d of 100 in memory under the window of 256", n)
+	}
+	b.SetMemoryPressure(true)
+	for i := 100; i < 1000; i++ {
+		pub(i)
+	}
+	if n := inMemory(); n != 100 {
+		t.Fatalf("%d in memory under pressure, want the 100 already there (window 16)", n)
+	}
+	b.SetMemoryPressure(false)
+	for i := range 1000 {
+		d, _, ok := q.Get(true)
+		if !ok || int(d.Msg.Body[0])<<8|int(d.Msg.Body[1]) != i {
+			t.Fatalf("message %d: ok=%v body=%v", i, ok, d.Msg.Body)
+		}
+	}
+}

@@ -785,6 +785,7 @@ func (ms *MsgStore) completeMoves(states []*recState, byID map[uint64]*recState)
 func (st *recState) pass2(clean bool, now int64) (int, error) {
 	q, d := st.q, st.d
 	canSpill := len(q.ready.levels) == 1
+	wm, wb := q.vhost.b.window()
 	var es []entry
 	var delayed []delayedEntry
 	var memBytes int64
@@ -823,7 +824,7 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 		if inMemory && sp.active {
 			sp.skip.add(h.seq)
 		}
-		if !inMemory && canSpill && (sp.active || len(es) >= windowMsgs || memBytes >= windowBytes) {
+		if !inMemory && canSpill && (sp.active || len(es) >= wm || memBytes >= wb) {
 			if !sp.active {
 				sp.active, sp.cursor = true, p
 			}

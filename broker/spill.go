@@ -15,10 +15,32 @@ import (
 // paging log that is deleted at start-up. Messages with a TTL deadline keep
 // a heap entry with their log position, so that they still expire on time
 // while on disk (expireSpilledLocked). Priority queues do not spill.
+//
+// The window is Config.QueueWindow messages (default 2048) and windowBytes
+// of bodies; while memory is tight (SetMemoryPressure, from half the memory
+// high watermark, as RabbitMQ's paging ratio) it shrinks to a sixteenth, so
+// that new messages go to disk sooner.
 const (
-	windowMsgs  = 2048
-	windowBytes = 4 << 20
+	DefaultQueueWindow = 2048
+	windowBytes        = 4 << 20
 )
+
+// window returns the message and byte limits of the in-memory window now.
+func (b *Broker) window() (msgs int, bytes int64) {
+	msgs, bytes = b.queueWindow, windowBytes
+	if b.memoryPressure.Load() {
+		msgs, bytes = max(msgs/16, 16), bytes/16
+	}
+	return msgs, bytes
+}
+
+// SetMemoryPressure tells queues that memory is tight (or no longer is):
+// their in-memory windows shrink while it lasts.
+func (b *Broker) SetMemoryPressure(on bool) {
+	if b.memoryPressure.Swap(on) != on {
+		b.log.Info("memory pressure: queue windows "+map[bool]string{true: "shrink", false: "restored"}[on], "window", b.queueWindow)
+	}
+}
 
 // spillState is the part of a queue that lives only on disk: messages at
 // or after cursor in the queue's log, in order.
@@ -39,7 +61,8 @@ func (q *Queue) spillsLocked() bool {
 	if len(q.ready.levels) != 1 || q.vhost.b.msgs == nil {
 		return false
 	}
-	return q.spill.active || q.ready.n >= windowMsgs || q.ready.bytes >= windowBytes
+	wm, wb := q.vhost.b.window()
+	return q.spill.active || q.ready.n >= wm || q.ready.bytes >= wb
 }
 
 // pagingDiskLocked gives a queue without a message log a paging log.
@@ -148,10 +171,11 @@ func (q *Queue) refillLocked(force bool) {
 	if !s.active || q.disk == nil || q.disk.log == nil {
 		return
 	}
-	if !force && (q.ready.n >= windowMsgs/2 || q.ready.bytes >= windowBytes/2) {
+	wm, wb := q.vhost.b.window()
+	if !force && (q.ready.n >= wm/2 || q.ready.bytes >= wb/2) {
 		return
 	}
-	want := windowMsgs - q.ready.n
+	want := max(wm-q.ready.n, 1)
 	loaded := 0
 	err := q.disk.log.ScanFrom(s.cursor, func(p store.Pos, typ byte, pl []byte) error {
 		if typ != recMessage && typ != recMovedIn {
@@ -160,7 +184,7 @@ func (q *Queue) refillLocked(force bool) {
 		if !s.active {
 			return errStopScan
 		}
-		if loaded >= want || q.ready.bytes >= windowBytes {
+		if loaded >= want || q.ready.bytes >= wb && loaded > 0 {
 			s.cursor = p
 			return errStopScan
 		}

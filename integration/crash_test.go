@@ -467,7 +467,10 @@ func TestCrashUnderLoad(t *testing.T) {
 
 	goroutines := runtime.NumGoroutine()
 	ledger := &crashLedger{seed: seed, confirmed: map[uint64]int{}, deliveries: map[uint64][]crashDelivery{}}
-	p := startProc(t, t.TempDir())
+	// A small in-memory window (spill.go) puts most queued messages on disk
+	// only, so that kills land in the spill, refill and expire-on-disk
+	// paths too, not only in the in-memory ones.
+	p := startProc(t, t.TempDir(), "--queue-window", "32")
 	var unexpected []string // errors from a live broker, before any kill
 
 	// Rounds 0..kills-1 end with SIGKILL; the last round ends cleanly.

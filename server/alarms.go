@@ -43,6 +43,9 @@ func (s *Server) checkResources() {
 			used = memoryUsed()
 		}
 		s.setAlarmLogged("memory", used > w, "used", used, "watermark", w)
+		// From half the watermark (RabbitMQ's paging ratio) queues keep
+		// fewer messages in memory.
+		s.broker.SetMemoryPressure(used > w/2)
 	}
 	if limit := s.cfg.DiskFreeLimit; limit > 0 && s.cfg.DataDir != "" {
 		if free, ok := diskFree(s.cfg.DataDir); ok {

@@ -54,8 +54,11 @@ type Config struct {
 	// default 50 MB, as RabbitMQ's disk_free_limit. ResourceCheckInterval is
 	// how often both are checked; default 1s. A negative watermark or limit
 	// disables that alarm.
-	MemoryHighWatermark   int64
-	DiskFreeLimit         int64
+	MemoryHighWatermark int64
+	DiskFreeLimit       int64
+	// QueueWindow is how many ready messages a queue keeps in memory
+	// before the rest live on disk only (default broker.DefaultQueueWindow).
+	QueueWindow           int
 	ResourceCheckInterval time.Duration
 
 	Logger *slog.Logger
@@ -142,7 +145,7 @@ func New(cfg Config) (*Server, error) {
 	var defs *store.Defs
 	var msgs *broker.MsgStore
 	if b == nil {
-		bc := broker.Config{Logger: cfg.Logger, Clock: cfg.Clock}
+		bc := broker.Config{Logger: cfg.Logger, Clock: cfg.Clock, QueueWindow: cfg.QueueWindow}
 		if cfg.DataDir != "" {
 			var err error
 			if defs, err = store.Open(cfg.DataDir); err != nil {

@@ -51,6 +51,7 @@ type options struct {
 	ChannelMax  uint
 	MemoryHigh  int64
 	DiskFree    int64
+	QueueWindow int
 	Definitions string
 }
 
@@ -71,6 +72,7 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.UintVar(&o.ChannelMax, "channel-max", 2047, "highest channel number")
 	fs.Int64Var(&o.MemoryHigh, "memory-high-watermark", 0, "block publishers while the broker uses more memory than this, in bytes (0: 40% of RAM, as RabbitMQ; -1: off)")
 	fs.Int64Var(&o.DiskFree, "disk-free-limit", 50_000_000, "block publishers while the data directory's disk has less free space than this, in bytes (-1: off)")
+	fs.IntVar(&o.QueueWindow, "queue-window", 2048, "ready messages a queue keeps in memory; the rest live on disk only (a sixteenth while memory is over half the watermark)")
 	fs.StringVar(&o.Definitions, "definitions", "", "RabbitMQ definitions JSON file (rabbitmqctl export_definitions) to import at start-up")
 	cfgFile := fs.String("config", "", "config file of 'name = value' lines (flag names)")
 	fs.Usage = func() {
@@ -104,7 +106,7 @@ func run(args []string, out io.Writer) error {
 	}
 	cfg := server.Config{AMQPAddr: o.AMQPAddr, AMQPSAddr: o.AMQPSAddr, Heartbeat: hb, FrameMax: uint32(o.FrameMax),
 		ChannelMax: uint16(o.ChannelMax), Logger: log, DataDir: o.DataDir,
-		MemoryHighWatermark: o.MemoryHigh, DiskFreeLimit: o.DiskFree}
+		MemoryHighWatermark: o.MemoryHigh, DiskFreeLimit: o.DiskFree, QueueWindow: o.QueueWindow}
 	if o.TLSCert != "" || o.TLSKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
 		if err != nil {
