@@ -21,17 +21,18 @@ type channel struct {
 	id uint16
 
 	// Reader goroutine only.
-	closing   bool // channel.close sent, waiting for close-ok
-	pub       amqp.BasicPublish
-	msg       *broker.Message
-	bodySize  int
-	inContent int // 0 none, 1 want header, 2 want body
-	router    broker.Router
-	lastQueue string
-	confirm   bool
-	tx        bool
-	txOps     []txOp
-	txWait    []*store.Log // logs a tx.commit waits for
+	closing    bool // channel.close sent, waiting for close-ok
+	pub        amqp.BasicPublish
+	pubScratch amqp.BasicPublish // decoded in place (conn.handleFrame)
+	msg        *broker.Message
+	bodySize   int
+	inContent  int // 0 none, 1 want header, 2 want body
+	router     broker.Router
+	lastQueue  string
+	confirm    bool
+	tx         bool
+	txOps      []txOp
+	txWait     []*store.Log // logs a tx.commit waits for
 
 	// Publisher confirms (confirms.go), guarded by confMu.
 	confMu      sync.Mutex

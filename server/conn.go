@@ -502,6 +502,16 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		}
 		return nil
 	case amqp.FrameMethod:
+		// basic.publish decodes into the channel's own struct, reusing
+		// the exchange and routing key strings (amqp/fastpath.go).
+		if args, ok := amqp.IsBasicPublish(f.Payload); ok && f.Channel != 0 {
+			if ch := c.channels[f.Channel]; ch != nil && !ch.closing {
+				if err := ch.pubScratch.DecodeReuse(args); err != nil {
+					return err
+				}
+				return ch.handleMethod(&ch.pubScratch)
+			}
+		}
 		m, err := amqp.DecodeMethod(f.Payload)
 		if err != nil {
 			return err

@@ -52,8 +52,7 @@ func (cs *consumer) Deliver(bc *broker.Consumer, d broker.Delivery) bool {
 }
 
 func appendDelivery(b []byte, chID uint16, ctag string, tag uint64, redelivered bool, m *broker.Message, frameMax uint32) []byte {
-	b = amqp.AppendMethodFrame(b, chID, &amqp.BasicDeliver{ConsumerTag: ctag, DeliveryTag: tag, Redelivered: redelivered,
-		Exchange: m.Exchange, RoutingKey: m.RoutingKey})
+	b = amqp.AppendDeliverFrame(b, chID, ctag, tag, redelivered, m.Exchange, m.RoutingKey)
 	b = amqp.AppendHeaderFrame(b, chID, 60, uint64(len(m.Body)), &m.Props)
 	return amqp.AppendBodyFrames(b, chID, m.Body, frameMax)
 }
