@@ -24,6 +24,12 @@ func (m *BasicPublish) DecodeReuse(args []byte) error {
 	return d.finish(60, 40, args)
 }
 
+// AppendShortstrKey appends a field-table key (a shortstr).
+func AppendShortstrKey(dst []byte, k string) []byte { return appendShortstr(dst, k) }
+
+// AppendStringValue appends a longstr field value ('S').
+func AppendStringValue(dst []byte, s string) []byte { return appendLongstr(append(dst, 'S'), s) }
+
 // IsBasicPublish reports whether a method frame payload is basic.publish,
 // returning its arguments.
 func IsBasicPublish(payload []byte) ([]byte, bool) {

@@ -103,6 +103,11 @@ func appendValue(dst []byte, v any, depth int) []byte {
 	case []byte:
 		dst = binary.BigEndian.AppendUint32(append(dst, 'x'), uint32(len(v)))
 		return append(dst, v...)
+	case RawValue:
+		if len(v) == 0 {
+			return append(dst, 'V')
+		}
+		return append(dst, v...)
 	case time.Time:
 		return binary.BigEndian.AppendUint64(append(dst, 'T'), uint64(v.Unix()))
 	case []any:

@@ -43,6 +43,11 @@ import (
 // Encoding also accepts int (as l) and map[string]any (as F).
 type Table map[string]any
 
+// RawValue is a field value already encoded (type octet included), which
+// AppendTable and AppendArray write verbatim. The broker builds x-death
+// headers this way, in one allocation. It decodes as the value it holds.
+type RawValue []byte
+
 // Decimal is the AMQP decimal-value (type D): Value * 10^-Scale.
 type Decimal struct {
 	Scale uint8

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
@@ -55,28 +56,42 @@ func recordDeath(history []Death, m *Message, queue, reason string, now time.Tim
 	return append(out, history...)
 }
 
-// deathsTable encodes the history as RabbitMQ's x-death header (R3.4).
-func deathsTable(history []Death) []any {
-	arr := make([]any, len(history))
-	for i, d := range history {
-		keys := make([]any, len(d.RoutingKeys))
-		for j, k := range d.RoutingKeys {
-			keys[j] = k
+// deathsTable encodes the history as RabbitMQ's x-death header (R3.4): an
+// array of tables, written straight to the wire form (one allocation; keys
+// in the sorted order amqp.AppendTable uses, so the bytes are the same).
+func deathsTable(history []Death) amqp.RawValue {
+	n := 16
+	for _, d := range history {
+		n += 160 + len(d.Queue) + len(d.Exchange) + len(d.OriginalExpiration)
+		for _, k := range d.RoutingKeys {
+			n += 5 + len(k)
 		}
-		t := amqp.Table{
-			"queue":        d.Queue,
-			"reason":       d.Reason,
-			"count":        d.Count,
-			"time":         d.Time,
-			"exchange":     d.Exchange,
-			"routing-keys": keys,
-		}
-		if d.HasExpiration {
-			t["original-expiration"] = d.OriginalExpiration
-		}
-		arr[i] = t
 	}
-	return arr
+	b := make([]byte, 0, n)
+	b = append(b, 'A', 0, 0, 0, 0)
+	for _, d := range history {
+		b = append(b, 'F', 0, 0, 0, 0)
+		t := len(b)
+		b = amqp.AppendShortstrKey(b, "count")
+		b = binary.BigEndian.AppendUint64(append(b, 'l'), uint64(d.Count))
+		b = amqp.AppendStringValue(amqp.AppendShortstrKey(b, "exchange"), d.Exchange)
+		if d.HasExpiration {
+			b = amqp.AppendStringValue(amqp.AppendShortstrKey(b, "original-expiration"), d.OriginalExpiration)
+		}
+		b = amqp.AppendStringValue(amqp.AppendShortstrKey(b, "queue"), d.Queue)
+		b = amqp.AppendStringValue(amqp.AppendShortstrKey(b, "reason"), d.Reason)
+		b = append(amqp.AppendShortstrKey(b, "routing-keys"), 'A', 0, 0, 0, 0)
+		a := len(b)
+		for _, k := range d.RoutingKeys {
+			b = amqp.AppendStringValue(b, k)
+		}
+		binary.BigEndian.PutUint32(b[a-4:], uint32(len(b)-a))
+		b = amqp.AppendShortstrKey(b, "time")
+		b = binary.BigEndian.AppendUint64(append(b, 'T'), uint64(d.Time.Unix()))
+		binary.BigEndian.PutUint32(b[t-4:], uint32(len(b)-t))
+	}
+	binary.BigEndian.PutUint32(b[1:], uint32(len(b)-5))
+	return amqp.RawValue(b)
 }
 
 // deadLetterCopy returns the message to publish to the dead-letter
@@ -98,17 +113,29 @@ func deadLetterCopy(m *Message, queue, reason, dlx string, dlrk *string, now tim
 		h[k] = v
 	}
 	h["x-death"] = deathsTable(history)
+	// Each value is boxed once and shared by the first and last headers.
+	qv, rv, xv := any(queue), reasonValue(reason), any(m.Exchange)
 	if len(m.Deaths) == 0 {
-		h["x-first-death-queue"] = queue
-		h["x-first-death-reason"] = reason
-		h["x-first-death-exchange"] = m.Exchange
+		h["x-first-death-queue"] = qv
+		h["x-first-death-reason"] = rv
+		h["x-first-death-exchange"] = xv
 	}
-	h["x-last-death-queue"] = queue
-	h["x-last-death-reason"] = reason
-	h["x-last-death-exchange"] = m.Exchange
+	h["x-last-death-queue"] = qv
+	h["x-last-death-reason"] = rv
+	h["x-last-death-exchange"] = xv
 	c.Props.Headers = h
 	c.Props.Flags |= amqp.FlagHeaders
 	return c
+}
+
+// reasonValues are the reasons boxed once, for headers.
+var reasonValues = [4]any{ReasonRejected, ReasonExpired, ReasonMaxLen, ReasonDeliveryLimit}
+
+func reasonValue(r string) any {
+	if i := reasonIndex(r); reasons[i] == r {
+		return reasonValues[i]
+	}
+	return r
 }
 
 // routingKeys are the keys a dead-lettered message is routed with when

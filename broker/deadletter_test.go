@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestDeadLetterCopyFirstEvent(t *testing.T) {
 	}
 	want := []any{amqp.Table{"queue": "orders.work", "reason": "rejected", "count": int64(1), "time": t0,
 		"exchange": "orders", "routing-keys": []any{"orders.work", "cc1"}}}
-	if got := c.Props.Headers["x-death"]; !reflect.DeepEqual(got, want) {
+	if got := xdeath(t, c.Props.Headers["x-death"]); !reflect.DeepEqual(got, want) {
 		t.Errorf("x-death:\n got %#v\nwant %#v", got, want)
 	}
 	for k, v := range map[string]string{"x-first-death-queue": "orders.work", "x-first-death-reason": "rejected",
@@ -56,12 +57,12 @@ func TestDeadLetterCopyExpiration(t *testing.T) {
 	if c.Props.Expiration != "" || c.Props.Flags&amqp.FlagExpiration != 0 {
 		t.Errorf("expiration kept: %q flags %#x", c.Props.Expiration, c.Props.Flags)
 	}
-	e := c.Props.Headers["x-death"].([]any)[0].(amqp.Table)
+	e := xdeath(t, c.Props.Headers["x-death"]).([]any)[0].(amqp.Table)
 	if e["original-expiration"] != "1000" {
 		t.Errorf("original-expiration: got %v, want 1000", e["original-expiration"])
 	}
 	c2 := deadLetterCopy(&Message{RoutingKey: "k"}, "q", ReasonExpired, "dlx", nil, t0)
-	if _, ok := c2.Props.Headers["x-death"].([]any)[0].(amqp.Table)["original-expiration"]; ok {
+	if _, ok := xdeath(t, c2.Props.Headers["x-death"]).([]any)[0].(amqp.Table)["original-expiration"]; ok {
 		t.Errorf("original-expiration set for a message without expiration")
 	}
 	if c2.RoutingKey != "k" {
@@ -99,7 +100,7 @@ func TestDeadLetterIgnoresClientXDeath(t *testing.T) {
 	forged := []any{amqp.Table{"queue": "q", "reason": "rejected", "count": int64(5)}}
 	m := &Message{RoutingKey: "k", Props: amqp.Properties{Headers: amqp.Table{"x-death": forged}}}
 	c := deadLetterCopy(m, "q", ReasonRejected, "x", nil, t0)
-	e := c.Props.Headers["x-death"].([]any)
+	e := xdeath(t, c.Props.Headers["x-death"]).([]any)
 	if len(e) != 1 || e[0].(amqp.Table)["count"] != int64(1) {
 		t.Fatalf("x-death: got %v, want one entry with count 1", e)
 	}
@@ -133,6 +134,53 @@ func TestIsCycle(t *testing.T) {
 	} {
 		if got := isCycle(tc.history, tc.target); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// xdeath decodes an x-death header value as a client sees it: the broker
+// keeps it pre-encoded (amqp.RawValue).
+func xdeath(t *testing.T, v any) any {
+	t.Helper()
+	if v == nil {
+		return nil
+	}
+	tab, _, err := amqp.DecodeTable(amqp.AppendTable(nil, amqp.Table{"x": v}))
+	if err != nil {
+		t.Fatalf("x-death does not decode: %v", err)
+	}
+	return tab["x"]
+}
+
+// TestDeathsTableWireForm: the pre-encoded x-death is byte for byte what
+// encoding the same history as tables gives.
+func TestDeathsTableWireForm(t *testing.T) {
+	ref := func(history []Death) []any {
+		arr := make([]any, len(history))
+		for i, d := range history {
+			keys := make([]any, len(d.RoutingKeys))
+			for j, k := range d.RoutingKeys {
+				keys[j] = k
+			}
+			tb := amqp.Table{"queue": d.Queue, "reason": d.Reason, "count": d.Count, "time": d.Time, "exchange": d.Exchange, "routing-keys": keys}
+			if d.HasExpiration {
+				tb["original-expiration"] = d.OriginalExpiration
+			}
+			arr[i] = tb
+		}
+		return arr
+	}
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, h := range [][]Death{
+		nil,
+		{{Queue: "q", Reason: "rejected", Count: 1, Time: t0, Exchange: "", RoutingKeys: []string{"q"}}},
+		{{Queue: "a", Reason: "expired", Count: 3, Time: t0, Exchange: "x", RoutingKeys: []string{"k1", "k2", ""}, OriginalExpiration: "100", HasExpiration: true},
+			{Queue: "b", Reason: "maxlen", Count: 1 << 40, Time: t0.Add(time.Hour), Exchange: "y", RoutingKeys: nil}},
+	} {
+		got := amqp.AppendTable(nil, amqp.Table{"x-death": deathsTable(h)})
+		want := amqp.AppendTable(nil, amqp.Table{"x-death": ref(h)})
+		if !bytes.Equal(got, want) {
+			t.Fatalf("history %+v:\n got %x\nwant %x", h, got, want)
 		}
 	}
 }
