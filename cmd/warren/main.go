@@ -40,6 +40,7 @@ type options struct {
 	AMQPAddr    string
 	AMQPSAddr   string
 	HTTPAddr    string
+	PprofAddr   string
 	DataDir     string
 	TLSCert     string
 	TLSKey      string
@@ -67,6 +68,7 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&o.DefaultUser, "default-user", "guest", "user created at start-up (loopback-only when it is guest)")
 	fs.StringVar(&o.DefaultPass, "default-pass", "guest", "password of the default user")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "serve Go's net/http/pprof profiles on this address, for profiling (off by default)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", 60*time.Second, "heartbeat interval proposed to clients (0 disables)")
 	fs.UintVar(&o.FrameMax, "frame-max", 131072, "largest frame accepted, in bytes")
 	fs.UintVar(&o.ChannelMax, "channel-max", 2047, "highest channel number")
@@ -129,6 +131,9 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	log.Info("Warren started", "version", server.Version, "amqp", srv.Addr().String(), "data_dir", o.DataDir)
+	if o.PprofAddr != "" {
+		startPprof(o.PprofAddr, log)
+	}
 	if a := srv.TLSAddr(); a != nil {
 		log.Info("AMQPS listener started", "addr", a.String())
 	}
