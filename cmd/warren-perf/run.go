@@ -658,11 +658,7 @@ func runLoad(ctx context.Context, o *options, stderr io.Writer) (*Result, error)
 				return nil, err
 			}
 		}
-		flush := o.FlushBytes
-		if o.Confirm > 0 && o.Confirm < 64 {
-			flush = 0 // every message waits for the one before: write at once
-		}
-		ch.SetFlushThreshold(flush)
+		ch.SetFlushThreshold(o.FlushBytes)
 		quota := int64(-1)
 		if o.Count > 0 {
 			quota = o.Count / int64(o.Publishers)
@@ -725,8 +721,10 @@ loop:
 		case <-deadline:
 			endNow = true
 		case <-warm:
-			start = r.snapshot(true)
-			haveStart = true
+			if !haveStart {
+				start = r.snapshot(true)
+				haveStart = true
+			}
 			continue
 		case <-tick.C:
 		}
@@ -896,6 +894,9 @@ loop:
 	r.errMu.Lock()
 	res.Errors = append([]string(nil), r.errs...)
 	r.errMu.Unlock()
+	if len(res.Errors) > 0 {
+		res.Complete = false
+	}
 	return res, nil
 }
 
@@ -1007,6 +1008,7 @@ func (r *runner) progress(cur, last snap, warmup, running bool) {
 			fmt.Fprintf(&b, " cpu %.0f%%", 100*float64(cur.brokerCPU-last.brokerCPU)/float64(cur.t.Sub(last.t)))
 		}
 	}
+	fmt.Fprintf(&b, "  client cpu %.0f%%", 100*float64(cur.selfCPU-last.selfCPU)/float64(cur.t.Sub(last.t)))
 	switch {
 	case warmup:
 		b.WriteString("  (warm-up)")
