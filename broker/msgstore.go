@@ -202,7 +202,9 @@ func (ms *MsgStore) syncAll() {
 	ms.mu.Lock()
 	logs := make([]*store.Log, 0, len(ms.open))
 	for _, d := range ms.open {
-		logs = append(logs, d.log)
+		if !d.paging {
+			logs = append(logs, d.log)
+		}
 	}
 	ms.mu.Unlock()
 	for _, l := range logs {
@@ -364,7 +366,9 @@ func (d *qdisk) create() error {
 			return err
 		}
 	}
-	l, err := store.OpenLog(d.dir, d.ms.opts)
+	opts := d.ms.opts
+	opts.NoSync = d.paging // paged transient messages need not survive a crash
+	l, err := store.OpenLog(d.dir, opts)
 	if err != nil {
 		return err
 	}

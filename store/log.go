@@ -21,6 +21,10 @@ type Options struct {
 	// Logger receives recovery reports: torn tails cut, corrupt records found
 	// (default: discard).
 	Logger *slog.Logger
+	// NoSync makes Sync, rolls, segment creation and removal skip fsync:
+	// for data that need not survive a crash (a paging log, deleted at
+	// start-up). Records still reach the file (the page cache).
+	NoSync bool
 }
 
 // writeBufSize is the size of the append buffer; Sync, a full buffer, a roll
@@ -37,6 +41,7 @@ type Log struct {
 	fs      FS
 	segSize int64
 	logger  *slog.Logger
+	noSync  bool
 
 	syncMu sync.Mutex   // serializes the fsync of the active segment
 	rmu    sync.RWMutex // held shared while a segment file is read or synced outside mu; exclusively to close or remove one
@@ -66,7 +71,7 @@ type segment struct {
 // Options.Logger at level Warn. OpenLog does not fail because of bad data,
 // only because of I/O errors.
 func OpenLog(dir string, opts Options) (*Log, error) {
-	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger}
+	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, noSync: opts.NoSync}
 	if l.fs == nil {
 		l.fs = OSFS{}
 	}
@@ -206,9 +211,11 @@ func (l *Log) createSegment(n uint32) error {
 	if err != nil {
 		return err
 	}
-	if err := l.fs.SyncDir(l.dir); err != nil {
-		f.Close()
-		return err
+	if !l.noSync {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	l.segs = append(l.segs, &segment{num: n, f: f, end: segHeaderSize})
 	l.flushed = 0
@@ -301,8 +308,10 @@ func (l *Log) rollLocked() error {
 		return err
 	}
 	a := l.active()
-	if err := a.f.Sync(); err != nil {
-		return l.fail(err)
+	if !l.noSync {
+		if err := a.f.Sync(); err != nil {
+			return l.fail(err)
+		}
 	}
 	l.synced = l.appended
 	if err := l.createSegment(a.num + 1); err != nil {
@@ -376,7 +385,9 @@ func (l *Log) sync() (fsynced bool, err error) {
 	f := l.active().f
 	l.mu.Unlock()
 
-	err = f.Sync()
+	if !l.noSync {
+		err = f.Sync()
+	}
 	l.rmu.RUnlock()
 
 	l.mu.Lock()
@@ -575,7 +586,7 @@ func (l *Log) RemoveSegmentsBefore(seg uint32) error {
 		removed++
 	}
 	l.segs = kept
-	if removed > 0 {
+	if removed > 0 && !l.noSync {
 		if err := l.fs.SyncDir(l.dir); err != nil && firstErr == nil {
 			firstErr = err
 		}

@@ -578,3 +578,33 @@ func TestConcurrent(t *testing.T) {
 	}
 	t.Logf("syncer: %+v, %.1f requests per fsync", s.Stats(), s.Stats().RequestsPerFsync())
 }
+
+// TestNoSyncLogWorks: a NoSync log (paging) appends, syncs (without
+// fsync), rolls, removes segments and reads its records back.
+func TestNoSyncLogWorks(t *testing.T) {
+	fs := NewMemFS()
+	l, err := OpenLog("/p", Options{FS: fs, SegmentSize: MinSegmentSize, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := make([]byte, 1000)
+	for range 200 {
+		if _, err := l.Append('M', rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	segs := l.Segments()
+	if len(segs) < 2 {
+		t.Fatalf("%d segments, want a roll", len(segs))
+	}
+	if err := l.RemoveSegmentsBefore(segs[len(segs)-1]); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := l.Scan(func(Pos, byte, []byte) error { n++; return nil }); err != nil || n == 0 {
+		t.Fatalf("scan: %d records, %v", n, err)
+	}
+}
