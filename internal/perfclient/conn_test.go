@@ -214,6 +214,39 @@ func TestAutoAckLargeMessages(t *testing.T) {
 	})
 }
 
+// TestConfirmNacks: a full queue with x-overflow reject-publish nacks
+// publishes; acks and nacks are counted apart.
+func TestConfirmNacks(t *testing.T) {
+	forEachBroker(t, func(t *testing.T, u string) {
+		c := dial(t, u)
+		ch := channel(t, c)
+		q := qname(t, "full")
+		declare(t, u, ch, q, amqp.Table{"x-max-length": int64(10), "x-overflow": "reject-publish"})
+		if err := ch.ConfirmSelect(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 25; i++ {
+			ch.Publish("", q, false, nil, body(i, 16))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := ch.WaitConfirms(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if ch.Confirmed() != 10 || ch.Nacked() != 15 || ch.Outstanding() != 0 {
+			t.Fatalf("confirmed %d, nacked %d, outstanding %d", ch.Confirmed(), ch.Nacked(), ch.Outstanding())
+		}
+		n, err := ch.QueuePurge(q)
+		if err != nil || n != 10 {
+			t.Fatalf("purge: %d, %v", n, err)
+		}
+		n, err = ch.QueueDelete(q)
+		if err != nil || n != 0 {
+			t.Fatalf("delete: %d, %v", n, err)
+		}
+	})
+}
+
 func TestNackIntoDLQ(t *testing.T) {
 	forEachBroker(t, func(t *testing.T, u string) {
 		c := dial(t, u)
