@@ -78,17 +78,24 @@ type FrameReader struct {
 	r, w    int
 	max     uint32 // negotiated frame-max, 0 for none
 	initial int
+	full    bool // the last Read filled all the free space: the peer is busy
 }
 
-// NewFrameReader returns a FrameReader reading from r with a buffer of
-// bufSize bytes (at least 4096). A frame that does not fit grows the
-// buffer, up to the frame size limit. The frame size limit starts at
-// FrameMinSize; see SetMaxFrameSize.
+// initialReadBuf is the first buffer of a FrameReader: enough for a
+// handshake and light traffic; a busy peer grows it.
+const initialReadBuf = 1024
+
+// NewFrameReader returns a FrameReader reading from r with a buffer that
+// grows to bufSize bytes (at least 4096) once the peer sends faster than a
+// small buffer holds: it starts at 1 KiB, so that idle connections cost
+// little memory. A frame that does not fit grows the buffer, up to the
+// frame size limit. The frame size limit starts at FrameMinSize; see
+// SetMaxFrameSize.
 func NewFrameReader(r io.Reader, bufSize int) *FrameReader {
 	if bufSize < FrameMinSize {
 		bufSize = FrameMinSize
 	}
-	return &FrameReader{rd: r, buf: make([]byte, bufSize), initial: bufSize, max: FrameMinSize}
+	return &FrameReader{rd: r, buf: make([]byte, initialReadBuf), initial: bufSize, max: FrameMinSize}
 }
 
 // SetMaxFrameSize sets the negotiated frame-max, which counts the 8 bytes
@@ -111,7 +118,13 @@ func (r *FrameReader) fill(n int) error {
 	empty := 0
 	for r.w-r.r < n {
 		if r.w == len(r.buf) {
-			if r.r > 0 {
+			if r.full && len(r.buf) < r.initial {
+				// A busy peer: read in larger chunks from now on.
+				nb := make([]byte, max(r.initial, n))
+				r.w = copy(nb, r.buf[r.r:r.w])
+				r.r = 0
+				r.buf = nb
+			} else if r.r > 0 {
 				r.w = copy(r.buf, r.buf[r.r:r.w])
 				r.r = 0
 			} else {
@@ -121,6 +134,7 @@ func (r *FrameReader) fill(n int) error {
 			}
 		}
 		m, err := r.rd.Read(r.buf[r.w:])
+		r.full = m > 0 && r.w+m == len(r.buf)
 		r.w += m
 		if r.w-r.r >= n {
 			return nil
