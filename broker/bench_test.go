@@ -2,6 +2,7 @@ package broker
 
 import (
 	"testing"
+	"time"
 
 	"github.com/warrenmq/warren/amqp"
 )
@@ -71,4 +72,33 @@ func BenchmarkEnqueueGet(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// TestPublishReportsBusyQueue: a publish that finds a queue's lock held
+// (consumers settling) says so, so that the publisher backs off (flow
+// control); an uncontended publish does not.
+func TestPublishReportsBusyQueue(t *testing.T) {
+	b := New(Config{})
+	v := b.VHost("/")
+	q, _, _, err := v.DeclareQueue(QueueSpec{Name: "busy"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Router
+	res, err := v.Publish(&r, "", &Message{RoutingKey: "busy", Body: []byte("a")})
+	if err != nil || res.Busy {
+		t.Fatalf("uncontended publish: busy=%v err=%v", res.Busy, err)
+	}
+	q.mu.Lock()
+	done := make(chan PublishResult)
+	go func() {
+		var r Router
+		res, _ := v.Publish(&r, "", &Message{RoutingKey: "busy", Body: []byte("b")})
+		done <- res
+	}()
+	time.Sleep(10 * time.Millisecond) // the publisher finds the lock held
+	q.mu.Unlock()
+	if res := <-done; !res.Busy {
+		t.Fatal("publish into a queue whose lock was held did not report Busy")
+	}
 }

@@ -227,7 +227,15 @@ const (
 // appended to the queue's log first; r (nil when nobody waits for it)
 // collects the logs that a publisher confirm must wait for.
 func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
-	q.mu.Lock()
+	if !q.mu.TryLock() {
+		// The queue is busy (its consumers are settling or being
+		// delivered to): the publisher backs off a little
+		// (PublishResult.Busy, server/channel.go).
+		if r != nil {
+			r.busy = true
+		}
+		q.mu.Lock()
+	}
 	defer q.unlock()
 	if q.deleted {
 		return enqueued

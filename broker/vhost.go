@@ -539,6 +539,9 @@ type PublishResult struct {
 	// Failed is set when a durable queue could not write the message to
 	// disk: the publisher's confirm is a nack.
 	Failed bool
+	// Busy is set when a queue's lock was held by others (consumers) at
+	// the publish: the publisher should back off a little (flow control).
+	Busy bool
 }
 
 // Router holds per-publisher scratch space so that routing does not
@@ -549,6 +552,7 @@ type Router struct {
 	keys   []string
 	logs   []*store.Log
 	failed bool
+	busy   bool
 }
 
 func (r *Router) addLog(l *store.Log) {
@@ -603,14 +607,14 @@ func (v *VHost) Publish(r *Router, exchange string, m *Message) (PublishResult, 
 	v.mu.RUnlock()
 	res := PublishResult{Routed: len(r.queues)}
 	clear(r.logs)
-	r.logs, r.failed = r.logs[:0], false
+	r.logs, r.failed, r.busy = r.logs[:0], false, false
 	for _, q := range r.queues {
 		if q.enqueue(m, r) == rejectedOverflow {
 			res.Rejected = true
 		}
 	}
 	clear(r.queues)
-	res.Wait, res.Failed = r.logs, r.failed
+	res.Wait, res.Failed, res.Busy = r.logs, r.failed, r.busy
 	return res, nil
 }
 
