@@ -295,6 +295,13 @@ func (r *runner) measure(s scenario, broker string) (float64, string, error) {
 // target returns the URI and PID of a broker ready for one run, and a
 // function to call after it: a fresh Warren process, or the RabbitMQ.
 func (r *runner) target(broker string) (uri string, pid int, stop func(), err error) {
+	// Whichever broker runs, RabbitMQ must be idle first: it shares the
+	// 2 cores, and after a large backlog it stays busy for a while.
+	if !r.o.skipRabbit {
+		if pid, err := rabbitPID(); err == nil {
+			settle(pid)
+		}
+	}
 	if broker == "rabbitmq" {
 		pid, err := rabbitPID()
 		return r.o.rabbitURI, pid, func() {}, err
@@ -463,6 +470,43 @@ func connectionsGrowth(uri string, pid, n int) (float64, string, error) {
 		return 0, "", err
 	}
 	return after - before, fmt.Sprintf("(RSS %.0f -> %.0f MiB)", before, after), nil
+}
+
+// settle waits (at most a minute) until the process uses less than 10% of
+// a core, so that a run does not start while RabbitMQ still digests the
+// backlog of the previous one (a large dead-letter backlog keeps it busy
+// for tens of seconds after the load stops).
+func settle(pid int) {
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); {
+		a := cpuTicks(pid)
+		time.Sleep(time.Second)
+		if b := cpuTicks(pid); a >= 0 && b >= 0 && b-a < 10 { // 100 ticks/s: under 10%
+			return
+		}
+	}
+}
+
+// cpuTicks is utime+stime of a process in clock ticks, -1 if unknown.
+func cpuTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	k, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return u + k
 }
 
 // rabbitPID finds the RabbitMQ node's Erlang VM.
