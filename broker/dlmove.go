@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/binary"
+	"slices"
 	"sync/atomic"
 
 	"github.com/warrenmq/warren/store"
@@ -100,12 +101,7 @@ func (q *Queue) moveToTargets(moves []*dlMove) {
 			}
 			mv.held = append(mv.held, heldDL{t, e, pos})
 			if e.ondisk {
-				l := t.disk.log
-				dup := false
-				for _, o := range logs {
-					dup = dup || o == l
-				}
-				if !dup {
+				if l := t.disk.log; !slices.Contains(logs, l) {
 					logs = append(logs, l)
 				}
 			}

@@ -50,6 +50,23 @@ func appendMsgHeader(b []byte, h msgHeader) []byte {
 
 var errBadRecord = errors.New("broker: malformed message record")
 
+// msgRecord decodes the header of an M or D record (a D record's source
+// prefix skipped); ok is false for other records and malformed ones.
+func msgRecord(typ byte, pl []byte) (h msgHeader, rest []byte, ok bool) {
+	switch typ {
+	case recMovedIn:
+		if len(pl) < 16 {
+			return h, nil, false
+		}
+		pl = pl[16:]
+	case recMessage:
+	default:
+		return h, nil, false
+	}
+	h, rest, err := decodeMsgHeader(pl)
+	return h, rest, err == nil
+}
+
 func decodeMsgHeader(b []byte) (msgHeader, []byte, error) {
 	if len(b) < msgHeaderSize {
 		return msgHeader{}, nil, errBadRecord

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -151,38 +152,41 @@ func (ms *MsgStore) Close(clean bool) error {
 	close(ms.done)
 	ms.wg.Wait()
 	ms.mu.Lock()
-	ds := make([]*qdisk, 0, len(ms.open))
-	for _, d := range ms.open {
-		ds = append(ds, d)
-	}
+	ds := ms.open
+	ms.open = map[uint64]*qdisk{}
 	ms.mu.Unlock()
+	var first error
 	for _, d := range ds {
 		d.lock.Lock()
 		d.closed = true
 		d.lock.Unlock()
-	}
-	ms.mu.Lock()
-	var first error
-	for _, d := range ms.open {
 		if err := d.log.Close(); err != nil && first == nil {
 			first = err
 		}
 	}
-	ms.open = map[uint64]*qdisk{}
-	ms.mu.Unlock()
 	if first != nil || !clean {
 		return first
 	}
-	f, err := os.Create(filepath.Join(ms.dir, cleanMarker))
+	if err := writeSynced(filepath.Join(ms.dir, cleanMarker), nil); err != nil {
+		return err
+	}
+	return store.OSFS{}.SyncDir(ms.dir)
+}
+
+// writeSynced writes a file and fsyncs it (not its directory).
+func writeSynced(path string, b []byte) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
 	}
-	f.Close()
-	return store.OSFS{}.SyncDir(ms.dir)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Syncer returns the store's group-commit syncer.
@@ -291,7 +295,7 @@ type qdisk struct {
 	buf       []byte
 	// live counts the messages still in the queue (ready, unacked or
 	// being moved) by segment, oldest first.
-	live []segCount
+	live segCounts
 }
 
 type segCount struct {
@@ -344,16 +348,7 @@ func (d *qdisk) create() error {
 		}
 		b, _ := json.Marshal(meta)
 		tmp := filepath.Join(d.dir, "meta.tmp")
-		f, err := os.Create(tmp)
-		if err != nil {
-			return err
-		}
-		_, err = f.Write(b)
-		if err == nil {
-			err = f.Sync()
-		}
-		f.Close()
-		if err != nil {
+		if err := writeSynced(tmp, b); err != nil {
 			return err
 		}
 		if err := os.Rename(tmp, filepath.Join(d.dir, "meta")); err != nil {
@@ -418,34 +413,13 @@ func (d *qdisk) appendMsg(typ byte, prefix []byte, h msgHeader, m *Message) (sto
 	return p, err
 }
 
-func (d *qdisk) addLive(seg uint32) {
-	if n := len(d.live); n > 0 && d.live[n-1].seg == seg {
-		d.live[n-1].n++
-		return
-	}
-	i := sort.Search(len(d.live), func(i int) bool { return d.live[i].seg >= seg })
-	if i < len(d.live) && d.live[i].seg == seg {
-		d.live[i].n++
-		return
-	}
-	d.live = append(d.live, segCount{})
-	copy(d.live[i+1:], d.live[i:])
-	d.live[i] = segCount{seg: seg, n: 1}
-}
+func (d *qdisk) addLive(seg uint32) { d.live.add(seg, 1) }
 
-// dropLive counts a message of segment seg gone; when the oldest live
+// dropLive counts n messages of segment seg gone; when the oldest live
 // segment empties, the reclaimer is told.
-func (d *qdisk) dropLive(seg uint32) {
-	i := sort.Search(len(d.live), func(i int) bool { return d.live[i].seg >= seg })
-	if i == len(d.live) || d.live[i].seg != seg {
+func (d *qdisk) dropLive(seg uint32, n int) {
+	if !d.live.sub(seg, n) {
 		return
-	}
-	d.live[i].n--
-	if i != 0 || d.live[0].n > 0 {
-		return
-	}
-	for len(d.live) > 0 && d.live[0].n == 0 {
-		d.live = d.live[1:]
 	}
 	d.ms.mu.Lock()
 	d.ms.reclaimSet[d] = true
@@ -454,6 +428,42 @@ func (d *qdisk) dropLive(seg uint32) {
 	case d.ms.reclaimWake <- struct{}{}:
 	default:
 	}
+}
+
+// segCounts counts messages by log segment, oldest segment first, with
+// no empty entry.
+type segCounts []segCount
+
+func (c *segCounts) add(seg uint32, n int) {
+	cs := *c
+	if k := len(cs); k > 0 && cs[k-1].seg == seg {
+		cs[k-1].n += n
+		return
+	}
+	i := sort.Search(len(cs), func(i int) bool { return cs[i].seg >= seg })
+	if i < len(cs) && cs[i].seg == seg {
+		cs[i].n += n
+		return
+	}
+	cs = append(cs, segCount{})
+	copy(cs[i+1:], cs[i:])
+	cs[i] = segCount{seg: seg, n: n}
+	*c = cs
+}
+
+// sub takes n from segment seg and reports whether that emptied the
+// oldest segment.
+func (c *segCounts) sub(seg uint32, n int) (oldestEmptied bool) {
+	cs := *c
+	i := sort.Search(len(cs), func(i int) bool { return cs[i].seg >= seg })
+	if i == len(cs) || cs[i].seg != seg {
+		return false
+	}
+	if cs[i].n -= n; cs[i].n > 0 {
+		return false
+	}
+	*c = append(cs[:i], cs[i+1:]...)
+	return i == 0
 }
 
 // ack appends an A record for the given entries and drops them from the
@@ -469,7 +479,7 @@ func (d *qdisk) ack(seqs []uint64, segs []uint32) {
 	d.append(recAck, b)
 	d.buf = b[:0]
 	for _, s := range segs {
-		d.dropLive(s)
+		d.dropLive(s, 1)
 	}
 }
 
@@ -755,14 +765,7 @@ func (ms *MsgStore) completeMoves(states []*recState, byID map[uint64]*recState)
 			}
 			for _, tid := range ts {
 				t := byID[tid]
-				if t == nil {
-					continue
-				}
-				dup := false
-				for _, f := range fs {
-					dup = dup || f.t == t
-				}
-				if dup {
+				if t == nil || slices.ContainsFunc(fs, func(f found) bool { return f.t == t }) {
 					continue
 				}
 				t.maxSeq++
@@ -798,17 +801,8 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 	n := 0
 	err := d.log.Scan(func(p store.Pos, typ byte, pl []byte) error {
 		last = p
-		if typ != recMessage && typ != recMovedIn {
-			return nil
-		}
-		if typ == recMovedIn {
-			if len(pl) < 16 {
-				return nil
-			}
-			pl = pl[16:]
-		}
-		h, rest, err := decodeMsgHeader(pl)
-		if err != nil {
+		h, rest, ok := msgRecord(typ, pl)
+		if !ok {
 			return nil
 		}
 		seq := st.current(h.seq)
@@ -834,7 +828,7 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 			}
 			sp.n++
 			sp.bytes += int64(h.bodyLen)
-			sp.segs = addSegCount(sp.segs, p.Seg, 1)
+			sp.segs.add(p.Seg, 1)
 			if requeued {
 				if sp.counts == nil {
 					sp.counts = map[uint64]reqInfo{}

@@ -48,9 +48,9 @@ type spillState struct {
 	active bool
 	n      int
 	bytes  int64
-	cursor store.Pos  // the first record not yet read back
-	segs   []segCount // spilled messages by segment (for a purge)
-	skip   seqSet     // spilled messages removed in place (expired)
+	cursor store.Pos // the first record not yet read back
+	segs   segCounts // spilled messages by segment (for a purge)
+	skip   seqSet    // spilled messages removed in place (expired)
 	counts map[uint64]reqInfo
 }
 
@@ -81,38 +81,11 @@ func (q *Queue) spillLocked(e entry, p store.Pos) {
 	}
 	s.n++
 	s.bytes += int64(e.msg.Size())
-	s.segs = addSegCount(s.segs, p.Seg, 1)
+	s.segs.add(p.Seg, 1)
 	if e.expiresAt != 0 {
 		q.expiries.add(timed{at: e.expiresAt, seq: e.seq, pos: p.Uint64()})
 		q.armLocked()
 	}
-}
-
-func addSegCount(cs []segCount, seg uint32, n int) []segCount {
-	if k := len(cs); k > 0 && cs[k-1].seg == seg {
-		cs[k-1].n += n
-		return cs
-	}
-	for i := range cs {
-		if cs[i].seg == seg {
-			cs[i].n += n
-			return cs
-		}
-	}
-	return append(cs, segCount{seg: seg, n: n})
-}
-
-func dropSegCount(cs []segCount, seg uint32) []segCount {
-	for i := range cs {
-		if cs[i].seg == seg {
-			cs[i].n--
-			if cs[i].n == 0 {
-				return append(cs[:i], cs[i+1:]...)
-			}
-			return cs
-		}
-	}
-	return cs
 }
 
 // unspillLocked counts a spilled message of segment seg and body size
@@ -121,7 +94,7 @@ func (q *Queue) unspillLocked(seg uint32, bytes int) {
 	s := &q.spill
 	s.n--
 	s.bytes -= int64(bytes)
-	s.segs = dropSegCount(s.segs, seg)
+	s.segs.sub(seg, 1)
 	if s.n <= 0 {
 		q.spill = spillState{}
 	}
@@ -141,15 +114,12 @@ func (q *Queue) expireSpilledLocked(t timed) {
 	e := entry{seq: t.seq, seg: p.Seg, ondisk: true}
 	typ, pl, err := q.disk.log.ReadAt(p)
 	var h msgHeader
-	if err == nil && typ == recMovedIn && len(pl) >= 16 {
-		pl = pl[16:]
-	}
 	var rest []byte
 	if err == nil {
-		h, rest, err = decodeMsgHeader(pl)
-	}
-	if err == nil && h.seq != t.seq {
-		err = errBadRecord
+		var ok bool
+		if h, rest, ok = msgRecord(typ, pl); !ok || h.seq != t.seq {
+			err = errBadRecord
+		}
 	}
 	if err == nil {
 		e.msg, err = decodeMessage(rest)
@@ -188,14 +158,8 @@ func (q *Queue) refillLocked(force bool) {
 			s.cursor = p
 			return errStopScan
 		}
-		if typ == recMovedIn {
-			if len(pl) < 16 {
-				return nil
-			}
-			pl = pl[16:]
-		}
-		h, rest, err := decodeMsgHeader(pl)
-		if err != nil || q.held[h.seq] {
+		h, rest, ok := msgRecord(typ, pl)
+		if !ok || q.held[h.seq] {
 			return nil
 		}
 		if s.skip.has(h.seq) {
@@ -242,9 +206,7 @@ func (q *Queue) purgeSpillLocked() int {
 	}
 	q.disk.purge(s.cursor.Uint64(), except)
 	for _, c := range s.segs {
-		for range c.n {
-			q.disk.dropLive(c.seg)
-		}
+		q.disk.dropLive(c.seg, c.n)
 	}
 	q.spill = spillState{}
 	return n

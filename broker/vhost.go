@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -556,12 +557,9 @@ type Router struct {
 }
 
 func (r *Router) addLog(l *store.Log) {
-	for _, o := range r.logs {
-		if o == l {
-			return
-		}
+	if !slices.Contains(r.logs, l) {
+		r.logs = append(r.logs, l)
 	}
-	r.logs = append(r.logs, l)
 }
 
 // Publish routes m through the named exchange and enqueues it. The caller

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -566,12 +567,9 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 }
 
 func (ch *channel) addTxWait(l *store.Log) {
-	for _, o := range ch.txWait {
-		if o == l {
-			return
-		}
+	if !slices.Contains(ch.txWait, l) {
+		ch.txWait = append(ch.txWait, l)
 	}
-	ch.txWait = append(ch.txWait, l)
 }
 
 // maxUnflushedConfirms bounds how many confirms wait for the reader to
