@@ -19,19 +19,22 @@ import (
 	"github.com/warrenmq/warren/warrentest"
 )
 
+// rmPublish is publish (confirmed) with persistent as the default mode.
 func rmPublish(t *testing.T, ch *amqp.Channel, exchange, key string, p amqp.Publishing) {
 	t.Helper()
 	if p.DeliveryMode == 0 {
 		p.DeliveryMode = amqp.Persistent
 	}
-	dc, err := ch.PublishWithDeferredConfirm(exchange, key, false, false, p)
-	rsCheck(t, "publish", err)
-	if dc == nil {
-		return
-	}
-	if ok, err := dc.WaitContext(t.Context()); err != nil || !ok {
-		t.Fatalf("publish not confirmed: ok=%v err=%v", ok, err)
-	}
+	publish(t, ch, exchange, key, p)
+}
+
+// durableDLQ declares a durable fanout dead-letter exchange and a durable
+// queue bound to it.
+func durableDLQ(t *testing.T, ch *amqp.Channel, dlx, dlq string) {
+	t.Helper()
+	rsCheck(t, "dlx", ch.ExchangeDeclare(dlx, "fanout", true, false, false, false, nil))
+	rsCheck(t, "dlq", declareQ(ch, dlq, true, nil))
+	rsCheck(t, "bind", ch.QueueBind(dlq, "", dlx, false, nil))
 }
 
 func rmGet(t *testing.T, ch *amqp.Channel, q string) (amqp.Delivery, bool) {
@@ -39,20 +42,6 @@ func rmGet(t *testing.T, ch *amqp.Channel, q string) (amqp.Delivery, bool) {
 	d, ok, err := ch.Get(q, false)
 	rsCheck(t, "get", err)
 	return d, ok
-}
-
-// rmBodies drains q with basic.get (acking) and returns the bodies.
-func rmBodies(t *testing.T, ch *amqp.Channel, q string) []string {
-	t.Helper()
-	var out []string
-	for {
-		d, ok := rmGet(t, ch, q)
-		if !ok {
-			return out
-		}
-		out = append(out, string(d.Body))
-		rsCheck(t, "ack", d.Ack(false))
-	}
 }
 
 func TestRestartKeepsReadyMessagesInOrder(t *testing.T) {
@@ -144,9 +133,7 @@ func TestRestartKeepsDeadLettersAndXDeath(t *testing.T) {
 	b := warrentest.Start(t)
 	_, ch := rsDial(t, b.URL())
 	rsCheck(t, "confirm", ch.Confirm(false))
-	rsCheck(t, "dlx", ch.ExchangeDeclare("rm.dlx", "fanout", true, false, false, false, nil))
-	rsCheck(t, "dlq", declareQ(ch, "rm.dlq", true, nil))
-	rsCheck(t, "bind", ch.QueueBind("rm.dlq", "", "rm.dlx", false, nil))
+	durableDLQ(t, ch, "rm.dlx", "rm.dlq")
 	rsCheck(t, "src", declareQ(ch, "rm.src", true, amqp.Table{"x-dead-letter-exchange": "rm.dlx", "x-max-length": int32(2)}))
 	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("rejected")})
 	d, _ := rmGet(t, ch, "rm.src")
@@ -180,7 +167,7 @@ func TestRestartKeepsDeadLettersAndXDeath(t *testing.T) {
 		}
 		d.Ack(false)
 	}
-	if got := rmBodies(t, ch, "rm.src"); fmt.Sprint(got) != "[k1 k2]" {
+	if got := getBodies(t, ch, "rm.src"); fmt.Sprint(got) != "[k1 k2]" {
 		t.Fatalf("source queue after restart: %v, want [k1 k2]", got)
 	}
 }
@@ -209,9 +196,7 @@ func TestRestartKeepsTTLDeadlines(t *testing.T) {
 	b := warrentest.Start(t, warrentest.WithClock(fake))
 	_, ch := rsDial(t, b.URL())
 	rsCheck(t, "confirm", ch.Confirm(false))
-	rsCheck(t, "dlx", ch.ExchangeDeclare("rm.ttl.dlx", "fanout", true, false, false, false, nil))
-	rsCheck(t, "dlq", declareQ(ch, "rm.ttl.dlq", true, nil))
-	rsCheck(t, "bind", ch.QueueBind("rm.ttl.dlq", "", "rm.ttl.dlx", false, nil))
+	durableDLQ(t, ch, "rm.ttl.dlx", "rm.ttl.dlq")
 	rsCheck(t, "src", declareQ(ch, "rm.ttl", true, amqp.Table{"x-dead-letter-exchange": "rm.ttl.dlx"}))
 	rmPublish(t, ch, "", "rm.ttl", amqp.Publishing{Body: []byte("short"), Expiration: "10000"})
 	rmPublish(t, ch, "", "rm.ttl", amqp.Publishing{Body: []byte("long"), Expiration: "60000"})
@@ -219,7 +204,7 @@ func TestRestartKeepsTTLDeadlines(t *testing.T) {
 	fake.Advance(30 * time.Second) // "short" expired while the broker was down
 	_, ch = rsDial(t, b.URL())
 	waitCount(t, ch, "rm.ttl.dlq", 1)
-	if got := rmBodies(t, ch, "rm.ttl.dlq"); fmt.Sprint(got) != "[short]" {
+	if got := getBodies(t, ch, "rm.ttl.dlq"); fmt.Sprint(got) != "[short]" {
 		t.Fatalf("DLQ after restart: %v, want [short]", got)
 	}
 	fake.Advance(29 * time.Second) // "long" has 1 s left
@@ -229,7 +214,7 @@ func TestRestartKeepsTTLDeadlines(t *testing.T) {
 	}
 	fake.Advance(2 * time.Second)
 	waitCount(t, ch, "rm.ttl.dlq", 1)
-	if got := rmBodies(t, ch, "rm.ttl.dlq"); fmt.Sprint(got) != "[long]" {
+	if got := getBodies(t, ch, "rm.ttl.dlq"); fmt.Sprint(got) != "[long]" {
 		t.Fatalf("DLQ at 61 s: %v, want [long]", got)
 	}
 }
@@ -301,10 +286,10 @@ func TestRestartPurgeAndDeleteAreDurable(t *testing.T) {
 	rsCheck(t, "q", declareQ(ch, "rm.deleted", true, nil))
 	b.Restart()
 	_, ch = rsDial(t, b.URL())
-	if got := rmBodies(t, ch, "rm.purged"); fmt.Sprint(got) != "[after]" {
+	if got := getBodies(t, ch, "rm.purged"); fmt.Sprint(got) != "[after]" {
 		t.Fatalf("purged queue after restart: %v, want [after]", got)
 	}
-	if got := rmBodies(t, ch, "rm.deleted"); len(got) != 0 {
+	if got := getBodies(t, ch, "rm.deleted"); len(got) != 0 {
 		t.Fatalf("a deleted queue's messages came back in its new incarnation: %v", got)
 	}
 }
@@ -389,7 +374,7 @@ func TestRestartKeepsDelayedExchangeMessages(t *testing.T) {
 	waitCount(t, ch, "rm.delayed-out", 1)
 	fake.Advance(5 * time.Second)
 	waitCount(t, ch, "rm.delayed-out", 2)
-	got := rmBodies(t, ch, "rm.delayed-out")
+	got := getBodies(t, ch, "rm.delayed-out")
 	if fmt.Sprint(got) != "[sooner later]" {
 		t.Fatalf("routed after restart: %v, want [sooner later]", got)
 	}

@@ -169,15 +169,13 @@ func TestSpillExpiresMessagesOnDisk(t *testing.T) {
 	b := warrentest.Start(t, warrentest.WithClock(fake))
 	_, ch := rsDial(t, b.URL())
 	rsCheck(t, "confirm", ch.Confirm(false))
-	rsCheck(t, "dlx", ch.ExchangeDeclare("spill.dlx", "fanout", true, false, false, false, nil))
-	rsCheck(t, "dlq", declareQ(ch, "spill.dlq", true, nil))
-	rsCheck(t, "bind", ch.QueueBind("spill.dlq", "", "spill.dlx", false, nil))
+	durableDLQ(t, ch, "spill.dlx", "spill.dlq")
 	rsCheck(t, "src", declareQ(ch, "spill.ttl", true, amqp.Table{"x-dead-letter-exchange": "spill.dlx"}))
 	spillPublish(t, ch, "spill.ttl", "m", spillN, amqp.Publishing{DeliveryMode: amqp.Persistent})
 	rmPublish(t, ch, "", "spill.ttl", amqp.Publishing{Body: []byte("short"), Expiration: "1000"})
 	fake.Advance(2 * time.Second)
 	waitCount(t, ch, "spill.dlq", 1)
-	if got := rmBodies(t, ch, "spill.dlq"); fmt.Sprint(got) != "[short]" {
+	if got := getBodies(t, ch, "spill.dlq"); fmt.Sprint(got) != "[short]" {
 		t.Fatalf("DLQ: %v, want [short]", got)
 	}
 	n, err := ch.QueuePurge("spill.ttl", false)
@@ -188,7 +186,7 @@ func TestSpillExpiresMessagesOnDisk(t *testing.T) {
 	rmPublish(t, ch, "", "spill.ttl", amqp.Publishing{Body: []byte("after")})
 	b.Restart()
 	_, ch = rsDial(t, b.URL())
-	if got := rmBodies(t, ch, "spill.ttl"); fmt.Sprint(got) != "[after]" {
+	if got := getBodies(t, ch, "spill.ttl"); fmt.Sprint(got) != "[after]" {
 		t.Fatalf("after purge and restart: %d messages (%v...), want [after]", len(got), got[:min(3, len(got))])
 	}
 }
