@@ -85,6 +85,9 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 }
 
 func run(args []string, out io.Writer) error {
+	if len(args) > 0 && isCLICommand(args[0]) {
+		return runCLI(args, os.Stdout, out)
+	}
 	var o options
 	fs, cfgFile := newFlagSet(&o, out)
 	if err := fs.Parse(args); err != nil {

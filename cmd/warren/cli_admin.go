@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+)
+
+func (c *cliCtx) definitionsPath() string {
+	if c.vhost == "" {
+		return apiPath("definitions")
+	}
+	return apiPath("definitions", c.vhost)
+}
+
+func cmdDefsExport(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 0, 1, "definitions export [FILE] [--vhost V]"); err != nil {
+		return err
+	}
+	raw, err := c.api.getJSON(c.definitionsPath(), nil)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 || args[0] == "-" {
+		return printJSON(c.stdout, raw)
+	}
+	var buf bytes.Buffer
+	if err := printJSON(&buf, raw); err != nil {
+		return err
+	}
+	if err := os.WriteFile(args[0], buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stderr, "Exported definitions to %s.\n", args[0])
+	return nil
+}
+
+func cmdDefsImport(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 1, 1, "definitions import FILE [--vhost V]"); err != nil {
+		return err
+	}
+	var data []byte
+	var err error
+	if args[0] == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(args[0])
+	}
+	if err != nil {
+		return err
+	}
+	if !json.Valid(data) {
+		return fmt.Errorf("definitions import: %s is not valid JSON", args[0])
+	}
+	raw, err := c.api.do(http.MethodPost, c.definitionsPath(), data)
+	if err != nil {
+		return err
+	}
+	if c.json && len(bytes.TrimSpace(raw)) > 0 {
+		return printJSON(c.stdout, raw)
+	}
+	fmt.Fprintf(c.stdout, "Imported definitions from %s.\n", args[0])
+	return nil
+}
+
+func cmdPoliciesList(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 0, 0, "policies list [--vhost V]"); err != nil {
+		return err
+	}
+	rows, err := c.list("policies")
+	if err != nil || rows == nil {
+		return err
+	}
+	header := []string{"NAME", "PATTERN", "APPLY-TO", "PRIORITY", "DEFINITION"}
+	if c.vhost == "" {
+		header = append([]string{"VHOST"}, header...)
+	}
+	t := newTable(c.stdout, header...)
+	for _, p := range rows {
+		cells := []string{str(p["name"]), str(p["pattern"]), str(p["apply-to"]), num(p["priority"]), compactJSON(p["definition"])}
+		if c.vhost == "" {
+			cells = append([]string{str(p["vhost"])}, cells...)
+		}
+		t.row(cells...)
+	}
+	return t.flush()
+}
+
+func cmdPoliciesSet(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 3, 3, "policies set NAME PATTERN DEFINITION_JSON [--apply-to queues|exchanges|all] [--priority N]"); err != nil {
+		return err
+	}
+	switch c.applyTo {
+	case "queues", "exchanges", "all", "classic_queues", "quorum_queues", "streams":
+	default:
+		return fmt.Errorf("policies set: --apply-to %q: want queues, exchanges or all", c.applyTo)
+	}
+	var def map[string]any
+	if err := json.Unmarshal([]byte(args[2]), &def); err != nil {
+		return fmt.Errorf(`policies set: the definition must be a JSON object such as '{"max-length":1000}': %v`, err)
+	}
+	name := args[0]
+	body := map[string]any{"pattern": args[1], "definition": def, "priority": c.priority, "apply-to": c.applyTo}
+	if _, err := c.api.do(http.MethodPut, apiPath("policies", c.oneVhost(), name), body); err != nil {
+		return err
+	}
+	if c.json {
+		return printValueJSON(c.stdout, map[string]any{"vhost": c.oneVhost(), "name": name, "pattern": args[1],
+			"apply-to": c.applyTo, "priority": c.priority, "definition": def})
+	}
+	fmt.Fprintf(c.stdout, "Set policy %q in vhost %q: pattern %s, apply-to %s, priority %s, %s.\n",
+		name, c.oneVhost(), strconv.Quote(args[1]), c.applyTo, strconv.Itoa(c.priority), compactJSON(def))
+	return nil
+}
+
+func cmdPoliciesDelete(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 1, 1, "policies delete NAME"); err != nil {
+		return err
+	}
+	if _, err := c.api.do(http.MethodDelete, apiPath("policies", c.oneVhost(), args[0]), nil); err != nil {
+		return err
+	}
+	if c.json {
+		return printValueJSON(c.stdout, map[string]any{"vhost": c.oneVhost(), "name": args[0], "deleted": true})
+	}
+	fmt.Fprintf(c.stdout, "Deleted policy %q in vhost %q.\n", args[0], c.oneVhost())
+	return nil
+}

@@ -1,0 +1,442 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// listPath is /api/{kind} or /api/{kind}/{vhost}.
+func (c *cliCtx) listPath(kind string) string {
+	if c.vhost == "" {
+		return apiPath(kind)
+	}
+	return apiPath(kind, c.vhost)
+}
+
+// list GETs a list endpoint. With --json it prints the reply and returns
+// nil rows.
+func (c *cliCtx) list(kind string) ([]map[string]any, error) {
+	var rows []map[string]any
+	raw, err := c.api.getJSON(c.listPath(kind), &rows)
+	if err != nil {
+		return nil, err
+	}
+	if c.json {
+		return nil, printJSON(c.stdout, raw)
+	}
+	return rows, nil
+}
+
+func cmdQueues(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 0, 0, "queues [--vhost V]"); err != nil {
+		return err
+	}
+	rows, err := c.list("queues")
+	if err != nil || rows == nil {
+		return err
+	}
+	header := []string{"NAME", "TYPE", "MESSAGES", "READY", "UNACKED", "CONSUMERS", "STATE"}
+	if c.vhost == "" {
+		header = append([]string{"VHOST"}, header...)
+	}
+	t := newTable(c.stdout, header...)
+	for _, q := range rows {
+		cells := []string{str(q["name"]), str(q["type"]), num(q["messages"]), num(q["messages_ready"]),
+			num(q["messages_unacknowledged"]), num(q["consumers"]), str(q["state"])}
+		if c.vhost == "" {
+			cells = append([]string{str(q["vhost"])}, cells...)
+		}
+		t.row(cells...)
+	}
+	return t.flush()
+}
+
+func cmdExchanges(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 0, 0, "exchanges [--vhost V]"); err != nil {
+		return err
+	}
+	rows, err := c.list("exchanges")
+	if err != nil || rows == nil {
+		return err
+	}
+	header := []string{"NAME", "TYPE", "DURABLE", "AUTO_DELETE", "INTERNAL", "ARGUMENTS"}
+	if c.vhost == "" {
+		header = append([]string{"VHOST"}, header...)
+	}
+	t := newTable(c.stdout, header...)
+	for _, x := range rows {
+		cells := []string{exchangeName(str(x["name"])), str(x["type"]), str(x["durable"]), str(x["auto_delete"]),
+			str(x["internal"]), compactJSON(x["arguments"])}
+		if c.vhost == "" {
+			cells = append([]string{str(x["vhost"])}, cells...)
+		}
+		t.row(cells...)
+	}
+	return t.flush()
+}
+
+func cmdBindings(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 0, 0, "bindings [--vhost V]"); err != nil {
+		return err
+	}
+	rows, err := c.list("bindings")
+	if err != nil || rows == nil {
+		return err
+	}
+	header := []string{"SOURCE", "DESTINATION", "DESTINATION_TYPE", "ROUTING_KEY", "ARGUMENTS"}
+	if c.vhost == "" {
+		header = append([]string{"VHOST"}, header...)
+	}
+	t := newTable(c.stdout, header...)
+	for _, b := range rows {
+		cells := []string{exchangeName(str(b["source"])), str(b["destination"]), str(b["destination_type"]),
+			str(b["routing_key"]), compactJSON(b["arguments"])}
+		if c.vhost == "" {
+			cells = append([]string{str(b["vhost"])}, cells...)
+		}
+		t.row(cells...)
+	}
+	return t.flush()
+}
+
+// apiMessage is a message as the API returns it from a queue get or a
+// dead-letter browse.
+type apiMessage struct {
+	Position        *int           `json:"position,omitempty"`
+	Payload         string         `json:"payload"`
+	PayloadEncoding string         `json:"payload_encoding"`
+	PayloadBytes    int            `json:"payload_bytes"`
+	Exchange        string         `json:"exchange"`
+	RoutingKey      string         `json:"routing_key"`
+	Redelivered     bool           `json:"redelivered"`
+	MessageCount    *int           `json:"message_count,omitempty"`
+	Properties      map[string]any `json:"properties"`
+	XDeath          []xDeath       `json:"x_death,omitempty"`
+}
+
+// headers returns the message's headers table, or nil.
+func (m *apiMessage) headers() map[string]any {
+	h, _ := m.Properties["headers"].(map[string]any)
+	return h
+}
+
+// deaths returns the decoded x-death history, most recent first: the
+// API's x_death field when present, else the x-death header.
+func (m *apiMessage) deaths() []xDeath {
+	if len(m.XDeath) > 0 {
+		return m.XDeath
+	}
+	return decodeXDeath(m.headers()["x-death"])
+}
+
+// xDeath is one entry of the x-death header.
+type xDeath struct {
+	Count       int      `json:"count"`
+	Reason      string   `json:"reason"`
+	Queue       string   `json:"queue"`
+	Exchange    string   `json:"exchange"`
+	RoutingKeys []string `json:"routing-keys"`
+	Time        any      `json:"time"`
+	Expiration  string   `json:"original-expiration,omitempty"`
+}
+
+// when decodes the entry's time: seconds since the epoch (RabbitMQ's API
+// renders AMQP timestamps as numbers) or a date string.
+func (d xDeath) when() (time.Time, bool) {
+	switch v := d.Time.(type) {
+	case float64:
+		return time.Unix(int64(v), 0).UTC(), true
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return time.Unix(n, 0).UTC(), true
+		}
+	case string:
+		for _, layout := range []string{time.RFC3339, "2006-01-02 15:04:05"} {
+			if t, err := time.Parse(layout, v); err == nil {
+				return t.UTC(), true
+			}
+		}
+	}
+	return time.Time{}, false
+}
+
+// decodeXDeath turns the x-death header as JSON (a list of tables) into entries.
+func decodeXDeath(v any) []xDeath {
+	list, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	var out []xDeath
+	for _, e := range list {
+		t, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		d := xDeath{Reason: str(t["reason"]), Queue: str(t["queue"]), Exchange: str(t["exchange"]),
+			Time: t["time"], Expiration: str(t["original-expiration"])}
+		if n, ok := t["count"].(float64); ok {
+			d.Count = int(n)
+		}
+		if keys, ok := t["routing-keys"].([]any); ok {
+			for _, k := range keys {
+				d.RoutingKeys = append(d.RoutingKeys, str(k))
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func (d xDeath) String() string {
+	s := fmt.Sprintf("%s from queue %q", d.Reason, d.Queue)
+	if d.Count > 1 {
+		s += fmt.Sprintf(" %d times", d.Count)
+	}
+	s += fmt.Sprintf(", exchange %q", exchangeName(d.Exchange))
+	if len(d.RoutingKeys) > 0 {
+		s += ", routing keys " + strings.Join(d.RoutingKeys, ",")
+	}
+	if t, ok := d.when(); ok {
+		s += ", at " + t.Format(time.RFC3339)
+	}
+	if d.Expiration != "" {
+		s += ", original expiration " + d.Expiration + " ms"
+	}
+	return s
+}
+
+var ackmodes = []string{"ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"}
+
+func cmdGet(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 1, 1, "get QUEUE [--count N] [--ackmode MODE] [--encoding auto|base64]"); err != nil {
+		return err
+	}
+	valid := false
+	for _, m := range ackmodes {
+		valid = valid || c.ackmode == m
+	}
+	if !valid {
+		return fmt.Errorf("get: --ackmode %q: want one of %s", c.ackmode, strings.Join(ackmodes, ", "))
+	}
+	if c.encoding != "auto" && c.encoding != "base64" {
+		return fmt.Errorf("get: --encoding %q: want auto or base64", c.encoding)
+	}
+	if c.count < 1 {
+		return fmt.Errorf("get: --count must be at least 1")
+	}
+	body := map[string]any{"count": c.count, "ackmode": c.ackmode, "encoding": c.encoding}
+	if c.truncate > 0 {
+		body["truncate"] = c.truncate
+	}
+	raw, err := c.api.do(http.MethodPost, apiPath("queues", c.oneVhost(), args[0], "get"), body)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return printJSON(c.stdout, raw)
+	}
+	var msgs []apiMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return fmt.Errorf("get: bad JSON reply: %w", err)
+	}
+	if len(msgs) == 0 {
+		fmt.Fprintf(c.stdout, "Queue %q is empty.\n", args[0])
+		return nil
+	}
+	for i, m := range msgs {
+		if i > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		fmt.Fprintf(c.stdout, "Message %d\n", i+1)
+		printMessage(c, &m)
+	}
+	return nil
+}
+
+// printMessage writes one message as indented "Field: value" lines.
+func printMessage(c *cliCtx, m *apiMessage) {
+	w := newTable(c.stdout)
+	field := func(k, v string) { w.row("  "+k+":", v) }
+	field("Exchange", exchangeName(m.Exchange))
+	field("Routing key", m.RoutingKey)
+	field("Redelivered", fmt.Sprint(m.Redelivered))
+	if m.MessageCount != nil {
+		field("Left in queue", fmt.Sprint(*m.MessageCount))
+	}
+	var props []string
+	for _, k := range sortedKeys(m.Properties) {
+		if k != "headers" {
+			props = append(props, k+"="+propString(m.Properties[k]))
+		}
+	}
+	if len(props) > 0 {
+		field("Properties", strings.Join(props, " "))
+	}
+	h := m.headers()
+	for _, k := range sortedKeys(h) {
+		if k == "x-death" {
+			continue
+		}
+		field("Header "+k, propString(h[k]))
+	}
+	for i, d := range m.deaths() {
+		label := "Death"
+		if len(m.deaths()) > 1 {
+			label = fmt.Sprintf("Death %d", i+1)
+		}
+		field(label, d.String())
+	}
+	field("Payload", fmt.Sprintf("%d bytes, %s", m.PayloadBytes, m.PayloadEncoding))
+	w.flush()
+	payload := m.Payload
+	if m.PayloadEncoding == "base64" {
+		// Show it decoded when it is text after all (--encoding base64).
+		if b, err := base64.StdEncoding.DecodeString(payload); err == nil && utf8.Valid(b) && c.encoding != "base64" {
+			payload = string(b)
+		}
+	}
+	for _, line := range strings.Split(payload, "\n") {
+		fmt.Fprintln(c.stdout, "    "+line)
+	}
+}
+
+func propString(v any) string {
+	switch v.(type) {
+	case map[string]any, []any:
+		return compactJSON(v)
+	case float64:
+		return num(v)
+	case string:
+		if v == "" {
+			return `""`
+		}
+	}
+	return str(v)
+}
+
+func cmdPurge(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 1, 1, "purge QUEUE"); err != nil {
+		return err
+	}
+	raw, err := c.api.do(http.MethodDelete, apiPath("queues", c.oneVhost(), args[0], "contents"), nil)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		if len(strings.TrimSpace(string(raw))) == 0 {
+			raw = []byte(`{}`)
+		}
+		return printJSON(c.stdout, raw)
+	}
+	// RabbitMQ replies 204 with no body; a body with a count is shown.
+	var reply struct {
+		Count *int `json:"message_count"`
+	}
+	if json.Unmarshal(raw, &reply) == nil && reply.Count != nil {
+		fmt.Fprintf(c.stdout, "Purged %d messages from queue %q in vhost %q.\n", *reply.Count, args[0], c.oneVhost())
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "Purged queue %q in vhost %q.\n", args[0], c.oneVhost())
+	return nil
+}
+
+// queueInfo is what move needs of GET /api/queues/{vhost}/{name}.
+type queueInfo struct {
+	Name          string `json:"name"`
+	Messages      int    `json:"messages"`
+	MessagesReady int    `json:"messages_ready"`
+}
+
+func (c *cliCtx) queue(vhost, name string) (*queueInfo, error) {
+	var q queueInfo
+	if _, err := c.api.getJSON(apiPath("queues", vhost, name), &q); err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("no queue %q in vhost %q: %w", name, vhost, err)
+		}
+		return nil, err
+	}
+	return &q, nil
+}
+
+// cmdMove moves every message from SRC to DEST as RabbitMQ's UI does: a
+// dynamic shovel with src-delete-after queue-length, which removes its own
+// parameter when done. Progress is the source queue's depth.
+func cmdMove(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 2, 2, "move SRC DEST"); err != nil {
+		return err
+	}
+	vhost, src, dest := c.oneVhost(), args[0], args[1]
+	if src == dest {
+		return fmt.Errorf("move: source and destination are the same queue")
+	}
+	sq, err := c.queue(vhost, src)
+	if err != nil {
+		return err
+	}
+	if _, err := c.queue(vhost, dest); err != nil {
+		return err
+	}
+	total := sq.Messages
+	name := fmt.Sprintf("warren-move-%s-%d", src, time.Now().UnixNano())
+	vhostURI := "amqp:///" + url.PathEscape(vhost)
+	value := map[string]any{"value": map[string]any{
+		"src-uri": vhostURI, "src-queue": src,
+		"dest-uri": vhostURI, "dest-queue": dest,
+		"src-delete-after": "queue-length",
+	}}
+	paramPath := apiPath("parameters", "shovel", vhost, name)
+	if _, err := c.api.do(http.MethodPut, paramPath, value); err != nil {
+		return fmt.Errorf("move: starting the shovel: %w", err)
+	}
+	prog := newProgress(c.stderr, "moving", total)
+	defer prog.done()
+	for {
+		time.Sleep(c.pollPeriod)
+		_, err := c.api.do(http.MethodGet, paramPath, nil)
+		finished := isNotFound(err)
+		if err != nil && !finished {
+			return fmt.Errorf("move: %w", err)
+		}
+		if q, qerr := c.queue(vhost, src); qerr == nil && !finished {
+			prog.set(max(0, total-q.Messages))
+		}
+		if finished {
+			prog.set(total)
+			break
+		}
+		if state, reason := c.shovelState(vhost, name); state == "terminated" {
+			return fmt.Errorf("move: the shovel stopped: %s (parameter %s left in place)", reason, name)
+		}
+	}
+	prog.done()
+	left := 0
+	if q, err := c.queue(vhost, src); err == nil {
+		left = q.Messages
+	}
+	if c.json {
+		return printValueJSON(c.stdout, map[string]any{"vhost": vhost, "source": src, "destination": dest,
+			"moved": max(0, total-left), "left": left})
+	}
+	fmt.Fprintf(c.stdout, "Moved %d messages from %q to %q in vhost %q.\n", max(0, total-left), src, dest, vhost)
+	return nil
+}
+
+// shovelState looks the shovel up in /api/shovels/{vhost}.
+func (c *cliCtx) shovelState(vhost, name string) (state, reason string) {
+	var rows []map[string]any
+	if _, err := c.api.getJSON(apiPath("shovels", vhost), &rows); err != nil {
+		return "", ""
+	}
+	for _, r := range rows {
+		if str(r["name"]) == name {
+			return str(r["state"]), str(r["reason"])
+		}
+	}
+	return "", ""
+}
