@@ -293,8 +293,6 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 		batches++
 		total.Replayed += r.Replayed
 		total.Failed += r.Failed
-		// Every batch scans the messages that do not match again, so the
-		// skipped count is the largest any batch saw, not their sum.
 		total.Skipped = max(total.Skipped, r.Skipped)
 		total.Remaining = r.Remaining
 		prog.set(total.Replayed)
@@ -303,12 +301,18 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 		}
 	}
 	if batches == 0 {
-		// Nothing matched: still report the queue's state.
 		total.Remaining = p.Total
+	}
+	// The totals from the queue as it is now: every batch scans again the
+	// messages that do not match the filter, so the replies' skipped
+	// counts do not add up. Skipped is the messages that stay in the DLQ
+	// because they do not match the filter.
+	if all, err := c.unfilteredTotal(vhost, queue); err == nil {
+		total.Remaining = all
+		total.Skipped = 0
 		if c.reason != "" || c.sourceQ != "" {
-			if all, err := c.unfilteredTotal(vhost, queue); err == nil {
-				total.Remaining = all
-				total.Skipped = all
+			if m, err := c.dlMessages(vhost, queue, 0, 1); err == nil {
+				total.Skipped = max(0, all-m.Total)
 			}
 		}
 	}
