@@ -3,6 +3,7 @@ module github.com/warrenmq/warren
 go 1.26.8
 
 require (
+	github.com/michaelklishin/rabbit-hole/v2 v2.16.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	go.etcd.io/bbolt v1.4.3
 	modernc.org/sqlite v1.62.0
