@@ -639,7 +639,9 @@ func TestMgmtBindings(t *testing.T) {
 			t.Errorf("headers binding properties_key = %q, want k2~<hash of the arguments>", hxProps)
 		}
 		all, err := tg.rh.ListBindings()
-		if err != nil || !slices.ContainsFunc(all, func(b rabbithole.BindingInfo) bool { return b.Vhost == vh && b.Source == "src" && b.Destination == "dst" }) {
+		if err != nil || !slices.ContainsFunc(all, func(b rabbithole.BindingInfo) bool {
+			return b.Vhost == vh && b.Source == "src" && b.Destination == "dst"
+		}) {
 			t.Errorf("all bindings: src->dst in %s not listed (%v)", vh, err)
 		}
 		bs, err = tg.rh.ListQueueBindings(vh, "bq")
