@@ -1133,3 +1133,177 @@ func TestMgmtTagRules(t *testing.T) {
 		}
 	})
 }
+
+// TestMgmtDeadLetters covers Warren's /api/dead-letters extension (Warren
+// only: RabbitMQ has no such endpoints).
+func TestMgmtDeadLetters(t *testing.T) {
+	tg := newMgmtWarren(t)
+	vh := tg.freshVhost(t)
+	dlxArgs := map[string]any{"durable": false, "arguments": map[string]any{"x-dead-letter-exchange": "dlx"}}
+	tg.declareQueue(vh, "orders", dlxArgs)
+	tg.declareQueue(vh, "orders2", dlxArgs)
+	tg.declareQueue(vh, "orders.dlq", nil)
+	tg.must("PUT", "/api/exchanges/"+esc(vh)+"/orders-x", map[string]any{"type": "direct"}, 201, 204)
+	tg.must("PUT", "/api/exchanges/"+esc(vh)+"/dlx", map[string]any{"type": "fanout"}, 201, 204)
+	tg.must("POST", "/api/bindings/"+esc(vh)+"/e/orders-x/q/orders", map[string]any{"routing_key": "new"}, 201)
+	tg.must("POST", "/api/bindings/"+esc(vh)+"/e/dlx/q/orders.dlq", map[string]any{"routing_key": ""}, 201)
+	ch := tg.channel(t, vh)
+	publish(t, ch, "orders-x", "new", amqp.Publishing{Body: []byte("r1")})
+	publish(t, ch, "orders-x", "new", amqp.Publishing{Body: []byte("r2")})
+	publish(t, ch, "", "orders2", amqp.Publishing{Body: []byte("r3"), Headers: amqp.Table{"keep": "me"}})
+	tg.apiGet(vh, "orders", map[string]any{"count": 2, "ackmode": "reject_requeue_false", "encoding": "auto"})
+	tg.apiGet(vh, "orders2", map[string]any{"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
+	publish(t, ch, "orders-x", "new", amqp.Publishing{Body: []byte("e1"), Expiration: "1"})
+	if !eventually(func() bool { return tg.amqpCount(t, vh, "orders.dlq") == 4 }) {
+		t.Fatalf("orders.dlq holds %d messages, want 4 (3 rejected, 1 expired)", tg.amqpCount(t, vh, "orders.dlq"))
+	}
+
+	// The list, for all vhosts and for one.
+	for _, p := range []string{"/api/dead-letters", "/api/dead-letters/" + esc(vh)} {
+		var e map[string]any
+		for _, m := range findBy(tg.getJSON(p), "name", "orders.dlq") {
+			if m["vhost"] == vh {
+				e = m
+			}
+		}
+		if e == nil {
+			t.Errorf("GET %s: no entry for %s/orders.dlq", p, vh)
+			continue
+		}
+		srcs, _ := e["sources"].([]any)
+		var ss []string
+		for _, s := range srcs {
+			ss = append(ss, s.(string))
+		}
+		sort.Strings(ss)
+		if e["messages"] != 4.0 || e["messages_ready"] != 4.0 || e["messages_unacknowledged"] != 0.0 || e["consumers"] != 0.0 || e["sampled"] != false ||
+			!slices.Equal(ss, []string{"orders", "orders2"}) ||
+			!jsonEqual(e["by_reason"], map[string]any{"rejected": 3, "expired": 1}) ||
+			!jsonEqual(e["by_source"], map[string]any{"orders": 3, "orders2": 1}) {
+			t.Errorf("GET %s: entry = %s; want 4 messages, sources [orders orders2], by_reason rejected 3 expired 1, by_source orders 3 orders2 1", p, jsonString(e))
+		}
+	}
+	if r := tg.do("GET", "/api/dead-letters/"+esc(mgmtName("nope")), nil); r.status != 404 {
+		t.Errorf("dead letters of unknown vhost: %s, want 404", r)
+	}
+
+	// Browse without consuming.
+	base := "/api/dead-letters/" + esc(vh) + "/orders.dlq/messages"
+	page := tg.getJSON(base + "?offset=0&limit=50")
+	msgs, _ := dig(page, "messages").([]any)
+	if dig(page, "total") != 4.0 || dig(page, "offset") != 0.0 || len(msgs) != 4 {
+		t.Fatalf("browse = %s, want total 4 offset 0 and 4 messages", jsonString(page))
+	}
+	var bodies []string
+	for i, m := range msgs {
+		bodies = append(bodies, dig(m, "payload").(string))
+		xd, _ := dig(m, "x_death").([]any)
+		if dig(m, "position") != float64(i) || dig(m, "redelivered") != false || dig(m, "payload_encoding") != "string" || len(xd) != 1 ||
+			dig(m, "first_death", "reason") != dig(xd[0], "reason") || dig(m, "first_death", "queue") != dig(xd[0], "queue") {
+			t.Errorf("browsed message %d = %s", i, jsonString(m))
+		}
+		if hx, _ := dig(m, "properties", "headers", "x-death").([]any); len(hx) != 1 {
+			t.Errorf("browsed message %d: properties.headers.x-death = %s", i, jsonString(hx))
+		}
+	}
+	if !slices.Equal(bodies, []string{"r1", "r2", "r3", "e1"}) {
+		t.Errorf("browsed payloads %q, want r1 r2 r3 e1", bodies)
+	}
+	if m := msgs[3]; dig(m, "first_death", "reason") != "expired" || dig(m, "first_death", "exchange") != "orders-x" {
+		t.Errorf("expired message = %s; want first_death expired from orders-x", jsonString(m))
+	}
+	if p := tg.getJSON(base + "?reason=expired"); dig(p, "total") != 1.0 {
+		t.Errorf("browse reason=expired: %s, want total 1", jsonString(p))
+	}
+	if p := tg.getJSON(base + "?source_queue=orders2"); dig(p, "total") != 1.0 || dig(p, "messages") == nil {
+		t.Errorf("browse source_queue=orders2: %s, want total 1", jsonString(p))
+	}
+	p := tg.getJSON(base + "?offset=1&limit=2")
+	pm, _ := dig(p, "messages").([]any)
+	if dig(p, "total") != 4.0 || len(pm) != 2 || dig(pm[0], "position") != 1.0 || dig(pm[0], "payload") != "r2" {
+		t.Errorf("browse offset 1 limit 2: %s", jsonString(p))
+	}
+	if n := tg.amqpCount(t, vh, "orders.dlq"); n != 4 {
+		t.Errorf("after browsing: orders.dlq holds %d, want 4", n)
+	}
+	if ms := tg.apiGet(vh, "orders.dlq", map[string]any{"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}); len(ms) != 1 || ms[0]["redelivered"] != false {
+		t.Errorf("first DLQ message after browsing = %s; want redelivered false (browsing delivers nothing)", jsonString(ms))
+	}
+	if r := tg.do("GET", "/api/dead-letters/"+esc(vh)+"/nope/messages", nil); r.status != 404 {
+		t.Errorf("browse unknown queue: %s, want 404", r)
+	}
+
+	// Replay one rejected message of orders: back in orders, history stripped.
+	replay := func(body map[string]any) map[string]any { return dlReplay(tg, vh, "orders.dlq", body) }
+	res := replay(map[string]any{"count": 1, "reason": "rejected", "source_queue": "orders"})
+	if res["replayed"] != 1.0 || res["failed"] != 0.0 || res["remaining"] != 3.0 {
+		t.Errorf("replay count 1 rejected from orders = %s; want replayed 1 failed 0 remaining 3", jsonString(res))
+	}
+	d, ok := tg.amqpGet(t, vh, "orders")
+	if !ok || string(d.Body) != "r1" {
+		t.Fatalf("orders after replay: %v %q, want r1", ok, d.Body)
+	}
+	for k := range d.Headers {
+		if k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
+			t.Errorf("replayed r1 still has header %s (keep_history false)", k)
+		}
+	}
+	if d.Exchange != "orders-x" || d.RoutingKey != "new" {
+		t.Errorf("replayed r1 came via %q/%q, want orders-x/new (the first death's exchange and keys)", d.Exchange, d.RoutingKey)
+	}
+	// Replay orders2's with keep_history.
+	res = replay(map[string]any{"source_queue": "orders2", "keep_history": true})
+	if res["replayed"] != 1.0 || res["failed"] != 0.0 || res["remaining"] != 2.0 || res["skipped"] != 2.0 {
+		t.Errorf("replay source_queue orders2 keep_history = %s; want replayed 1 skipped 2 failed 0 remaining 2", jsonString(res))
+	}
+	d, ok = tg.amqpGet(t, vh, "orders2")
+	xd, _ := d.Headers["x-death"].([]any)
+	if !ok || string(d.Body) != "r3" || len(xd) != 1 || d.Headers["keep"] != "me" {
+		t.Errorf("orders2 after replay with keep_history: %v %q headers %v; want r3 with its x-death", ok, d.Body, d.Headers)
+	} else if xe, _ := xd[0].(amqp.Table); xe["reason"] != "rejected" || xe["queue"] != "orders2" {
+		t.Errorf("kept x-death = %v", xe)
+	}
+	if n := tg.amqpCount(t, vh, "orders.dlq"); n != 2 {
+		t.Errorf("orders.dlq after two replays: %d, want 2", n)
+	}
+	// Everything else (r2 rejected, e1 expired).
+	res = replay(map[string]any{})
+	if res["replayed"] != 2.0 || res["remaining"] != 0.0 {
+		t.Errorf("replay all = %s; want replayed 2 remaining 0", jsonString(res))
+	}
+	if got := getBodies(t, tg.channel(t, vh), "orders"); strings.Join(got, ",") != "r2,e1" {
+		t.Errorf("orders after replaying all = %q, want r2,e1", got)
+	}
+	if r := tg.do("POST", "/api/dead-letters/"+esc(vh)+"/nope/replay", map[string]any{}); r.status != 404 {
+		t.Errorf("replay unknown queue: %s, want 404", r)
+	}
+
+	// A persistent message in a durable queue is replayed to disk.
+	tg.declareQueue(vh, "dur", map[string]any{"durable": true, "arguments": map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dur.dlq"}})
+	tg.declareQueue(vh, "dur.dlq", map[string]any{"durable": true})
+	publish(t, ch, "", "dur", amqp.Publishing{Body: []byte("p1"), DeliveryMode: amqp.Persistent})
+	tg.apiGet(vh, "dur", map[string]any{"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
+	if !eventually(func() bool { return tg.amqpCount(t, vh, "dur.dlq") == 1 }) {
+		t.Fatalf("dur.dlq never got the rejected message")
+	}
+	if dl := findBy(tg.getJSON("/api/dead-letters/"+esc(vh)), "name", "dur.dlq"); len(dl) != 1 || !jsonEqual(dl[0]["by_reason"], map[string]any{"rejected": 1}) {
+		t.Errorf("dead letters list: dur.dlq entry = %s", jsonString(dl))
+	}
+	res = dlReplay(tg, vh, "dur.dlq", map[string]any{})
+	if res["replayed"] != 1.0 || res["remaining"] != 0.0 {
+		t.Errorf("replay of the persistent message = %s", jsonString(res))
+	}
+	tg.w.Restart()
+	d, ok = tg.amqpGet(t, vh, "dur")
+	if !ok || string(d.Body) != "p1" || d.DeliveryMode != amqp.Persistent {
+		t.Errorf("dur after replay and a restart: %v %q mode %d, want the persistent p1", ok, d.Body, d.DeliveryMode)
+	}
+}
+
+// dlReplay is POST /api/dead-letters/{vhost}/{queue}/replay.
+func dlReplay(tg *mgmtTarget, vh, q string, body map[string]any) map[string]any {
+	tg.t.Helper()
+	r := tg.must("POST", "/api/dead-letters/"+esc(vh)+"/"+esc(q)+"/replay", body, 200)
+	m, _ := r.json(tg.t).(map[string]any)
+	return m
+}
