@@ -193,6 +193,13 @@ func decodeArray(b []byte, depth int) ([]any, int, error) {
 }
 
 // decodeValue decodes a type octet and value from b.
+// Decode returns the value a RawValue encodes (tables and arrays
+// included); ok is false when it is malformed.
+func (r RawValue) Decode() (v any, ok bool) {
+	v, n, ok := decodeValue(r, 0)
+	return v, ok && n == len(r)
+}
+
 func decodeValue(b []byte, depth int) (v any, n int, ok bool) {
 	if len(b) < 1 {
 		return nil, 0, false

@@ -436,6 +436,13 @@ func jsonToField(v any) (any, error) {
 }
 
 // tableToJSON converts an AMQP table for export.
+// TableJSON renders a field table as JSON values, as RabbitMQ's HTTP API
+// does (the management API uses it for arguments and headers).
+func TableJSON(t amqp.Table) map[string]any { return tableToJSON(t) }
+
+// JSONTable is the inverse of TableJSON for JSON decoded with UseNumber.
+func JSONTable(m map[string]any) (amqp.Table, error) { return jsonToTable(m) }
+
 func tableToJSON(t amqp.Table) map[string]any {
 	m := make(map[string]any, len(t))
 	for k, v := range t {
@@ -458,6 +465,11 @@ func fieldToJSON(v any) any {
 		return out
 	case []byte:
 		return string(x)
+	case amqp.RawValue:
+		if d, ok := x.Decode(); ok {
+			return fieldToJSON(d)
+		}
+		return nil
 	case time.Time:
 		return x.Unix()
 	case amqp.Decimal:

@@ -817,3 +817,22 @@ func effectiveQueueArgs(args QueueArgs, raw amqp.Table, user, op *Policy) QueueA
 	e.DelayedRetryMax = lower(args.DelayedRetryMax, d.delayedRetryMax)
 	return e
 }
+
+// EffectivePolicyDefinition is the definition of the policies that apply
+// to q, as the management API's effective_policy_definition: the policy's
+// keys, with the operator policy's keys the policy does not set.
+func (v *VHost) EffectivePolicyDefinition(q *Queue) map[string]any {
+	user, op := v.queuePolicies(q)
+	out := map[string]any{}
+	if op != nil {
+		for k, val := range op.Definition {
+			out[k] = val
+		}
+	}
+	if user != nil {
+		for k, val := range user.Definition {
+			out[k] = val
+		}
+	}
+	return out
+}

@@ -139,3 +139,12 @@ func diskFree(dir string) (int64, bool) {
 // MemoryUsed reports the memory the memory alarm measures, for tests and
 // operators choosing a watermark.
 func MemoryUsed() int64 { return memoryUsed() }
+
+// DiskFree reports the free space of the data directory's file system
+// (false without a data directory or when it cannot be read).
+func (s *Server) DiskFree() (int64, bool) {
+	if s.cfg.DataDir == "" {
+		return 0, false
+	}
+	return diskFree(s.cfg.DataDir)
+}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
@@ -37,6 +38,10 @@ type channel struct {
 	txWait     []*store.Log // logs a tx.commit waits for
 
 	// Publisher confirms (confirms.go), guarded by confMu.
+	// Counters for the management API (info.go).
+	stats chanStats
+	mode  atomic.Uint32 // modeConfirm or modeTx once selected
+
 	confMu      sync.Mutex
 	publishSeq  uint64
 	ackedUpTo   uint64 // highest seq confirmed to the client
@@ -97,8 +102,7 @@ func (ch *channel) handleMethod(m amqp.Method) error {
 	if ch.closing {
 		switch m.(type) {
 		case *amqp.ChannelCloseOk:
-			ch.c.channels[ch.id] = nil
-			delete(ch.c.channels, ch.id)
+			ch.c.dropChannel(ch)
 		case *amqp.ChannelClose:
 			ch.c.sendMethod(ch.id, &amqp.ChannelCloseOk{})
 		}
@@ -161,6 +165,7 @@ func (ch *channel) shutdown() {
 	ch.txOps = nil
 	ch.msg = nil
 	ch.inContent = 0
+	ch.c.s.foldStats(&ch.stats)
 }
 
 func (ch *channel) dispatch(m amqp.Method) error {
@@ -176,7 +181,7 @@ func (ch *channel) dispatch(m amqp.Method) error {
 	case *amqp.ChannelClose:
 		ch.shutdown()
 		ch.c.sendMethod(ch.id, &amqp.ChannelCloseOk{})
-		delete(ch.c.channels, ch.id)
+		ch.c.dropChannel(ch)
 		return nil
 	case *amqp.ChannelCloseOk:
 		return nil
@@ -227,6 +232,7 @@ func (ch *channel) dispatch(m amqp.Method) error {
 			return amqp.Errorf(amqp.PreconditionFailed, "cannot switch from tx to confirm mode")
 		}
 		ch.confirm = true
+		ch.mode.Store(modeConfirm)
 		if !m.NoWait {
 			ch.c.sendMethod(ch.id, &amqp.ConfirmSelectOk{})
 		}
@@ -236,6 +242,7 @@ func (ch *channel) dispatch(m amqp.Method) error {
 			return amqp.Errorf(amqp.PreconditionFailed, "cannot switch from confirm to tx mode")
 		}
 		ch.tx = true
+		ch.mode.Store(modeTx)
 		ch.c.sendMethod(ch.id, &amqp.TxSelectOk{})
 		return nil
 	case *amqp.TxCommit:
@@ -539,7 +546,9 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 	if err != nil {
 		return err
 	}
+	ch.stats.publish.Add(1)
 	if res.Routed == 0 && mandatory {
+		ch.stats.returned.Add(1)
 		ch.flushConfirms()
 		ch.c.send(func(b []byte) []byte {
 			b = amqp.AppendMethodFrame(b, ch.id, &amqp.BasicReturn{ReplyCode: amqp.NoRoute, ReplyText: "NO_ROUTE", Exchange: exchange, RoutingKey: m.RoutingKey})
@@ -557,6 +566,7 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 		time.Sleep(150 * time.Microsecond)
 	}
 	if ch.confirm {
+		ch.stats.confirm.Add(1)
 		ch.confirmPublish(res)
 	} else if ch.tx {
 		for _, l := range res.Wait {
@@ -743,6 +753,7 @@ func (ch *channel) get(m *amqp.BasicGet) error {
 		ch.c.sendMethod(ch.id, &amqp.BasicGetEmpty{})
 		return nil
 	}
+	ch.stats.countGet(m.NoAck, d.Redelivered)
 	ch.mu.Lock()
 	ch.nextTag++
 	tag := ch.nextTag
@@ -820,6 +831,7 @@ func (ch *channel) applySettle(tag uint64, multiple bool, kind int, requeue bool
 		ch.markDoneLocked(i)
 	}
 	ch.mu.Unlock()
+	ch.stats.countSettle(kind, requeue, len(taken))
 	switch {
 	case kind == settleAck:
 		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Ack(ds) })

@@ -40,7 +40,19 @@ type conn struct {
 	clientCaps amqp.Table
 	clientName string
 
-	channels map[uint16]*channel // reader goroutine only
+	// channels is written by the reader goroutine only, under chMu, so
+	// that the management API can list them (info.go).
+	channels map[uint16]*channel
+	chMu     sync.Mutex
+
+	// For the management API (info.go): set once during the handshake
+	// (under chMu), or counted atomically.
+	connectedAt time.Time
+	authMech    string
+	clientProps amqp.Table
+	recvOct     atomic.Uint64
+	sendOct     atomic.Uint64
+	sendCnt     atomic.Uint64
 
 	outMu        sync.Mutex
 	out          []byte
@@ -63,7 +75,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{s: s, nc: nc, id: s.nextConn.Add(1), channels: map[uint16]*channel{},
+	return &conn{s: s, nc: nc, id: s.nextConn.Add(1), channels: map[uint16]*channel{}, connectedAt: time.Now(),
 		outSignal: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}), closeCh: make(chan struct{}),
 		frameMax: s.cfg.FrameMax, channelMax: s.cfg.ChannelMax}
 }
@@ -91,7 +103,7 @@ func (c *conn) run() {
 	defer c.s.removeConn(c)
 	defer c.nc.Close()
 	// Until tune-ok, frames are limited to frame_min_size, as in RabbitMQ.
-	c.r = amqp.NewFrameReader(c.nc, 64<<10)
+	c.r = amqp.NewFrameReader(countingReader{c.nc, &c.recvOct}, 64<<10)
 	c.nc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
 	go c.writeLoop()
 	err := c.handshake()
@@ -108,7 +120,9 @@ func (c *conn) teardown(err error) {
 	for _, ch := range c.channels {
 		ch.shutdown()
 	}
+	c.chMu.Lock()
 	c.channels = nil
+	c.chMu.Unlock()
 	if c.vhost != nil {
 		c.vhost.DeleteExclusive(c.id)
 	}
@@ -165,6 +179,8 @@ func (c *conn) writeLoop() {
 		c.outMu.Unlock()
 		if len(buf) > 0 && c.writerErr == nil {
 			c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			c.sendOct.Add(uint64(len(buf)))
+			c.sendCnt.Add(1)
 			if _, err := c.nc.Write(buf); err != nil {
 				c.writerErr = err
 				c.nc.Close()
@@ -251,6 +267,9 @@ func (c *conn) handshake() error {
 	if !ok {
 		return c.handshakeErr(amqp.ConnErrorf(amqp.CommandInvalid, "expected 'connection.start_ok', got '%s'", m.Name()))
 	}
+	c.chMu.Lock()
+	c.clientProps, c.authMech = so.ClientProperties, so.Mechanism
+	c.chMu.Unlock()
 	c.clientCaps, _ = so.ClientProperties["capabilities"].(amqp.Table)
 	c.clientName, _ = so.ClientProperties["connection_name"].(string)
 	if err := c.authenticate(so.Mechanism, so.Response); err != nil {
@@ -293,7 +312,9 @@ func (c *conn) handshake() error {
 	if !c.s.broker.CanAccessVHost(c.user.Name, v.Name) {
 		return c.handshakeErr(amqp.ConnErrorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", v.Name, c.user.Name).WithMethod(10, 40))
 	}
+	c.chMu.Lock()
 	c.vhost = v
+	c.chMu.Unlock()
 	c.sendMethod(0, &amqp.ConnectionOpenOk{})
 	return nil
 }
@@ -565,7 +586,9 @@ func (c *conn) handleChannelMethod(id uint16, m amqp.Method) error {
 		if len(c.channels) >= int(c.channelMax) {
 			return amqp.ConnErrorf(amqp.NotAllowed, "number of channels opened (%d) has reached the negotiated channel_max (%d)", len(c.channels), c.channelMax)
 		}
+		c.chMu.Lock()
 		c.channels[id] = newChannel(c, id)
+		c.chMu.Unlock()
 		c.sendMethod(id, &amqp.ChannelOpenOk{})
 		return nil
 	}

@@ -133,6 +133,9 @@ type Server struct {
 	stopped   chan struct{} // closed by stop
 	alarmed   atomic.Bool   // some alarm is raised (read per publish)
 	closeOnce sync.Once
+
+	statsMu     sync.Mutex
+	closedStats MessageStats // counters of closed channels (info.go)
 }
 
 // New returns a server for cfg. It does not listen until Start.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/internal/clock"
+	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/server"
 )
 
@@ -28,6 +29,8 @@ type Broker struct {
 	cfg     server.Config
 	dataDir string
 	addr    string
+	mg      *mgmt.Server
+	mgAddr  string
 }
 
 // Option adjusts the server configuration.
@@ -71,7 +74,36 @@ func (b *Broker) start() {
 	b.addr = srv.Addr().String()
 	// Keep the port across Restart.
 	b.cfg.AMQPAddr = b.addr
+	b.startMgmt()
 }
+
+// startMgmt starts the management API on a loopback port (the same one
+// after a Restart).
+func (b *Broker) startMgmt() {
+	b.t.Helper()
+	addr := b.mgAddr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var err error
+	for i := 0; i < 50; i++ {
+		m := mgmt.New(mgmt.Config{Server: b.srv, Addr: addr, Logger: b.cfg.Logger, UI: mgmt.DefaultUI()})
+		if err = m.Start(); err == nil {
+			b.mg = m
+			b.mgAddr = m.Addr().String()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.t.Fatalf("warrentest: management API: %v", err)
+}
+
+// MgmtURL is the base URL of the broker's management HTTP API, e.g.
+// http://127.0.0.1:41234 (guest/guest works from loopback).
+func (b *Broker) MgmtURL() string { return "http://" + b.mgAddr }
+
+// Mgmt returns the running management server.
+func (b *Broker) Mgmt() *mgmt.Server { return b.mg }
 
 // URL is the amqp:// URL of the broker for the guest user.
 func (b *Broker) URL() string { return fmt.Sprintf("amqp://guest:guest@%s/", b.addr) }
@@ -99,6 +131,7 @@ func (b *Broker) Restart() {
 		if err == nil {
 			if err = srv.Start(); err == nil {
 				b.srv = srv
+				b.startMgmt()
 				return
 			}
 		}
@@ -121,6 +154,10 @@ func asOpError(err error, oe **net.OpError) bool {
 func (b *Broker) shutdown() {
 	if b.srv == nil {
 		return
+	}
+	if b.mg != nil {
+		b.mg.Close()
+		b.mg = nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/server"
 )
 
@@ -61,7 +62,7 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.SetOutput(out)
 	fs.StringVar(&o.AMQPAddr, "amqp-addr", ":5672", "AMQP listen address")
 	fs.StringVar(&o.AMQPSAddr, "amqps-addr", ":5671", "AMQPS (TLS) listen address, used when --tls-cert and --tls-key are set")
-	fs.StringVar(&o.HTTPAddr, "http-addr", ":15672", "management HTTP listen address (reserved; the management API is not built yet)")
+	fs.StringVar(&o.HTTPAddr, "http-addr", ":15672", "management HTTP API, web UI and /metrics listen address (\"off\" disables it)")
 	fs.StringVar(&o.DataDir, "data-dir", "./warren-data", "data directory")
 	fs.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate file for AMQPS")
 	fs.StringVar(&o.TLSKey, "tls-key", "", "PEM private key file for AMQPS")
@@ -134,6 +135,14 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	log.Info("Warren started", "version", server.Version, "amqp", srv.Addr().String(), "data_dir", o.DataDir)
+	var mg *mgmt.Server
+	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
+		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI()})
+		if err := mg.Start(); err != nil {
+			srv.Close()
+			return fmt.Errorf("management HTTP listener: %w", err)
+		}
+	}
 	if o.PprofAddr != "" {
 		startPprof(o.PprofAddr, log)
 	}
@@ -145,6 +154,9 @@ func run(args []string, out io.Writer) error {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig
 	log.Info("shutting down", "signal", s.String())
+	if mg != nil {
+		mg.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(ctx)

@@ -1,0 +1,300 @@
+package mgmt
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/warrenmq/warren/broker"
+)
+
+func (s *Server) accessRoutes() {
+	s.handle("GET /api/vhosts", lvlManagement, (*call).vhosts)
+	s.handle("GET /api/vhosts/{vhost}", lvlManagement, (*call).vhostGet)
+	s.handle("PUT /api/vhosts/{vhost}", lvlAdmin, (*call).vhostPut)
+	s.handle("DELETE /api/vhosts/{vhost}", lvlAdmin, (*call).vhostDelete)
+	s.handle("GET /api/vhosts/{vhost}/permissions", lvlAdmin, (*call).vhostPermissions)
+
+	s.handle("GET /api/users", lvlAdmin, (*call).users)
+	s.handle("GET /api/users/without-permissions", lvlAdmin, (*call).usersWithoutPermissions)
+	s.handle("GET /api/users/{user}", lvlAdmin, (*call).userGet)
+	s.handle("PUT /api/users/{user}", lvlAdmin, (*call).userPut)
+	s.handle("DELETE /api/users/{user}", lvlAdmin, (*call).userDelete)
+	s.handle("POST /api/users/bulk-delete", lvlAdmin, (*call).usersBulkDelete)
+	s.handle("GET /api/users/{user}/permissions", lvlAdmin, (*call).userPermissions)
+
+	s.handle("GET /api/permissions", lvlAdmin, (*call).permissions)
+	s.handle("GET /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionGet)
+	s.handle("PUT /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionPut)
+	s.handle("DELETE /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionDelete)
+}
+
+func (c *call) vhostJSON(v *broker.VHost) map[string]any {
+	var ready, unacked int
+	for _, q := range v.Queues() {
+		st := q.Stats()
+		ready += st.Ready
+		unacked += st.Unacked
+	}
+	desc := ""
+	if v.Name == "/" {
+		desc = "Default virtual host"
+	}
+	return map[string]any{"name": v.Name, "description": desc, "tags": []string{}, "default_queue_type": "undefined",
+		"metadata": map[string]any{"description": desc, "tags": []string{}}, "tracing": false,
+		"cluster_state": map[string]any{c.s.node: "running"},
+		"messages": ready + unacked, "messages_details": details(0),
+		"messages_ready": ready, "messages_ready_details": details(0),
+		"messages_unacknowledged": unacked, "messages_unacknowledged_details": details(0)}
+}
+
+func (c *call) vhosts() error {
+	list := []map[string]any{}
+	for _, v := range c.mustVisible() {
+		list = append(list, c.vhostJSON(v))
+	}
+	return c.list(list)
+}
+
+func (c *call) vhostGet() error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	return c.ok(c.vhostJSON(v))
+}
+
+func (c *call) vhostPut() error {
+	name := c.pv("vhost")
+	var body map[string]any
+	if err := c.decode(&body); err != nil {
+		return err
+	}
+	existed := c.s.b.VHost(name) != nil
+	c.s.b.AddVHost(name)
+	if !existed {
+		// As RabbitMQ: the creating user gets full permissions.
+		_ = c.s.b.SetPermissions(name, c.user.Name, broker.Permission{Configure: ".*", Write: ".*", Read: ".*"})
+	}
+	return c.created(!existed)
+}
+
+func (c *call) vhostDelete() error {
+	name := c.pv("vhost")
+	if c.s.b.VHost(name) == nil {
+		return errNotFound
+	}
+	for _, ci := range c.s.srv.Connections() {
+		if ci.VHost == name {
+			c.s.srv.CloseConnection(ci.Name, fmt.Sprintf("vhost '%s' is deleted", name))
+		}
+	}
+	c.s.b.DeleteVHost(name)
+	return c.noContent()
+}
+
+func permJSON(vhost, user string, p broker.Permission) map[string]any {
+	return map[string]any{"user": user, "vhost": vhost, "configure": p.Configure, "write": p.Write, "read": p.Read}
+}
+
+// permissionsWhere lists permissions, optionally of one vhost or user.
+func (c *call) permissionsWhere(vhost, user string) []map[string]any {
+	list := []map[string]any{}
+	for _, u := range c.s.b.Users() {
+		if user != "" && u != user {
+			continue
+		}
+		for _, vh := range c.s.b.VHosts() {
+			if vhost != "" && vh != vhost {
+				continue
+			}
+			if p, ok := c.s.b.Permissions(vh, u); ok {
+				list = append(list, permJSON(vh, u, p))
+			}
+		}
+	}
+	return list
+}
+
+func (c *call) vhostPermissions() error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	return c.ok(c.permissionsWhere(v.Name, ""))
+}
+
+func userJSON(u *broker.User) map[string]any {
+	tags := u.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	return map[string]any{"name": u.Name, "password_hash": u.PasswordHash, "hashing_algorithm": broker.HashingSHA256,
+		"tags": tags, "limits": map[string]any{}}
+}
+
+func (c *call) users() error {
+	list := []map[string]any{}
+	for _, n := range c.s.b.Users() {
+		if u := c.s.b.User(n); u != nil {
+			list = append(list, userJSON(u))
+		}
+	}
+	return c.list(list)
+}
+
+func (c *call) usersWithoutPermissions() error {
+	list := []map[string]any{}
+	for _, n := range c.s.b.Users() {
+		if u := c.s.b.User(n); u != nil && len(c.permissionsWhere("", n)) == 0 {
+			list = append(list, userJSON(u))
+		}
+	}
+	return c.ok(list)
+}
+
+func (c *call) userGet() error {
+	u := c.s.b.User(c.pv("user"))
+	if u == nil {
+		return errNotFound
+	}
+	return c.ok(userJSON(u))
+}
+
+type userBody struct {
+	Password         *string `json:"password"`
+	PasswordHash     *string `json:"password_hash"`
+	HashingAlgorithm string  `json:"hashing_algorithm"`
+	Tags             any     `json:"tags"`
+}
+
+// parseTags takes RabbitMQ's tags: a comma-separated string or a list.
+func parseTags(v any) ([]string, bool) {
+	var out []string
+	switch t := v.(type) {
+	case string:
+		for _, p := range strings.Split(t, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	case []any:
+		for _, e := range t {
+			s, ok := e.(string)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, s)
+		}
+	default:
+		return nil, false
+	}
+	return out, true
+}
+
+func (c *call) userPut() error {
+	name := c.pv("user")
+	var b userBody
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	if b.Tags == nil {
+		return badRequest("tags_not_present")
+	}
+	tags, ok := parseTags(b.Tags)
+	if !ok {
+		return badRequest("tags must be a string or a list of strings")
+	}
+	existed := c.s.b.User(name) != nil
+	switch {
+	case b.Password != nil:
+		c.s.b.PutUser(name, *b.Password, tags)
+	case b.PasswordHash != nil:
+		if b.HashingAlgorithm != "" && b.HashingAlgorithm != broker.HashingSHA256 {
+			return badRequest(fmt.Sprintf("unsupported hashing algorithm '%s'", b.HashingAlgorithm))
+		}
+		c.s.b.PutUserHash(name, *b.PasswordHash, tags)
+	case existed:
+		u := c.s.b.User(name)
+		c.s.b.PutUserHash(name, u.PasswordHash, tags)
+	default:
+		// No password: the user can only authenticate by other means.
+		c.s.b.PutUserHash(name, "", tags)
+	}
+	return c.created(!existed)
+}
+
+func (c *call) userDelete() error {
+	if !c.s.b.DeleteUser(c.pv("user")) {
+		return errNotFound
+	}
+	return c.noContent()
+}
+
+func (c *call) usersBulkDelete() error {
+	var b struct {
+		Users []string `json:"users"`
+	}
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	for _, u := range b.Users {
+		c.s.b.DeleteUser(u)
+	}
+	return c.noContent()
+}
+
+func (c *call) userPermissions() error {
+	u := c.pv("user")
+	if c.s.b.User(u) == nil {
+		return errNotFound
+	}
+	return c.ok(c.permissionsWhere("", u))
+}
+
+func (c *call) permissions() error { return c.list(c.permissionsWhere("", "")) }
+
+func (c *call) permissionGet() error {
+	vh, u := c.pv("vhost"), c.pv("user")
+	p, ok := c.s.b.Permissions(vh, u)
+	if !ok {
+		return errNotFound
+	}
+	return c.ok(permJSON(vh, u, p))
+}
+
+func (c *call) permissionPut() error {
+	vh, u := c.pv("vhost"), c.pv("user")
+	var b struct {
+		Configure *string `json:"configure"`
+		Write     *string `json:"write"`
+		Read      *string `json:"read"`
+	}
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	if c.s.b.VHost(vh) == nil || c.s.b.User(u) == nil {
+		return badRequest(fmt.Sprintf("vhost_or_user_not_found"))
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"configure", b.Configure}, {"write", b.Write}, {"read", b.Read}} {
+		if f.v == nil {
+			return badRequest(fmt.Sprintf("[{key_missing,%s}]", f.name))
+		}
+	}
+	_, existed := c.s.b.Permissions(vh, u)
+	if err := c.s.b.SetPermissions(vh, u, broker.Permission{Configure: *b.Configure, Write: *b.Write, Read: *b.Read}); err != nil {
+		return badRequest(err.Error())
+	}
+	return c.created(!existed)
+}
+
+func (c *call) permissionDelete() error {
+	vh, u := c.pv("vhost"), c.pv("user")
+	if _, ok := c.s.b.Permissions(vh, u); !ok {
+		return errNotFound
+	}
+	c.s.b.ClearPermissions(vh, u)
+	return c.noContent()
+}

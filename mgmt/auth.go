@@ -1,0 +1,188 @@
+package mgmt
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+
+	"github.com/warrenmq/warren/broker"
+)
+
+// level is the least a user's tags must grant for an endpoint, as
+// RabbitMQ's management tags.
+type level int
+
+const (
+	lvlManagement level = iota
+	lvlPolicymaker
+	lvlMonitoring
+	lvlAdmin
+)
+
+// call is one API request.
+type call struct {
+	s    *Server
+	w    http.ResponseWriter
+	r    *http.Request
+	user *broker.User
+}
+
+func (c *call) is(tag string) bool { return c.user.HasTag(tag) }
+
+func (c *call) admin() bool { return c.is("administrator") }
+
+// monitor reports whether the user may read everything.
+func (c *call) monitor() bool { return c.admin() || c.is("monitoring") }
+
+// policymaker reports whether the user may change policies and parameters.
+func (c *call) policymaker() bool { return c.admin() || c.is("policymaker") }
+
+// handler is an endpoint's function: it writes its reply or returns an
+// error that becomes RabbitMQ's error body.
+type handler func(c *call) error
+
+// handle registers pattern (a net/http pattern with method) for users with
+// at least lvl.
+func (s *Server) handle(pattern string, lvl level, h handler) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		c := &call{s: s, w: w, r: r}
+		err := c.authenticate(lvl)
+		if err == nil {
+			err = h(c)
+		}
+		if err != nil {
+			writeError(w, err)
+		}
+	})
+}
+
+func (c *call) authenticate(lvl level) error {
+	name, pass, ok := c.r.BasicAuth()
+	if !ok {
+		return &apiError{http.StatusUnauthorized, "not_authorized", "Login failed"}
+	}
+	u, ok := c.s.b.Authenticate(name, pass)
+	if !ok {
+		return &apiError{http.StatusUnauthorized, "not_authorized", "Login failed"}
+	}
+	if slices.Contains(c.s.srv.Config().LoopbackUsers, name) && !loopback(c.r.RemoteAddr) {
+		return &apiError{http.StatusUnauthorized, "not_authorized", "User can only log in via localhost"}
+	}
+	c.user = u
+	switch {
+	case !c.admin() && !c.is("monitoring") && !c.is("policymaker") && !c.is("management"):
+		return notAuthorised("Not management user")
+	case lvl == lvlAdmin && !c.admin():
+		return notAuthorised("Not administrator user")
+	case lvl == lvlMonitoring && !c.monitor():
+		return notAuthorised("Not monitor user")
+	case lvl == lvlPolicymaker && !c.policymaker():
+		return notAuthorised("Not policymaker user")
+	}
+	return nil
+}
+
+func loopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// vhostName returns the {vhost} path value; for an unknown vhost it fails
+// with 404 and for one the user may not see with 401, as RabbitMQ.
+func (c *call) vhost() (*broker.VHost, error) {
+	name := c.pv("vhost")
+	v := c.s.b.VHost(name)
+	if v == nil {
+		return nil, errNotFound
+	}
+	if !c.canSee(name) {
+		return nil, notAuthorised("User not authorised to access virtual host")
+	}
+	return v, nil
+}
+
+// canSee reports whether the user may see the vhost's objects.
+func (c *call) canSee(vhost string) bool {
+	return c.monitor() || c.s.b.CanAccessVHost(c.user.Name, vhost)
+}
+
+// visibleVHosts returns the vhosts the user may see, or just the one in
+// the path.
+func (c *call) visibleVHosts() ([]*broker.VHost, error) {
+	if c.pv("vhost") != "" {
+		v, err := c.vhost()
+		if err != nil {
+			return nil, err
+		}
+		return []*broker.VHost{v}, nil
+	}
+	var vs []*broker.VHost
+	for _, n := range c.s.b.VHosts() {
+		if c.canSee(n) {
+			if v := c.s.b.VHost(n); v != nil {
+				vs = append(vs, v)
+			}
+		}
+	}
+	return vs, nil
+}
+
+// check fails with 401 when the user lacks access a to the named resource,
+// with RabbitMQ's text.
+func (c *call) check(v *broker.VHost, a broker.Access, kind, name string) error {
+	if c.s.b.Check(c.user.Name, v.Name, a, name) {
+		return nil
+	}
+	return notAuthorised(fmt.Sprintf("access to %s '%s' in vhost '%s' refused for user '%s'", kind, name, v.Name, c.user.Name))
+}
+
+// decode reads a JSON body into v. An empty body decodes as {}.
+func (c *call) decode(v any) error {
+	body, err := io.ReadAll(io.LimitReader(c.r.Body, 64<<20))
+	if err != nil {
+		return badRequest("not_json")
+	}
+	if len(body) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return badRequest(fmt.Sprintf("%s: expected %s, got %s", te.Field, te.Type, te.Value))
+		}
+		return badRequest("not_json")
+	}
+	return nil
+}
+
+func (c *call) ok(v any) error {
+	writeJSON(c.w, http.StatusOK, v)
+	return nil
+}
+
+// created answers a PUT that made a new object (201) or changed an existing
+// one (204), as RabbitMQ.
+func (c *call) created(isNew bool) error {
+	if isNew {
+		c.w.WriteHeader(http.StatusCreated)
+	} else {
+		c.w.WriteHeader(http.StatusNoContent)
+	}
+	return nil
+}
+
+func (c *call) noContent() error {
+	c.w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,210 @@
+package mgmt
+
+import (
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/server"
+)
+
+func (s *Server) connRoutes() {
+	s.handle("GET /api/connections", lvlManagement, (*call).connections)
+	s.handle("GET /api/vhosts/{vhost}/connections", lvlManagement, (*call).connections)
+	s.handle("GET /api/connections/{name}", lvlManagement, (*call).connectionGet)
+	s.handle("DELETE /api/connections/{name}", lvlManagement, (*call).connectionDelete)
+	s.handle("GET /api/connections/{name}/channels", lvlManagement, (*call).connectionChannels)
+	s.handle("GET /api/channels", lvlManagement, (*call).channels)
+	s.handle("GET /api/vhosts/{vhost}/channels", lvlManagement, (*call).channels)
+	s.handle("GET /api/channels/{name}", lvlManagement, (*call).channelGet)
+	s.handle("GET /api/consumers", lvlManagement, (*call).consumers)
+	s.handle("GET /api/consumers/{vhost}", lvlManagement, (*call).consumers)
+}
+
+// seesConn reports whether the user may see a connection: its own, or any
+// for monitoring users and administrators, as RabbitMQ.
+func (c *call) seesConn(ci server.ConnectionInfo) bool {
+	return c.monitor() || ci.User == c.user.Name
+}
+
+func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
+	props := map[string]any{}
+	if ci.ClientProperties != nil {
+		props = broker.TableJSON(ci.ClientProperties)
+	}
+	upn, _ := ci.ClientProperties["connection_name"].(string)
+	var uprov any
+	if upn != "" {
+		uprov = upn
+	}
+	proto := "AMQP 0-9-1"
+	return map[string]any{
+		"name": ci.Name, "node": c.s.node, "vhost": ci.VHost, "user": ci.User, "user_who_performed_action": ci.User,
+		"state": map[bool]string{true: "blocked", false: "running"}[ci.Blocked], "type": "network", "protocol": proto,
+		"auth_mechanism": ci.AuthMechanism, "ssl": ci.TLS, "ssl_protocol": nil, "ssl_key_exchange": nil, "ssl_cipher": nil, "ssl_hash": nil,
+		"peer_cert_issuer": nil, "peer_cert_subject": nil, "peer_cert_validity": nil,
+		"host": ci.Host, "port": ci.Port, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort,
+		"channels": ci.Channels, "channel_max": ci.ChannelMax, "frame_max": ci.FrameMax, "timeout": int(ci.Heartbeat.Seconds()),
+		"client_properties": props, "user_provided_name": uprov,
+		"connected_at": ci.ConnectedAt.UnixMilli(),
+		"recv_oct": ci.RecvOct, "recv_oct_details": details(0), "send_oct": ci.SendOct, "send_oct_details": details(0),
+		"recv_cnt": ci.RecvCnt, "send_cnt": ci.SendCnt, "send_pend": 0,
+		"garbage_collection": map[string]any{},
+		"reductions":         0, "reductions_details": details(0),
+	}
+}
+
+func (c *call) visibleConns() ([]server.ConnectionInfo, error) {
+	vhost := c.pv("vhost")
+	if vhost != "" {
+		if _, err := c.vhost(); err != nil {
+			return nil, err
+		}
+	}
+	var out []server.ConnectionInfo
+	for _, ci := range c.s.srv.Connections() {
+		if c.seesConn(ci) && (vhost == "" || ci.VHost == vhost) {
+			out = append(out, ci)
+		}
+	}
+	return out, nil
+}
+
+func (c *call) connections() error {
+	cs, err := c.visibleConns()
+	if err != nil {
+		return err
+	}
+	list := make([]map[string]any, 0, len(cs))
+	for _, ci := range cs {
+		list = append(list, c.connJSON(ci))
+	}
+	return c.list(list)
+}
+
+func (c *call) findConn() (server.ConnectionInfo, error) {
+	name := c.pv("name")
+	for _, ci := range c.s.srv.Connections() {
+		if ci.Name == name && c.seesConn(ci) {
+			return ci, nil
+		}
+	}
+	return server.ConnectionInfo{}, errNotFound
+}
+
+func (c *call) connectionGet() error {
+	ci, err := c.findConn()
+	if err != nil {
+		return err
+	}
+	return c.ok(c.connJSON(ci))
+}
+
+// connectionDelete closes a connection with 320 CONNECTION_FORCED and the
+// reason from the X-Reason header, as RabbitMQ ("Closed via management
+// plugin" by default).
+func (c *call) connectionDelete() error {
+	ci, err := c.findConn()
+	if err != nil {
+		return err
+	}
+	if !c.admin() && ci.User != c.user.Name {
+		return notAuthorised("Not administrator user")
+	}
+	reason := c.r.Header.Get("X-Reason")
+	if reason == "" {
+		reason = "Closed via management plugin"
+	}
+	c.s.srv.CloseConnection(ci.Name, reason)
+	return c.noContent()
+}
+
+func (c *call) chanJSON(ch server.ChannelInfo, ci server.ConnectionInfo) map[string]any {
+	st := ch.Stats
+	ms := map[string]any{
+		"publish": st.Publish, "confirm": st.Confirm, "return_unroutable": st.ReturnUnroutable,
+		"deliver": st.Deliver, "deliver_no_ack": st.DeliverNoAck, "get": st.Get, "get_no_ack": st.GetNoAck,
+		"deliver_get": st.DeliverGet(), "redeliver": st.Redeliver, "ack": st.Ack,
+	}
+	return map[string]any{
+		"name": ch.Name, "node": c.s.node, "number": ch.Number, "vhost": ch.VHost, "user": ch.User,
+		"user_who_performed_action": ch.User, "state": "running",
+		"connection_details": map[string]any{"name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort},
+		"confirm": ch.Confirm, "transactional": ch.Tx, "consumer_count": ch.Consumers,
+		"prefetch_count": ch.Prefetch, "global_prefetch_count": ch.GlobalPrefetch,
+		"messages_unacknowledged": ch.Unacked, "messages_unconfirmed": ch.Unconfirmed, "messages_uncommitted": 0,
+		"acks_uncommitted": 0, "pending_raft_commands": 0, "message_stats": ms,
+		"garbage_collection": map[string]any{}, "reductions": 0, "reductions_details": details(0),
+	}
+}
+
+func (c *call) channelsOf(filter func(server.ConnectionInfo) bool) []map[string]any {
+	conns := map[string]server.ConnectionInfo{}
+	for _, ci := range c.s.srv.Connections() {
+		conns[ci.Name] = ci
+	}
+	list := []map[string]any{}
+	for _, ch := range c.s.srv.Channels() {
+		ci, ok := conns[ch.Connection]
+		if ok && c.seesConn(ci) && filter(ci) {
+			list = append(list, c.chanJSON(ch, ci))
+		}
+	}
+	return list
+}
+
+func (c *call) channels() error {
+	vhost := c.pv("vhost")
+	if vhost != "" {
+		if _, err := c.vhost(); err != nil {
+			return err
+		}
+	}
+	return c.list(c.channelsOf(func(ci server.ConnectionInfo) bool { return vhost == "" || ci.VHost == vhost }))
+}
+
+func (c *call) connectionChannels() error {
+	ci, err := c.findConn()
+	if err != nil {
+		return err
+	}
+	return c.ok(c.channelsOf(func(x server.ConnectionInfo) bool { return x.Name == ci.Name }))
+}
+
+func (c *call) channelGet() error {
+	name := c.pv("name")
+	for _, ch := range c.channelsOf(func(server.ConnectionInfo) bool { return true }) {
+		if ch["name"] == name {
+			return c.ok(ch)
+		}
+	}
+	return errNotFound
+}
+
+func (c *call) consumers() error {
+	vhost := c.pv("vhost")
+	if vhost != "" {
+		if _, err := c.vhost(); err != nil {
+			return err
+		}
+	}
+	list := []map[string]any{}
+	for _, cs := range c.s.srv.Consumers() {
+		if vhost != "" && cs.VHost != vhost || !c.canSee(cs.VHost) {
+			continue
+		}
+		list = append(list, consumerJSON(c.s.node, cs))
+	}
+	return c.ok(list)
+}
+
+func consumerJSON(node string, cs server.ConsumerInfo) map[string]any {
+	args := map[string]any{}
+	if cs.Args != nil {
+		args = broker.TableJSON(cs.Args)
+	}
+	return map[string]any{
+		"consumer_tag": cs.Tag, "exclusive": cs.Exclusive, "ack_required": cs.AckRequired,
+		"prefetch_count": cs.Prefetch, "active": cs.Active, "activity_status": "up", "arguments": args,
+		"queue": map[string]any{"name": cs.Queue, "vhost": cs.VHost},
+		"channel_details": map[string]any{"name": cs.Channel, "connection_name": cs.Connection, "number": cs.ChannelNumber,
+			"node": node, "peer_host": cs.PeerHost, "peer_port": cs.PeerPort, "user": cs.User},
+	}
+}

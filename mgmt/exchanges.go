@@ -1,0 +1,452 @@
+package mgmt
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	amqpc "github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker"
+)
+
+func (s *Server) exchangeRoutes() {
+	s.handle("GET /api/exchanges", lvlManagement, (*call).exchanges)
+	s.handle("GET /api/exchanges/{vhost}", lvlManagement, (*call).exchanges)
+	s.handle("GET /api/exchanges/{vhost}/{name}", lvlManagement, (*call).exchangeGet)
+	s.handle("PUT /api/exchanges/{vhost}/{name}", lvlManagement, (*call).exchangePut)
+	s.handle("DELETE /api/exchanges/{vhost}/{name}", lvlManagement, (*call).exchangeDelete)
+	s.handle("POST /api/exchanges/{vhost}/{name}/publish", lvlManagement, (*call).exchangePublish)
+	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/source", lvlManagement, (*call).exchangeBindingsSource)
+	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/destination", lvlManagement, (*call).exchangeBindingsDest)
+
+	s.handle("GET /api/bindings", lvlManagement, (*call).bindings)
+	s.handle("GET /api/bindings/{vhost}", lvlManagement, (*call).bindings)
+	for _, kind := range []string{"q", "e"} {
+		s.handle("GET /api/bindings/{vhost}/e/{source}/"+kind+"/{dest}", lvlManagement, bindingsBetween(kind))
+		s.handle("POST /api/bindings/{vhost}/e/{source}/"+kind+"/{dest}", lvlManagement, bindingCreate(kind))
+		s.handle("GET /api/bindings/{vhost}/e/{source}/"+kind+"/{dest}/{props}", lvlManagement, bindingGet(kind))
+		s.handle("DELETE /api/bindings/{vhost}/e/{source}/"+kind+"/{dest}/{props}", lvlManagement, bindingDelete(kind))
+	}
+}
+
+// exchangeName maps the API's name of the default exchange.
+func exchangeName(n string) string {
+	if n == "amq.default" {
+		return ""
+	}
+	return n
+}
+
+func (c *call) exchangeJSON(v *broker.VHost, x *broker.Exchange) map[string]any {
+	args := map[string]any{}
+	if x.Args != nil {
+		args = broker.TableJSON(x.Args)
+	}
+	m := map[string]any{"name": x.Name, "vhost": v.Name, "type": x.Kind, "durable": x.Durable, "auto_delete": x.AutoDelete,
+		"internal": x.Internal, "arguments": args, "user_who_performed_action": "rmq-internal"}
+	if pol, _ := v.ExchangePolicy(x.Name); pol != "" {
+		m["policy"] = pol
+	}
+	return m
+}
+
+func (c *call) exchanges() error {
+	vs, err := c.visibleVHosts()
+	if err != nil {
+		return err
+	}
+	list := []map[string]any{}
+	for _, v := range vs {
+		for _, x := range v.Exchanges() {
+			list = append(list, c.exchangeJSON(v, x))
+		}
+	}
+	return c.list(list)
+}
+
+func (c *call) exchange() (*broker.VHost, *broker.Exchange, error) {
+	v, err := c.vhost()
+	if err != nil {
+		return nil, nil, err
+	}
+	x := v.Exchange(exchangeName(c.pv("name")))
+	if x == nil {
+		return nil, nil, errNotFound
+	}
+	return v, x, nil
+}
+
+func (c *call) exchangeGet() error {
+	v, x, err := c.exchange()
+	if err != nil {
+		return err
+	}
+	m := c.exchangeJSON(v, x)
+	m["incoming"], m["outgoing"] = []any{}, []any{}
+	return c.ok(m)
+}
+
+type exchangeBody struct {
+	Type       string         `json:"type"`
+	Durable    *bool          `json:"durable"`
+	AutoDelete bool           `json:"auto_delete"`
+	Internal   bool           `json:"internal"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+func (c *call) exchangePut() error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	name := c.pv("name")
+	var b exchangeBody
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	if err := c.check(v, broker.Configure, "exchange", name); err != nil {
+		return err
+	}
+	if b.Type == "" {
+		return badRequest("[{key_missing,type}]")
+	}
+	args, err := broker.JSONTable(b.Arguments)
+	if err != nil {
+		return badRequest(err.Error())
+	}
+	if name == "amq.default" || strings.HasPrefix(name, "amq.") {
+		return notAuthorised("Access refused.")
+	}
+	existed := v.Exchange(name) != nil
+	durable := b.Durable == nil || *b.Durable
+	if err := v.DeclareExchange(broker.ExchangeSpec{Name: name, Kind: b.Type, Durable: durable, AutoDelete: b.AutoDelete, Internal: b.Internal, Args: args}, false); err != nil {
+		return amqpError(err)
+	}
+	return c.created(!existed)
+}
+
+func (c *call) exchangeDelete() error {
+	v, x, err := c.exchange()
+	if err != nil {
+		return err
+	}
+	if err := c.check(v, broker.Configure, "exchange", x.Name); err != nil {
+		return err
+	}
+	if err := v.DeleteExchange(x.Name, c.r.URL.Query().Get("if-unused") == "true"); err != nil {
+		return amqpError(err)
+	}
+	return c.noContent()
+}
+
+type publishBody struct {
+	Properties      map[string]any `json:"properties"`
+	RoutingKey      *string        `json:"routing_key"`
+	Payload         *string        `json:"payload"`
+	PayloadEncoding string         `json:"payload_encoding"`
+}
+
+// exchangePublish publishes one message, as RabbitMQ's UI does, and
+// replies {"routed": bool}. A persistent message routed to durable queues
+// is on disk before the reply.
+func (c *call) exchangePublish() error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	name := exchangeName(c.pv("name"))
+	var b publishBody
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	switch {
+	case b.RoutingKey == nil:
+		return badRequest("[{key_missing,routing_key}]")
+	case b.Payload == nil:
+		return badRequest("[{key_missing,payload}]")
+	case b.PayloadEncoding == "":
+		return badRequest("[{key_missing,payload_encoding}]")
+	case b.Properties == nil:
+		return badRequest("[{key_missing,properties}]")
+	}
+	body := []byte(*b.Payload)
+	switch b.PayloadEncoding {
+	case "string":
+	case "base64":
+		if body, err = base64.StdEncoding.DecodeString(*b.Payload); err != nil {
+			return badRequest("invalid base64 payload")
+		}
+	default:
+		return badRequest(fmt.Sprintf("invalid payload_encoding: '%s'", b.PayloadEncoding))
+	}
+	props, err := propsFromJSON(b.Properties)
+	if err != nil {
+		return err
+	}
+	if err := c.check(v, broker.Write, "exchange", displayExchange(name)); err != nil {
+		return err
+	}
+	routed, err := c.s.publish(c.r.Context(), v, name, *b.RoutingKey, props, body)
+	if err != nil {
+		return err
+	}
+	return c.ok(map[string]any{"routed": routed})
+}
+
+func displayExchange(n string) string {
+	if n == "" {
+		return "amq.default"
+	}
+	return n
+}
+
+// publish routes a message as a client's basic.publish would and waits
+// until it is on disk where that matters; its errors are 400s with the
+// AMQP reply, as RabbitMQ's ("404 NOT_FOUND - no exchange ...").
+func (s *Server) publish(ctx context.Context, v *broker.VHost, exchange, key string, props amqpc.Properties, body []byte) (bool, error) {
+	m := &broker.Message{Exchange: exchange, RoutingKey: key, Props: props, Body: body}
+	if props.Expiration != "" {
+		ttl, err := broker.ParseExpiration(props.Expiration)
+		if err != nil {
+			return false, badRequest(err.Error())
+		}
+		m.TTL, m.HasTTL = ttl, true
+	}
+	var r broker.Router
+	res, err := v.Publish(&r, exchange, m)
+	if err != nil {
+		var e *amqpc.Error
+		if errors.As(err, &e) {
+			return false, badRequest(strconv.Itoa(int(e.Code)) + " " + e.Text)
+		}
+		return false, badRequest(err.Error())
+	}
+	if res.Failed {
+		return false, &apiError{500, "internal_server_error", "the message could not be written to disk"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.srv.WaitSynced(ctx, res.Wait); err != nil {
+		return false, &apiError{500, "internal_server_error", err.Error()}
+	}
+	return res.Routed > 0 && !res.Rejected, nil
+}
+
+// bindingJSON renders a binding as RabbitMQ does.
+func bindingJSON(vhost string, b broker.BindingInfo) map[string]any {
+	args := map[string]any{}
+	if b.Args != nil {
+		args = broker.TableJSON(b.Args)
+	}
+	dt := "exchange"
+	if b.DestinationIsQueue {
+		dt = "queue"
+	}
+	return map[string]any{"source": b.Source, "vhost": vhost, "destination": b.Destination, "destination_type": dt,
+		"routing_key": b.RoutingKey, "arguments": args, "properties_key": propertiesKey(b.RoutingKey, b.Args)}
+}
+
+// propertiesKey identifies a binding among those between the same ends,
+// as RabbitMQ's: the routing key ("~" when empty), followed by "~" and a
+// hash of the arguments when there are any.
+func propertiesKey(key string, args amqpc.Table) string {
+	if len(args) == 0 {
+		if key == "" {
+			return "~"
+		}
+		return url.PathEscape(key)
+	}
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		j, _ := json.Marshal(broker.TableJSON(amqpc.Table{k: args[k]}))
+		h.Write(j)
+	}
+	return url.PathEscape(key) + "~" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:12])
+}
+
+func (c *call) bindings() error {
+	vs, err := c.visibleVHosts()
+	if err != nil {
+		return err
+	}
+	list := []map[string]any{}
+	for _, v := range vs {
+		for _, b := range v.Bindings() {
+			list = append(list, bindingJSON(v.Name, b))
+		}
+	}
+	return c.list(list)
+}
+
+func (c *call) bindingsWhere(keep func(broker.BindingInfo) bool) error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	list := []map[string]any{}
+	for _, b := range v.Bindings() {
+		if keep(b) {
+			list = append(list, bindingJSON(v.Name, b))
+		}
+	}
+	return c.ok(list)
+}
+
+func (c *call) queueBindings() error {
+	if _, _, err := c.queue(); err != nil {
+		return err
+	}
+	name := c.pv("name")
+	return c.bindingsWhere(func(b broker.BindingInfo) bool { return b.DestinationIsQueue && b.Destination == name })
+}
+
+func (c *call) exchangeBindingsSource() error {
+	_, x, err := c.exchange()
+	if err != nil {
+		return err
+	}
+	return c.bindingsWhere(func(b broker.BindingInfo) bool { return b.Source == x.Name })
+}
+
+func (c *call) exchangeBindingsDest() error {
+	_, x, err := c.exchange()
+	if err != nil {
+		return err
+	}
+	return c.bindingsWhere(func(b broker.BindingInfo) bool { return !b.DestinationIsQueue && b.Destination == x.Name })
+}
+
+// bindingEnds checks that both ends of /bindings/{vhost}/e/{source}/{kind}/{dest} exist.
+func (c *call) bindingEnds(kind string) (*broker.VHost, string, string, error) {
+	v, err := c.vhost()
+	if err != nil {
+		return nil, "", "", err
+	}
+	src, dst := exchangeName(c.pv("source")), c.pv("dest")
+	if v.Exchange(src) == nil {
+		return nil, "", "", errNotFound
+	}
+	if kind == "q" && v.Queue(dst) == nil || kind == "e" && v.Exchange(exchangeName(dst)) == nil {
+		return nil, "", "", errNotFound
+	}
+	if kind == "e" {
+		dst = exchangeName(dst)
+	}
+	return v, src, dst, nil
+}
+
+func between(kind, src, dst string) func(broker.BindingInfo) bool {
+	return func(b broker.BindingInfo) bool {
+		return b.Source == src && b.Destination == dst && b.DestinationIsQueue == (kind == "q")
+	}
+}
+
+func bindingsBetween(kind string) handler {
+	return func(c *call) error {
+		_, src, dst, err := c.bindingEnds(kind)
+		if err != nil {
+			return err
+		}
+		return c.bindingsWhere(between(kind, src, dst))
+	}
+}
+
+type bindingBody struct {
+	RoutingKey string         `json:"routing_key"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+func destKind(kind string) string {
+	if kind == "q" {
+		return "queue"
+	}
+	return "exchange"
+}
+
+func bindingCreate(kind string) handler {
+	return func(c *call) error {
+		v, src, dst, err := c.bindingEnds(kind)
+		if err != nil {
+			return err
+		}
+		var b bindingBody
+		if err := c.decode(&b); err != nil {
+			return err
+		}
+		args, err := broker.JSONTable(b.Arguments)
+		if err != nil {
+			return badRequest(err.Error())
+		}
+		if err := c.check(v, broker.Write, destKind(kind), dst); err != nil {
+			return err
+		}
+		if err := c.check(v, broker.Read, "exchange", displayExchange(src)); err != nil {
+			return err
+		}
+		if err := v.Bind(src, dst, kind == "e", b.RoutingKey, args, 0); err != nil {
+			return amqpError(err)
+		}
+		// RabbitMQ answers 201 with the new binding's location.
+		loc := fmt.Sprintf("/api/bindings/%s/e/%s/%s/%s/%s", url.PathEscape(v.Name), url.PathEscape(displayExchange(src)), kind,
+			url.PathEscape(dst), propertiesKey(b.RoutingKey, args))
+		c.w.Header().Set("Location", loc)
+		c.w.WriteHeader(201)
+		return nil
+	}
+}
+
+func (c *call) findBinding(kind string) (*broker.VHost, broker.BindingInfo, error) {
+	v, src, dst, err := c.bindingEnds(kind)
+	if err != nil {
+		return nil, broker.BindingInfo{}, err
+	}
+	props := c.pv("props")
+	for _, b := range v.Bindings() {
+		if between(kind, src, dst)(b) {
+			pk, _ := url.PathUnescape(propertiesKey(b.RoutingKey, b.Args))
+			if pk == props || propertiesKey(b.RoutingKey, b.Args) == props {
+				return v, b, nil
+			}
+		}
+	}
+	return nil, broker.BindingInfo{}, errNotFound
+}
+
+func bindingGet(kind string) handler {
+	return func(c *call) error {
+		v, b, err := c.findBinding(kind)
+		if err != nil {
+			return err
+		}
+		return c.ok(bindingJSON(v.Name, b))
+	}
+}
+
+func bindingDelete(kind string) handler {
+	return func(c *call) error {
+		v, b, err := c.findBinding(kind)
+		if err != nil {
+			return err
+		}
+		if err := c.check(v, broker.Write, destKind(kind), b.Destination); err != nil {
+			return err
+		}
+		if err := v.Unbind(b.Source, b.Destination, kind == "e", b.RoutingKey, b.Args, 0); err != nil {
+			return amqpError(err)
+		}
+		return c.noContent()
+	}
+}

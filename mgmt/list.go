@@ -1,0 +1,131 @@
+package mgmt
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// list replies with items, applying RabbitMQ's list query parameters:
+// sort and sort_reverse, name (with use_regex), columns, and pagination
+// (page, page_size), which wraps the reply in a page object.
+func (c *call) list(items []map[string]any) error {
+	q := c.r.URL.Query()
+	if key := q.Get("sort"); key != "" {
+		sort.SliceStable(items, func(i, j int) bool { return lessAny(lookup(items[i], key), lookup(items[j], key)) })
+	}
+	if q.Get("sort_reverse") == "true" {
+		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+			items[i], items[j] = items[j], items[i]
+		}
+	}
+	total := len(items)
+	if name := q.Get("name"); name != "" {
+		match := func(s string) bool { return strings.Contains(s, name) }
+		if q.Get("use_regex") == "true" {
+			re, err := regexp.Compile(name)
+			if err != nil {
+				return badRequest(fmt.Sprintf("invalid regex: %s", name))
+			}
+			match = re.MatchString
+		}
+		kept := items[:0]
+		for _, it := range items {
+			if s, _ := it["name"].(string); match(s) {
+				kept = append(kept, it)
+			}
+		}
+		items = kept
+	}
+	if cols := q.Get("columns"); cols != "" {
+		keys := strings.Split(cols, ",")
+		for i, it := range items {
+			items[i] = project(it, keys)
+		}
+	}
+	if q.Get("page") == "" {
+		return c.ok(items)
+	}
+	page, err := strconv.Atoi(q.Get("page"))
+	if err != nil || page < 1 {
+		return badRequest("page must be a positive integer")
+	}
+	size := 100
+	if ps := q.Get("page_size"); ps != "" {
+		if size, err = strconv.Atoi(ps); err != nil || size < 1 || size > 500 {
+			return badRequest("page_size must be between 1 and 500")
+		}
+	}
+	filtered := len(items)
+	pages := (filtered + size - 1) / size
+	if page > max(pages, 1) {
+		return badRequest(fmt.Sprintf("page out of range: page %d, page_count %d", page, pages))
+	}
+	from := min((page-1)*size, filtered)
+	to := min(from+size, filtered)
+	return c.ok(map[string]any{"filtered_count": filtered, "item_count": to - from, "items": items[from:to],
+		"page": page, "page_count": pages, "page_size": size, "total_count": total})
+}
+
+// lookup returns the value at a dotted path.
+func lookup(m map[string]any, path string) any {
+	var cur any = m
+	for _, k := range strings.Split(path, ".") {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[k]
+	}
+	return cur
+}
+
+// project keeps the dotted paths keys of m.
+func project(m map[string]any, keys []string) map[string]any {
+	out := map[string]any{}
+	for _, k := range keys {
+		parts := strings.Split(strings.TrimSpace(k), ".")
+		v := lookup(m, strings.Join(parts, "."))
+		if v == nil {
+			if _, ok := m[parts[0]]; !ok {
+				continue
+			}
+		}
+		dst := out
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := dst[p].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				dst[p] = next
+			}
+			dst = next
+		}
+		dst[parts[len(parts)-1]] = v
+	}
+	return out
+}
+
+func lessAny(a, b any) bool {
+	fa, aok := num(a)
+	fb, bok := num(b)
+	if aok && bok {
+		return fa < fb
+	}
+	return fmt.Sprint(a) < fmt.Sprint(b)
+}
+
+func num(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
+}

@@ -1,0 +1,160 @@
+package mgmt
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker"
+)
+
+// Messages as RabbitMQ's HTTP API shows and takes them.
+
+// propsJSON renders properties as RabbitMQ's "properties" object: only
+// the properties that are set.
+func propsJSON(p *amqp.Properties) map[string]any {
+	m := map[string]any{}
+	str := func(k, v string, flag uint16) {
+		if v != "" || p.Flags&flag != 0 {
+			m[k] = v
+		}
+	}
+	str("content_type", p.ContentType, amqp.FlagContentType)
+	str("content_encoding", p.ContentEncoding, amqp.FlagContentEncoding)
+	if len(p.Headers) > 0 || p.Flags&amqp.FlagHeaders != 0 {
+		m["headers"] = broker.TableJSON(p.Headers)
+	}
+	if p.DeliveryMode != 0 || p.Flags&amqp.FlagDeliveryMode != 0 {
+		m["delivery_mode"] = p.DeliveryMode
+	}
+	if p.Priority != 0 || p.Flags&amqp.FlagPriority != 0 {
+		m["priority"] = p.Priority
+	}
+	str("correlation_id", p.CorrelationID, amqp.FlagCorrelationID)
+	str("reply_to", p.ReplyTo, amqp.FlagReplyTo)
+	str("expiration", p.Expiration, amqp.FlagExpiration)
+	str("message_id", p.MessageID, amqp.FlagMessageID)
+	if !p.Timestamp.IsZero() || p.Flags&amqp.FlagTimestamp != 0 {
+		m["timestamp"] = p.Timestamp.Unix()
+	}
+	str("type", p.Type, amqp.FlagType)
+	str("user_id", p.UserID, amqp.FlagUserID)
+	str("app_id", p.AppID, amqp.FlagAppID)
+	str("cluster_id", p.ClusterID, amqp.FlagClusterID)
+	return m
+}
+
+// propsFromJSON parses a publish request's "properties".
+func propsFromJSON(m map[string]any) (amqp.Properties, error) {
+	var p amqp.Properties
+	for k, v := range m {
+		bad := func() (amqp.Properties, error) {
+			return p, badRequest(fmt.Sprintf("invalid property '%s'", k))
+		}
+		s, isStr := v.(string)
+		switch k {
+		case "content_type", "content_encoding", "correlation_id", "reply_to", "expiration", "message_id",
+			"type", "user_id", "app_id", "cluster_id":
+			if !isStr {
+				return bad()
+			}
+			switch k {
+			case "content_type":
+				p.ContentType = s
+			case "content_encoding":
+				p.ContentEncoding = s
+			case "correlation_id":
+				p.CorrelationID = s
+			case "reply_to":
+				p.ReplyTo = s
+			case "expiration":
+				p.Expiration = s
+			case "message_id":
+				p.MessageID = s
+			case "type":
+				p.Type = s
+			case "user_id":
+				p.UserID = s
+			case "app_id":
+				p.AppID = s
+			case "cluster_id":
+				p.ClusterID = s
+			}
+		case "delivery_mode", "priority":
+			n, ok := jsonInt(v)
+			if !ok || n < 0 || n > 255 {
+				return bad()
+			}
+			if k == "delivery_mode" {
+				p.DeliveryMode = uint8(n)
+			} else {
+				p.Priority = uint8(n)
+			}
+		case "timestamp":
+			n, ok := jsonInt(v)
+			if !ok {
+				return bad()
+			}
+			p.Timestamp = time.Unix(n, 0)
+		case "headers":
+			h, ok := v.(map[string]any)
+			if !ok {
+				return bad()
+			}
+			t, err := broker.JSONTable(h)
+			if err != nil {
+				return p, badRequest(err.Error())
+			}
+			p.Headers = t
+		default:
+			return bad()
+		}
+	}
+	return p, nil
+}
+
+// jsonInt reads an integer from a JSON number (json.Number with UseNumber)
+// or a string of digits, as RabbitMQ accepts both.
+func jsonInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, err := x.Int64()
+		return n, err == nil
+	case float64:
+		return int64(x), x == float64(int64(x))
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// payloadJSON encodes a body as RabbitMQ's get does: "string" when it is
+// valid UTF-8 and encoding is auto, else base64. truncate (>0) cuts it.
+func payloadJSON(body []byte, encoding string, truncate int) (string, string) {
+	if truncate > 0 && len(body) > truncate {
+		body = body[:truncate]
+	}
+	if encoding != "base64" && utf8.Valid(body) {
+		return string(body), "string"
+	}
+	return base64.StdEncoding.EncodeToString(body), "base64"
+}
+
+// deathJSON renders one x-death entry as RabbitMQ writes it.
+func deathJSON(d broker.Death) map[string]any {
+	keys := d.RoutingKeys
+	if keys == nil {
+		keys = []string{}
+	}
+	m := map[string]any{"count": d.Count, "reason": d.Reason, "queue": d.Queue, "time": d.Time.Unix(),
+		"exchange": d.Exchange, "routing-keys": keys}
+	if d.HasExpiration {
+		m["original-expiration"] = d.OriginalExpiration
+	}
+	return m
+}

@@ -1,0 +1,283 @@
+package mgmt
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	amqpc "github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/server"
+)
+
+// Version is the RabbitMQ version whose management API Warren serves.
+const Version = "3.13.7"
+
+// routes registers every endpoint.
+func (s *Server) routes() {
+	s.handle("GET /api/overview", lvlManagement, (*call).overview)
+	s.handle("GET /api/whoami", lvlManagement, (*call).whoami)
+	s.handle("GET /api/cluster-name", lvlManagement, (*call).clusterName)
+	s.handle("GET /api/extensions", lvlManagement, func(c *call) error { return c.ok([]any{}) })
+	s.handle("GET /api/nodes", lvlMonitoring, (*call).nodes)
+	s.handle("GET /api/nodes/{node}", lvlMonitoring, (*call).nodeGet)
+	s.handle("GET /api/health/checks/alarms", lvlMonitoring, (*call).healthAlarms)
+	s.handle("GET /api/health/checks/local-alarms", lvlMonitoring, (*call).healthAlarms)
+	s.handle("GET /api/aliveness-test/{vhost}", lvlManagement, (*call).aliveness)
+
+	s.connRoutes()
+	s.accessRoutes()
+	s.queueRoutes()
+	s.exchangeRoutes()
+	s.policyRoutes()
+	s.deadLetterRoutes()
+	s.shovelRoutes()
+
+	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errNotFound)
+	})
+	if s.cfg.UI != nil {
+		s.mux.Handle("/", s.cfg.UI)
+	}
+}
+
+func (c *call) whoami() error {
+	tags := c.user.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	return c.ok(map[string]any{"name": c.user.Name, "tags": tags})
+}
+
+func (c *call) clusterName() error { return c.ok(map[string]any{"name": c.s.node}) }
+
+// statsWithRates renders counters as RabbitMQ's message_stats: each
+// counter and its _details rate.
+func (s *Server) statsWithRates(key string, c counters, fields ...string) map[string]any {
+	m := make(map[string]any, 2*len(fields))
+	for _, f := range fields {
+		m[f] = c[f]
+		m[f+"_details"] = details(s.rates.rate(key, f))
+	}
+	return m
+}
+
+var overviewStatFields = []string{"publish", "confirm", "return_unroutable", "deliver", "deliver_no_ack",
+	"get", "get_no_ack", "deliver_get", "redeliver", "ack"}
+
+func (c *call) overview() error {
+	s := c.s
+	ms := serverCounters(s.srv.MessageStats())
+	var ready, unacked, queues, consumers, exchanges int
+	var dead uint64
+	for _, v := range c.mustVisible() {
+		for _, q := range v.Queues() {
+			st := q.Stats()
+			ready += st.Ready
+			unacked += st.Unacked
+			consumers += st.Consumers
+			queues++
+			for _, n := range st.DeadLettered {
+				dead += n
+			}
+		}
+		exchanges += len(v.Exchanges())
+	}
+	conns := s.srv.Connections()
+	nconn, nch := 0, 0
+	for _, ci := range conns {
+		if c.seesConn(ci) {
+			nconn++
+			nch += ci.Channels
+		}
+	}
+	qt := map[string]any{
+		"messages": ready + unacked, "messages_details": details(s.rates.rate("overview", "messages")),
+		"messages_ready": ready, "messages_ready_details": details(s.rates.rate("overview", "messages_ready")),
+		"messages_unacknowledged": unacked, "messages_unacknowledged_details": details(s.rates.rate("overview", "messages_unacknowledged")),
+	}
+	msgStats := s.statsWithRates("overview", ms, overviewStatFields...)
+	// Warren's own: messages dead-lettered by every queue.
+	msgStats["dead_lettered"] = dead
+	msgStats["dead_lettered_details"] = details(s.rates.rate("overview", "dead_lettered"))
+	listeners := []any{}
+	for _, a := range s.srv.Listeners() {
+		proto := "amqp"
+		if len(listeners) == 1 {
+			proto = "amqp/ssl"
+		}
+		listeners = append(listeners, listener(s.node, proto, a))
+	}
+	if a := s.Addr(); a != nil {
+		listeners = append(listeners, listener(s.node, "http", a))
+	}
+	return c.ok(map[string]any{
+		"management_version": Version, "rates_mode": "basic",
+		"sample_retention_policies": map[string]any{"global": []int{600, 3600, 28800, 86400}, "basic": []int{600, 3600}, "detailed": []int{600}},
+		"exchange_types":            exchangeTypes(),
+		"product_version":           Version, "product_name": "Warren", "rabbitmq_version": Version,
+		"cluster_name": s.node, "erlang_version": runtime.Version(), "erlang_full_version": runtime.Version(),
+		"release_series_support_status": "supported", "disable_stats": false, "enable_queue_totals": false,
+		"message_stats": msgStats,
+		"churn_rates":   map[string]any{},
+		"queue_totals":  qt,
+		"object_totals": map[string]any{"channels": nch, "connections": nconn, "consumers": consumers, "exchanges": exchanges, "queues": queues},
+		"statistics_db_event_queue": 0, "node": s.node,
+		"listeners": listeners,
+		"contexts":  []any{map[string]any{"node": s.node, "description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
+	})
+}
+
+// mustVisible is visibleVHosts for endpoints without a {vhost}.
+func (c *call) mustVisible() []*broker.VHost {
+	vs, _ := c.visibleVHosts()
+	return vs
+}
+
+func listener(node, proto string, a net.Addr) map[string]any {
+	host, port, _ := net.SplitHostPort(a.String())
+	p, _ := strconv.Atoi(port)
+	if host == "" || host == "0.0.0.0" {
+		host = "::"
+	}
+	return map[string]any{"node": node, "protocol": proto, "ip_address": host, "port": p, "socket_opts": []any{}}
+}
+
+func portOf(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	_, p, _ := net.SplitHostPort(a.String())
+	return p
+}
+
+func exchangeTypes() []any {
+	var out []any
+	for _, t := range []struct{ name, desc string }{
+		{"direct", "AMQP direct exchange, as per the AMQP specification"},
+		{"fanout", "AMQP fanout exchange, as per the AMQP specification"},
+		{"headers", "AMQP headers exchange, as per the AMQP specification"},
+		{"topic", "AMQP topic exchange, as per the AMQP specification"},
+		{"x-delayed-message", "Delayed Message Exchange"},
+	} {
+		out = append(out, map[string]any{"name": t.name, "description": t.desc, "enabled": true})
+	}
+	return out
+}
+
+func (s *Server) node1() map[string]any {
+	cfg := s.srv.Config()
+	alarms := s.srv.Alarms()
+	has := func(n string) bool {
+		for _, a := range alarms {
+			if a == n {
+				return true
+			}
+		}
+		return false
+	}
+	free, _ := s.srv.DiskFree()
+	uptime := time.Since(s.started).Milliseconds()
+	return map[string]any{
+		"name": s.node, "type": "disc", "running": true, "os_pid": strconv.Itoa(os.Getpid()),
+		"mem_used": server.MemoryUsed(), "mem_limit": cfg.MemoryHighWatermark, "mem_alarm": has("memory"),
+		"mem_calculation_strategy": "rss",
+		"disk_free": free, "disk_free_limit": cfg.DiskFreeLimit, "disk_free_alarm": has("disk"),
+		"fd_used": 0, "fd_total": 1048576, "sockets_used": len(s.srv.Connections()), "sockets_total": 943629,
+		"proc_used": runtime.NumGoroutine(), "proc_total": 1048576, "run_queue": 0, "processors": runtime.NumCPU(),
+		"uptime": uptime, "rates_mode": "basic", "net_ticktime": 60, "partitions": []any{},
+		"exchange_types": exchangeTypes(), "auth_mechanisms": []any{
+			map[string]any{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
+			map[string]any{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
+		},
+		"applications": []any{map[string]any{"name": "warren", "description": "Warren message broker", "version": Version}},
+		"enabled_plugins": []string{"rabbitmq_management"}, "db_dir": cfg.DataDir, "config_files": []any{}, "log_files": []any{},
+		"contexts": []any{map[string]any{"description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
+	}
+}
+
+func (c *call) nodes() error { return c.ok([]any{c.s.node1()}) }
+
+func (c *call) nodeGet() error {
+	if c.pv("node") != c.s.node {
+		return errNotFound
+	}
+	return c.ok(c.s.node1())
+}
+
+// healthAlarms is 200 {"status":"ok"} without alarms, else 503 with the
+// alarms, as RabbitMQ.
+func (c *call) healthAlarms() error {
+	alarms := c.s.srv.Alarms()
+	if len(alarms) == 0 {
+		return c.ok(map[string]any{"status": "ok"})
+	}
+	var list []any
+	for _, a := range alarms {
+		res := "memory"
+		if a == "disk" {
+			res = "disk"
+		}
+		list = append(list, map[string]any{"node": c.s.node, "resource": res})
+	}
+	writeJSON(c.w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": "resource alarm(s) in effect in the cluster", "alarms": list})
+	return nil
+}
+
+// aliveness declares the queue aliveness-test in the vhost, publishes a
+// message to it and gets it back, as RabbitMQ.
+func (c *call) aliveness() error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	if _, _, _, err := v.DeclareQueue(broker.QueueSpec{Name: "aliveness-test", Durable: false}, false); err != nil {
+		return c.failed(err)
+	}
+	q := v.Queue("aliveness-test")
+	if q == nil {
+		return c.failed(errAliveness)
+	}
+	m := &broker.Message{RoutingKey: "aliveness-test", Body: []byte("test_message")}
+	var r broker.Router
+	if _, err := v.Publish(&r, "", m); err != nil {
+		return c.failed(err)
+	}
+	d, _, ok := q.Get(true)
+	if !ok || string(d.Msg.Body) != "test_message" {
+		return c.failed(errAliveness)
+	}
+	return c.ok(map[string]any{"status": "ok"})
+}
+
+var errAliveness = &apiError{http.StatusServiceUnavailable, "failed", "aliveness test failed"}
+
+func (c *call) failed(err error) error {
+	writeJSON(c.w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": err.Error()})
+	return nil
+}
+
+// amqpError maps a broker (AMQP) error to RabbitMQ's HTTP reply: 404 for
+// NOT_FOUND, 401 for ACCESS_REFUSED, 400 with the reply text otherwise.
+func amqpError(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var e *amqpc.Error
+	if !errors.As(err, &e) {
+		return badRequest(err.Error())
+	}
+	switch e.Code {
+	case amqpc.NotFound:
+		return errNotFound
+	case amqpc.AccessRefused:
+		return notAuthorised("Access refused.")
+	}
+	return badRequest(strings.TrimPrefix(e.Text, amqpc.ReplyName(e.Code)+" - "))
+}

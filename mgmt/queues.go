@@ -1,0 +1,271 @@
+package mgmt
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/warrenmq/warren/broker"
+)
+
+func (s *Server) queueRoutes() {
+	s.handle("GET /api/queues", lvlManagement, (*call).queues)
+	s.handle("GET /api/queues/{vhost}", lvlManagement, (*call).queues)
+	s.handle("GET /api/queues/{vhost}/{name}", lvlManagement, (*call).queueGet)
+	s.handle("PUT /api/queues/{vhost}/{name}", lvlManagement, (*call).queuePut)
+	s.handle("DELETE /api/queues/{vhost}/{name}", lvlManagement, (*call).queueDelete)
+	s.handle("DELETE /api/queues/{vhost}/{name}/contents", lvlManagement, (*call).queuePurge)
+	s.handle("POST /api/queues/{vhost}/{name}/get", lvlManagement, (*call).queueGetMessages)
+	s.handle("GET /api/queues/{vhost}/{name}/bindings", lvlManagement, (*call).queueBindings)
+}
+
+func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
+	st := q.Stats()
+	s := c.s
+	key := queueKey(v.Name, q.Name)
+	pol, opPol := v.QueuePolicy(q)
+	nilIfEmpty := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	args := map[string]any{}
+	if q.Args != nil {
+		args = broker.TableJSON(q.Args)
+	}
+	typ := q.Effective().Type
+	if typ == "" {
+		typ = "classic"
+	}
+	msgs := st.Ready + st.Unacked
+	qc := queueCounters(st)
+	ms := s.statsWithRates(key, qc, "publish", "deliver_get", "ack", "redeliver")
+	dead := map[string]any{}
+	for r, n := range st.DeadLettered {
+		dead[r] = n
+	}
+	var consumerDetails []any
+	for _, cs := range s.srv.Consumers() {
+		if cs.VHost == v.Name && cs.Queue == q.Name {
+			consumerDetails = append(consumerDetails, consumerJSON(s.node, cs))
+		}
+	}
+	if consumerDetails == nil {
+		consumerDetails = []any{}
+	}
+	var owner any
+	if q.Exclusive {
+		owner = ""
+	}
+	return map[string]any{
+		"name": q.Name, "vhost": v.Name, "node": s.node, "type": typ, "state": "running",
+		"durable": q.Durable, "auto_delete": q.AutoDelete, "exclusive": q.Exclusive, "exclusive_consumer_tag": nil,
+		"owner_pid_details": owner, "arguments": args,
+		"policy": nilIfEmpty(pol), "operator_policy": nilIfEmpty(opPol),
+		"effective_policy_definition": v.EffectivePolicyDefinition(q),
+		"consumers": st.Consumers, "consumer_capacity": boolRate(st.Consumers > 0), "consumer_utilisation": boolRate(st.Consumers > 0),
+		"consumer_details": consumerDetails, "single_active_consumer_tag": nil,
+		"messages": msgs, "messages_details": details(s.rates.rate(key, "messages")),
+		"messages_ready": st.Ready, "messages_ready_details": details(s.rates.rate(key, "messages_ready")),
+		"messages_unacknowledged": st.Unacked, "messages_unacknowledged_details": details(s.rates.rate(key, "messages_unacknowledged")),
+		"messages_ram": st.Ready + st.Unacked, "messages_ready_ram": st.Ready, "messages_unacknowledged_ram": st.Unacked,
+		"messages_persistent": 0, "messages_paged_out": 0,
+		"message_bytes": st.ReadyBytes, "message_bytes_ready": st.ReadyBytes, "message_bytes_unacknowledged": 0,
+		"message_bytes_ram": st.ReadyBytes, "message_bytes_persistent": 0, "message_bytes_paged_out": 0,
+		"message_stats": ms, "head_message_timestamp": nil, "memory": 0,
+		"recoverable_slaves": nil, "reductions": 0, "reductions_details": details(0),
+		"garbage_collection": map[string]any{},
+		// Warren's own: dead letters by reason, and returns to the queue
+		// (a requeue loop shows here).
+		"messages_dead_lettered": dead, "messages_requeued": st.Requeued,
+		"messages_delayed": st.Delayed,
+	}
+}
+
+func boolRate(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *call) queues() error {
+	vs, err := c.visibleVHosts()
+	if err != nil {
+		return err
+	}
+	list := []map[string]any{}
+	for _, v := range vs {
+		for _, q := range v.Queues() {
+			list = append(list, c.queueJSON(v, q))
+		}
+	}
+	return c.list(list)
+}
+
+// queue returns the {vhost}/{name} queue, 404 if there is none.
+func (c *call) queue() (*broker.VHost, *broker.Queue, error) {
+	v, err := c.vhost()
+	if err != nil {
+		return nil, nil, err
+	}
+	q := v.Queue(c.pv("name"))
+	if q == nil {
+		return nil, nil, errNotFound
+	}
+	return v, q, nil
+}
+
+func (c *call) queueGet() error {
+	v, q, err := c.queue()
+	if err != nil {
+		return err
+	}
+	return c.ok(c.queueJSON(v, q))
+}
+
+type queueBody struct {
+	Durable    *bool          `json:"durable"`
+	AutoDelete *bool          `json:"auto_delete"`
+	Arguments  map[string]any `json:"arguments"`
+	Node       string         `json:"node"`
+	Type       string         `json:"type"`
+}
+
+func (c *call) queuePut() error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	name := c.pv("name")
+	var b queueBody
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	if err := c.check(v, broker.Configure, "queue", name); err != nil {
+		return err
+	}
+	args, err := broker.JSONTable(b.Arguments)
+	if err != nil {
+		return badRequest(err.Error())
+	}
+	if b.Type != "" && args["x-queue-type"] == nil {
+		if args == nil {
+			args = map[string]any{}
+		}
+		args["x-queue-type"] = b.Type
+	}
+	spec := broker.QueueSpec{Name: name, Durable: b.Durable != nil && *b.Durable, AutoDelete: b.AutoDelete != nil && *b.AutoDelete, Args: args}
+	existed := v.Queue(name) != nil
+	if _, _, _, err := v.DeclareQueue(spec, false); err != nil {
+		return amqpError(err)
+	}
+	return c.created(!existed)
+}
+
+func (c *call) queueDelete() error {
+	v, q, err := c.queue()
+	if err != nil {
+		return err
+	}
+	if err := c.check(v, broker.Configure, "queue", q.Name); err != nil {
+		return err
+	}
+	qp := c.r.URL.Query()
+	if _, err := v.DeleteQueue(q.Name, q.Owner, qp.Get("if-unused") == "true", qp.Get("if-empty") == "true"); err != nil {
+		return amqpError(err)
+	}
+	return c.noContent()
+}
+
+func (c *call) queuePurge() error {
+	v, q, err := c.queue()
+	if err != nil {
+		return err
+	}
+	if err := c.check(v, broker.Read, "queue", q.Name); err != nil {
+		return err
+	}
+	q.Purge()
+	return c.noContent()
+}
+
+type getBody struct {
+	Count    json.Number `json:"count"`
+	AckMode  string      `json:"ackmode"`
+	Encoding string      `json:"encoding"`
+	Truncate json.Number `json:"truncate"`
+	Requeue  *bool       `json:"requeue"` // before 3.7: ackmode ack_requeue_*
+}
+
+// queueGetMessages is POST .../get: takes up to count messages, renders
+// them, then settles them by ackmode: ack_requeue_true returns them (as
+// RabbitMQ, marked redelivered), ack_requeue_false acks them,
+// reject_requeue_true returns them as failed deliveries,
+// reject_requeue_false rejects them (dead-lettering them if the queue
+// has a dead-letter exchange).
+func (c *call) queueGetMessages() error {
+	v, q, err := c.queue()
+	if err != nil {
+		return err
+	}
+	var b getBody
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	if b.AckMode == "" && b.Requeue != nil {
+		b.AckMode = map[bool]string{true: "ack_requeue_true", false: "ack_requeue_false"}[*b.Requeue]
+	}
+	switch b.AckMode {
+	case "ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false":
+	default:
+		return badRequest(fmt.Sprintf("invalid ackmode: '%s'", b.AckMode))
+	}
+	if b.Encoding == "" {
+		b.Encoding = "auto"
+	}
+	if b.Encoding != "auto" && b.Encoding != "base64" {
+		return badRequest(fmt.Sprintf("invalid encoding: '%s'", b.Encoding))
+	}
+	count, err := b.Count.Int64()
+	if err != nil || count < 0 {
+		return badRequest("count must be a non-negative integer")
+	}
+	truncate := int64(0)
+	if b.Truncate != "" {
+		if truncate, err = b.Truncate.Int64(); err != nil {
+			return badRequest("truncate must be an integer")
+		}
+	}
+	if err := c.check(v, broker.Read, "queue", q.Name); err != nil {
+		return err
+	}
+	var ds []broker.Delivery
+	out := []map[string]any{}
+	for range count {
+		d, remaining, ok := q.Get(false)
+		if !ok {
+			break
+		}
+		ds = append(ds, d)
+		payload, enc := payloadJSON(d.Msg.Body, b.Encoding, int(truncate))
+		out = append(out, map[string]any{"payload_bytes": len(d.Msg.Body), "redelivered": d.Redelivered,
+			"exchange": d.Msg.Exchange, "routing_key": d.Msg.RoutingKey, "message_count": remaining,
+			"properties": propsJSON(&d.Msg.Props), "payload": payload, "payload_encoding": enc})
+	}
+	if len(ds) > 0 {
+		switch b.AckMode {
+		case "ack_requeue_true":
+			q.Requeue(ds, false)
+		case "ack_requeue_false":
+			q.Ack(ds)
+		case "reject_requeue_true":
+			q.Requeue(ds, true)
+		default:
+			q.Reject(ds)
+		}
+	}
+	writeJSON(c.w, http.StatusOK, out)
+	return nil
+}

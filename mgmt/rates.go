@@ -1,0 +1,128 @@
+package mgmt
+
+import (
+	"sync"
+	"time"
+
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/server"
+)
+
+// Rates. Every SampleInterval the sampler records the counters of the
+// server and of each queue; a rate is the difference between the last two
+// samples over their interval, as RabbitMQ's "basic" rates mode.
+
+type counters map[string]uint64
+
+type sample struct {
+	at       time.Time
+	prev     counters
+	prevAt   time.Time
+	cur      counters
+	hasPrior bool
+}
+
+type rateTable struct {
+	mu      sync.Mutex
+	samples map[string]*sample
+}
+
+func (t *rateTable) init() { t.samples = map[string]*sample{} }
+
+func (t *rateTable) record(key string, now time.Time, c counters) {
+	s := t.samples[key]
+	if s == nil {
+		t.samples[key] = &sample{at: now, cur: c}
+		return
+	}
+	s.prev, s.prevAt = s.cur, s.at
+	s.cur, s.at = c, now
+	s.hasPrior = true
+}
+
+// rate returns the per-second rate of field under key (0 until two samples).
+func (t *rateTable) rate(key, field string) float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.samples[key]
+	if s == nil || !s.hasPrior {
+		return 0
+	}
+	dt := s.at.Sub(s.prevAt).Seconds()
+	if dt <= 0 {
+		return 0
+	}
+	cur, prev := s.cur[field], s.prev[field]
+	if cur < prev {
+		return -float64(prev-cur) / dt
+	}
+	return float64(cur-prev) / dt
+}
+
+func queueKey(vhost, name string) string { return "q\x00" + vhost + "\x00" + name }
+
+func serverCounters(m server.MessageStats) counters {
+	return counters{
+		"publish": m.Publish, "confirm": m.Confirm, "return_unroutable": m.ReturnUnroutable,
+		"deliver": m.Deliver, "deliver_no_ack": m.DeliverNoAck, "get": m.Get, "get_no_ack": m.GetNoAck,
+		"deliver_get": m.DeliverGet(), "redeliver": m.Redeliver, "ack": m.Ack,
+	}
+}
+
+func queueCounters(st broker.QueueStats) counters {
+	c := counters{
+		"publish": st.Published, "deliver_get": st.Delivered, "ack": st.Acked, "redeliver": st.Redelivered,
+		"messages": uint64(st.Ready + st.Unacked), "messages_ready": uint64(st.Ready), "messages_unacknowledged": uint64(st.Unacked),
+	}
+	var dead uint64
+	for _, n := range st.DeadLettered {
+		dead += n
+	}
+	c["dead_lettered"] = dead
+	return c
+}
+
+// sample records the current counters.
+func (s *Server) sample() {
+	now := time.Now()
+	ms := s.srv.MessageStats()
+	type qs struct {
+		key string
+		c   counters
+	}
+	var all []qs
+	var tot counters = counters{}
+	for _, vn := range s.b.VHosts() {
+		v := s.b.VHost(vn)
+		if v == nil {
+			continue
+		}
+		for _, q := range v.Queues() {
+			c := queueCounters(q.Stats())
+			all = append(all, qs{queueKey(vn, q.Name), c})
+			for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {
+				tot[f] += c[f]
+			}
+		}
+	}
+	s.rates.mu.Lock()
+	defer s.rates.mu.Unlock()
+	oc := serverCounters(ms)
+	for k, v := range tot {
+		oc[k] = v
+	}
+	s.rates.record("overview", now, oc)
+	seen := make(map[string]bool, len(all))
+	for _, q := range all {
+		s.rates.record(q.key, now, q.c)
+		seen[q.key] = true
+	}
+	for k := range s.rates.samples {
+		if k != "overview" && !seen[k] {
+			delete(s.rates.samples, k)
+		}
+	}
+}
+
+// details returns RabbitMQ's {"rate": r}.
+func details(r float64) map[string]any { return map[string]any{"rate": r} }

@@ -1,0 +1,250 @@
+// Package mgmt serves RabbitMQ's management HTTP API for a Warren server:
+// the same paths, JSON shapes, status codes, error bodies and basic auth,
+// so that RabbitMQ's tooling works unchanged; plus Warren's dead-letter
+// endpoints (/api/dead-letters), the embedded web UI at / and Prometheus
+// metrics at /metrics. docs/management.md is the contract.
+package mgmt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/ui"
+	"github.com/warrenmq/warren/server"
+)
+
+// Config configures the management server.
+type Config struct {
+	// Server is the broker server to manage (required).
+	Server *server.Server
+	// Addr is the listen address; default ":15672".
+	Addr string
+	// UI serves the web UI at "/" (nil: no UI).
+	UI     http.Handler
+	Logger *slog.Logger
+	// SampleInterval is how often message rates are sampled; default 5s,
+	// as RabbitMQ's collect_statistics_interval.
+	SampleInterval time.Duration
+}
+
+// Server is the management HTTP server.
+type Server struct {
+	cfg  Config
+	srv  *server.Server
+	b    *broker.Broker
+	log  *slog.Logger
+	node string
+	mux  *http.ServeMux
+	hs   *http.Server
+
+	mu      sync.Mutex
+	ln      net.Listener
+	closed  bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	rates   rateTable
+	shovels map[shovelKey]*shovel
+	started time.Time
+}
+
+// New returns a management server for cfg.Server; it does not listen
+// until Start.
+func New(cfg Config) *Server {
+	if cfg.Addr == "" {
+		cfg.Addr = ":15672"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = 5 * time.Second
+	}
+	host, _ := os.Hostname()
+	if i := strings.IndexByte(host, '.'); i > 0 {
+		host = host[:i]
+	}
+	if host == "" {
+		host = "localhost"
+	}
+	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: "warren@" + host,
+		mux: http.NewServeMux(), stop: make(chan struct{}), shovels: map[shovelKey]*shovel{}, started: time.Now()}
+	s.rates.init()
+	s.routes()
+	return s
+}
+
+// Handler returns the HTTP handler (API, UI and metrics).
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// Start listens and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ln = ln
+	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.mu.Unlock()
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("management listener stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.sampleLoop()
+	}()
+	s.log.Info("management HTTP listener started", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr returns the listen address once started.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// URL returns the base URL of the API, e.g. http://127.0.0.1:15672.
+func (s *Server) URL() string {
+	a := s.Addr()
+	if a == nil {
+		return ""
+	}
+	host, port, _ := net.SplitHostPort(a.String())
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// Close stops the server and any running message moves. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	hs := s.hs
+	s.mu.Unlock()
+	var err error
+	if hs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err = hs.Shutdown(ctx)
+		cancel()
+	}
+	s.wg.Wait()
+	return err
+}
+
+// serveHTTP strips a trailing slash (RabbitMQ accepts /api/connections/)
+// and dispatches.
+// An escaped slash inside a segment (the vhost "/" is "%2F") would split
+// the segment for net/http's mux, so within /api/ such slashes become
+// slashMark for routing and call.pv turns them back.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		u := *r.URL
+		if u.RawPath != "" {
+			segs := strings.Split(u.RawPath, "/")
+			for i, seg := range segs {
+				if un, err := url.PathUnescape(seg); err == nil {
+					segs[i] = strings.ReplaceAll(un, "/", slashMark)
+				}
+			}
+			u.Path, u.RawPath = strings.Join(segs, "/"), ""
+		}
+		if len(u.Path) > len("/api/") && strings.HasSuffix(u.Path, "/") {
+			u.Path = strings.TrimSuffix(u.Path, "/")
+		}
+		r2 := *r
+		r2.URL = &u
+		r = &r2
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+const slashMark = "\x00"
+
+// pv returns a path value, with escaped slashes restored.
+func (c *call) pv(name string) string {
+	return strings.ReplaceAll(c.r.PathValue(name), slashMark, "/")
+}
+
+// apiError is an error reply: status and RabbitMQ's {"error","reason"}.
+type apiError struct {
+	Status int
+	Err    string
+	Reason string
+}
+
+func (e *apiError) Error() string { return e.Err + ": " + e.Reason }
+
+var (
+	errNotFound = &apiError{http.StatusNotFound, "Object Not Found", "Not Found"}
+)
+
+func badRequest(reason string) *apiError {
+	return &apiError{http.StatusBadRequest, "bad_request", reason}
+}
+
+func notAuthorised(reason string) *apiError {
+	return &apiError{http.StatusUnauthorized, "not_authorised", reason}
+}
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{http.StatusInternalServerError, "internal_server_error", err.Error()}
+	}
+	if ae.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
+	}
+	writeJSON(w, ae.Status, map[string]string{"error": ae.Err, "reason": ae.Reason})
+}
+
+// sampleLoop samples counters for rates until Close.
+func (s *Server) sampleLoop() {
+	t := time.NewTicker(s.cfg.SampleInterval)
+	defer t.Stop()
+	s.sample()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.sample()
+		}
+	}
+}
+
+// DefaultUI returns the embedded web UI's handler.
+func DefaultUI() http.Handler { return ui.Handler() }

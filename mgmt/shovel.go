@@ -1,0 +1,310 @@
+package mgmt
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/warrenmq/warren/broker"
+)
+
+// Moving messages with the dynamic shovel parameter that RabbitMQ's UI
+// uses ("Move messages"): PUT /api/parameters/shovel/{vhost}/{name}. Within
+// one Warren the shovel runs in-process on top of transfer, so each
+// message is acked from the source only once the destination has it. With
+// src-delete-after "queue-length" (the UI's choice) or a number it stops
+// after that many messages and deletes its parameter, as RabbitMQ; with
+// "never" it keeps moving until the parameter is deleted.
+
+type shovelKey struct{ vhost, name string }
+
+type shovel struct {
+	vhost, name string
+	value       map[string]any
+	srcQueue    string
+	destQueue   string
+	destX       string
+	destKey     *string
+	limit       int // -1: queue-length at start; 0: never stop
+	cancel      context.CancelFunc
+	started     time.Time
+	moved       int
+	state       string
+	lastErr     string
+}
+
+func (s *Server) shovelRoutes() {
+	s.handle("GET /api/parameters/shovel", lvlPolicymaker, (*call).shovelParams)
+	s.handle("GET /api/parameters/shovel/{vhost}", lvlPolicymaker, (*call).shovelParams)
+	s.handle("GET /api/parameters/shovel/{vhost}/{name}", lvlPolicymaker, (*call).shovelParamGet)
+	s.handle("PUT /api/parameters/shovel/{vhost}/{name}", lvlPolicymaker, (*call).shovelPut)
+	s.handle("DELETE /api/parameters/shovel/{vhost}/{name}", lvlPolicymaker, (*call).shovelDelete)
+	s.handle("GET /api/shovels", lvlManagement, (*call).shovelStatus)
+	s.handle("GET /api/shovels/{vhost}", lvlManagement, (*call).shovelStatus)
+}
+
+func (sh *shovel) paramJSON() map[string]any {
+	return map[string]any{"vhost": sh.vhost, "component": "shovel", "name": sh.name, "value": sh.value}
+}
+
+func (s *Server) shovelList(vhost string) []*shovel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*shovel
+	for k, sh := range s.shovels {
+		if vhost == "" || k.vhost == vhost {
+			out = append(out, sh)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].vhost+"\x00"+out[i].name < out[j].vhost+"\x00"+out[j].name })
+	return out
+}
+
+func (c *call) shovelParams() error {
+	vh := c.pv("vhost")
+	if vh != "" {
+		if _, err := c.vhost(); err != nil {
+			return err
+		}
+	}
+	list := []map[string]any{}
+	for _, sh := range c.s.shovelList(vh) {
+		if c.canSee(sh.vhost) {
+			list = append(list, sh.paramJSON())
+		}
+	}
+	return c.ok(list)
+}
+
+func (c *call) shovelParamGet() error {
+	if _, err := c.vhost(); err != nil {
+		return err
+	}
+	c.s.mu.Lock()
+	sh := c.s.shovels[shovelKey{c.pv("vhost"), c.pv("name")}]
+	c.s.mu.Unlock()
+	if sh == nil {
+		return errNotFound
+	}
+	return c.ok(sh.paramJSON())
+}
+
+func (c *call) shovelStatus() error {
+	vh := c.pv("vhost")
+	if vh != "" {
+		if _, err := c.vhost(); err != nil {
+			return err
+		}
+	}
+	list := []map[string]any{}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for k, sh := range c.s.shovels {
+		if vh != "" && k.vhost != vh || !c.canSee(k.vhost) {
+			continue
+		}
+		m := map[string]any{"node": c.s.node, "name": sh.name, "vhost": sh.vhost, "type": "dynamic", "state": sh.state,
+			"timestamp": sh.started.Format("2006-01-02 15:04:05"), "src_protocol": "amqp091", "dest_protocol": "amqp091",
+			"src_uri": sh.value["src-uri"], "dest_uri": sh.value["dest-uri"], "src_queue": sh.srcQueue, "messages_moved": sh.moved}
+		if sh.destQueue != "" {
+			m["dest_queue"] = sh.destQueue
+		} else {
+			m["dest_exchange"] = sh.destX
+		}
+		if sh.lastErr != "" {
+			m["reason"] = sh.lastErr
+		}
+		list = append(list, m)
+	}
+	sort.Slice(list, func(i, j int) bool { return fmt.Sprint(list[i]["name"]) < fmt.Sprint(list[j]["name"]) })
+	return c.ok(list)
+}
+
+// uriVHost returns the vhost an amqp URI names ("/" when it names none)
+// and whether it points at this broker (no host, or a local one).
+func uriVHost(s string) (string, bool) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return "", false
+	}
+	vh := "/"
+	if p := strings.TrimPrefix(u.EscapedPath(), "/"); p != "" {
+		if vh, err = url.PathUnescape(p); err != nil {
+			return "", false
+		}
+	}
+	switch h := u.Hostname(); h {
+	case "", "localhost", "127.0.0.1", "::1":
+		return vh, true
+	}
+	return vh, false
+}
+
+func (c *call) shovelPut() error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	name := c.pv("name")
+	var b struct {
+		Value map[string]any `json:"value"`
+	}
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	if b.Value == nil {
+		return badRequest("[{key_missing,value}]")
+	}
+	str := func(k string) string { s, _ := b.Value[k].(string); return s }
+	sh := &shovel{vhost: v.Name, name: name, value: b.Value, srcQueue: str("src-queue"), destQueue: str("dest-queue"),
+		destX: str("dest-exchange"), state: "running", started: time.Now()}
+	if k, ok := b.Value["dest-exchange-key"].(string); ok {
+		sh.destKey = &k
+	}
+	validation := func(msg string) error { return badRequest("Validation failed\n\n" + msg + "\n") }
+	for _, k := range []string{"src-uri", "dest-uri"} {
+		vh, local := uriVHost(str(k))
+		if !local {
+			return validation(fmt.Sprintf("%s: only amqp:// URIs of this Warren are supported (got \"%s\")", k, str(k)))
+		}
+		if vh != v.Name {
+			return validation(fmt.Sprintf("%s: moves across vhosts are not supported (\"%s\" is not vhost '%s')", k, str(k), v.Name))
+		}
+	}
+	switch {
+	case sh.srcQueue == "":
+		return validation("src-queue is required (src-exchange is not supported)")
+	case sh.destQueue == "" && sh.destX == "" && b.Value["dest-exchange"] == nil:
+		return validation("dest-queue or dest-exchange is required")
+	}
+	switch d := b.Value["src-delete-after"].(type) {
+	case nil:
+		sh.limit = 0
+	case string:
+		switch d {
+		case "queue-length":
+			sh.limit = -1
+		case "never":
+			sh.limit = 0
+		default:
+			return validation(fmt.Sprintf("src-delete-after: \"%s\" is not \"queue-length\", \"never\" or a number", d))
+		}
+	default:
+		n, ok := jsonInt(d)
+		if !ok || n < 0 {
+			return validation("src-delete-after must be \"queue-length\", \"never\" or a non-negative integer")
+		}
+		sh.limit = int(n)
+		if n == 0 {
+			sh.limit = -2 // move nothing, then delete
+		}
+	}
+	src := v.Queue(sh.srcQueue)
+	if src == nil {
+		return validation(fmt.Sprintf("src-queue: no queue '%s' in vhost '%s'", sh.srcQueue, v.Name))
+	}
+	if sh.destQueue != "" && v.Queue(sh.destQueue) == nil {
+		return validation(fmt.Sprintf("dest-queue: no queue '%s' in vhost '%s'", sh.destQueue, v.Name))
+	}
+	if err := c.check(v, broker.Read, "queue", sh.srcQueue); err != nil {
+		return err
+	}
+	exchange := sh.destX
+	if sh.destQueue != "" {
+		exchange = ""
+	}
+	if err := c.check(v, broker.Write, "exchange", displayExchange(exchange)); err != nil {
+		return err
+	}
+	key := shovelKey{v.Name, name}
+	c.s.mu.Lock()
+	if c.s.closed {
+		c.s.mu.Unlock()
+		return &apiError{503, "service_unavailable", "shutting down"}
+	}
+	old := c.s.shovels[key]
+	ctx, cancel := context.WithCancel(context.Background())
+	sh.cancel = cancel
+	c.s.shovels[key] = sh
+	c.s.wg.Add(1)
+	c.s.mu.Unlock()
+	if old != nil {
+		old.cancel()
+	}
+	go func() {
+		defer c.s.wg.Done()
+		c.s.runShovel(ctx, v, src, sh)
+	}()
+	return c.created(old == nil)
+}
+
+func (c *call) shovelDelete() error {
+	if _, err := c.vhost(); err != nil {
+		return err
+	}
+	key := shovelKey{c.pv("vhost"), c.pv("name")}
+	c.s.mu.Lock()
+	sh := c.s.shovels[key]
+	delete(c.s.shovels, key)
+	c.s.mu.Unlock()
+	if sh == nil {
+		return errNotFound
+	}
+	sh.cancel()
+	return c.noContent()
+}
+
+// runShovel moves messages until the shovel is done or cancelled.
+func (s *Server) runShovel(ctx context.Context, v *broker.VHost, src *broker.Queue, sh *shovel) {
+	exchange, key := sh.destX, sh.destQueue
+	if sh.destQueue == "" && sh.destKey != nil {
+		key = *sh.destKey
+	}
+	pick := func(m *broker.Message) (string, *broker.Message, bool) {
+		out := *m
+		out.Exchange = exchange
+		if sh.destQueue != "" || sh.destKey != nil {
+			out.RoutingKey = key
+		}
+		return exchange, &out, true
+	}
+	allowed := func(string) bool { return true } // checked at PUT
+	bounded, remaining := sh.limit != 0, sh.limit
+	switch sh.limit {
+	case -1:
+		remaining, _ = src.Counts()
+	case -2:
+		remaining = 0
+	}
+	for ctx.Err() == nil && (!bounded || remaining > 0) {
+		res := s.transfer(ctx, v, src, max(remaining, 0), pick, allowed)
+		s.mu.Lock()
+		sh.moved += res.moved
+		sh.lastErr = ""
+		if res.err != nil {
+			sh.lastErr = res.err.Error()
+		}
+		s.mu.Unlock()
+		remaining -= res.moved
+		if res.moved > 0 {
+			continue
+		}
+		if n, _ := src.Counts(); bounded && n == 0 && res.err == nil {
+			break // queue-length: others took the rest
+		}
+		select {
+		case <-ctx.Done():
+		case <-s.stop:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	if s.shovels[shovelKey{sh.vhost, sh.name}] == sh {
+		delete(s.shovels, shovelKey{sh.vhost, sh.name})
+	}
+	s.mu.Unlock()
+}

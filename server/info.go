@@ -1,0 +1,391 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/store"
+)
+
+// What the management API (package mgmt) reads from the server: the open
+// connections, channels and consumers, and message counters. Every read is
+// a snapshot taken under the owners' locks; nothing here is on the hot
+// path except the counters, which are per channel and uncontended.
+
+const (
+	modeConfirm = 1
+	modeTx      = 2
+)
+
+// countingReader counts the bytes read from a connection's socket.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(uint64(n))
+	return n, err
+}
+
+// chanStats are a channel's message counters.
+type chanStats struct {
+	folded                                      bool // guarded by Server.statsMu
+	publish, returned, confirm                  atomic.Uint64
+	deliver, deliverNoAck, get, getNoAck        atomic.Uint64
+	redeliver, ack, reject, requeue, nackReject atomic.Uint64
+}
+
+func (s *chanStats) countDeliver(noAck, redelivered bool) {
+	if noAck {
+		s.deliverNoAck.Add(1)
+	} else {
+		s.deliver.Add(1)
+	}
+	if redelivered {
+		s.redeliver.Add(1)
+	}
+}
+
+func (s *chanStats) countGet(noAck, redelivered bool) {
+	if noAck {
+		s.getNoAck.Add(1)
+	} else {
+		s.get.Add(1)
+	}
+	if redelivered {
+		s.redeliver.Add(1)
+	}
+}
+
+func (s *chanStats) countSettle(kind int, requeue bool, n int) {
+	switch {
+	case kind == settleAck:
+		s.ack.Add(uint64(n))
+	case requeue:
+		s.requeue.Add(uint64(n))
+	default:
+		s.reject.Add(uint64(n))
+	}
+}
+
+// MessageStats are message counters, as RabbitMQ's message_stats.
+type MessageStats struct {
+	Publish, ReturnUnroutable, Confirm              uint64
+	Deliver, DeliverNoAck, Get, GetNoAck, Redeliver uint64
+	Ack, Reject, Requeue                            uint64
+}
+
+// DeliverGet is RabbitMQ's deliver_get: every message handed out.
+func (m MessageStats) DeliverGet() uint64 {
+	return m.Deliver + m.DeliverNoAck + m.Get + m.GetNoAck
+}
+
+func (m *MessageStats) add(s *chanStats) {
+	m.Publish += s.publish.Load()
+	m.ReturnUnroutable += s.returned.Load()
+	m.Confirm += s.confirm.Load()
+	m.Deliver += s.deliver.Load()
+	m.DeliverNoAck += s.deliverNoAck.Load()
+	m.Get += s.get.Load()
+	m.GetNoAck += s.getNoAck.Load()
+	m.Redeliver += s.redeliver.Load()
+	m.Ack += s.ack.Load()
+	m.Reject += s.reject.Load()
+	m.Requeue += s.requeue.Load()
+}
+
+// foldStats adds a closing channel's counters to the server's totals, so
+// that the totals never go down.
+func (s *Server) foldStats(cs *chanStats) {
+	s.statsMu.Lock()
+	if !cs.folded {
+		cs.folded = true
+		s.closedStats.add(cs)
+	}
+	s.statsMu.Unlock()
+}
+
+// dropChannel removes ch from its connection (reader goroutine).
+func (c *conn) dropChannel(ch *channel) {
+	c.chMu.Lock()
+	if c.channels[ch.id] == ch {
+		delete(c.channels, ch.id)
+	}
+	c.chMu.Unlock()
+}
+
+// ConnectionInfo describes an open connection, as the management API
+// shows it.
+type ConnectionInfo struct {
+	// Name is RabbitMQ's: "peer_host:peer_port -> host:port".
+	Name              string
+	ID                uint64
+	User, VHost       string
+	PeerHost, Host    string
+	PeerPort, Port    int
+	TLS               bool
+	ConnectedAt       time.Time
+	AuthMechanism     string
+	ClientProperties  amqp.Table
+	Channels          int
+	FrameMax          uint32
+	ChannelMax        uint16
+	Heartbeat         time.Duration
+	RecvOct, SendOct  uint64
+	RecvCnt, SendCnt  uint64
+	Blocked, Starting bool // Starting: the handshake has not finished
+}
+
+// ChannelInfo describes an open channel.
+type ChannelInfo struct {
+	Name           string // "<connection name> (<number>)"
+	Connection     string
+	Number         uint16
+	User, VHost    string
+	Confirm, Tx    bool
+	Prefetch       int // for new consumers (basic.qos global=false)
+	GlobalPrefetch int
+	Unacked        int
+	Consumers      int
+	Unconfirmed    int
+	Stats          MessageStats
+}
+
+// ConsumerInfo describes a consumer on a queue.
+type ConsumerInfo struct {
+	Tag             string
+	Queue, VHost    string
+	Channel         string // channel name
+	Connection      string
+	ChannelNumber   uint16
+	PeerHost        string
+	PeerPort        int
+	User            string
+	AckRequired     bool
+	Exclusive       bool
+	Prefetch        int
+	Active          bool
+	Args            amqp.Table
+	ConnectionID    uint64
+	ConsumerTimeout int64
+}
+
+func hostPort(a net.Addr) (string, int) {
+	if a == nil {
+		return "", 0
+	}
+	h, p, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String(), 0
+	}
+	n, _ := strconv.Atoi(p)
+	return h, n
+}
+
+func (s *Server) connList() []*conn {
+	s.mu.Lock()
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	sort.Slice(cs, func(i, j int) bool { return cs[i].id < cs[j].id })
+	return cs
+}
+
+func (c *conn) name() string {
+	ph, pp := hostPort(c.nc.RemoteAddr())
+	h, p := hostPort(c.nc.LocalAddr())
+	return net.JoinHostPort(ph, strconv.Itoa(pp)) + " -> " + net.JoinHostPort(h, strconv.Itoa(p))
+}
+
+// info snapshots c. Fields set during the handshake are read only once
+// c.vhost is set (under chMu), after which they no longer change.
+func (c *conn) info() ConnectionInfo {
+	ci := ConnectionInfo{Name: c.name(), ID: c.id, ConnectedAt: c.connectedAt,
+		RecvOct: c.recvOct.Load(), SendOct: c.sendOct.Load(), RecvCnt: c.readFrames.Load(), SendCnt: c.sendCnt.Load()}
+	ci.PeerHost, ci.PeerPort = hostPort(c.nc.RemoteAddr())
+	ci.Host, ci.Port = hostPort(c.nc.LocalAddr())
+	_, ci.TLS = c.nc.(*tls.Conn)
+	c.chMu.Lock()
+	defer c.chMu.Unlock()
+	ci.AuthMechanism, ci.ClientProperties = c.authMech, c.clientProps
+	if c.vhost == nil {
+		ci.Starting = true
+		return ci
+	}
+	ci.User, ci.VHost = c.user.Name, c.vhost.Name
+	ci.Channels = len(c.channels)
+	ci.FrameMax, ci.ChannelMax, ci.Heartbeat = c.frameMax, c.channelMax, c.heartbeat
+	ci.Blocked = c.readPaused.Load()
+	return ci
+}
+
+// Connections returns the open connections that finished the handshake,
+// in the order they were accepted.
+func (s *Server) Connections() []ConnectionInfo {
+	var out []ConnectionInfo
+	for _, c := range s.connList() {
+		if ci := c.info(); !ci.Starting {
+			out = append(out, ci)
+		}
+	}
+	return out
+}
+
+// CloseConnection closes the named connection with 320 CONNECTION_FORCED
+// and reason (RabbitMQ's management API sends "Closed via management
+// plugin"). It reports whether the connection was found.
+func (s *Server) CloseConnection(name, reason string) bool {
+	for _, c := range s.connList() {
+		if c.name() == name {
+			c.forceClose(reason)
+			return true
+		}
+	}
+	return false
+}
+
+// channels snapshots c's open channels, in number order.
+func (c *conn) channelList() []*channel {
+	c.chMu.Lock()
+	chs := make([]*channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		if ch != nil {
+			chs = append(chs, ch)
+		}
+	}
+	c.chMu.Unlock()
+	sort.Slice(chs, func(i, j int) bool { return chs[i].id < chs[j].id })
+	return chs
+}
+
+// Channels returns the open channels of every connection.
+func (s *Server) Channels() []ChannelInfo {
+	var out []ChannelInfo
+	for _, c := range s.connList() {
+		ci := c.info()
+		if ci.Starting {
+			continue
+		}
+		for _, ch := range c.channelList() {
+			out = append(out, ch.info(ci))
+		}
+	}
+	return out
+}
+
+func (ch *channel) info(ci ConnectionInfo) ChannelInfo {
+	i := ChannelInfo{Name: ci.Name + " (" + strconv.Itoa(int(ch.id)) + ")", Connection: ci.Name, Number: ch.id,
+		User: ci.User, VHost: ci.VHost}
+	mode := ch.mode.Load()
+	i.Confirm, i.Tx = mode == modeConfirm, mode == modeTx
+	ch.mu.Lock()
+	i.Prefetch, i.GlobalPrefetch, i.Unacked, i.Consumers = ch.prefetch, ch.globalLimit, ch.unackedCount, len(ch.consumers)
+	ch.mu.Unlock()
+	ch.confMu.Lock()
+	if ch.publishSeq > ch.ackedUpTo {
+		i.Unconfirmed = int(ch.publishSeq - ch.ackedUpTo)
+	}
+	ch.confMu.Unlock()
+	i.Stats.add(&ch.stats)
+	return i
+}
+
+// Consumers returns every consumer of every channel.
+func (s *Server) Consumers() []ConsumerInfo {
+	var out []ConsumerInfo
+	for _, c := range s.connList() {
+		ci := c.info()
+		if ci.Starting {
+			continue
+		}
+		for _, ch := range c.channelList() {
+			chName := ci.Name + " (" + strconv.Itoa(int(ch.id)) + ")"
+			ch.mu.Lock()
+			for _, cs := range ch.consumers {
+				bc := cs.bc
+				if bc.Queue == nil { // the direct reply-to pseudo-consumer
+					continue
+				}
+				out = append(out, ConsumerInfo{Tag: bc.Tag, Queue: bc.Queue.Name, VHost: ci.VHost, Channel: chName,
+					Connection: ci.Name, ChannelNumber: ch.id, PeerHost: ci.PeerHost, PeerPort: ci.PeerPort, User: ci.User,
+					AckRequired: !bc.NoAck, Exclusive: bc.Exclusive, Prefetch: cs.prefetch, Active: true, Args: bc.Args,
+					ConnectionID: ci.ID})
+			}
+			ch.mu.Unlock()
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Channel != out[j].Channel {
+			return out[i].Channel < out[j].Channel
+		}
+		return out[i].Tag < out[j].Tag
+	})
+	return out
+}
+
+// MessageStats returns the message counters of the server's whole life:
+// those of closed channels plus those of open ones.
+func (s *Server) MessageStats() MessageStats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	m := s.closedStats
+	for _, c := range s.connList() {
+		for _, ch := range c.channelList() {
+			if !ch.stats.folded {
+				m.add(&ch.stats)
+			}
+		}
+	}
+	return m
+}
+
+// Alarms returns the raised resource alarms ("memory", "disk"), sorted.
+func (s *Server) Alarms() []string {
+	names, _ := s.alarmState()
+	sort.Strings(names)
+	return names
+}
+
+// Config returns the server's configuration, defaults applied.
+func (s *Server) Config() Config { return s.cfg }
+
+// Listeners returns the AMQP (and AMQPS) listen addresses.
+func (s *Server) Listeners() []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var as []net.Addr
+	if s.ln != nil {
+		as = append(as, s.ln.Addr())
+	}
+	if s.tlsLn != nil {
+		as = append(as, s.tlsLn.Addr())
+	}
+	return as
+}
+
+// WaitSynced waits until the message logs a publish was appended to
+// (broker.PublishResult.Wait) are on disk: the point at which a publisher
+// confirm would be sent.
+func (s *Server) WaitSynced(ctx context.Context, logs []*store.Log) error {
+	sy := s.syncer()
+	if sy == nil {
+		return nil
+	}
+	for _, l := range logs {
+		if err := sy.Wait(ctx, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
