@@ -42,7 +42,7 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	return map[string]any{"name": v.Name, "description": desc, "tags": []string{}, "default_queue_type": "undefined",
 		"metadata": map[string]any{"description": desc, "tags": []string{}}, "tracing": false,
 		"cluster_state": map[string]any{c.s.node: "running"},
-		"messages": ready + unacked, "messages_details": details(0),
+		"messages":      ready + unacked, "messages_details": details(0),
 		"messages_ready": ready, "messages_ready_details": details(0),
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": details(0)}
 }

@@ -3,11 +3,11 @@ package mgmt
 import (
 	"errors"
 	"net"
-	"strings"
 	"net/http"
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	amqpc "github.com/warrenmq/warren/amqp"
@@ -123,10 +123,10 @@ func (c *call) overview() error {
 		"product_version":           Version, "product_name": "Warren", "rabbitmq_version": Version,
 		"cluster_name": s.node, "erlang_version": runtime.Version(), "erlang_full_version": runtime.Version(),
 		"release_series_support_status": "supported", "disable_stats": false, "enable_queue_totals": false,
-		"message_stats": msgStats,
-		"churn_rates":   map[string]any{},
-		"queue_totals":  qt,
-		"object_totals": map[string]any{"channels": nch, "connections": nconn, "consumers": consumers, "exchanges": exchanges, "queues": queues},
+		"message_stats":             msgStats,
+		"churn_rates":               map[string]any{},
+		"queue_totals":              qt,
+		"object_totals":             map[string]any{"channels": nch, "connections": nconn, "consumers": consumers, "exchanges": exchanges, "queues": queues},
 		"statistics_db_event_queue": 0, "node": s.node,
 		"listeners": listeners,
 		"contexts":  []any{map[string]any{"node": s.node, "description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
@@ -187,7 +187,7 @@ func (s *Server) node1() map[string]any {
 		"name": s.node, "type": "disc", "running": true, "os_pid": strconv.Itoa(os.Getpid()),
 		"mem_used": server.MemoryUsed(), "mem_limit": cfg.MemoryHighWatermark, "mem_alarm": has("memory"),
 		"mem_calculation_strategy": "rss",
-		"disk_free": free, "disk_free_limit": cfg.DiskFreeLimit, "disk_free_alarm": has("disk"),
+		"disk_free":                free, "disk_free_limit": cfg.DiskFreeLimit, "disk_free_alarm": has("disk"),
 		"fd_used": 0, "fd_total": 1048576, "sockets_used": len(s.srv.Connections()), "sockets_total": 943629,
 		"proc_used": runtime.NumGoroutine(), "proc_total": 1048576, "run_queue": 0, "processors": runtime.NumCPU(),
 		"uptime": uptime, "rates_mode": "basic", "net_ticktime": 60, "partitions": []any{},
@@ -195,7 +195,7 @@ func (s *Server) node1() map[string]any {
 			map[string]any{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
 			map[string]any{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
 		},
-		"applications": []any{map[string]any{"name": "warren", "description": "Warren message broker", "version": Version}},
+		"applications":    []any{map[string]any{"name": "warren", "description": "Warren message broker", "version": Version}},
 		"enabled_plugins": []string{"rabbitmq_management"}, "db_dir": cfg.DataDir, "config_files": []any{}, "log_files": []any{},
 		"contexts": []any{map[string]any{"description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
 	}

@@ -64,7 +64,7 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		"owner_pid_details": owner, "arguments": args,
 		"policy": nilIfEmpty(pol), "operator_policy": nilIfEmpty(opPol),
 		"effective_policy_definition": v.EffectivePolicyDefinition(q),
-		"consumers": st.Consumers, "consumer_capacity": boolRate(st.Consumers > 0), "consumer_utilisation": boolRate(st.Consumers > 0),
+		"consumers":                   st.Consumers, "consumer_capacity": boolRate(st.Consumers > 0), "consumer_utilisation": boolRate(st.Consumers > 0),
 		"consumer_details": consumerDetails, "single_active_consumer_tag": nil,
 		"messages": msgs, "messages_details": details(s.rates.rate(key, "messages")),
 		"messages_ready": st.Ready, "messages_ready_details": details(s.rates.rate(key, "messages_ready")),
