@@ -56,7 +56,7 @@ function duration(ms) {
   const d = Math.floor(s / 86400); s -= d * 86400;
   const hr = Math.floor(s / 3600); s -= hr * 3600;
   const m = Math.floor(s / 60);
-  return d ? `${d}d ${hr}h` : hr ? `${hr}h ${m}m` : `${m}m ${s % 60}s`;
+  return d ? `${d}d ${hr}h` : hr ? `${hr}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s}s`;
 }
 
 // AMQP timestamps arrive as seconds since the epoch (or a string).
@@ -479,7 +479,16 @@ function queuesPage(ctx) {
   poll(ctx, 'Loading queues', async () => {
     const qs = new URLSearchParams({page: v.page, page_size: v.pageSize, name: v.name, use_regex: v.regex, pagination: true});
     if (v.sort) { qs.set('sort', v.sort); qs.set('sort_reverse', v.reverse); }
-    const data = await api('/queues?' + qs);
+    let data;
+    try {
+      data = await api('/queues?' + qs);
+    } catch (err) {
+      // The page may have gone (queues deleted): go back to the first one.
+      if (err.status !== 400 || v.page === 1) throw err;
+      v.page = 1;
+      qs.set('page', 1);
+      data = await api('/queues?' + qs);
+    }
     const items = Array.isArray(data) ? data : data.items || [];
     body.replaceChildren(...items.map(q => h('tr', {'data-vhost': q.vhost, 'data-name': q.name},
       QUEUE_COLUMNS.map(([, , cell, col]) => h('td', {class: col ? 'num' : '', 'data-col': col || null}, cell(q))))));
@@ -488,7 +497,6 @@ function queuesPage(ctx) {
         v.name ? 'No queue matches the filter.' : 'No queues.')));
     }
     const pages = Array.isArray(data) ? 1 : Math.max(1, data.page_count || 1);
-    if (v.page > pages) { v.page = pages; }
     const total = Array.isArray(data) ? items.length : data.filtered_count ?? items.length;
     pager.replaceChildren(
       h('span', null, `${plural(total, 'queue')} · page ${v.page} of ${pages}`),
@@ -686,7 +694,7 @@ function deadLettersPage(ctx) {
       for (const [r, n] of Object.entries(d.by_reason || {})) reasons[r] = (reasons[r] || 0) + n;
     }
     cards.replaceChildren(
-      card('Dead-letter queues', num(dlqs.length)),
+      card('DLQs', num(dlqs.length)),
       card('Dead letters', num(total), null, total ? 'warn' : ''),
       ...Object.entries(reasons).sort((a, b) => b[1] - a[1]).map(([r, n]) => card(`Reason: ${r}`, num(n))));
     body.replaceChildren(...dlqs.map(d => {
@@ -795,6 +803,10 @@ async function move(d, showResult, after) {
 
 $('#login-form').addEventListener('submit', login);
 $('#logout').addEventListener('click', () => logout());
+// A click on the link of the page already shown refreshes it.
+for (const a of document.querySelectorAll('[data-nav]')) {
+  a.addEventListener('click', () => { if (a.getAttribute('href') === (location.hash || '#/') && page) refreshNow(page); });
+}
 window.addEventListener('hashchange', route);
 route();
 })();
