@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,21 +87,28 @@ type dlPage struct {
 	Messages []apiMessage `json:"messages"`
 }
 
+// dlMessages browses a page of the DLQ. Filters are applied here rather
+// than by the API: the API's offset is a position in the queue, so pages
+// of a filtered browse cannot be told apart from the end of the queue.
 func (c *cliCtx) dlMessages(vhost, queue string, offset, limit int) (*dlPage, error) {
 	q := url.Values{}
 	q.Set("offset", strconv.Itoa(offset))
 	q.Set("limit", strconv.Itoa(limit))
-	if c.reason != "" {
-		q.Set("reason", c.reason)
-	}
-	if c.sourceQ != "" {
-		q.Set("source_queue", c.sourceQ)
-	}
 	var p dlPage
 	if _, err := c.api.getJSON(apiPath("dead-letters", vhost, queue, "messages")+"?"+q.Encode(), &p); err != nil {
 		return nil, err
 	}
 	return &p, nil
+}
+
+// matches applies --reason and --source-queue to the most recent death,
+// as the API's replay does.
+func (c *cliCtx) matches(m *apiMessage) bool {
+	if c.reason == "" && c.sourceQ == "" {
+		return true
+	}
+	ds := m.deaths()
+	return len(ds) > 0 && (c.reason == "" || ds[0].Reason == c.reason) && (c.sourceQ == "" || ds[0].Queue == c.sourceQ)
 }
 
 // dlGroup is the messages of a DLQ that died for one reason from one queue
@@ -121,6 +129,7 @@ type dlInspection struct {
 	Queue     string     `json:"queue"`
 	Total     int        `json:"total"`
 	Inspected int        `json:"inspected"`
+	Matched   int        `json:"matched"`
 	Groups    []*dlGroup `json:"groups"`
 }
 
@@ -145,6 +154,10 @@ func cmdDLQInspect(c *cliCtx, args []string) error {
 		res.Total = p.Total
 		for i := range p.Messages {
 			m := &p.Messages[i]
+			if !c.matches(m) {
+				continue
+			}
+			res.Matched++
 			reason, source := "(none)", ""
 			var d xDeath
 			if ds := m.deaths(); len(ds) > 0 {
@@ -198,12 +211,12 @@ func cmdDLQInspect(c *cliCtx, args []string) error {
 	if c.json {
 		return printValueJSON(c.stdout, res)
 	}
-	fmt.Fprintf(c.stdout, "Queue %q in vhost %q: %d dead letters", queue, vhost, res.Total)
-	if c.reason != "" || c.sourceQ != "" {
-		fmt.Fprint(c.stdout, " matching the filter")
-	}
+	fmt.Fprintf(c.stdout, "Queue %q in vhost %q: %d messages", queue, vhost, res.Total)
 	if res.Inspected < res.Total {
 		fmt.Fprintf(c.stdout, ", the first %d inspected (--limit)", res.Inspected)
+	}
+	if c.reason != "" || c.sourceQ != "" {
+		fmt.Fprintf(c.stdout, ", %d matching the filter", res.Matched)
 	}
 	fmt.Fprintln(c.stdout, ".")
 	if len(res.Groups) == 0 {
@@ -231,10 +244,11 @@ func timeString(t time.Time) string {
 
 // replayReply is the reply of POST /api/dead-letters/{vhost}/{queue}/replay.
 type replayReply struct {
-	Replayed  int `json:"replayed"`
-	Skipped   int `json:"skipped"`
-	Failed    int `json:"failed"`
-	Remaining int `json:"remaining"`
+	Replayed  int    `json:"replayed"`
+	Skipped   int    `json:"skipped"`
+	Failed    int    `json:"failed"`
+	Remaining int    `json:"remaining"`
+	Error     string `json:"error,omitempty"`
 }
 
 // cmdDLQReplay replays in batches (--batch per request) so that a long
@@ -251,24 +265,21 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 		return fmt.Errorf("dlq replay: --batch must be at least 1")
 	}
 	vhost, queue := c.oneVhost(), args[0]
-	// How many match now: the bar's total, and a cap so that messages that
-	// die again into this DLQ while we replay are not replayed in a loop.
-	limit := -1
-	if c.count > 0 {
-		limit = c.count
-	}
+	// The queue's depth now caps the replay, so that messages that die
+	// again into this DLQ while we replay are not replayed in a loop.
 	p, err := c.dlMessages(vhost, queue, 0, 1)
 	if err != nil {
 		return err
 	}
-	if limit < 0 || p.Total < limit {
-		limit = p.Total
+	limit := p.Total
+	if c.count > 0 {
+		limit = min(limit, c.count)
 	}
-	var total replayReply
-	prog := newProgress(c.stderr, "replaying", limit)
+	prog := newProgress(c.stderr, "replaying", min(limit, c.matching(vhost, queue, p.Total)))
 	defer prog.done()
+	var total replayReply
+	total.Remaining = p.Total
 	path := apiPath("dead-letters", vhost, queue, "replay")
-	batches := 0
 	for total.Replayed < limit {
 		n := min(c.batch, limit-total.Replayed)
 		body := map[string]any{"count": n, "keep_history": c.keepHist}
@@ -290,30 +301,23 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 		if err := json.Unmarshal(raw, &r); err != nil {
 			return fmt.Errorf("dlq replay: bad JSON reply: %w", err)
 		}
-		batches++
 		total.Replayed += r.Replayed
 		total.Failed += r.Failed
+		// Each request scans again the messages that do not match (they
+		// stay at the head), so its skipped count includes the previous
+		// ones: the last, largest, is what one request would have said.
 		total.Skipped = max(total.Skipped, r.Skipped)
 		total.Remaining = r.Remaining
-		prog.set(total.Replayed)
-		if r.Failed > 0 || r.Replayed < n {
-			break
+		if r.Error != "" {
+			total.Error = r.Error
 		}
-	}
-	if batches == 0 {
-		total.Remaining = p.Total
-	}
-	// The totals from the queue as it is now: every batch scans again the
-	// messages that do not match the filter, so the replies' skipped
-	// counts do not add up. Skipped is the messages that stay in the DLQ
-	// because they do not match the filter.
-	if all, err := c.unfilteredTotal(vhost, queue); err == nil {
-		total.Remaining = all
-		total.Skipped = 0
-		if c.reason != "" || c.sourceQ != "" {
-			if m, err := c.dlMessages(vhost, queue, 0, 1); err == nil {
-				total.Skipped = max(0, all-m.Total)
+		prog.set(total.Replayed)
+		if r.Failed > 0 || r.Error != "" || r.Replayed < n {
+			if r.Failed == 0 && r.Error == "" {
+				prog.total = total.Replayed // nothing more matched: a full bar
+				prog.set(total.Replayed)
 			}
+			break
 		}
 	}
 	prog.done()
@@ -325,21 +329,45 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 		fmt.Fprintf(c.stdout, "Replayed %d, skipped %d, failed %d; %d left in %q (vhost %q).\n",
 			total.Replayed, total.Skipped, total.Failed, total.Remaining, queue, vhost)
 	}
-	if total.Failed > 0 {
-		return fmt.Errorf("dlq replay: %d messages failed to replay and stay in %q", total.Failed, queue)
+	if total.Failed > 0 || total.Error != "" {
+		msg := fmt.Sprintf("dlq replay: %d messages failed to replay and stay in %q", total.Failed, queue)
+		if total.Error != "" {
+			msg += ": " + total.Error
+		}
+		return errors.New(msg)
 	}
 	return nil
 }
 
-func (c *cliCtx) unfilteredTotal(vhost, queue string) (int, error) {
-	saved := [2]string{c.reason, c.sourceQ}
-	c.reason, c.sourceQ = "", ""
-	defer func() { c.reason, c.sourceQ = saved[0], saved[1] }()
-	p, err := c.dlMessages(vhost, queue, 0, 1)
-	if err != nil {
-		return 0, err
+// matching estimates how many dead letters match --reason and
+// --source-queue, from the DLQ's counts in /api/dead-letters/{vhost}
+// (for the progress bar only).
+func (c *cliCtx) matching(vhost, queue string, all int) int {
+	if c.reason == "" && c.sourceQ == "" {
+		return all
 	}
-	return p.Total, nil
+	var rows []struct {
+		Name     string         `json:"name"`
+		ByReason map[string]int `json:"by_reason"`
+		BySource map[string]int `json:"by_source"`
+	}
+	if _, err := c.api.getJSON(apiPath("dead-letters", vhost), &rows); err != nil {
+		return all
+	}
+	for _, r := range rows {
+		if r.Name != queue {
+			continue
+		}
+		n := all
+		if c.reason != "" {
+			n = min(n, r.ByReason[c.reason])
+		}
+		if c.sourceQ != "" {
+			n = min(n, r.BySource[c.sourceQ])
+		}
+		return n
+	}
+	return all
 }
 
 // progress draws "[#####-----] 450/1000" redrawn with \r when w is a

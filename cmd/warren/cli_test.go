@@ -59,11 +59,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 		return &cliEnv{t: t, mgmt: mgmt, amqpURL: strings.TrimRight(amqpBase, "/") + "/" + url.PathEscape(vhost), vhost: vhost, rabbit: true}
 	}
 	b := warrentest.Start(t)
-	m, ok := any(b).(interface{ MgmtURL() string })
-	if !ok {
-		t.Skip("warrentest.Broker has no MgmtURL yet: the management API has not landed")
-	}
-	return &cliEnv{t: t, mgmt: m.MgmtURL(), amqpURL: b.URL(), vhost: "/"}
+	return &cliEnv{t: t, mgmt: b.MgmtURL(), amqpURL: b.URL(), vhost: "/"}
 }
 
 // warrenOnly skips tests of Warren's own API extensions under RabbitMQ.
@@ -512,7 +508,7 @@ func TestCLIDLQListAndInspect(t *testing.T) {
 
 	// inspect: grouped by reason and source queue.
 	out = e.mustCLI("dlq", "inspect", "cli.dlq")
-	if !strings.Contains(out, "6 dead letters") {
+	if !strings.Contains(out, `Queue "cli.dlq" in vhost "/": 6 messages.`) {
 		t.Fatalf("dlq inspect summary:\n%s", out)
 	}
 	rows = parseTable(t, out, "REASON")
@@ -552,8 +548,15 @@ func TestCLIDLQListAndInspect(t *testing.T) {
 		t.Fatalf("dlq inspect --limit 2: total %d inspected %d, want 6 and 2", res.Total, res.Inspected)
 	}
 	e.cliJSON(&res, "dlq", "inspect", "cli.dlq", "--reason", "expired")
-	if len(res.Groups) != 1 || res.Groups[0].Reason != "expired" || res.Groups[0].Messages != 2 {
+	if res.Matched != 2 || len(res.Groups) != 1 || res.Groups[0].Reason != "expired" || res.Groups[0].Messages != 2 {
 		t.Fatalf("dlq inspect --reason expired: %+v", res.Groups)
+	}
+	out = e.mustCLI("dlq", "inspect", "cli.dlq", "--reason", "rejected", "--source-queue", "payments")
+	if !strings.Contains(out, "6 messages, 1 matching the filter.") {
+		t.Fatalf("dlq inspect with a filter:\n%s", out)
+	}
+	if rows := parseTable(t, out, "REASON"); len(rows) != 1 || rows[0]["SOURCE QUEUE"] != "payments" {
+		t.Fatalf("dlq inspect with a filter: groups %v", rows)
 	}
 
 	// inspect does not consume.
@@ -600,41 +603,72 @@ func TestCLIDLQReplay(t *testing.T) {
 		t.Fatalf("after the replay the DLQ holds %+v, want the 2 expired and the payments one", res)
 	}
 
-	// --count 1 --keep-history: one message, its history kept.
+	// --count 1 --keep-history, JSON: the payments message, history kept.
 	var r replayReply
-	e.cliJSON(&r, "dlq", "replay", "cli.dlq", "--count", "1", "--reason", "expired", "--keep-history")
+	e.cliJSON(&r, "dlq", "replay", "cli.dlq", "--count", "1", "--source-queue", "payments", "--keep-history")
 	if r.Replayed != 1 || r.Failed != 0 || r.Remaining != 2 {
 		t.Fatalf("dlq replay --count 1: %+v", r)
 	}
-	got = drain(t, ch, "orders")
-	if len(got) != 1 || !strings.HasPrefix(string(got[0].Body), "e") {
-		t.Fatalf("orders got %d messages after replaying one expired message", len(got))
+	got = drain(t, ch, "payments")
+	if len(got) != 1 || string(got[0].Body) != "p1" {
+		t.Fatalf("payments got %d messages after replaying its dead letter, want p1", len(got))
 	}
 	if _, ok := got[0].Headers["x-death"]; !ok {
 		t.Fatalf("--keep-history dropped x-death: %v", got[0].Headers)
 	}
 
-	// The rest, with no filter: payments gets its message back.
-	out = e.mustCLI("dlq", "replay", "cli.dlq")
-	if !strings.Contains(out, "Replayed 2, skipped 0, failed 0; 0 left") {
-		t.Fatalf("dlq replay of the rest:\n%s", out)
-	}
-	if n := depth(t, ch, "payments"); n != 1 {
-		t.Fatalf("payments has %d messages after the replay, want 1", n)
-	}
-	if n := depth(t, ch, "orders"); n != 1 {
-		t.Fatalf("orders has %d messages after the replay, want 1", n)
-	}
-	if n := depth(t, ch, "cli.dlq"); n != 0 {
-		t.Fatalf("cli.dlq has %d messages after replaying all, want 0", n)
+	// Nothing matches: a no-op, not an error.
+	out = e.mustCLI("dlq", "replay", "cli.dlq", "--reason", "rejected")
+	if !strings.Contains(out, "Replayed 0, skipped 2, failed 0; 2 left") {
+		t.Fatalf("dlq replay with nothing matching:\n%s", out)
 	}
 
-	// Nothing left: a no-op, not an error.
-	out = e.mustCLI("dlq", "replay", "cli.dlq")
-	if !strings.Contains(out, "Replayed 0") {
-		t.Fatalf("dlq replay of an empty DLQ:\n%s", out)
+	// A dead letter whose source queue is gone cannot be replayed: it
+	// stays, and the command fails.
+	declare(t, ch, "gone", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "cli.dlq"})
+	publish(t, ch, "gone", body("g1"))
+	d, ok, err := ch.Get("gone", false)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
 	}
-	_, err := e.cli("dlq", "replay", "no.such.queue")
+	d.Reject(false)
+	if _, err := ch.QueueDelete("gone", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() error {
+		if n := depth(t, ch, "cli.dlq"); n != 3 {
+			return fmt.Errorf("cli.dlq has %d messages, want 3", n)
+		}
+		return nil
+	})
+	out, _, err = e.cliErr("dlq", "replay", "cli.dlq", "--source-queue", "gone")
+	wantErr(t, err, "1 messages failed")
+	if !strings.Contains(out, "Replayed 0, skipped 2, failed 1; 3 left") {
+		t.Fatalf("dlq replay of an unroutable dead letter:\n%s", out)
+	}
+
+	// The expired ones. The replay is capped at the DLQ's depth when it
+	// starts: were they to expire again into the DLQ, they would not be
+	// replayed in a loop.
+	out = e.mustCLI("dlq", "replay", "cli.dlq", "--reason", "expired")
+	if !strings.Contains(out, "Replayed 2, skipped 1, failed 0") {
+		t.Fatalf("dlq replay of the expired messages:\n%s", out)
+	}
+	eventually(t, func() error {
+		var bodies []string
+		for _, q := range []string{"orders", "cli.dlq"} {
+			for _, d := range drain(t, ch, q) {
+				bodies = append(bodies, string(d.Body))
+			}
+		}
+		slices.Sort(bodies)
+		if !slices.Equal(bodies, []string{"e1", "e2", "g1"}) {
+			return fmt.Errorf("orders and cli.dlq hold %q, want e1 e2 (replayed) and g1", bodies)
+		}
+		return nil
+	})
+
+	_, err = e.cli("dlq", "replay", "no.such.queue")
 	wantErr(t, err, "404")
 }
 
