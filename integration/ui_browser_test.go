@@ -1,0 +1,353 @@
+package integration
+
+// The web UI's browser test: a headless Chromium drives the management UI
+// of an in-process Warren through a dead-letter round trip (login, the
+// dead-letter page, the message browser's x-death table, replay, the queue
+// list). It needs Debian's chromium package; without it the test skips,
+// except under CI=true where it fails. Set WARREN_SCREENSHOTS=<dir> to
+// write 1280x800 screenshots of the main pages there (docs/screenshots).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/warrentest"
+)
+
+type css = chromedp.CSS
+
+// uiChromium finds the browser, or skips (fails under CI=true).
+func uiChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("the web UI browser test needs Chromium (apt-get install chromium); CI=true, so it may not skip")
+	}
+	t.Skip("Chromium not found (chromium or chromium-browser in PATH): skipping the web UI browser test; apt-get install chromium to run it")
+	return ""
+}
+
+// uiBrowser drives one headless tab.
+type uiBrowser struct {
+	t      *testing.T
+	ctx    context.Context
+	shots  string
+	mu     sync.Mutex
+	errors []string // uncaught exceptions in the page
+}
+
+func newUIBrowser(t *testing.T, chrome string) *uiBrowser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1280, 800))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+	b := &uiBrowser{t: t, ctx: ctx, shots: os.Getenv("WARREN_SCREENSHOTS")}
+	// The first action starts the browser and binds it to ctx, which has no
+	// deadline, so that a step's timeout does not close it.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting %s: %v", chrome, err)
+	}
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.IsException() {
+				b.mu.Lock()
+				b.errors = append(b.errors, fmt.Sprintf("%s:%d %s", m.URL, m.Line+1, m.Text))
+				b.mu.Unlock()
+			}
+		}
+	}()
+	b.do("set the viewport", chromedp.EmulateViewport(1280, 800))
+	return b
+}
+
+// do runs steps with a deadline; on failure it reports what the page shows.
+func (b *uiBrowser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v\npage: %s", what, err, b.pageText())
+	}
+}
+
+func (b *uiBrowser) text(sel string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.TextContent(css(sel)))
+	if err != nil {
+		b.t.Fatalf("reading %s: %v\npage: %s", sel, err, b.pageText())
+	}
+	return strings.TrimSpace(s)
+}
+
+// pageText is the visible text of the page, for failure messages.
+func (b *uiBrowser) pageText() string {
+	ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.hash + "\n" + document.body.innerText`))
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	return s
+}
+
+// shot writes a screenshot when WARREN_SCREENSHOTS is set.
+func (b *uiBrowser) shot(name string) {
+	b.t.Helper()
+	if b.shots == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.MkdirAll(b.shots, 0o755); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *uiBrowser) checkNoExceptions() {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errors {
+		b.t.Errorf("uncaught exception in the page: %s", e)
+	}
+}
+
+// poll waits until the JavaScript expression is truthy.
+func (b *uiBrowser) poll(what, expr string) {
+	b.t.Helper()
+	b.do(what, func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(8*time.Second),
+			chromedp.WithPollingInterval(100*time.Millisecond))(ctx, t)
+		return chromedp.Void{}, err
+	})
+}
+
+func TestUIBrowser(t *testing.T) {
+	chrome := uiChromium(t)
+	w := warrentest.Start(t)
+	base := w.MgmtURL()
+
+	// A work queue that dead-letters into orders.dlq, and one rejected message.
+	conn, err := amqp.Dial(w.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("orders.dlq", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("orders", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"order":1042,"sku":"B-42","qty":2}`
+	uiDeadLetter(t, ch, body)
+	uiWaitMessages(t, ch, "orders.dlq", 1)
+
+	b := newUIBrowser(t, chrome)
+
+	// A wrong password shows the server's reason on the login form.
+	b.do("wrong password",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(css("#login-user")),
+		chromedp.SendKeys(css("#login-user"), "guest"),
+		chromedp.SendKeys(css("#login-pass"), "not-the-password"),
+		chromedp.Click(css("#login-form button[type=submit]")),
+		chromedp.WaitVisible(css("#login-error")))
+	if got := b.text("#login-error"); !strings.Contains(got, "Login failed") {
+		t.Errorf("login error = %q, want it to say Login failed", got)
+	}
+
+	b.do("log in",
+		chromedp.SetValue(css("#login-pass"), "guest"),
+		chromedp.Click(css("#login-form button[type=submit]")),
+		chromedp.WaitVisible(css("#ov-objects .card")),
+		chromedp.WaitVisible(css("#ov-nodes table")))
+	if got := b.text("#whoami"); !strings.HasPrefix(got, "guest") {
+		t.Errorf("whoami = %q", got)
+	}
+	b.shot("overview")
+
+	// The dead-letter page lists orders.dlq: one message, rejected, from orders.
+	row := `#dlqs tr[data-name="orders.dlq"]`
+	b.do("dead-letter page",
+		chromedp.Click(css(`a[data-nav="dead-letters"]`)),
+		chromedp.WaitVisible(css(row)))
+	for col, want := range map[string]string{"messages": "1", "by-reason": "rejected: 1", "by-source": "orders: 1"} {
+		if got := b.text(row + ` td[data-col="` + col + `"]`); got != want {
+			t.Errorf("dead-letter page, orders.dlq %s = %q, want %q", col, got, want)
+		}
+	}
+	b.shot("dead-letters")
+
+	// Its messages, browsed without consuming them, with the x-death table.
+	xd := `#messages article[data-position="0"] table.xdeath tbody tr:first-child`
+	b.do("browse orders.dlq",
+		chromedp.Click(css(row+" a.browse")),
+		chromedp.WaitVisible(css(xd)))
+	for col, want := range map[string]string{"count": "1", "reason": "rejected", "queue": "orders", "routing-keys": "orders"} {
+		if got := b.text(xd + ` td[data-col="` + col + `"]`); got != want {
+			t.Errorf("x-death %s = %q, want %q", col, got, want)
+		}
+	}
+	if got := b.text(`#messages article[data-position="0"] pre.payload`); !strings.Contains(got, `"order": 1042`) {
+		t.Errorf("payload = %q", got)
+	}
+	b.do("scroll to the messages", chromedp.ScrollIntoView(css("#browser")))
+	b.shot("queue")
+
+	// Replay it, confirming in the dialog.
+	b.do("replay",
+		chromedp.Click(css(`a[data-nav="dead-letters"]`)),
+		chromedp.WaitVisible(css(row+" button.replay:enabled")),
+		chromedp.Click(css(row+" button.replay")),
+		chromedp.WaitVisible(css("#dialog-confirm")),
+		chromedp.Click(css("#dialog-confirm")),
+		chromedp.WaitVisible(css("#dl-result .result")))
+	if got := b.text("#dl-result"); !strings.Contains(got, "1 replayed, 0 skipped, 0 failed") {
+		t.Errorf("replay result = %q", got)
+	}
+
+	// The queue list shows the message back in orders.
+	b.do("queue list",
+		chromedp.Click(css(`a[data-nav="queues"]`)),
+		chromedp.WaitVisible(css(`#queues tr[data-name="orders"]`)))
+	b.poll("orders 1 message, orders.dlq 0", `(() => {
+		const n = q => { const td = document.querySelector('#queues tr[data-name="' + q + '"] td[data-col="messages"]'); return td && td.textContent; };
+		return n('orders') === '1' && n('orders.dlq') === '0';
+	})()`)
+	b.shot("queues")
+
+	// And over AMQP: the message is in orders, afresh (no x-death).
+	uiWaitMessages(t, ch, "orders.dlq", 0)
+	got, ok, err := ch.Get("orders", true)
+	if err != nil || !ok {
+		t.Fatalf("get orders after the replay: ok=%v err=%v", ok, err)
+	}
+	if string(got.Body) != body {
+		t.Errorf("replayed body = %q, want %q", got.Body, body)
+	}
+	if _, has := got.Headers["x-death"]; has {
+		t.Errorf("replayed message kept x-death without keep_history: %v", got.Headers)
+	}
+
+	// Move: two new dead letters go to orders through the destination dialog.
+	uiDeadLetter(t, ch, `{"order":1}`, `{"order":2}`)
+	uiWaitMessages(t, ch, "orders.dlq", 2)
+	b.do("move",
+		chromedp.Click(css(`a[data-nav="dead-letters"]`)),
+		chromedp.WaitVisible(css(row+" button.move:enabled")),
+		chromedp.Click(css(row+" button.move")),
+		chromedp.WaitVisible(css("#mv-dest")),
+		chromedp.SendKeys(css("#mv-dest"), "orders"),
+		chromedp.Click(css("#dialog-confirm")),
+		chromedp.WaitVisible(css("#dl-result .result")))
+	if got := b.text("#dl-result"); !strings.Contains(got, "Moving messages from orders.dlq to orders") {
+		t.Errorf("move result = %q", got)
+	}
+	uiWaitMessages(t, ch, "orders", 2)
+	uiWaitMessages(t, ch, "orders.dlq", 0)
+	if _, err := ch.QueuePurge("orders", false); err != nil {
+		t.Fatal(err)
+	}
+
+	// Purge, after the confirmation.
+	uiDeadLetter(t, ch, `{"order":3}`)
+	uiWaitMessages(t, ch, "orders.dlq", 1)
+	b.do("purge",
+		chromedp.Click(css(`a[data-nav="dead-letters"]`)),
+		chromedp.WaitVisible(css(row+` td[data-col="ready"]`)),
+		chromedp.Poll[chromedp.Void](`document.querySelector('`+row+` td[data-col="ready"]').textContent === '1'`,
+			chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)),
+		chromedp.Click(css(row+" button.purge")),
+		chromedp.WaitVisible(css("#dialog-confirm")),
+		chromedp.Click(css("#dialog-confirm")),
+		chromedp.WaitVisible(css("#status")))
+	uiWaitMessages(t, ch, "orders.dlq", 0)
+	b.checkNoExceptions()
+}
+
+// uiDeadLetter publishes bodies to orders, then gets and rejects each one
+// without requeue, so they are dead-lettered into orders.dlq.
+func uiDeadLetter(t *testing.T, ch *amqp.Channel, bodies ...string) {
+	t.Helper()
+	for _, body := range bodies {
+		if err := ch.PublishWithContext(context.Background(), "", "orders", false, false, amqp.Publishing{
+			ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: "ord-1042",
+			Headers: amqp.Table{"tenant": "acme"}, Body: []byte(body),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range bodies {
+		var d amqp.Delivery
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			var ok bool
+			var err error
+			if d, ok, err = ch.Get("orders", false); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("a message never reached orders")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// uiWaitMessages waits until queue holds n messages.
+func uiWaitMessages(t *testing.T, ch *amqp.Channel, queue string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Messages == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %d messages, want %d", queue, q.Messages, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
