@@ -23,7 +23,8 @@ import (
 	"github.com/warrenmq/warren/warrentest"
 )
 
-type css = chromedp.CSS
+// uiSel selects the first element matching a CSS selector.
+type uiSel = chromedp.CSS
 
 // uiChromium finds the browser, or skips (fails under CI=true).
 func uiChromium(t *testing.T) string {
@@ -93,7 +94,7 @@ func (b *uiBrowser) text(sel string) string {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.TextContent(css(sel)))
+	s, err := chromedp.Run(ctx, chromedp.TextContent(uiSel(sel)))
 	if err != nil {
 		b.t.Fatalf("reading %s: %v\npage: %s", sel, err, b.pageText())
 	}
@@ -182,20 +183,20 @@ func TestUIBrowser(t *testing.T) {
 	// A wrong password shows the server's reason on the login form.
 	b.do("wrong password",
 		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(css("#login-user")),
-		chromedp.SendKeys(css("#login-user"), "guest"),
-		chromedp.SendKeys(css("#login-pass"), "not-the-password"),
-		chromedp.Click(css("#login-form button[type=submit]")),
-		chromedp.WaitVisible(css("#login-error")))
+		chromedp.WaitVisible(uiSel("#login-user")),
+		chromedp.SendKeys(uiSel("#login-user"), "guest"),
+		chromedp.SendKeys(uiSel("#login-pass"), "not-the-password"),
+		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		chromedp.WaitVisible(uiSel("#login-error")))
 	if got := b.text("#login-error"); !strings.Contains(got, "Login failed") {
 		t.Errorf("login error = %q, want it to say Login failed", got)
 	}
 
 	b.do("log in",
-		chromedp.SetValue(css("#login-pass"), "guest"),
-		chromedp.Click(css("#login-form button[type=submit]")),
-		chromedp.WaitVisible(css("#ov-objects .card")),
-		chromedp.WaitVisible(css("#ov-nodes table")))
+		chromedp.SetValue(uiSel("#login-pass"), "guest"),
+		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		chromedp.WaitVisible(uiSel("#ov-objects .card")),
+		chromedp.WaitVisible(uiSel("#ov-nodes table")))
 	if got := b.text("#whoami"); !strings.HasPrefix(got, "guest") {
 		t.Errorf("whoami = %q", got)
 	}
@@ -204,8 +205,8 @@ func TestUIBrowser(t *testing.T) {
 	// The dead-letter page lists orders.dlq: one message, rejected, from orders.
 	row := `#dlqs tr[data-name="orders.dlq"]`
 	b.do("dead-letter page",
-		chromedp.Click(css(`a[data-nav="dead-letters"]`)),
-		chromedp.WaitVisible(css(row)))
+		chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)),
+		chromedp.WaitVisible(uiSel(row)))
 	for col, want := range map[string]string{"messages": "1", "by-reason": "rejected: 1", "by-source": "orders: 1"} {
 		if got := b.text(row + ` td[data-col="` + col + `"]`); got != want {
 			t.Errorf("dead-letter page, orders.dlq %s = %q, want %q", col, got, want)
@@ -216,8 +217,8 @@ func TestUIBrowser(t *testing.T) {
 	// Its messages, browsed without consuming them, with the x-death table.
 	xd := `#messages article[data-position="0"] table.xdeath tbody tr:first-child`
 	b.do("browse orders.dlq",
-		chromedp.Click(css(row+" a.browse")),
-		chromedp.WaitVisible(css(xd)))
+		chromedp.Click(uiSel(row+" a.browse")),
+		chromedp.WaitVisible(uiSel(xd)))
 	for col, want := range map[string]string{"count": "1", "reason": "rejected", "queue": "orders", "routing-keys": "orders"} {
 		if got := b.text(xd + ` td[data-col="` + col + `"]`); got != want {
 			t.Errorf("x-death %s = %q, want %q", col, got, want)
@@ -226,25 +227,25 @@ func TestUIBrowser(t *testing.T) {
 	if got := b.text(`#messages article[data-position="0"] pre.payload`); !strings.Contains(got, `"order": 1042`) {
 		t.Errorf("payload = %q", got)
 	}
-	b.do("scroll to the messages", chromedp.ScrollIntoView(css("#browser")))
+	b.do("scroll to the messages", chromedp.ScrollIntoView(uiSel("#browser")))
 	b.shot("queue")
 
 	// Replay it, confirming in the dialog.
 	b.do("replay",
-		chromedp.Click(css(`a[data-nav="dead-letters"]`)),
-		chromedp.WaitVisible(css(row+" button.replay:enabled")),
-		chromedp.Click(css(row+" button.replay")),
-		chromedp.WaitVisible(css("#dialog-confirm")),
-		chromedp.Click(css("#dialog-confirm")),
-		chromedp.WaitVisible(css("#dl-result .result")))
+		chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)),
+		chromedp.WaitVisible(uiSel(row+" button.replay:enabled")),
+		chromedp.Click(uiSel(row+" button.replay")),
+		chromedp.WaitVisible(uiSel("#dialog-confirm")),
+		chromedp.Click(uiSel("#dialog-confirm")),
+		chromedp.WaitVisible(uiSel("#dl-result .result")))
 	if got := b.text("#dl-result"); !strings.Contains(got, "1 replayed, 0 skipped, 0 failed") {
 		t.Errorf("replay result = %q", got)
 	}
 
 	// The queue list shows the message back in orders.
 	b.do("queue list",
-		chromedp.Click(css(`a[data-nav="queues"]`)),
-		chromedp.WaitVisible(css(`#queues tr[data-name="orders"]`)))
+		chromedp.Click(uiSel(`a[data-nav="queues"]`)),
+		chromedp.WaitVisible(uiSel(`#queues tr[data-name="orders"]`)))
 	b.poll("orders 1 message, orders.dlq 0", `(() => {
 		const n = q => { const td = document.querySelector('#queues tr[data-name="' + q + '"] td[data-col="messages"]'); return td && td.textContent; };
 		return n('orders') === '1' && n('orders.dlq') === '0';
@@ -268,13 +269,13 @@ func TestUIBrowser(t *testing.T) {
 	uiDeadLetter(t, ch, `{"order":1}`, `{"order":2}`)
 	uiWaitMessages(t, ch, "orders.dlq", 2)
 	b.do("move",
-		chromedp.Click(css(`a[data-nav="dead-letters"]`)),
-		chromedp.WaitVisible(css(row+" button.move:enabled")),
-		chromedp.Click(css(row+" button.move")),
-		chromedp.WaitVisible(css("#mv-dest")),
-		chromedp.SendKeys(css("#mv-dest"), "orders"),
-		chromedp.Click(css("#dialog-confirm")),
-		chromedp.WaitVisible(css("#dl-result .result")))
+		chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)),
+		chromedp.WaitVisible(uiSel(row+" button.move:enabled")),
+		chromedp.Click(uiSel(row+" button.move")),
+		chromedp.WaitVisible(uiSel("#mv-dest")),
+		chromedp.SendKeys(uiSel("#mv-dest"), "orders"),
+		chromedp.Click(uiSel("#dialog-confirm")),
+		chromedp.WaitVisible(uiSel("#dl-result .result")))
 	if got := b.text("#dl-result"); !strings.Contains(got, "Moving messages from orders.dlq to orders") {
 		t.Errorf("move result = %q", got)
 	}
@@ -288,14 +289,14 @@ func TestUIBrowser(t *testing.T) {
 	uiDeadLetter(t, ch, `{"order":3}`)
 	uiWaitMessages(t, ch, "orders.dlq", 1)
 	b.do("purge",
-		chromedp.Click(css(`a[data-nav="dead-letters"]`)),
-		chromedp.WaitVisible(css(row+` td[data-col="ready"]`)),
+		chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)),
+		chromedp.WaitVisible(uiSel(row+` td[data-col="ready"]`)),
 		chromedp.Poll[chromedp.Void](`document.querySelector('`+row+` td[data-col="ready"]').textContent === '1'`,
 			chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)),
-		chromedp.Click(css(row+" button.purge")),
-		chromedp.WaitVisible(css("#dialog-confirm")),
-		chromedp.Click(css("#dialog-confirm")),
-		chromedp.WaitVisible(css("#status")))
+		chromedp.Click(uiSel(row+" button.purge")),
+		chromedp.WaitVisible(uiSel("#dialog-confirm")),
+		chromedp.Click(uiSel("#dialog-confirm")),
+		chromedp.WaitVisible(uiSel("#status")))
 	uiWaitMessages(t, ch, "orders.dlq", 0)
 	b.checkNoExceptions()
 }

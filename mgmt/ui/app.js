@@ -621,13 +621,15 @@ function messageView(m) {
     h('section', null, h('h3', null, 'Payload' + payloadNote), h('pre', {class: 'payload'}, payloadText(m, props))));
 }
 
-// payloadText pretty-prints JSON payloads; anything else is shown as it is.
+// payloadText pretty-prints JSON payloads and shows control characters
+// as \xNN escapes; base64 payloads are shown as they are.
 function payloadText(m, props) {
   const text = m.payload ?? '';
-  if (m.payload_encoding !== 'base64' && /json/i.test(props.content_type || '')) {
+  if (m.payload_encoding === 'base64') return text;
+  if (/json/i.test(props.content_type || '')) {
     try { return JSON.stringify(JSON.parse(text), null, 2); } catch { /* not JSON after all */ }
   }
-  return text;
+  return text.replace(/[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]/g, c => '\\x' + c.charCodeAt(0).toString(16).padStart(2, '0'));
 }
 
 function xDeathTable(deaths) {
