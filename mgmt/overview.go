@@ -38,6 +38,7 @@ func (s *Server) routes() {
 	s.deadLetterRoutes()
 	s.shovelRoutes()
 
+	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound)
 	})
