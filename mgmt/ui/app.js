@@ -554,16 +554,30 @@ function queuePage(ctx, vhost, name) {
           h('td', null, yes(c.ack_required)), h('td', null, yes(c.exclusive)), h('td', {class: 'num'}, num(c.prefetch_count)))))))] : []));
   });
 
-  // The message browser reloads on demand only, so it does not jump while read.
-  const mb = {offset: 0, limit: 20};
+  // The message browser reloads on demand only, so it does not jump while
+  // read. offset is a queue position: with a filter, the matches skip
+  // positions, so Next starts after the last match and Previous goes back
+  // through the offsets seen.
+  const mb = {offset: 0, limit: 20, reason: '', source: '', back: [], next: null};
   const reason = h('input', {id: 'mb-reason', name: 'reason', list: 'mb-reasons', placeholder: 'any'});
   const source = h('input', {id: 'mb-source', name: 'source', placeholder: 'any'});
   const limit = h('select', {id: 'mb-limit'}, [10, 20, 50, 100].map(n => h('option', {value: n, selected: n === mb.limit}, n)));
   const summary = h('span', {class: 'muted', id: 'mb-summary'});
-  const prev = h('button', {type: 'button', class: 'secondary small', onclick: () => { mb.offset = Math.max(0, mb.offset - mb.limit); loadMessages(); }}, 'Previous');
-  const next = h('button', {type: 'button', class: 'secondary small', onclick: () => { mb.offset += mb.limit; loadMessages(); }}, 'Next');
+  const prev = h('button', {type: 'button', class: 'secondary small', onclick: () => {
+    mb.offset = mb.back.pop() ?? 0;
+    loadMessages();
+  }}, 'Previous');
+  const next = h('button', {type: 'button', class: 'secondary small', onclick: () => {
+    mb.back.push(mb.offset);
+    mb.offset = mb.next;
+    loadMessages();
+  }}, 'Next');
   const list = h('div', {id: 'messages', 'aria-live': 'polite'});
-  const form = h('form', {class: 'toolbar', onsubmit: ev => { ev.preventDefault(); mb.offset = 0; mb.limit = Number(limit.value); loadMessages(); }},
+  const form = h('form', {class: 'toolbar', onsubmit: ev => {
+    ev.preventDefault();
+    Object.assign(mb, {offset: 0, back: [], limit: Number(limit.value), reason: reason.value.trim(), source: source.value.trim()});
+    loadMessages();
+  }},
     h('label', {for: 'mb-reason'}, 'Death reason'), reason,
     h('datalist', {id: 'mb-reasons'}, REASONS.map(r => h('option', {value: r}))),
     h('label', {for: 'mb-source'}, 'Source queue'), source,
@@ -576,18 +590,24 @@ function queuePage(ctx, vhost, name) {
 
   async function loadMessages() {
     const qs = new URLSearchParams({offset: mb.offset, limit: mb.limit});
-    if (reason.value.trim()) qs.set('reason', reason.value.trim());
-    if (source.value.trim()) qs.set('source_queue', source.value.trim());
+    const filtered = Boolean(mb.reason || mb.source);
+    if (mb.reason) qs.set('reason', mb.reason);
+    if (mb.source) qs.set('source_queue', mb.source);
     list.setAttribute('aria-busy', 'true');
     try {
       const data = await api(`/dead-letters/${enc(vhost)}/${enc(name)}/messages?` + qs);
       const msgs = data.messages || [];
       const total = Number(data.total) || 0;
-      summary.textContent = msgs.length
-        ? `Showing ${num(mb.offset + 1)}–${num(mb.offset + msgs.length)} of ${plural(total, 'message')}`
-        : total ? `No messages at offset ${num(mb.offset)} of ${plural(total, 'message')}` : 'No ready messages.';
+      const first = msgs.length ? Number(msgs[0].position) : mb.offset;
+      const last = msgs.length ? Number(msgs[msgs.length - 1].position) : mb.offset - 1;
+      mb.next = last + 1;
+      const of = `${plural(total, 'ready message')} in the queue`;
+      if (!total) summary.textContent = 'No ready messages.';
+      else if (!msgs.length) summary.textContent = `No ${filtered ? 'matching ' : ''}messages from position ${num(mb.offset)} · ${of}`;
+      else if (filtered) summary.textContent = `${plural(msgs.length, 'matching message')} at positions ${num(first)}–${num(last)} · ${of}`;
+      else summary.textContent = `Positions ${num(first)}–${num(last)} · ${of}`;
       prev.disabled = mb.offset === 0;
-      next.disabled = mb.offset + msgs.length >= total;
+      next.disabled = msgs.length < mb.limit || mb.next >= total;
       list.replaceChildren(...msgs.map(messageView));
     } catch (err) {
       if (!ctx.live()) return;
