@@ -127,14 +127,16 @@ var cliCommands = []*cliCommand{
 	{name: "help", args: "[COMMAND]", summary: "show this help, or a command's"},
 }
 
-// isCLICommand reports whether the first argument of warren names a CLI
-// subcommand (or asks for help) rather than starting the broker.
+// isCLICommand reports whether the first argument of warren is for the
+// CLI rather than the broker: a subcommand, a request for help, or any
+// other word (the broker takes only flags, so "warren quues" is an
+// unknown command rather than a broker start).
 func isCLICommand(name string) bool {
 	switch name {
 	case "-h", "-help", "--help":
 		return true
 	}
-	return findCommand(cliCommands, name) != nil
+	return name != "" && !strings.HasPrefix(name, "-")
 }
 
 func findCommand(cmds []*cliCommand, name string) *cliCommand {
@@ -181,6 +183,9 @@ func runCLI(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	cmd := findCommand(cliCommands, args[0])
+	if cmd == nil {
+		return fmt.Errorf("unknown command %q (warren help lists the commands; the broker takes only flags)", args[0])
+	}
 	path := []string{cmd.name}
 	rest := args[1:]
 	if len(cmd.subs) > 0 {
@@ -376,6 +381,17 @@ func (e *apiError) Error() string {
 	return msg + " (" + e.Method + " " + e.Path + ")"
 }
 
+// oneLine joins the non-blank lines of a reason ("Validation failed\n\n...").
+func oneLine(s string) string {
+	var parts []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, ": ")
+}
+
 func isNotFound(err error) bool {
 	var ae *apiError
 	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
@@ -419,7 +435,7 @@ func (a *apiClient) do(method, path string, body any) ([]byte, error) {
 			Reason string `json:"reason"`
 		}
 		if json.Unmarshal(data, &eb) == nil && (eb.Error != "" || eb.Reason != "") {
-			ae.Err, ae.Reason = eb.Error, strings.TrimSpace(eb.Reason)
+			ae.Err, ae.Reason = eb.Error, oneLine(eb.Reason)
 		} else if s := strings.TrimSpace(string(data)); s != "" && len(s) < 200 && !strings.HasPrefix(s, "<") {
 			ae.Reason = s
 		}

@@ -882,8 +882,12 @@ func TestCLIHelp(t *testing.T) {
 			t.Fatalf("warren -h lacks %q:\n%s", want, runOut.String())
 		}
 	}
-	if isCLICommand("--amqp-addr") || !isCLICommand("dlq") || isCLICommand("bogus") {
+	if isCLICommand("--amqp-addr") || isCLICommand("-data-dir") || !isCLICommand("dlq") || !isCLICommand("help") {
 		t.Fatal("isCLICommand: flags must start the broker, subcommands the CLI")
+	}
+	// A word that is no command is an error, not a broker start.
+	if err := run([]string{"quues"}, &runOut); err == nil || !strings.Contains(err.Error(), `unknown command "quues"`) {
+		t.Fatalf("warren quues: %v", err)
 	}
 }
 
