@@ -1,0 +1,274 @@
+package mgmt_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/warrentest"
+)
+
+// The replay's safety net: a dead letter leaves its DLQ only once its
+// republish is routed (and on disk for a persistent message in a durable
+// queue); when the republish fails, it and everything after it stay.
+
+type fixture struct {
+	t   *testing.T
+	w   *warrentest.Broker
+	ch  *amqp.Channel
+	api string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	w := warrentest.Start(t)
+	conn, err := amqp.Dial(w.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, w: w, ch: ch, api: w.MgmtURL()}
+}
+
+// call makes an API request as guest and decodes a JSON reply into out.
+func (f *fixture) call(method, path string, body, out any) int {
+	f.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, f.api+path, rd)
+	req.SetBasicAuth("guest", "guest")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			f.t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+	return resp.StatusCode
+}
+
+// topology: exchange orders-x routes "new" to queue orders, which
+// dead-letters to orders.dlq through the default exchange.
+func (f *fixture) topology() {
+	f.t.Helper()
+	must(f.t, f.ch.ExchangeDeclare("orders-x", "direct", true, false, false, false, nil))
+	_, err := f.ch.QueueDeclare("orders", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"})
+	must(f.t, err)
+	_, err = f.ch.QueueDeclare("orders.dlq", true, false, false, false, nil)
+	must(f.t, err)
+	must(f.t, f.ch.QueueBind("orders", "new", "orders-x", false, nil))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deadLetter publishes bodies to orders-x and rejects them from orders.
+func (f *fixture) deadLetter(bodies ...string) {
+	f.t.Helper()
+	ctx := context.Background()
+	for _, b := range bodies {
+		must(f.t, f.ch.PublishWithContext(ctx, "orders-x", "new", false, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(b)}))
+	}
+	for range bodies {
+		d := f.get("orders")
+		must(f.t, d.Reject(false))
+	}
+	f.waitCount("orders.dlq", len(bodies))
+}
+
+func (f *fixture) get(q string) amqp.Delivery {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, ok, err := f.ch.Get(q, false)
+		must(f.t, err)
+		if ok {
+			return d
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("no message in %s", q)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (f *fixture) count(q string) int {
+	f.t.Helper()
+	qi, err := f.ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	must(f.t, err)
+	return qi.Messages
+}
+
+func (f *fixture) waitCount(q string, n int) {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.count(q) != n {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s has %d messages, want %d", q, f.count(q), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type replayReply struct {
+	Replayed, Skipped, Failed, Remaining int
+	Error                                string
+}
+
+type browseReply struct {
+	Total    int
+	Messages []struct {
+		Payload     string
+		Redelivered bool
+		XDeath      []map[string]any `json:"x_death"`
+	}
+}
+
+func (f *fixture) browse(q string) browseReply {
+	f.t.Helper()
+	var b browseReply
+	if st := f.call("GET", "/api/dead-letters/%2F/"+q+"/messages", nil, &b); st != 200 {
+		f.t.Fatalf("browse %s: status %d", q, st)
+	}
+	return b
+}
+
+func payloads(b browseReply) []string {
+	var out []string
+	for _, m := range b.Messages {
+		out = append(out, m.Payload)
+	}
+	return out
+}
+
+func TestReplayFailsWithoutLosingMessages(t *testing.T) {
+	f := newFixture(t)
+	f.topology()
+	f.deadLetter("a", "b", "c")
+
+	// The exchange the messages first died from is gone: nothing can be
+	// replayed, and the DLQ keeps all three, in order, untouched.
+	must(t, f.ch.ExchangeDelete("orders-x", false, false))
+	var r replayReply
+	if st := f.call("POST", "/api/dead-letters/%2F/orders.dlq/replay", map[string]any{}, &r); st != 200 {
+		t.Fatalf("replay status %d", st)
+	}
+	if r.Replayed != 0 || r.Failed != 1 || r.Error == "" {
+		t.Fatalf("replay without the exchange = %+v, want 0 replayed, 1 failed and an error", r)
+	}
+	b := f.browse("orders.dlq")
+	if fmt.Sprint(payloads(b)) != "[a b c]" || b.Messages[0].Redelivered {
+		t.Fatalf("DLQ after the failed replay: %v (redelivered %v), want [a b c] not redelivered", payloads(b), b.Messages[0].Redelivered)
+	}
+
+	// The exchange is back but no longer routes "new": unroutable, kept.
+	must(t, f.ch.ExchangeDeclare("orders-x", "direct", true, false, false, false, nil))
+	r = replayReply{}
+	f.call("POST", "/api/dead-letters/%2F/orders.dlq/replay", map[string]any{}, &r)
+	if r.Replayed != 0 || r.Failed != 1 {
+		t.Fatalf("unroutable replay = %+v, want 0 replayed, 1 failed", r)
+	}
+	if n := f.count("orders.dlq"); n != 3 {
+		t.Fatalf("DLQ has %d after an unroutable replay, want 3", n)
+	}
+
+	// Routable again: a count of 2 replays the first two, in order.
+	must(t, f.ch.QueueBind("orders", "new", "orders-x", false, nil))
+	r = replayReply{}
+	f.call("POST", "/api/dead-letters/%2F/orders.dlq/replay", map[string]any{"count": 2}, &r)
+	if r.Replayed != 2 || r.Failed != 0 || r.Remaining != 1 {
+		t.Fatalf("replay count 2 = %+v, want 2 replayed, 1 remaining", r)
+	}
+	for _, want := range []string{"a", "b"} {
+		d := f.get("orders")
+		if string(d.Body) != want {
+			t.Fatalf("orders gave %q, want %q", d.Body, want)
+		}
+		if _, has := d.Headers["x-death"]; has {
+			t.Fatalf("replayed message kept x-death without keep_history: %v", d.Headers)
+		}
+		must(t, d.Ack(false))
+	}
+	if b := f.browse("orders.dlq"); fmt.Sprint(payloads(b)) != "[c]" {
+		t.Fatalf("DLQ after replaying 2: %v, want [c]", payloads(b))
+	}
+}
+
+func TestReplayFilterLeavesOthersInPlace(t *testing.T) {
+	f := newFixture(t)
+	f.topology()
+	f.deadLetter("r1")
+	// An expired one between two rejected ones.
+	_, err := f.ch.QueueDeclare("orders.ttl", true, false, false, false, amqp.Table{
+		"x-message-ttl": int32(1), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"})
+	must(t, err)
+	must(t, f.ch.PublishWithContext(context.Background(), "", "orders.ttl", false, false, amqp.Publishing{Body: []byte("e1")}))
+	f.waitCount("orders.dlq", 2)
+	f.deadLetter2("r2")
+
+	var r replayReply
+	f.call("POST", "/api/dead-letters/%2F/orders.dlq/replay", map[string]any{"reason": "expired", "keep_history": true}, &r)
+	if r.Replayed != 1 || r.Skipped != 2 || r.Failed != 0 {
+		t.Fatalf("replay reason=expired = %+v, want 1 replayed, 2 skipped", r)
+	}
+	// e1 went back to orders.ttl (its first death), with its history.
+	d := f.get("orders.ttl")
+	if string(d.Body) != "e1" {
+		t.Fatalf("orders.ttl gave %q", d.Body)
+	}
+	deaths, _ := d.Headers["x-death"].([]any)
+	if len(deaths) != 1 {
+		t.Fatalf("keep_history: x-death = %v", d.Headers["x-death"])
+	}
+	// The skipped ones stay where they were, not marked redelivered.
+	b := f.browse("orders.dlq")
+	if fmt.Sprint(payloads(b)) != "[r1 r2]" {
+		t.Fatalf("DLQ after the filtered replay: %v, want [r1 r2]", payloads(b))
+	}
+	for _, m := range b.Messages {
+		if m.Redelivered {
+			t.Fatalf("a skipped message came back redelivered: %+v", m)
+		}
+	}
+	// Bad filter: 400, nothing moves.
+	var e map[string]string
+	if st := f.call("POST", "/api/dead-letters/%2F/orders.dlq/replay", map[string]any{"reason": "bogus"}, &e); st != 400 || e["error"] != "bad_request" {
+		t.Fatalf("bad reason: %d %v", st, e)
+	}
+	if n := f.count("orders.dlq"); n != 2 {
+		t.Fatalf("DLQ has %d after a refused replay, want 2", n)
+	}
+}
+
+// deadLetter2 is deadLetter after other dead letters are in the DLQ.
+func (f *fixture) deadLetter2(body string) {
+	f.t.Helper()
+	before := f.count("orders.dlq")
+	must(f.t, f.ch.PublishWithContext(context.Background(), "orders-x", "new", false, false, amqp.Publishing{Body: []byte(body)}))
+	must(f.t, f.get("orders").Reject(false))
+	f.waitCount("orders.dlq", before+1)
+}
