@@ -400,6 +400,41 @@ func eventually(cond func() bool) bool {
 // and strings compare as the API shows them.
 func jsonEqual(a, b any) bool { return reflect.DeepEqual(jsonNorm(a), jsonNorm(b)) }
 
+// jsonEqualLoose is jsonEqual, except that an empty array equals an empty
+// object (RabbitMQ encodes an empty proplist as []).
+func jsonEqualLoose(a, b any) bool {
+	a, b = jsonNorm(a), jsonNorm(b)
+	if isEmptyContainer(a) && isEmptyContainer(b) {
+		return true
+	}
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !jsonEqualLoose(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !jsonEqualLoose(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(a, b)
+}
+
 func jsonNorm(v any) any {
 	js, err := json.Marshal(v)
 	if err != nil {
@@ -508,6 +543,9 @@ func shapeDiffInto(out *[]string, path string, want, got any, ignore func(string
 			return
 		}
 		common := commonShape(w)
+		if common == nil {
+			return // scalars of mixed kinds: values, not shapes
+		}
 		seen := map[string]bool{}
 		for _, ge := range g {
 			var sub []string
@@ -527,15 +565,23 @@ func shapeDiffInto(out *[]string, path string, want, got any, ignore func(string
 }
 
 // commonShape returns a value with the keys common to all elements (for
-// objects, recursively); for non-object elements, the first.
+// objects, recursively; an empty array counts as an empty object); for
+// scalars of one kind, the first; nil for a mix.
 func commonShape(elems []any) any {
 	var objs []map[string]any
 	for _, e := range elems {
 		if m, ok := e.(map[string]any); ok {
 			objs = append(objs, m)
+		} else if isEmptyContainer(e) {
+			objs = append(objs, map[string]any{})
 		}
 	}
 	if len(objs) == 0 || len(objs) != len(elems) {
+		for _, e := range elems[1:] {
+			if kindOf(e) != kindOf(elems[0]) {
+				return nil
+			}
+		}
 		return elems[0]
 	}
 	out := map[string]any{}
@@ -561,6 +607,9 @@ func commonShape(elems []any) any {
 			if x == nil {
 				continue
 			}
+			if isEmptyContainer(x) {
+				x = map[string]any{}
+			}
 			if rep == nil {
 				rep = x
 			}
@@ -571,6 +620,24 @@ func commonShape(elems []any) any {
 		}
 		if allObj && len(sub) > 1 {
 			rep = commonShape(sub)
+		} else if len(sub) > 1 {
+			// Arrays (e.g. each message's x-death): one element shape
+			// common to the elements of all of them.
+			var elems []any
+			allArr := true
+			for _, x := range sub {
+				a, ok := x.([]any)
+				if !ok {
+					allArr = false
+					break
+				}
+				elems = append(elems, a...)
+			}
+			if allArr && len(elems) > 0 {
+				if c := commonShape(elems); c != nil {
+					rep = []any{c}
+				}
+			}
 		}
 		out[k] = rep
 	}
@@ -619,12 +686,18 @@ func orRoot(p string) string {
 	return p
 }
 
-// ignorePaths builds an ignore function from path patterns: an exact path,
-// or a prefix ending in ".*" style ("garbage_collection" covers all below),
-// or a last-segment match written "*.name".
+// ignorePaths builds an ignore function from path patterns: an exact path
+// (which covers everything below it), "*.name" for a last segment
+// anywhere, or "a.b.*" for the children of a.b (but not a.b itself).
 func ignorePaths(patterns ...string) func(string) bool {
 	return func(p string) bool {
 		for _, pat := range patterns {
+			if strings.HasSuffix(pat, ".*") {
+				if strings.HasPrefix(p, strings.TrimSuffix(pat, "*")) || strings.HasPrefix(p, "[]."+strings.TrimSuffix(pat, "*")) {
+					return true
+				}
+				continue
+			}
 			if strings.HasPrefix(pat, "*.") {
 				seg := p
 				if i := strings.LastIndexAny(p, ".]"); i >= 0 {

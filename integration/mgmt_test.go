@@ -83,6 +83,7 @@ func rhStatus(err error) int {
 }
 
 func TestMgmtOverviewWhoamiNodes(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		tg.declareQueue(vh, "q1", nil)
@@ -158,6 +159,7 @@ func TestMgmtOverviewWhoamiNodes(t *testing.T) {
 }
 
 func TestMgmtConnectionsChannelsConsumers(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		tg.declareQueue(vh, "cq", nil)
@@ -278,6 +280,7 @@ func TestMgmtConnectionsChannelsConsumers(t *testing.T) {
 }
 
 func TestMgmtExchanges(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		if _, err := tg.rh.DeclareExchange(vh, "ex-topic", rabbithole.ExchangeSettings{Type: "topic", Durable: true, Arguments: map[string]any{"alternate-exchange": "ae"}}); err != nil {
@@ -369,6 +372,7 @@ func TestMgmtExchanges(t *testing.T) {
 }
 
 func TestMgmtQueues(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		for _, q := range []string{"q-c", "q-a", "q-b"} {
@@ -512,6 +516,7 @@ func TestMgmtQueues(t *testing.T) {
 }
 
 func TestMgmtQueueGet(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		tg.declareQueue(vh, "dlq", nil)
@@ -578,6 +583,7 @@ func TestMgmtQueueGet(t *testing.T) {
 }
 
 func TestMgmtBindings(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		tg.declareQueue(vh, "bq", nil)
@@ -695,12 +701,17 @@ func TestMgmtBindings(t *testing.T) {
 }
 
 func TestMgmtVhosts(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := mgmtName("vh")
 		if _, err := tg.rh.PutVhost(vh, rabbithole.VhostSettings{Description: "made by a test", Tags: rabbithole.VhostTags{"a", "b"}}); err != nil {
 			t.Fatalf("PUT vhost: %v", err)
 		}
 		t.Cleanup(func() { tg.do("DELETE", "/api/vhosts/"+esc(vh), nil) })
+		// RabbitMQ gives the user who creates a vhost full permissions on it.
+		if p, _ := tg.getJSON("/api/vhosts/" + esc(vh) + "/permissions").([]any); len(findBy(p, "user", tg.user)) != 1 {
+			t.Errorf("permissions of a new vhost = %s, want full permissions for its creator %s", jsonString(p), tg.user)
+		}
 		v, err := tg.rh.GetVhost(vh)
 		if err != nil {
 			t.Fatal(err)
@@ -749,6 +760,7 @@ func TestMgmtVhosts(t *testing.T) {
 }
 
 func TestMgmtUsers(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		u1, u2 := mgmtName("u1"), mgmtName("u2")
@@ -824,6 +836,7 @@ func TestMgmtUsers(t *testing.T) {
 }
 
 func TestMgmtPermissions(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		u := tg.newUser(t, "perm", "management")
@@ -889,6 +902,7 @@ func TestMgmtPermissions(t *testing.T) {
 }
 
 func TestMgmtPolicies(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		def := rabbithole.PolicyDefinition{"dead-letter-exchange": "pol-dlx", "max-length": 10}
@@ -947,6 +961,7 @@ func TestMgmtPolicies(t *testing.T) {
 }
 
 func TestMgmtDefinitions(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		tg.declareQueue(vh, "dq", map[string]any{"durable": true, "arguments": map[string]any{"x-max-length": 3}})
@@ -1005,14 +1020,24 @@ func TestMgmtDefinitions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("AMQP login as imported user to imported vhost: %v", err)
 		}
+		ich, err := c.Channel()
+		if err == nil {
+			_, err = ich.QueueDeclarePassive("iq", true, false, false, false, nil)
+		}
 		c.Close()
-		if n := tg.amqpCount(t, vh3, "iq"); n != 0 {
-			t.Errorf("imported queue iq: %d", n)
+		if err != nil {
+			t.Errorf("imported queue iq, passive declare as %s: %v", u3, err)
+		}
+		// RabbitMQ gives the importing user full permissions on a vhost
+		// the import creates (as for PUT /api/vhosts).
+		if p, _ := tg.getJSON("/api/vhosts/" + esc(vh3) + "/permissions").([]any); len(findBy(p, "user", tg.user)) != 1 || len(findBy(p, "user", u3)) != 1 {
+			t.Errorf("permissions of imported vhost = %s; want %s (imported) and %s (the importing user)", jsonString(p), u3, tg.user)
 		}
 	})
 }
 
 func TestMgmtHealthChecks(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		if s, err := tg.rh.HealthCheckAlarms(); err != nil || s.Status != "ok" {
@@ -1035,6 +1060,7 @@ func TestMgmtHealthChecks(t *testing.T) {
 }
 
 func TestMgmtShovelMove(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		if tg.isRabbit() && tg.do("GET", "/api/shovels", nil).status == 404 {
 			t.Skip("the reference RabbitMQ has no rabbitmq_shovel_management plugin (CI enables management and prometheus only)")
@@ -1066,6 +1092,7 @@ func TestMgmtShovelMove(t *testing.T) {
 }
 
 func TestMgmtTagRules(t *testing.T) {
+	t.Parallel()
 	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
 		vh := tg.freshVhost(t)
 		tg.declareQueue(vh, "secret-q", nil)
@@ -1137,6 +1164,7 @@ func TestMgmtTagRules(t *testing.T) {
 // TestMgmtDeadLetters covers Warren's /api/dead-letters extension (Warren
 // only: RabbitMQ has no such endpoints).
 func TestMgmtDeadLetters(t *testing.T) {
+	t.Parallel()
 	tg := newMgmtWarren(t)
 	vh := tg.freshVhost(t)
 	dlxArgs := map[string]any{"durable": false, "arguments": map[string]any{"x-dead-letter-exchange": "dlx"}}
@@ -1271,8 +1299,10 @@ func TestMgmtDeadLetters(t *testing.T) {
 	if res["replayed"] != 2.0 || res["remaining"] != 0.0 {
 		t.Errorf("replay all = %s; want replayed 2 remaining 0", jsonString(res))
 	}
+	// Dead-lettering removed e1's expiration (RabbitMQ keeps it as
+	// x-death original-expiration); replayed, it must not expire again.
 	if got := getBodies(t, tg.channel(t, vh), "orders"); strings.Join(got, ",") != "r2,e1" {
-		t.Errorf("orders after replaying all = %q, want r2,e1", got)
+		t.Errorf("orders after replaying all = %q, want r2,e1 (orders.dlq now holds %d)", got, tg.amqpCount(t, vh, "orders.dlq"))
 	}
 	if r := tg.do("POST", "/api/dead-letters/"+esc(vh)+"/nope/replay", map[string]any{}); r.status != 404 {
 		t.Errorf("replay unknown queue: %s, want 404", r)
