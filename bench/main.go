@@ -337,7 +337,7 @@ func (r *runner) startWarren() (*warrenProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(r.bin, "warren"), "--amqp-addr", r.o.warrenAddr, "--data-dir", dir, "--log-level", "warn")
+	cmd := exec.Command(filepath.Join(r.bin, "warren"), "--amqp-addr", r.o.warrenAddr, "--http-addr", "127.0.0.1:0", "--data-dir", dir, "--log-level", "warn")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -107,7 +107,7 @@ func freePort(t testing.TB) string {
 func (p *proc) Start() {
 	p.t.Helper()
 	p.Addr = freePort(p.t)
-	args := append([]string{"--amqp-addr", p.Addr, "--data-dir", p.DataDir,
+	args := append([]string{"--amqp-addr", p.Addr, "--http-addr", "127.0.0.1:0", "--data-dir", p.DataDir,
 		"--log-level", "warn", "--disk-free-limit", "-1", "--memory-high-watermark", "-1"}, p.args...)
 	p.cmd = exec.Command(p.bin, args...)
 	p.out = &lockedBuffer{}

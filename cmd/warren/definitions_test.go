@@ -53,7 +53,7 @@ func TestBinaryDefinitionsFlag(t *testing.T) {
 	bin := warrenBinary(t)
 	addr := freePort(t)
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "--amqp-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data"),
+	cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--definitions", writeFile(t, testDefinitions))
 	cmd.Env = cleanEnv()
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -88,7 +88,7 @@ func TestBinaryDefinitionsFlag(t *testing.T) {
 		t.Fatalf("exit: %v\n%s", err, out.String())
 	}
 
-	bad := exec.Command(bin, "--amqp-addr", freePort(t), "--data-dir", filepath.Join(t.TempDir(), "data"),
+	bad := exec.Command(bin, "--amqp-addr", freePort(t), "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--definitions", writeFile(t, `{"queues":[{"name":"q","vhost":"nope"}]}`))
 	bad.Env = cleanEnv()
 	msg, err := bad.CombinedOutput()

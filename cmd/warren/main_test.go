@@ -187,7 +187,7 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 	bin := warrenBinary(t)
 	addr := freePort(t)
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "--amqp-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data"), "--heartbeat", "10s")
+	cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"), "--heartbeat", "10s")
 	cmd.Env = cleanEnv()
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -284,7 +284,7 @@ func TestBinaryMemoryWatermarkFlag(t *testing.T) {
 	bin := warrenBinary(t)
 	addr := freePort(t)
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "--amqp-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data"), "--memory-high-watermark", "1")
+	cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"), "--memory-high-watermark", "1")
 	cmd.Env = cleanEnv()
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
