@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sort"
 	"strconv"
@@ -336,11 +337,21 @@ func (c *call) bindingEnds(kind string) (*broker.VHost, string, string, error) {
 		return nil, "", "", err
 	}
 	src, dst := exchangeName(c.pv("source")), c.pv("dest")
-	if v.Exchange(src) == nil {
-		return nil, "", "", errNotFound
+	notFound := func(what, name string) error {
+		if c.r.Method == http.MethodPost {
+			// As RabbitMQ: creating a binding names the missing end.
+			return &apiError{http.StatusNotFound, "not_found", fmt.Sprintf("no %s '%s' in vhost '%s'", what, name, v.Name)}
+		}
+		return errNotFound
 	}
-	if kind == "q" && v.Queue(dst) == nil || kind == "e" && v.Exchange(exchangeName(dst)) == nil {
-		return nil, "", "", errNotFound
+	if v.Exchange(src) == nil {
+		return nil, "", "", notFound("exchange", displayExchange(src))
+	}
+	if kind == "q" && v.Queue(dst) == nil {
+		return nil, "", "", notFound("queue", dst)
+	}
+	if kind == "e" && v.Exchange(exchangeName(dst)) == nil {
+		return nil, "", "", notFound("exchange", dst)
 	}
 	if kind == "e" {
 		dst = exchangeName(dst)

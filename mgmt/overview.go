@@ -103,6 +103,11 @@ func (c *call) overview() error {
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": details(s.rates.rate("overview", "messages_unacknowledged")),
 	}
 	msgStats := s.statsWithRates("overview", ms, overviewStatFields...)
+	if !c.monitor() {
+		// A user who may not see everything sees the message counts of
+		// the queues in its vhosts only, as RabbitMQ.
+		msgStats = c.visibleQueueStats()
+	}
 	// Warren's own: messages dead-lettered by every queue.
 	msgStats["dead_lettered"] = dead
 	msgStats["dead_lettered_details"] = details(s.rates.rate("overview", "dead_lettered"))
@@ -132,6 +137,29 @@ func (c *call) overview() error {
 		"listeners": listeners,
 		"contexts":  []any{map[string]any{"node": s.node, "description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
 	})
+}
+
+// visibleQueueStats sums the message counters and rates of the queues in
+// the vhosts the user may see.
+func (c *call) visibleQueueStats() map[string]any {
+	fields := []string{"publish", "deliver_get", "ack", "redeliver"}
+	sum := counters{}
+	rates := map[string]float64{}
+	for _, v := range c.mustVisible() {
+		for _, q := range v.Queues() {
+			qc := queueCounters(q.Stats())
+			key := queueKey(v.Name, q.Name)
+			for _, f := range fields {
+				sum[f] += qc[f]
+				rates[f] += c.s.rates.rate(key, f)
+			}
+		}
+	}
+	m := map[string]any{}
+	for _, f := range fields {
+		m[f], m[f+"_details"] = sum[f], details(rates[f])
+	}
+	return m
 }
 
 // mustVisible is visibleVHosts for endpoints without a {vhost}.

@@ -207,6 +207,10 @@ type getBody struct {
 // has a dead-letter exchange).
 func (c *call) queueGetMessages() error {
 	v, q, err := c.queue()
+	if err == errNotFound && v == nil && c.s.b.VHost(c.pv("vhost")) != nil {
+		// RabbitMQ answers a get from a missing queue with the AMQP error.
+		return &apiError{http.StatusNotFound, "not_found", fmt.Sprintf("NOT_FOUND - no queue '%s' in vhost '%s'", c.pv("name"), c.pv("vhost"))}
+	}
 	if err != nil {
 		return err
 	}
