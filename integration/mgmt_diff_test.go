@@ -60,6 +60,7 @@ var mgmtErlangOnly = []string{
 	"*.owner_pid_details",             // Erlang pid of an exclusive owner
 	"*.reductions_details.rate",       // covered above
 	"*.head_message_timestamp",        // optional, null unless timestamps
+	"*.cluster_links",                 // Erlang distribution links between nodes
 }
 
 // mgmtGaps are keys RabbitMQ returns that matter but Warren does not
