@@ -225,9 +225,11 @@ func TestMgmtConnectionsChannelsConsumers(t *testing.T) {
 		if !slices.Equal(nums, []int{1, 2}) {
 			t.Errorf("channel numbers %v, want [1 2]", nums)
 		}
-		all, err := tg.rh.ListChannels()
-		if err != nil || !slices.ContainsFunc(all, func(c rabbithole.ChannelInfo) bool { return c.Name == chName }) {
-			t.Errorf("channels list: %q not in %d channels (%v)", chName, len(all), err)
+		// All channels, raw: on a busy RabbitMQ the list can hold a closing
+		// channel with "connection_details":[], which rabbit-hole's
+		// ListChannels cannot decode.
+		if all := tg.getJSON("/api/channels"); len(findBy(all, "name", chName)) != 1 {
+			t.Errorf("channels list: %q not listed", chName)
 		}
 		var chi *rabbithole.ChannelInfo
 		if !eventually(func() bool {
