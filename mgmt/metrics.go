@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"weak"
 
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/server"
@@ -96,32 +95,8 @@ var deadReasons = []string{broker.ReasonRejected, broker.ReasonExpired, broker.R
 // total of queues deleted since.
 type metricsState struct {
 	mu   sync.Mutex
-	seen map[weak.Pointer[broker.Queue]]map[dlKey]uint64
+	seen map[*broker.Queue]map[dlKey]uint64 // the queues of the last scrape
 	gone map[dlKey]uint64
-}
-
-// metricsStates maps a Server (weakly, dropped when it is collected) to
-// its metricsState.
-var (
-	metricsStatesMu sync.Mutex
-	metricsStates   = map[weak.Pointer[Server]]*metricsState{}
-)
-
-func (s *Server) metricsState() *metricsState {
-	k := weak.Make(s)
-	metricsStatesMu.Lock()
-	defer metricsStatesMu.Unlock()
-	st := metricsStates[k]
-	if st == nil {
-		st = &metricsState{seen: map[weak.Pointer[broker.Queue]]map[dlKey]uint64{}, gone: map[dlKey]uint64{}}
-		metricsStates[k] = st
-		runtime.AddCleanup(s, func(k weak.Pointer[Server]) {
-			metricsStatesMu.Lock()
-			delete(metricsStates, k)
-			metricsStatesMu.Unlock()
-		}, k)
-	}
-	return st
 }
 
 // queueRow is one queue's snapshot.
@@ -176,13 +151,16 @@ func contributions(r *queueRow, prev map[dlKey]uint64) map[dlKey]uint64 {
 // deadLetterTotals records this scrape's queues and returns the global
 // dead-letter sums, deleted queues included.
 func (s *Server) deadLetterTotals(rows []queueRow) map[dlKey]uint64 {
-	ms := s.metricsState()
+	ms := &s.mstate
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
-	seen := make(map[weak.Pointer[broker.Queue]]map[dlKey]uint64, len(rows))
+	if ms.gone == nil {
+		ms.gone = map[dlKey]uint64{}
+	}
+	seen := make(map[*broker.Queue]map[dlKey]uint64, len(rows))
 	tot := map[dlKey]uint64{}
 	for i := range rows {
-		k := weak.Make(rows[i].q)
+		k := rows[i].q
 		c := contributions(&rows[i], ms.seen[k])
 		seen[k] = c
 		for dk, n := range c {
@@ -429,6 +407,21 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		for i := range rows {
 			p.u(f.name, f.v(&rows[i].st), "vhost", rows[i].vhost, "queue", rows[i].name)
 		}
+	}
+	// Which queues are dead-letter queues (some queue's dead-letter
+	// exchange routes to them), so alerts need no naming convention.
+	p.family("warren_queue_dead_letter_target", "gauge", "1 if some queue's dead-letter exchange routes to this queue, else 0")
+	targets := map[string]map[string][]string{}
+	for i := range rows {
+		t, ok := targets[rows[i].vhost]
+		if !ok {
+			if v := s.b.VHost(rows[i].vhost); v != nil {
+				t = v.DeadLetterTargets()
+			}
+			targets[rows[i].vhost] = t
+		}
+		_, isTarget := t[rows[i].name]
+		p.u("warren_queue_dead_letter_target", map[bool]uint64{true: 1}[isTarget], "vhost", rows[i].vhost, "queue", rows[i].name)
 	}
 	for _, f := range []struct {
 		name, help string

@@ -372,6 +372,8 @@ func TestMetrics(t *testing.T) {
 
 	// Per queue.
 	sc.want(t, 5, "rabbitmq_queue_messages_ready", q("work")...)
+	sc.want(t, 1, "warren_queue_dead_letter_target", q("work.dlq")...)
+	sc.want(t, 0, "warren_queue_dead_letter_target", q("work")...)
 	sc.want(t, 2, "rabbitmq_queue_messages_unacked", q("work")...)
 	sc.want(t, 7, "rabbitmq_queue_messages", q("work")...)
 	sc.want(t, 1, "rabbitmq_queue_consumers", q("work")...)

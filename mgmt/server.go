@@ -55,6 +55,7 @@ type Server struct {
 	rates   rateTable
 	shovels map[shovelKey]*shovel
 	started time.Time
+	mstate  metricsState // metrics.go
 }
 
 // New returns a management server for cfg.Server; it does not listen
