@@ -533,7 +533,7 @@ func (b *Broker) Definitions() *Definitions {
 				Value: map[string]any{"pattern": p.Pattern, "apply-to": p.ApplyTo, "priority": p.Priority, "definition": p.Definition}})
 		}
 		for _, x := range v.Exchanges() {
-			if x.Name == "" || strings.HasPrefix(x.Name, "amq.") || x.Internal {
+			if x.Name == "" || strings.HasPrefix(x.Name, "amq.") {
 				continue
 			}
 			durable := x.Durable
@@ -556,14 +556,13 @@ func (b *Broker) Definitions() *Definitions {
 			if bi.Source == "" {
 				continue
 			}
-			// RabbitMQ exports bindings whose ends it does not export
-			// (internal exchanges, exclusive queues), which then fail to
-			// import; Warren leaves them out.
-			if x := v.Exchange(bi.Source); x == nil || x.Internal {
+			// RabbitMQ exports bindings to exclusive queues, which it does
+			// not export, so they fail to import; Warren leaves them out.
+			if x := v.Exchange(bi.Source); x == nil {
 				continue
 			}
 			if !bi.DestinationIsQueue {
-				if x := v.Exchange(bi.Destination); x == nil || x.Internal {
+				if x := v.Exchange(bi.Destination); x == nil {
 					continue
 				}
 			} else if q := v.Queue(bi.Destination); q == nil || q.Exclusive {

@@ -24,7 +24,12 @@ type dlMove struct {
 	seg     uint32
 	msg     *Message // the dead-lettered copy
 	targets []*Queue
-	held    []heldDL
+	// tseqs are the positions reserved in targets when the move was
+	// planned, so that a dead letter moved through the store keeps its
+	// place among those delivered at once (R3.11) though it becomes
+	// visible only after the source's sync.
+	tseqs []uint64
+	held  []heldDL
 }
 
 type heldDL struct {
@@ -58,6 +63,10 @@ func (q *Queue) planMove(r *Router, p *pendingDL) *dlMove {
 		if mv == nil {
 			mv = &dlMove{seq: p.src.seq, seg: p.src.seg, msg: p.msg}
 		}
+		t.mu.Lock()
+		t.nextSeq++
+		mv.tseqs = append(mv.tseqs, t.nextSeq)
+		t.mu.Unlock()
 		mv.targets = append(mv.targets, t)
 	}
 	clear(r.queues)
@@ -94,8 +103,8 @@ func (q *Queue) startMoves(moves []*dlMove) {
 func (q *Queue) moveToTargets(moves []*dlMove) {
 	var logs []*store.Log
 	for _, mv := range moves {
-		for _, t := range mv.targets {
-			e, pos, ok := t.holdMovedIn(mv.msg, q.disk.id, mv.seq)
+		for i, t := range mv.targets {
+			e, pos, ok := t.holdMovedIn(mv.msg, q.disk.id, mv.seq, mv.tseqs[i])
 			if !ok {
 				continue
 			}
@@ -144,17 +153,16 @@ func (q *Queue) finishMoves(moves []*dlMove) {
 	}
 }
 
-// holdMovedIn takes a dead letter into t without making it visible: it is
-// appended to t's log as D (step 2). ok is false if t refused it (deleted,
-// or full under reject-publish).
-func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq uint64) (e entry, p store.Pos, ok bool) {
+// holdMovedIn takes a dead letter into t at the reserved position seq
+// without making it visible: it is appended to t's log as D (step 2). ok is
+// false if t refused it (deleted, or full under reject-publish).
+func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq, seq uint64) (e entry, p store.Pos, ok bool) {
 	t.mu.Lock()
 	defer t.unlock()
 	if t.deleted || t.rejectsLocked(m) {
 		return entry{}, p, false
 	}
-	t.nextSeq++
-	e = t.newEntryLocked(t.nextSeq, m)
+	e = t.newEntryLocked(seq, m)
 	if t.disk != nil {
 		var pre [16]byte
 		binary.LittleEndian.PutUint64(pre[:], srcID)
