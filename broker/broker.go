@@ -16,6 +16,7 @@ package broker
 import (
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -119,6 +120,75 @@ func (b *Broker) AddVHost(name string) *VHost {
 	b.vhosts[name] = v
 	b.unlockPersist(putOp(DefKindVHosts, name, DefVHost{Name: name}))
 	return v
+}
+
+// VHostMeta is a vhost's description and tags (RabbitMQ's metadata).
+type VHostMeta struct {
+	Description string
+	Tags        []string
+}
+
+// SetVHostMeta sets a vhost's description and tags; false if there is no
+// such vhost.
+func (b *Broker) SetVHostMeta(name string, m VHostMeta) bool {
+	b.mu.Lock()
+	v := b.vhosts[name]
+	if v == nil {
+		b.mu.Unlock()
+		return false
+	}
+	m.Tags = append([]string{}, m.Tags...)
+	v.meta = m
+	b.unlockPersist(putOp(DefKindVHosts, name, defVHost(name, m)))
+	return true
+}
+
+// Meta returns the vhost's description and tags.
+func (v *VHost) Meta() VHostMeta {
+	v.b.mu.RLock()
+	defer v.b.mu.RUnlock()
+	m := v.meta
+	m.Tags = append([]string{}, m.Tags...)
+	return m
+}
+
+func defVHost(name string, m VHostMeta) DefVHost {
+	tags := m.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	return DefVHost{Name: name, Metadata: map[string]any{"description": m.Description, "tags": tags}}
+}
+
+// metaOf reads a definitions vhost's metadata (or its older top-level
+// description and tags).
+func metaOf(d DefVHost) VHostMeta {
+	var m VHostMeta
+	m.Description, _ = d.Metadata["description"].(string)
+	if m.Description == "" {
+		m.Description = d.Description
+	}
+	tags := d.Metadata["tags"]
+	if tags == nil {
+		tags = d.Tags
+	}
+	switch t := tags.(type) {
+	case []any:
+		for _, x := range t {
+			if s, ok := x.(string); ok {
+				m.Tags = append(m.Tags, s)
+			}
+		}
+	case []string:
+		m.Tags = t
+	case string:
+		for _, s := range strings.Split(t, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				m.Tags = append(m.Tags, s)
+			}
+		}
+	}
+	return m
 }
 
 // DeleteVHost removes a vhost, deleting its queues (consumers are cancelled).

@@ -39,6 +39,8 @@ const HashingSHA256 = "rabbit_password_hashing_sha256"
 type Definitions struct {
 	RabbitVersion    string           `json:"rabbit_version,omitempty"`
 	RabbitMQVersion  string           `json:"rabbitmq_version,omitempty"`
+	ProductName      string           `json:"product_name,omitempty"`
+	ProductVersion   string           `json:"product_version,omitempty"`
 	Users            []DefUser        `json:"users"`
 	VHosts           []DefVHost       `json:"vhosts"`
 	Permissions      []DefPermission  `json:"permissions"`
@@ -91,6 +93,9 @@ type DefVHost struct {
 	Name     string         `json:"name"`
 	Limits   any            `json:"limits,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// Description and Tags are the metadata as older exports have them.
+	Description string `json:"description,omitempty"`
+	Tags        any    `json:"tags,omitempty"`
 }
 
 // DefPermission is a user's permissions on a vhost.
@@ -186,6 +191,9 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 			return fmt.Errorf("definitions: a vhost has no name")
 		}
 		b.AddVHost(v.Name)
+		if m := metaOf(v); m.Description != "" || len(m.Tags) > 0 {
+			b.SetVHostMeta(v.Name, m)
+		}
 	}
 	for _, p := range d.Permissions {
 		if b.VHost(p.VHost) == nil {
@@ -498,7 +506,7 @@ const Version = "4.3.0"
 
 // Definitions returns the broker's definitions.
 func (b *Broker) Definitions() *Definitions {
-	d := &Definitions{RabbitVersion: Version, RabbitMQVersion: Version,
+	d := &Definitions{RabbitVersion: Version, RabbitMQVersion: Version, ProductName: "Warren", ProductVersion: Version,
 		Users: []DefUser{}, VHosts: []DefVHost{}, Permissions: []DefPermission{}, TopicPermissions: []map[string]any{},
 		Parameters: []DefParameter{}, GlobalParameters: []map[string]any{}, Policies: []DefPolicy{},
 		Queues: []DefQueue{}, Exchanges: []DefExchange{}, Bindings: []DefBinding{}}
@@ -522,8 +530,9 @@ func (b *Broker) Definitions() *Definitions {
 		if v == nil {
 			continue
 		}
-		d.VHosts = append(d.VHosts, DefVHost{Name: vh, Limits: map[string]any{},
-			Metadata: map[string]any{"description": "", "tags": []string{}}})
+		dv := defVHost(vh, v.Meta())
+		dv.Limits = map[string]any{}
+		d.VHosts = append(d.VHosts, dv)
 		for _, p := range v.Policies() {
 			d.Policies = append(d.Policies, DefPolicy{VHost: vh, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo,
 				Priority: json.Number(strconv.Itoa(p.Priority)), Definition: p.Definition})

@@ -450,7 +450,10 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 			skip(DefKindVHosts, r.key, err)
 			continue
 		}
-		b.AddVHost(d.Name)
+		v := b.AddVHost(d.Name)
+		b.mu.Lock()
+		v.meta = metaOf(d)
+		b.mu.Unlock()
 	}
 	for _, r := range recs[DefKindUsers] {
 		var d DefUser

@@ -819,18 +819,28 @@ func effectiveQueueArgs(args QueueArgs, raw amqp.Table, user, op *Policy) QueueA
 }
 
 // EffectivePolicyDefinition is the definition of the policies that apply
-// to q, as the management API's effective_policy_definition: the policy's
-// keys, with the operator policy's keys the policy does not set.
+// to q, as the management API's effective_policy_definition: the keys of
+// both; where both set a number, the smaller wins (as RabbitMQ resolves an
+// operator policy's max-length, message-ttl and the like).
 func (v *VHost) EffectivePolicyDefinition(q *Queue) map[string]any {
 	user, op := v.queuePolicies(q)
 	out := map[string]any{}
-	if op != nil {
-		for k, val := range op.Definition {
+	if user != nil {
+		for k, val := range user.Definition {
 			out[k] = val
 		}
 	}
-	if user != nil {
-		for k, val := range user.Definition {
+	if op != nil {
+		for k, val := range op.Definition {
+			cur, both := out[k]
+			if both {
+				a, aok := policyInt(cur)
+				b, bok := policyInt(val)
+				if aok && bok && b < a {
+					out[k] = val
+				}
+				continue
+			}
 			out[k] = val
 		}
 	}

@@ -27,6 +27,7 @@ type VHost struct {
 	pending   []defOp // store changes made under mu (persist.go)
 
 	policies vhostPolicies // policy.go
+	meta     VHostMeta     // guarded by b.mu
 }
 
 // ReplyTarget receives messages published to a direct reply-to address.
@@ -47,6 +48,10 @@ func newVHost(b *Broker, name string) *VHost {
 	} {
 		v.exchanges[x.name] = newExchange(v, x.name, x.kind, true, false, false, nil)
 	}
+	// RabbitMQ's firehose tracer publishes here when tracing is on; Warren
+	// declares it (internal, so clients cannot publish to it) so that
+	// topologies and definitions that name it stay valid.
+	v.exchanges["amq.rabbitmq.trace"] = newExchange(v, "amq.rabbitmq.trace", KindTopic, true, false, true, nil)
 	return v
 }
 

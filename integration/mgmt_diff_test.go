@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,11 +62,49 @@ var mgmtErlangOnly = []string{
 	"*.reductions_details.rate",       // covered above
 	"*.head_message_timestamp",        // optional, null unless timestamps
 	"*.cluster_links",                 // Erlang distribution links between nodes
+	"*.open_files",                    // open files by node name (rabbit@host / warren@host)
 }
 
 // mgmtGaps are keys RabbitMQ returns that matter but Warren does not
 // implement. Each entry is a known gap (keep this short).
-var mgmtGaps = []string{}
+var mgmtGaps = []string{
+	// Per-exchange publish_in/publish_out counters: Warren would pay a
+	// shared atomic per publish for them; it counts per queue and per
+	// channel instead.
+	"*.message_stats.publish_in", "*.message_stats.publish_in_details",
+	"*.message_stats.publish_out", "*.message_stats.publish_out_details",
+	"message_stats.publish_in", "message_stats.publish_in_details",
+	"message_stats.publish_out", "message_stats.publish_out_details",
+	// Message store read/write counters.
+	"message_stats.disk_reads", "message_stats.disk_reads_details",
+	"message_stats.disk_writes", "message_stats.disk_writes_details",
+}
+
+// argsHash matches the argument hash of a binding's properties_key
+// ("k2~h5cpgA"): RabbitMQ's is Erlang's phash2 of the argument term, which
+// Warren does not reproduce (its own hash addresses its own bindings). The
+// comparisons replace both with a marker.
+var argsHash = regexp.MustCompile(`~[A-Za-z0-9_%-]+`)
+
+func normArgsHash(v any) any {
+	switch x := v.(type) {
+	case string:
+		return argsHash.ReplaceAllString(x, "~<args-hash>")
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = normArgsHash(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = normArgsHash(e)
+		}
+		return out
+	}
+	return v
+}
 
 // diffObs is one reply observed on one broker.
 type diffObs struct {
@@ -190,6 +229,7 @@ func mgmtDiff(t *testing.T, scenario func(s *diffScene)) {
 		t.Fatalf("sides recorded %d (warren) and %d (rabbitmq) replies", len(w.obs), len(r.obs))
 	}
 	for i := range r.obs {
+		r.obs[i].body, w.obs[i].body = normArgsHash(r.obs[i].body), normArgsHash(w.obs[i].body)
 		for _, m := range compareObs(r.obs[i], w.obs[i]) {
 			reportMismatch(t, r.obs[i], w.obs[i], m)
 		}
@@ -509,10 +549,12 @@ func TestMgmtDiffExchanges(t *testing.T) {
 			if l := findBy(list, "name", n); len(l) == 1 {
 				x = l[0]
 			}
-			s.shape("exchange "+strconv.Quote(n)+" in list", x, values("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"))
+			s.shape("exchange "+strconv.Quote(n)+" in list", x, values("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"),
+				ignoring("message_stats")) // a gap: see mgmtGaps
 		}
 		for _, n := range []string{"x-direct", "x-topic", "x-headers", "amq.direct", "amq.default"} {
-			s.get("/api/exchanges/"+esc(vh)+"/"+n, values("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments", "incoming.len", "outgoing.len"))
+			s.get("/api/exchanges/"+esc(vh)+"/"+n, values("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments", "incoming.len", "outgoing.len"),
+				ignoring("message_stats")) // a gap: see mgmtGaps
 		}
 		s.get("/api/exchanges/" + esc(vh) + "/nope")
 		s.observe("DELETE /api/exchanges/{vh}/x-fanout", tg.do("DELETE", "/api/exchanges/"+esc(vh)+"/x-fanout", nil), exactly())

@@ -1,6 +1,7 @@
 package mgmt
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 
@@ -23,6 +24,13 @@ func (s *Server) accessRoutes() {
 	s.handle("GET /api/users/{user}/permissions", lvlAdmin, (*call).userPermissions)
 
 	s.handle("GET /api/permissions", lvlAdmin, (*call).permissions)
+	// Topic permissions are not implemented: the lists are empty.
+	for _, p := range []string{"/api/topic-permissions", "/api/users/{user}/topic-permissions", "/api/vhosts/{vhost}/topic-permissions"} {
+		s.handle("GET "+p, lvlAdmin, func(c *call) error { return c.ok([]any{}) })
+	}
+	s.handle("GET /api/global-parameters", lvlAdmin, func(c *call) error {
+		return c.ok([]any{map[string]any{"name": "cluster_name", "value": c.s.node}})
+	})
 	s.handle("GET /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionGet)
 	s.handle("PUT /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionPut)
 	s.handle("DELETE /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionDelete)
@@ -35,12 +43,16 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 		ready += st.Ready
 		unacked += st.Unacked
 	}
-	desc := ""
-	if v.Name == "/" {
+	meta := v.Meta()
+	desc, tags := meta.Description, meta.Tags
+	if desc == "" && v.Name == "/" {
 		desc = "Default virtual host"
 	}
-	return map[string]any{"name": v.Name, "description": desc, "tags": []string{}, "default_queue_type": "undefined",
-		"metadata": map[string]any{"description": desc, "tags": []string{}}, "tracing": false,
+	if tags == nil {
+		tags = []string{}
+	}
+	return map[string]any{"name": v.Name, "description": desc, "tags": tags, "default_queue_type": "undefined",
+		"metadata": map[string]any{"description": desc, "tags": tags}, "tracing": false,
 		"cluster_state": map[string]any{c.s.node: "running"},
 		"messages":      ready + unacked, "messages_details": details(0),
 		"messages_ready": ready, "messages_ready_details": details(0),
@@ -49,7 +61,7 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 
 func (c *call) vhosts() error {
 	list := []map[string]any{}
-	for _, v := range c.mustVisible() {
+	for _, v := range c.seenVHosts() {
 		list = append(list, c.vhostJSON(v))
 	}
 	return c.list(list)
@@ -65,12 +77,31 @@ func (c *call) vhostGet() error {
 
 func (c *call) vhostPut() error {
 	name := c.pv("vhost")
-	var body map[string]any
+	var body struct {
+		Description *string `json:"description"`
+		Tags        any     `json:"tags"`
+	}
 	if err := c.decode(&body); err != nil {
 		return err
 	}
 	existed := c.s.b.VHost(name) != nil
-	c.s.b.AddVHost(name)
+	v := c.s.b.AddVHost(name)
+	// As RabbitMQ, a PUT sets the metadata it carries, and resets what it
+	// leaves out.
+	var m broker.VHostMeta
+	if body.Description != nil {
+		m.Description = *body.Description
+	}
+	if body.Tags != nil {
+		tags, ok := parseTags(body.Tags)
+		if !ok {
+			return badRequest("tags must be a string or a list of strings")
+		}
+		m.Tags = tags
+	}
+	if cur := v.Meta(); cur.Description != m.Description || fmt.Sprint(cur.Tags) != fmt.Sprint(m.Tags) {
+		c.s.b.SetVHostMeta(name, m)
+	}
 	if !existed {
 		// As RabbitMQ: the creating user gets full permissions.
 		_ = c.s.b.SetPermissions(name, c.user.Name, broker.Permission{Configure: ".*", Write: ".*", Read: ".*"})
@@ -203,6 +234,11 @@ func (c *call) userPut() error {
 	tags, ok := parseTags(b.Tags)
 	if !ok {
 		return badRequest("tags must be a string or a list of strings")
+	}
+	if b.PasswordHash != nil {
+		if _, err := base64.StdEncoding.DecodeString(*b.PasswordHash); err != nil {
+			return badRequestList("not_base64", *b.PasswordHash)
+		}
 	}
 	existed := c.s.b.User(name) != nil
 	switch {

@@ -64,14 +64,14 @@ func (s *Server) handle(pattern string, lvl level, h handler) {
 func (c *call) authenticate(lvl level) error {
 	name, pass, ok := c.r.BasicAuth()
 	if !ok {
-		return &apiError{http.StatusUnauthorized, "not_authorized", "Login failed"}
+		return &apiError{Status: http.StatusUnauthorized, Err: "not_authorized", Reason: "Login failed"}
 	}
 	u, ok := c.s.b.Authenticate(name, pass)
 	if !ok {
-		return &apiError{http.StatusUnauthorized, "not_authorized", "Login failed"}
+		return &apiError{Status: http.StatusUnauthorized, Err: "not_authorized", Reason: "Login failed"}
 	}
 	if slices.Contains(c.s.srv.Config().LoopbackUsers, name) && !loopback(c.r.RemoteAddr) {
-		return &apiError{http.StatusUnauthorized, "not_authorized", "User can only log in via localhost"}
+		return &apiError{Status: http.StatusUnauthorized, Err: "not_authorized", Reason: "User can only log in via localhost"}
 	}
 	c.user = u
 	switch {
@@ -82,7 +82,7 @@ func (c *call) authenticate(lvl level) error {
 	case lvl == lvlMonitoring && !c.monitor():
 		return notAuthorised("Not monitor user")
 	case lvl == lvlPolicymaker && !c.policymaker():
-		return notAuthorised("Not policymaker user")
+		return notAuthorised("User not authorised to access object")
 	}
 	return nil
 }
@@ -96,12 +96,16 @@ func loopback(remote string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// vhostName returns the {vhost} path value; for an unknown vhost it fails
-// with 404 and for one the user may not see with 401, as RabbitMQ.
+// vhost returns the {vhost} of the path; for an unknown vhost it fails
+// with 404 (RabbitMQ's not_found/vhost_not_found for a PUT into it) and
+// for one the user may not see with 401, as RabbitMQ.
 func (c *call) vhost() (*broker.VHost, error) {
 	name := c.pv("vhost")
 	v := c.s.b.VHost(name)
 	if v == nil {
+		if c.r.Method == http.MethodPut {
+			return nil, errNoVHost
+		}
 		return nil, errNotFound
 	}
 	if !c.canSee(name) {
@@ -110,21 +114,39 @@ func (c *call) vhost() (*broker.VHost, error) {
 	return v, nil
 }
 
-// canSee reports whether the user may see the vhost's objects.
+// canSee reports whether the user may see the vhost: monitoring users and
+// administrators see every vhost, others those they have permissions on.
 func (c *call) canSee(vhost string) bool {
 	return c.monitor() || c.s.b.CanAccessVHost(c.user.Name, vhost)
 }
 
-// visibleVHosts returns the vhosts the user may see, or just the one in
-// the path.
+// visibleVHosts returns the vhosts whose objects (queues, exchanges,
+// bindings, policies) the user's lists show, or just the one in the path:
+// as RabbitMQ, those the user has permissions on, whatever its tags.
 func (c *call) visibleVHosts() ([]*broker.VHost, error) {
 	if c.pv("vhost") != "" {
 		v, err := c.vhost()
 		if err != nil {
 			return nil, err
 		}
+		if !c.s.b.CanAccessVHost(c.user.Name, v.Name) {
+			return nil, nil
+		}
 		return []*broker.VHost{v}, nil
 	}
+	var vs []*broker.VHost
+	for _, n := range c.s.b.VHosts() {
+		if c.s.b.CanAccessVHost(c.user.Name, n) {
+			if v := c.s.b.VHost(n); v != nil {
+				vs = append(vs, v)
+			}
+		}
+	}
+	return vs, nil
+}
+
+// seenVHosts returns every vhost the user may see (canSee).
+func (c *call) seenVHosts() []*broker.VHost {
 	var vs []*broker.VHost
 	for _, n := range c.s.b.VHosts() {
 		if c.canSee(n) {
@@ -133,7 +155,7 @@ func (c *call) visibleVHosts() ([]*broker.VHost, error) {
 			}
 		}
 	}
-	return vs, nil
+	return vs
 }
 
 // check fails with 401 when the user lacks access a to the named resource,
@@ -158,7 +180,7 @@ func (c *call) decode(v any) error {
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if errors.As(err, &te) && te.Field != "" {
 			return badRequest(fmt.Sprintf("%s: expected %s, got %s", te.Field, te.Type, te.Value))
 		}
 		return badRequest("not_json")

@@ -123,7 +123,7 @@ func (c *call) chanJSON(ch server.ChannelInfo, ci server.ConnectionInfo) map[str
 		"deliver": st.Deliver, "deliver_no_ack": st.DeliverNoAck, "get": st.Get, "get_no_ack": st.GetNoAck,
 		"deliver_get": st.DeliverGet(), "redeliver": st.Redeliver, "ack": st.Ack,
 	}
-	return map[string]any{
+	m := map[string]any{
 		"name": ch.Name, "node": c.s.node, "number": ch.Number, "vhost": ch.VHost, "user": ch.User,
 		"user_who_performed_action": ch.User, "state": "running",
 		"connection_details": map[string]any{"name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort},
@@ -133,6 +133,10 @@ func (c *call) chanJSON(ch server.ChannelInfo, ci server.ConnectionInfo) map[str
 		"acks_uncommitted": 0, "pending_raft_commands": 0, "message_stats": ms,
 		"garbage_collection": map[string]any{}, "reductions": 0, "reductions_details": details(0),
 	}
+	if at, idle := c.s.rates.idleSince(chanKey(ch.Name), channelCounters(ch)); idle {
+		m["idle_since"] = idleJSON(at)
+	}
+	return m
 }
 
 func (c *call) channelsOf(filter func(server.ConnectionInfo) bool) []map[string]any {
@@ -172,6 +176,15 @@ func (c *call) channelGet() error {
 	name := c.pv("name")
 	for _, ch := range c.channelsOf(func(server.ConnectionInfo) bool { return true }) {
 		if ch["name"] == name {
+			cons := []any{}
+			for _, cs := range c.s.srv.Consumers() {
+				if cs.Channel == name {
+					cons = append(cons, consumerJSON(c.s.node, cs))
+				}
+			}
+			// deliveries and publishes are per-queue/exchange rates,
+			// empty in the "basic" rates mode, as RabbitMQ's.
+			ch["consumer_details"], ch["deliveries"], ch["publishes"] = cons, []any{}, []any{}
 			return c.ok(ch)
 		}
 	}

@@ -201,7 +201,25 @@ func (c *call) deadLetterMessages() error {
 		pos++
 		return len(msgs) < limit
 	})
-	return c.ok(map[string]any{"total": total, "offset": offset, "messages": msgs})
+	reply := map[string]any{"total": total, "offset": offset, "messages": msgs}
+	if f.reason != "" || f.source != "" {
+		// total counts the messages the filter matches (of the first
+		// inspectLimit; truncated says when there were more).
+		matched, seen := 0, 0
+		q.Browse(0, func(b broker.Browsed) bool {
+			if seen >= inspectLimit {
+				reply["truncated"] = true
+				return false
+			}
+			seen++
+			if f.match(b.Msg) {
+				matched++
+			}
+			return true
+		})
+		reply["total"] = matched
+	}
+	return c.ok(reply)
 }
 
 func browsedJSON(pos int, b broker.Browsed) map[string]any {
@@ -281,8 +299,10 @@ func (c *call) deadLetterReplay() error {
 
 // replayMessage is the message to republish for dead letter m: to the
 // exchange of its first death, with the routing keys of that death (the
-// first as routing key, the others as CC), its original expiration back,
-// and, unless keep, without its dead-letter history.
+// first as routing key, the others as CC), and, unless keep, without its
+// dead-letter history. Its per-message TTL is not restored (dead-lettering
+// removed it): a replayed message that died of a short TTL would
+// otherwise die again on arrival.
 func replayMessage(m *broker.Message, keep bool) (string, *broker.Message, bool) {
 	d, ok := firstDeath(m)
 	if !ok || len(d.RoutingKeys) == 0 {
@@ -307,13 +327,6 @@ func replayMessage(m *broker.Message, keep bool) (string, *broker.Message, bool)
 		h["CC"] = cc
 	}
 	out.Props.Headers = h
-	if d.HasExpiration && d.OriginalExpiration != "" {
-		if ttl, err := broker.ParseExpiration(d.OriginalExpiration); err == nil {
-			out.Props.Expiration = d.OriginalExpiration
-			out.Props.Flags |= amqp.FlagExpiration
-			out.TTL, out.HasTTL = ttl, true
-		}
-	}
 	return d.Exchange, out, true
 }
 

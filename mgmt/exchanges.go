@@ -127,8 +127,13 @@ func (c *call) exchangePut() error {
 		return notAuthorised("Access refused.")
 	}
 	existed := v.Exchange(name) != nil
-	durable := b.Durable == nil || *b.Durable
+	// As RabbitMQ's API: durable only when asked for.
+	durable := b.Durable != nil && *b.Durable
 	if err := v.DeclareExchange(broker.ExchangeSpec{Name: name, Kind: b.Type, Durable: durable, AutoDelete: b.AutoDelete, Internal: b.Internal, Args: args}, false); err != nil {
+		var e *amqpc.Error
+		if errors.As(err, &e) && e.Code == amqpc.CommandInvalid {
+			return badRequest(fmt.Sprintf("invalid exchange type '%s'", b.Type))
+		}
 		return amqpError(err)
 	}
 	return c.created(!existed)
@@ -183,10 +188,10 @@ func (c *call) exchangePublish() error {
 	case "string":
 	case "base64":
 		if body, err = base64.StdEncoding.DecodeString(*b.Payload); err != nil {
-			return badRequest("invalid base64 payload")
+			return badRequestList("not_base64", *b.Payload)
 		}
 	default:
-		return badRequest(fmt.Sprintf("invalid payload_encoding: '%s'", b.PayloadEncoding))
+		return badRequestList("unsupported_encoding", b.PayloadEncoding)
 	}
 	props, err := propsFromJSON(b.Properties)
 	if err != nil {
@@ -231,12 +236,12 @@ func (s *Server) publish(ctx context.Context, v *broker.VHost, exchange, key str
 		return false, badRequest(err.Error())
 	}
 	if res.Failed {
-		return false, &apiError{500, "internal_server_error", "the message could not be written to disk"}
+		return false, &apiError{Status: 500, Err: "internal_server_error", Reason: "the message could not be written to disk"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.srv.WaitSynced(ctx, res.Wait); err != nil {
-		return false, &apiError{500, "internal_server_error", err.Error()}
+		return false, &apiError{Status: 500, Err: "internal_server_error", Reason: err.Error()}
 	}
 	return res.Routed > 0 && !res.Rejected, nil
 }
@@ -340,7 +345,7 @@ func (c *call) bindingEnds(kind string) (*broker.VHost, string, string, error) {
 	notFound := func(what, name string) error {
 		if c.r.Method == http.MethodPost {
 			// As RabbitMQ: creating a binding names the missing end.
-			return &apiError{http.StatusNotFound, "not_found", fmt.Sprintf("no %s '%s' in vhost '%s'", what, name, v.Name)}
+			return &apiError{Status: http.StatusNotFound, Err: "not_found", Reason: fmt.Sprintf("no %s '%s' in vhost '%s'", what, name, v.Name)}
 		}
 		return errNotFound
 	}
@@ -412,7 +417,7 @@ func bindingCreate(kind string) handler {
 		}
 		// RabbitMQ answers 201 with the new binding's location.
 		loc := fmt.Sprintf("/api/bindings/%s/e/%s/%s/%s/%s", url.PathEscape(v.Name), url.PathEscape(displayExchange(src)), kind,
-			url.PathEscape(dst), propertiesKey(b.RoutingKey, args))
+			url.PathEscape(dst), url.PathEscape(propertiesKey(b.RoutingKey, args)))
 		c.w.Header().Set("Location", loc)
 		c.w.WriteHeader(201)
 		return nil

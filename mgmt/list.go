@@ -40,7 +40,11 @@ func (c *call) list(items []map[string]any) error {
 		items = kept
 	}
 	if cols := q.Get("columns"); cols != "" {
-		keys := strings.Split(cols, ",")
+		// As RabbitMQ: a nested column keeps its whole top-level value.
+		var keys []string
+		for _, k := range strings.Split(cols, ",") {
+			keys = append(keys, strings.SplitN(strings.TrimSpace(k), ".", 2)[0])
+		}
 		for i, it := range items {
 			items[i] = project(it, keys)
 		}
@@ -48,20 +52,24 @@ func (c *call) list(items []map[string]any) error {
 	if q.Get("page") == "" {
 		return c.ok(items)
 	}
+	// RabbitMQ's pagination errors, word for word.
 	page, err := strconv.Atoi(q.Get("page"))
-	if err != nil || page < 1 {
-		return badRequest("page must be a positive integer")
-	}
 	size := 100
-	if ps := q.Get("page_size"); ps != "" {
-		if size, err = strconv.Atoi(ps); err != nil || size < 1 || size > 500 {
-			return badRequest("page_size must be between 1 and 500")
-		}
+	if ps := q.Get("page_size"); ps != "" && err == nil {
+		size, err = strconv.Atoi(ps)
+	}
+	if err != nil {
+		return badRequest("Pagination parameters are invalid")
+	}
+	if page < 1 || size < 1 || size > 500 {
+		return &apiError{Status: 400, Err: "invalid_pagination_parameters",
+			Reason: fmt.Sprintf("Invalid pagination parameters: page number %d, page size %d", page, size)}
 	}
 	filtered := len(items)
 	pages := (filtered + size - 1) / size
 	if page > max(pages, 1) {
-		return badRequest(fmt.Sprintf("page out of range: page %d, page_count %d", page, pages))
+		return &apiError{Status: 400, Err: "page_out_of_range",
+			Reason: fmt.Sprintf("Page out of range, page: %d page size: %d, len: %d", page, size, filtered)}
 	}
 	from := min((page-1)*size, filtered)
 	to := min(from+size, filtered)

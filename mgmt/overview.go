@@ -68,15 +68,15 @@ func (s *Server) statsWithRates(key string, c counters, fields ...string) map[st
 	return m
 }
 
-var overviewStatFields = []string{"publish", "confirm", "return_unroutable", "deliver", "deliver_no_ack",
-	"get", "get_no_ack", "deliver_get", "redeliver", "ack"}
+var overviewStatFields = []string{"publish", "confirm", "return_unroutable", "drop_unroutable", "deliver", "deliver_no_ack",
+	"get", "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack"}
 
 func (c *call) overview() error {
 	s := c.s
 	ms := serverCounters(s.srv.MessageStats())
 	var ready, unacked, queues, consumers, exchanges int
 	var dead uint64
-	for _, v := range c.mustVisible() {
+	for _, v := range c.seenVHosts() {
 		for _, q := range v.Queues() {
 			st := q.Stats()
 			ready += st.Ready
@@ -212,12 +212,12 @@ func (s *Server) node1() map[string]any {
 	}
 	free, _ := s.srv.DiskFree()
 	uptime := time.Since(s.started).Milliseconds()
-	return map[string]any{
+	m := map[string]any{
 		"name": s.node, "type": "disc", "running": true, "os_pid": strconv.Itoa(os.Getpid()),
 		"mem_used": server.MemoryUsed(), "mem_limit": cfg.MemoryHighWatermark, "mem_alarm": has("memory"),
 		"mem_calculation_strategy": "rss",
 		"disk_free":                free, "disk_free_limit": cfg.DiskFreeLimit, "disk_free_alarm": has("disk"),
-		"fd_used": 0, "fd_total": 1048576, "sockets_used": len(s.srv.Connections()), "sockets_total": 943629,
+		"fd_used": openFDs(), "fd_total": 1048576, "sockets_used": len(s.srv.Connections()), "sockets_total": 943629,
 		"proc_used": runtime.NumGoroutine(), "proc_total": 1048576, "run_queue": 0, "processors": runtime.NumCPU(),
 		"uptime": uptime, "rates_mode": "basic", "net_ticktime": 60, "partitions": []any{},
 		"exchange_types": exchangeTypes(), "auth_mechanisms": []any{
@@ -228,6 +228,10 @@ func (s *Server) node1() map[string]any {
 		"enabled_plugins": []string{"rabbitmq_management"}, "db_dir": cfg.DataDir, "config_files": []any{}, "log_files": []any{},
 		"contexts": []any{map[string]any{"description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
 	}
+	for _, f := range []string{"mem_used", "disk_free", "sockets_used", "proc_used", "fd_used"} {
+		m[f+"_details"] = details(s.rates.rate("node", f))
+	}
+	return m
 }
 
 func (c *call) nodes() error { return c.ok([]any{c.s.node1()}) }
@@ -284,7 +288,7 @@ func (c *call) aliveness() error {
 	return c.ok(map[string]any{"status": "ok"})
 }
 
-var errAliveness = &apiError{http.StatusServiceUnavailable, "failed", "aliveness test failed"}
+var errAliveness = &apiError{Status: http.StatusServiceUnavailable, Err: "failed", Reason: "aliveness test failed"}
 
 func (c *call) failed(err error) error {
 	writeJSON(c.w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": err.Error()})

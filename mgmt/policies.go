@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/warrenmq/warren/broker"
 )
@@ -126,13 +127,16 @@ func policyPut(op bool) handler {
 		if err != nil {
 			var pe *broker.PolicyError
 			if errors.As(err, &pe) {
-				return badRequest("Validation failed\n\n" + pe.Reason + "\n")
+				// RabbitMQ's reply HTML-escapes the reason.
+				return badRequest("Validation failed\n\n" + htmlEscaper.Replace(pe.Reason) + "\n")
 			}
 			return badRequest(err.Error())
 		}
 		return c.created(!existed)
 	}
 }
+
+var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 func policyDelete(op bool) handler {
 	return func(c *call) error {
@@ -154,56 +158,53 @@ func policyDelete(op bool) handler {
 	}
 }
 
-// definitionsGet exports definitions as rabbitmqctl export_definitions
-// (for one vhost: without users, vhosts and permissions, and without the
-// vhost fields, as RabbitMQ).
+// definitionsGet exports definitions as rabbitmqctl export_definitions.
+// For one vhost, as RabbitMQ: no users, vhosts or permissions, and the
+// queues, exchanges and bindings without their vhost.
 func (c *call) definitionsGet() error {
 	d := c.s.b.Definitions()
-	if vh := c.pv("vhost"); vh != "" {
-		if _, err := c.vhost(); err != nil {
-			return err
-		}
-		out := map[string]any{"rabbit_version": d.RabbitVersion, "rabbitmq_version": d.RabbitMQVersion}
-		var pols, qs, xs, bs, params []any
-		for _, p := range d.Policies {
-			if p.VHost == vh {
-				p.VHost = ""
-				pols = append(pols, p)
-			}
-		}
-		for _, q := range d.Queues {
-			if q.VHost == vh {
-				q.VHost = ""
-				qs = append(qs, q)
-			}
-		}
-		for _, x := range d.Exchanges {
-			if x.VHost == vh {
-				x.VHost = ""
-				xs = append(xs, x)
-			}
-		}
-		for _, b := range d.Bindings {
-			if b.VHost == vh {
-				b.VHost = ""
-				bs = append(bs, b)
-			}
-		}
-		for _, p := range d.Parameters {
-			if p.VHost == vh {
-				params = append(params, p)
-			}
-		}
-		orEmpty := func(s []any) []any {
-			if s == nil {
-				return []any{}
-			}
-			return s
-		}
-		out["policies"], out["queues"], out["exchanges"], out["bindings"], out["parameters"] = orEmpty(pols), orEmpty(qs), orEmpty(xs), orEmpty(bs), orEmpty(params)
-		return c.attach(out)
+	vh := c.pv("vhost")
+	if vh == "" {
+		return c.attach(d)
 	}
-	return c.attach(d)
+	if _, err := c.vhost(); err != nil {
+		return err
+	}
+	// Through JSON, to drop the vhost keys of the struct encodings.
+	scoped := func(items any) []any {
+		raw, _ := json.Marshal(items)
+		var list []map[string]any
+		_ = json.Unmarshal(raw, &list)
+		out := []any{}
+		for _, m := range list {
+			if m["vhost"] == vh {
+				delete(m, "vhost")
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	var pols, params []any
+	for _, p := range d.Policies {
+		if p.VHost == vh {
+			pols = append(pols, p)
+		}
+	}
+	for _, p := range d.Parameters {
+		if p.VHost == vh {
+			params = append(params, p)
+		}
+	}
+	if pols == nil {
+		pols = []any{}
+	}
+	if params == nil {
+		params = []any{}
+	}
+	return c.attach(map[string]any{"rabbit_version": d.RabbitVersion, "rabbitmq_version": d.RabbitMQVersion,
+		"product_name": d.ProductName, "product_version": d.ProductVersion,
+		"policies": pols, "parameters": params, "queues": scoped(d.Queues), "exchanges": scoped(d.Exchanges),
+		"bindings": scoped(d.Bindings)})
 }
 
 // attach writes v, with a Content-Disposition when ?download= is given
@@ -216,17 +217,19 @@ func (c *call) attach(v any) error {
 }
 
 // definitionsPost imports definitions (all of them, or into the {vhost}).
-// The whole document is validated before anything changes.
+// A vhost that an object names must exist or be in the document; vhosts
+// the import creates give the importing user full permissions, as
+// RabbitMQ.
 func (c *call) definitionsPost() error {
 	body, err := io.ReadAll(io.LimitReader(c.r.Body, 256<<20))
 	if err != nil {
-		return badRequest("not_json")
+		return badRequest("failed_to_parse_json")
 	}
 	var d broker.Definitions
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&d); err != nil {
-		return badRequest("not_json")
+		return badRequest("failed_to_parse_json")
 	}
 	if vh := c.pv("vhost"); vh != "" {
 		if _, err := c.vhost(); err != nil {
@@ -249,8 +252,42 @@ func (c *call) definitionsPost() error {
 			d.Parameters[i].VHost = vh
 		}
 	}
+	known := map[string]bool{}
+	var created []string
+	for _, v := range d.VHosts {
+		known[v.Name] = true
+		if c.s.b.VHost(v.Name) == nil {
+			created = append(created, v.Name)
+		}
+	}
+	var named []string
+	for _, q := range d.Queues {
+		named = append(named, q.VHost)
+	}
+	for _, x := range d.Exchanges {
+		named = append(named, x.VHost)
+	}
+	for _, b := range d.Bindings {
+		named = append(named, b.VHost)
+	}
+	for _, p := range d.Policies {
+		named = append(named, p.VHost)
+	}
+	for _, p := range d.Permissions {
+		named = append(named, p.VHost)
+	}
+	for _, vh := range named {
+		if !known[vh] && c.s.b.VHost(vh) == nil {
+			return badRequestList("no_such_vhost", vh)
+		}
+	}
 	if err := c.s.b.ApplyDefinitions(&d); err != nil {
 		return badRequest(err.Error())
+	}
+	for _, vh := range created {
+		if _, has := c.s.b.Permissions(vh, c.user.Name); !has {
+			_ = c.s.b.SetPermissions(vh, c.user.Name, broker.Permission{Configure: ".*", Write: ".*", Read: ".*"})
+		}
 	}
 	c.w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -17,6 +17,27 @@ func (s *Server) queueRoutes() {
 	s.handle("DELETE /api/queues/{vhost}/{name}/contents", lvlManagement, (*call).queuePurge)
 	s.handle("POST /api/queues/{vhost}/{name}/get", lvlManagement, (*call).queueGetMessages)
 	s.handle("GET /api/queues/{vhost}/{name}/bindings", lvlManagement, (*call).queueBindings)
+	s.handle("POST /api/queues/{vhost}/{name}/actions", lvlManagement, (*call).queueActions)
+}
+
+// queueActions takes RabbitMQ's classic mirrored queue actions: sync and
+// cancel_sync, which have nothing to do on a single node.
+func (c *call) queueActions() error {
+	_, _, err := c.queue()
+	if err != nil {
+		return err
+	}
+	var b struct {
+		Action string `json:"action"`
+	}
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	switch b.Action {
+	case "sync", "cancel_sync":
+		return c.noContent()
+	}
+	return badRequestList("unknown", b.Action)
 }
 
 func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
@@ -58,7 +79,7 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 	if q.Exclusive {
 		owner = ""
 	}
-	return map[string]any{
+	m := map[string]any{
 		"name": q.Name, "vhost": v.Name, "node": s.node, "type": typ, "state": "running",
 		"durable": q.Durable, "auto_delete": q.AutoDelete, "exclusive": q.Exclusive, "exclusive_consumer_tag": nil,
 		"owner_pid_details": owner, "arguments": args,
@@ -81,6 +102,17 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		"messages_dead_lettered": dead, "messages_requeued": st.Requeued,
 		"messages_delayed": st.Delayed,
 	}
+	if at, idle := s.rates.idleSince(key, qc); idle {
+		m["idle_since"] = idleJSON(at)
+	}
+	if typ == "quorum" {
+		// A one-node "cluster": this node leads and is the only member.
+		m["leader"], m["members"], m["online"] = s.node, []string{s.node}, []string{s.node}
+		m["messages_dlx"], m["message_bytes_dlx"] = st.DeadLetterPending, 0
+		m["open_files"] = map[string]any{s.node: 0}
+		m["single_active_consumer_ctag"] = nil
+	}
+	return m
 }
 
 func boolRate(b bool) float64 {
@@ -122,7 +154,11 @@ func (c *call) queueGet() error {
 	if err != nil {
 		return err
 	}
-	return c.ok(c.queueJSON(v, q))
+	m := c.queueJSON(v, q)
+	// Per-exchange and per-channel rates: empty in the "basic" rates
+	// mode, as RabbitMQ's.
+	m["deliveries"], m["incoming"] = []any{}, []any{}
+	return c.ok(m)
 }
 
 type queueBody struct {
@@ -209,7 +245,7 @@ func (c *call) queueGetMessages() error {
 	v, q, err := c.queue()
 	if err == errNotFound && v == nil && c.s.b.VHost(c.pv("vhost")) != nil {
 		// RabbitMQ answers a get from a missing queue with the AMQP error.
-		return &apiError{http.StatusNotFound, "not_found", fmt.Sprintf("NOT_FOUND - no queue '%s' in vhost '%s'", c.pv("name"), c.pv("vhost"))}
+		return &apiError{Status: http.StatusNotFound, Err: "not_found", Reason: fmt.Sprintf("NOT_FOUND - no queue '%s' in vhost '%s'", c.pv("name"), c.pv("vhost"))}
 	}
 	if err != nil {
 		return err
@@ -230,7 +266,7 @@ func (c *call) queueGetMessages() error {
 		b.Encoding = "auto"
 	}
 	if b.Encoding != "auto" && b.Encoding != "base64" {
-		return badRequest(fmt.Sprintf("invalid encoding: '%s'", b.Encoding))
+		return badRequest("Unsupported encoding. Please use auto or base64.")
 	}
 	count, err := b.Count.Int64()
 	if err != nil || count < 0 {

@@ -1,6 +1,8 @@
 package mgmt
 
 import (
+	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -20,6 +22,9 @@ type sample struct {
 	prevAt   time.Time
 	cur      counters
 	hasPrior bool
+	// idleSince is when the counters last changed (RabbitMQ's
+	// idle_since for queues and channels).
+	idleSince time.Time
 }
 
 type rateTable struct {
@@ -32,12 +37,55 @@ func (t *rateTable) init() { t.samples = map[string]*sample{} }
 func (t *rateTable) record(key string, now time.Time, c counters) {
 	s := t.samples[key]
 	if s == nil {
-		t.samples[key] = &sample{at: now, cur: c}
+		t.samples[key] = &sample{at: now, cur: c, idleSince: now}
 		return
+	}
+	if !sameCounters(s.cur, c) {
+		s.idleSince = now
 	}
 	s.prev, s.prevAt = s.cur, s.at
 	s.cur, s.at = c, now
 	s.hasPrior = true
+}
+
+func sameCounters(a, b counters) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// idleSince returns since when the object under key has been idle, given
+// its counters now: the last change the sampler saw, if nothing changed
+// since; now for an object the sampler has not seen yet. ok is false when
+// it changed since the last sample (active).
+func (t *rateTable) idleSince(key string, now counters) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.samples[key]
+	if s == nil {
+		return time.Now(), true
+	}
+	if !sameCounters(s.cur, now) {
+		return time.Time{}, false
+	}
+	return s.idleSince, true
+}
+
+// idleJSON renders idle_since as RabbitMQ does.
+func idleJSON(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000+00:00") }
+
+func chanKey(name string) string { return "c\x00" + name }
+
+func channelCounters(ch server.ChannelInfo) counters {
+	st := ch.Stats
+	return counters{"publish": st.Publish, "deliver_get": st.DeliverGet(), "ack": st.Ack, "redeliver": st.Redeliver,
+		"reject": st.Reject, "requeue": st.Requeue, "unacked": uint64(ch.Unacked)}
 }
 
 // rate returns the per-second rate of field under key (0 until two samples).
@@ -66,6 +114,7 @@ func serverCounters(m server.MessageStats) counters {
 		"publish": m.Publish, "confirm": m.Confirm, "return_unroutable": m.ReturnUnroutable,
 		"deliver": m.Deliver, "deliver_no_ack": m.DeliverNoAck, "get": m.Get, "get_no_ack": m.GetNoAck,
 		"deliver_get": m.DeliverGet(), "redeliver": m.Redeliver, "ack": m.Ack,
+		"drop_unroutable": m.DropUnroutable, "get_empty": m.GetEmpty,
 	}
 }
 
@@ -86,6 +135,7 @@ func queueCounters(st broker.QueueStats) counters {
 func (s *Server) sample() {
 	now := time.Now()
 	ms := s.srv.MessageStats()
+	chans := s.srv.Channels()
 	type qs struct {
 		key string
 		c   counters
@@ -112,16 +162,37 @@ func (s *Server) sample() {
 		oc[k] = v
 	}
 	s.rates.record("overview", now, oc)
-	seen := make(map[string]bool, len(all))
+	s.rates.record("node", now, nodeCounters(s))
+	seen := make(map[string]bool, len(all)+len(chans))
+	for _, ch := range chans {
+		s.rates.record(chanKey(ch.Name), now, channelCounters(ch))
+		seen[chanKey(ch.Name)] = true
+	}
 	for _, q := range all {
 		s.rates.record(q.key, now, q.c)
 		seen[q.key] = true
 	}
 	for k := range s.rates.samples {
-		if k != "overview" && !seen[k] {
+		if k != "overview" && k != "node" && !seen[k] {
 			delete(s.rates.samples, k)
 		}
 	}
+}
+
+// nodeCounters are the node gauges whose rates /api/nodes shows.
+func nodeCounters(s *Server) counters {
+	free, _ := s.srv.DiskFree()
+	return counters{"mem_used": uint64(max(server.MemoryUsed(), 0)), "disk_free": uint64(max(free, 0)),
+		"sockets_used": uint64(len(s.srv.Connections())), "proc_used": uint64(runtime.NumGoroutine()), "fd_used": uint64(openFDs())}
+}
+
+// openFDs counts the process's open file descriptors (0 if unknown).
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(ents)
 }
 
 // details returns RabbitMQ's {"rate": r}.

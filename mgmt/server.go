@@ -195,20 +195,31 @@ type apiError struct {
 	Status int
 	Err    string
 	Reason string
+	// Detail, if set, is the reason instead: RabbitMQ sends some reasons
+	// as a JSON list, e.g. ["not_base64","!!!"].
+	Detail any
 }
 
 func (e *apiError) Error() string { return e.Err + ": " + e.Reason }
 
 var (
-	errNotFound = &apiError{http.StatusNotFound, "Object Not Found", "Not Found"}
+	errNotFound = &apiError{Status: http.StatusNotFound, Err: "Object Not Found", Reason: "Not Found"}
+	// errNoVHost answers a change in a vhost that does not exist.
+	errNoVHost = &apiError{Status: http.StatusNotFound, Err: "not_found", Reason: "vhost_not_found"}
 )
 
 func badRequest(reason string) *apiError {
-	return &apiError{http.StatusBadRequest, "bad_request", reason}
+	return &apiError{Status: http.StatusBadRequest, Err: "bad_request", Reason: reason}
+}
+
+// badRequestList is a 400 whose reason is a list, as RabbitMQ's
+// {error, Term} replies: badRequestList("not_base64", s).
+func badRequestList(parts ...string) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Err: "bad_request", Detail: parts}
 }
 
 func notAuthorised(reason string) *apiError {
-	return &apiError{http.StatusUnauthorized, "not_authorised", reason}
+	return &apiError{Status: http.StatusUnauthorized, Err: "not_authorised", Reason: reason}
 }
 
 // writeJSON writes v with status.
@@ -224,12 +235,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
-		ae = &apiError{http.StatusInternalServerError, "internal_server_error", err.Error()}
+		ae = &apiError{Status: http.StatusInternalServerError, Err: "internal_server_error", Reason: err.Error()}
 	}
 	if ae.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
 	}
-	writeJSON(w, ae.Status, map[string]string{"error": ae.Err, "reason": ae.Reason})
+	var reason any = ae.Reason
+	if ae.Detail != nil {
+		reason = ae.Detail
+	}
+	writeJSON(w, ae.Status, map[string]any{"error": ae.Err, "reason": reason})
 }
 
 // sampleLoop samples counters for rates until Close.

@@ -223,7 +223,7 @@ func (c *call) shovelPut() error {
 	c.s.mu.Lock()
 	if c.s.closed {
 		c.s.mu.Unlock()
-		return &apiError{503, "service_unavailable", "shutting down"}
+		return &apiError{Status: 503, Err: "service_unavailable", Reason: "shutting down"}
 	}
 	old := c.s.shovels[key]
 	ctx, cancel := context.WithCancel(context.Background())

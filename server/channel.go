@@ -547,6 +547,9 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 		return err
 	}
 	ch.stats.publish.Add(1)
+	if res.Routed == 0 && !mandatory {
+		ch.stats.dropped.Add(1)
+	}
 	if res.Routed == 0 && mandatory {
 		ch.stats.returned.Add(1)
 		ch.flushConfirms()
@@ -750,6 +753,7 @@ func (ch *channel) get(m *amqp.BasicGet) error {
 	}
 	d, remaining, ok := q.Get(m.NoAck)
 	if !ok {
+		ch.stats.getEmpty.Add(1)
 		ch.c.sendMethod(ch.id, &amqp.BasicGetEmpty{})
 		return nil
 	}

@@ -38,10 +38,10 @@ func (c countingReader) Read(p []byte) (int, error) {
 
 // chanStats are a channel's message counters.
 type chanStats struct {
-	folded                                      bool // guarded by Server.statsMu
-	publish, returned, confirm                  atomic.Uint64
-	deliver, deliverNoAck, get, getNoAck        atomic.Uint64
-	redeliver, ack, reject, requeue, nackReject atomic.Uint64
+	folded                                        bool // guarded by Server.statsMu
+	publish, returned, confirm, dropped, getEmpty atomic.Uint64
+	deliver, deliverNoAck, get, getNoAck          atomic.Uint64
+	redeliver, ack, reject, requeue, nackReject   atomic.Uint64
 }
 
 func (s *chanStats) countDeliver(noAck, redelivered bool) {
@@ -79,9 +79,10 @@ func (s *chanStats) countSettle(kind int, requeue bool, n int) {
 
 // MessageStats are message counters, as RabbitMQ's message_stats.
 type MessageStats struct {
-	Publish, ReturnUnroutable, Confirm              uint64
-	Deliver, DeliverNoAck, Get, GetNoAck, Redeliver uint64
-	Ack, Reject, Requeue                            uint64
+	Publish, ReturnUnroutable, Confirm, DropUnroutable uint64
+	GetEmpty                                           uint64
+	Deliver, DeliverNoAck, Get, GetNoAck, Redeliver    uint64
+	Ack, Reject, Requeue                               uint64
 }
 
 // DeliverGet is RabbitMQ's deliver_get: every message handed out.
@@ -92,6 +93,8 @@ func (m MessageStats) DeliverGet() uint64 {
 func (m *MessageStats) add(s *chanStats) {
 	m.Publish += s.publish.Load()
 	m.ReturnUnroutable += s.returned.Load()
+	m.DropUnroutable += s.dropped.Load()
+	m.GetEmpty += s.getEmpty.Load()
 	m.Confirm += s.confirm.Load()
 	m.Deliver += s.deliver.Load()
 	m.DeliverNoAck += s.deliverNoAck.Load()
