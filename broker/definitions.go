@@ -37,9 +37,10 @@ const HashingSHA256 = "rabbit_password_hashing_sha256"
 
 // Definitions is RabbitMQ's definitions document.
 type Definitions struct {
-	RabbitVersion    string           `json:"rabbit_version,omitempty"`
-	RabbitMQVersion  string           `json:"rabbitmq_version,omitempty"`
-	ProductName      string           `json:"product_name,omitempty"`
+	RabbitVersion   string `json:"rabbit_version,omitempty"`
+	RabbitMQVersion string `json:"rabbitmq_version,omitempty"`
+	ProductName     string `json:"product_name,omitempty"`
+	// ProductVersion is Warren's version; the management API sets it.
 	ProductVersion   string           `json:"product_version,omitempty"`
 	Users            []DefUser        `json:"users"`
 	VHosts           []DefVHost       `json:"vhosts"`
@@ -506,7 +507,7 @@ const Version = "4.3.0"
 
 // Definitions returns the broker's definitions.
 func (b *Broker) Definitions() *Definitions {
-	d := &Definitions{RabbitVersion: Version, RabbitMQVersion: Version, ProductName: "Warren", ProductVersion: Version,
+	d := &Definitions{RabbitVersion: Version, RabbitMQVersion: Version, ProductName: "Warren",
 		Users: []DefUser{}, VHosts: []DefVHost{}, Permissions: []DefPermission{}, TopicPermissions: []map[string]any{},
 		Parameters: []DefParameter{}, GlobalParameters: []map[string]any{}, Policies: []DefPolicy{},
 		Queues: []DefQueue{}, Exchanges: []DefExchange{}, Bindings: []DefBinding{}}

@@ -222,11 +222,12 @@ func TestReplayFilterLeavesOthersInPlace(t *testing.T) {
 	f := newFixture(t)
 	f.topology()
 	f.deadLetter("r1")
-	// An expired one between two rejected ones.
+	// An expired one between two rejected ones: a per-message TTL of 1 ms
+	// in a queue without consumers.
 	_, err := f.ch.QueueDeclare("orders.ttl", true, false, false, false, amqp.Table{
-		"x-message-ttl": int32(1), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"})
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"})
 	must(t, err)
-	must(t, f.ch.PublishWithContext(context.Background(), "", "orders.ttl", false, false, amqp.Publishing{Body: []byte("e1")}))
+	must(t, f.ch.PublishWithContext(context.Background(), "", "orders.ttl", false, false, amqp.Publishing{Body: []byte("e1"), Expiration: "1"}))
 	f.waitCount("orders.dlq", 2)
 	f.deadLetter2("r2")
 
@@ -235,10 +236,11 @@ func TestReplayFilterLeavesOthersInPlace(t *testing.T) {
 	if r.Replayed != 1 || r.Skipped != 2 || r.Failed != 0 {
 		t.Fatalf("replay reason=expired = %+v, want 1 replayed, 2 skipped", r)
 	}
-	// e1 went back to orders.ttl (its first death), with its history.
+	// e1 went back to orders.ttl (its first death), with its history and
+	// without its 1 ms TTL (it would die again at once).
 	d := f.get("orders.ttl")
-	if string(d.Body) != "e1" {
-		t.Fatalf("orders.ttl gave %q", d.Body)
+	if string(d.Body) != "e1" || d.Expiration != "" {
+		t.Fatalf("orders.ttl gave %q with expiration %q", d.Body, d.Expiration)
 	}
 	deaths, _ := d.Headers["x-death"].([]any)
 	if len(deaths) != 1 {

@@ -15,8 +15,9 @@ import (
 	"github.com/warrenmq/warren/server"
 )
 
-// Version is the RabbitMQ version whose management API Warren serves.
-const Version = "3.13.7"
+// Version is the RabbitMQ version whose behaviour (and management API)
+// Warren implements, as its definitions exports say.
+const Version = broker.Version
 
 // routes registers every endpoint.
 func (s *Server) routes() {
@@ -126,7 +127,7 @@ func (c *call) overview() error {
 		"management_version": Version, "rates_mode": "basic",
 		"sample_retention_policies": map[string]any{"global": []int{600, 3600, 28800, 86400}, "basic": []int{600, 3600}, "detailed": []int{600}},
 		"exchange_types":            exchangeTypes(),
-		"product_version":           Version, "product_name": "Warren", "rabbitmq_version": Version,
+		"product_version":           server.Version, "product_name": "Warren", "rabbitmq_version": Version,
 		"cluster_name": s.node, "erlang_version": runtime.Version(), "erlang_full_version": runtime.Version(),
 		"release_series_support_status": "supported", "disable_stats": false, "enable_queue_totals": false,
 		"message_stats":             msgStats,

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/server"
 )
 
 func (s *Server) policyRoutes() {
@@ -163,6 +164,7 @@ func policyDelete(op bool) handler {
 // queues, exchanges and bindings without their vhost.
 func (c *call) definitionsGet() error {
 	d := c.s.b.Definitions()
+	d.ProductVersion = server.Version
 	vh := c.pv("vhost")
 	if vh == "" {
 		return c.attach(d)
