@@ -165,7 +165,7 @@ func (ch *channel) shutdown() {
 	ch.txOps = nil
 	ch.msg = nil
 	ch.inContent = 0
-	ch.c.s.foldStats(&ch.stats)
+	ch.c.s.foldStats(ch)
 }
 
 func (ch *channel) dispatch(m amqp.Method) error {
@@ -757,8 +757,8 @@ func (ch *channel) get(m *amqp.BasicGet) error {
 		ch.c.sendMethod(ch.id, &amqp.BasicGetEmpty{})
 		return nil
 	}
-	ch.stats.countGet(m.NoAck, d.Redelivered)
 	ch.mu.Lock()
+	ch.stats.countGet(m.NoAck, d.Redelivered)
 	ch.nextTag++
 	tag := ch.nextTag
 	if !m.NoAck {
@@ -834,8 +834,8 @@ func (ch *channel) applySettle(tag uint64, multiple bool, kind int, requeue bool
 		taken = []unackedMsg{ch.unacked[i]}
 		ch.markDoneLocked(i)
 	}
-	ch.mu.Unlock()
 	ch.stats.countSettle(kind, requeue, len(taken))
+	ch.mu.Unlock()
 	switch {
 	case kind == settleAck:
 		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Ack(ds) })

@@ -42,7 +42,7 @@ func (cs *consumer) Deliver(bc *broker.Consumer, d broker.Delivery) bool {
 	tag := ch.nextTag
 	c.out = appendDelivery(c.out, ch.id, bc.Tag, tag, d.Redelivered, d.Msg, c.frameMax)
 	c.outMu.Unlock()
-	ch.stats.countDeliver(bc.NoAck, d.Redelivered)
+	ch.stats.countDeliver(bc.NoAck, d.Redelivered) // under ch.mu
 	c.wake()
 	if !bc.NoAck {
 		ch.unacked = append(ch.unacked, unackedMsg{tag: tag, d: d, cons: cs})

@@ -36,44 +36,54 @@ func (c countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// chanStats are a channel's message counters.
+// chanStats are a channel's message counters. The publish-side ones are
+// written by the channel's reader goroutine only: atomics, on cache lines
+// of their own, so that the management API can read them. The delivery
+// and settle counters are written by whichever goroutine delivers (often a
+// publisher's) or settles, always under channel.mu, which both hold anyway:
+// plain fields, no extra cache-line traffic on the hot path.
 type chanStats struct {
-	folded                                        bool // guarded by Server.statsMu
+	_                                             [64]byte
 	publish, returned, confirm, dropped, getEmpty atomic.Uint64
-	deliver, deliverNoAck, get, getNoAck          atomic.Uint64
-	redeliver, ack, reject, requeue, nackReject   atomic.Uint64
+	_                                             [64]byte
+
+	// Guarded by channel.mu.
+	deliver, deliverNoAck, get, getNoAck uint64
+	redeliver, ack, reject, requeue      uint64
+
+	folded bool // guarded by Server.statsMu
 }
 
 func (s *chanStats) countDeliver(noAck, redelivered bool) {
 	if noAck {
-		s.deliverNoAck.Add(1)
+		s.deliverNoAck++
 	} else {
-		s.deliver.Add(1)
+		s.deliver++
 	}
 	if redelivered {
-		s.redeliver.Add(1)
+		s.redeliver++
 	}
 }
 
 func (s *chanStats) countGet(noAck, redelivered bool) {
 	if noAck {
-		s.getNoAck.Add(1)
+		s.getNoAck++
 	} else {
-		s.get.Add(1)
+		s.get++
 	}
 	if redelivered {
-		s.redeliver.Add(1)
+		s.redeliver++
 	}
 }
 
 func (s *chanStats) countSettle(kind int, requeue bool, n int) {
 	switch {
 	case kind == settleAck:
-		s.ack.Add(uint64(n))
+		s.ack += uint64(n)
 	case requeue:
-		s.requeue.Add(uint64(n))
+		s.requeue += uint64(n)
 	default:
-		s.reject.Add(uint64(n))
+		s.reject += uint64(n)
 	}
 }
 
@@ -90,29 +100,33 @@ func (m MessageStats) DeliverGet() uint64 {
 	return m.Deliver + m.DeliverNoAck + m.Get + m.GetNoAck
 }
 
-func (m *MessageStats) add(s *chanStats) {
+// add adds ch's counters to m.
+func (m *MessageStats) add(ch *channel) {
+	s := &ch.stats
 	m.Publish += s.publish.Load()
 	m.ReturnUnroutable += s.returned.Load()
 	m.DropUnroutable += s.dropped.Load()
 	m.GetEmpty += s.getEmpty.Load()
 	m.Confirm += s.confirm.Load()
-	m.Deliver += s.deliver.Load()
-	m.DeliverNoAck += s.deliverNoAck.Load()
-	m.Get += s.get.Load()
-	m.GetNoAck += s.getNoAck.Load()
-	m.Redeliver += s.redeliver.Load()
-	m.Ack += s.ack.Load()
-	m.Reject += s.reject.Load()
-	m.Requeue += s.requeue.Load()
+	ch.mu.Lock()
+	m.Deliver += s.deliver
+	m.DeliverNoAck += s.deliverNoAck
+	m.Get += s.get
+	m.GetNoAck += s.getNoAck
+	m.Redeliver += s.redeliver
+	m.Ack += s.ack
+	m.Reject += s.reject
+	m.Requeue += s.requeue
+	ch.mu.Unlock()
 }
 
 // foldStats adds a closing channel's counters to the server's totals, so
 // that the totals never go down.
-func (s *Server) foldStats(cs *chanStats) {
+func (s *Server) foldStats(ch *channel) {
 	s.statsMu.Lock()
-	if !cs.folded {
-		cs.folded = true
-		s.closedStats.add(cs)
+	if !ch.stats.folded {
+		ch.stats.folded = true
+		s.closedStats.add(ch)
 	}
 	s.statsMu.Unlock()
 }
@@ -300,7 +314,7 @@ func (ch *channel) info(ci ConnectionInfo) ChannelInfo {
 		i.Unconfirmed = int(ch.publishSeq - ch.ackedUpTo)
 	}
 	ch.confMu.Unlock()
-	i.Stats.add(&ch.stats)
+	i.Stats.add(ch)
 	return i
 }
 
@@ -346,7 +360,7 @@ func (s *Server) MessageStats() MessageStats {
 	for _, c := range s.connList() {
 		for _, ch := range c.channelList() {
 			if !ch.stats.folded {
-				m.add(&ch.stats)
+				m.add(ch)
 			}
 		}
 	}
