@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/server"
 )
 
 // level is the least a user's tags must grant for an endpoint, as
@@ -30,6 +31,21 @@ type call struct {
 	w    http.ResponseWriter
 	r    *http.Request
 	user *broker.User
+
+	byQueue map[[2]string][]server.ConsumerInfo // consumers by vhost and queue; see queueConsumers
+}
+
+// queueConsumers returns the consumers by vhost and queue, read once per
+// request (a queue list shows every queue's).
+func (c *call) queueConsumers() map[[2]string][]server.ConsumerInfo {
+	if c.byQueue == nil {
+		c.byQueue = map[[2]string][]server.ConsumerInfo{}
+		for _, cs := range c.s.srv.Consumers() {
+			k := [2]string{cs.VHost, cs.Queue}
+			c.byQueue[k] = append(c.byQueue[k], cs)
+		}
+	}
+	return c.byQueue
 }
 
 func (c *call) is(tag string) bool { return c.user.HasTag(tag) }

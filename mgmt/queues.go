@@ -66,14 +66,9 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 	for r, n := range st.DeadLettered {
 		dead[r] = n
 	}
-	var consumerDetails []any
-	for _, cs := range s.srv.Consumers() {
-		if cs.VHost == v.Name && cs.Queue == q.Name {
-			consumerDetails = append(consumerDetails, consumerJSON(s.node, cs))
-		}
-	}
-	if consumerDetails == nil {
-		consumerDetails = []any{}
+	consumerDetails := []any{}
+	for _, cs := range c.queueConsumers()[[2]string{v.Name, q.Name}] {
+		consumerDetails = append(consumerDetails, consumerJSON(s.node, cs))
 	}
 	var owner any
 	if q.Exclusive {

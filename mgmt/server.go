@@ -145,6 +145,9 @@ func (s *Server) Close() error {
 	s.closed = true
 	close(s.stop)
 	hs := s.hs
+	for _, sh := range s.shovels {
+		sh.cancel() // a move stops between two messages; the rest stay put
+	}
 	s.mu.Unlock()
 	var err error
 	if hs != nil {
