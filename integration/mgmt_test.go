@@ -1139,8 +1139,20 @@ func TestMgmtTagRules(t *testing.T) {
 		if r.status != 200 || len(findBy(r.json(t), "name", vh)) != 1 {
 			t.Errorf("monitoring user GET vhosts: %s, want %s listed", r, vh)
 		}
+		// RabbitMQ lists a new channel once its stats are collected (up to
+		// 5 s): poll.
+		hasChannel := func(r mgmtResp) bool {
+			arr, _ := r.json(t).([]any)
+			return r.status == 200 && slices.ContainsFunc(arr, func(e any) bool {
+				return dig(e, "connection_details", "peer_port") != nil && dig(e, "vhost") == vh
+			})
+		}
 		r = tg.doAs(mon, mon, "GET", "/api/channels", nil)
-		if arr, _ := r.json(t).([]any); r.status != 200 || !slices.ContainsFunc(arr, func(e any) bool { return dig(e, "connection_details", "peer_port") != nil && dig(e, "vhost") == vh }) {
+		for deadline := time.Now().Add(15 * time.Second); !hasChannel(r) && time.Now().Before(deadline); {
+			time.Sleep(250 * time.Millisecond)
+			r = tg.doAs(mon, mon, "GET", "/api/channels", nil)
+		}
+		if !hasChannel(r) {
 			t.Errorf("monitoring user GET channels: %s, want guest's channel on %s", r, vh)
 		}
 		r = tg.doAs(mon, mon, "GET", "/api/queues", nil)
