@@ -33,6 +33,16 @@ type call struct {
 	user *broker.User
 
 	byQueue map[[2]string][]server.ConsumerInfo // consumers by vhost and queue; see queueConsumers
+	xstats  map[[2]string]server.ExchangeCounts // see exchangeCounts
+}
+
+// exchangeCounts returns the exchanges' publish counters, read once per
+// request.
+func (c *call) exchangeCounts() map[[2]string]server.ExchangeCounts {
+	if c.xstats == nil {
+		c.xstats = c.s.srv.ExchangeStats()
+	}
+	return c.xstats
 }
 
 // queueConsumers returns the consumers by vhost and queue, read once per

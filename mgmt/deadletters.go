@@ -401,6 +401,9 @@ func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queu
 			break
 		}
 		pr, err := v.Publish(&r, exchange, m)
+		if err == nil {
+			s.srv.CountPublish(v.Name, exchange, pr.Routed > 0)
+		}
 		switch {
 		case err != nil:
 			res.err = err

@@ -53,6 +53,11 @@ func (c *call) exchangeJSON(v *broker.VHost, x *broker.Exchange) map[string]any 
 	}
 	m := map[string]any{"name": x.Name, "vhost": v.Name, "type": x.Kind, "durable": x.Durable, "auto_delete": x.AutoDelete,
 		"internal": x.Internal, "arguments": args, "user_who_performed_action": "rmq-internal"}
+	if xc, ok := c.exchangeCounts()[[2]string{v.Name, x.Name}]; ok {
+		// As RabbitMQ: message_stats once something was published to it.
+		key := exchangeKey(v.Name, x.Name)
+		m["message_stats"] = c.s.statsWithRates(key, counters{"publish_in": xc.In, "publish_out": xc.Out}, "publish_in", "publish_out")
+	}
 	if pol, _ := v.ExchangePolicy(x.Name); pol != "" {
 		m["policy"] = pol
 	}
@@ -228,6 +233,9 @@ func (s *Server) publish(ctx context.Context, v *broker.VHost, exchange, key str
 	}
 	var r broker.Router
 	res, err := v.Publish(&r, exchange, m)
+	if err == nil {
+		s.srv.CountPublish(v.Name, exchange, res.Routed > 0)
+	}
 	if err != nil {
 		var e *amqpc.Error
 		if errors.As(err, &e) {

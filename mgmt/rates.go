@@ -109,6 +109,8 @@ func (t *rateTable) rate(key, field string) float64 {
 
 func queueKey(vhost, name string) string { return "q\x00" + vhost + "\x00" + name }
 
+func exchangeKey(vhost, name string) string { return "x\x00" + vhost + "\x00" + name }
+
 func serverCounters(m server.MessageStats) counters {
 	return counters{
 		"publish": m.Publish, "confirm": m.Confirm, "return_unroutable": m.ReturnUnroutable,
@@ -136,6 +138,7 @@ func (s *Server) sample() {
 	now := time.Now()
 	ms := s.srv.MessageStats()
 	chans := s.srv.Channels()
+	xstats := s.srv.ExchangeStats()
 	type qs struct {
 		key string
 		c   counters
@@ -164,6 +167,11 @@ func (s *Server) sample() {
 	s.rates.record("overview", now, oc)
 	s.rates.record("node", now, nodeCounters(s))
 	seen := make(map[string]bool, len(all)+len(chans))
+	for k, xc := range xstats {
+		key := exchangeKey(k[0], k[1])
+		s.rates.record(key, now, counters{"publish_in": xc.In, "publish_out": xc.Out})
+		seen[key] = true
+	}
 	for _, ch := range chans {
 		s.rates.record(chanKey(ch.Name), now, channelCounters(ch))
 		seen[chanKey(ch.Name)] = true

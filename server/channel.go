@@ -41,6 +41,9 @@ type channel struct {
 	// Counters for the management API (info.go).
 	stats chanStats
 	mode  atomic.Uint32 // modeConfirm or modeTx once selected
+	xcur  *xStat        // the exchange last published to (reader goroutine)
+	xmu   sync.Mutex
+	xs    map[string]*xStat // publishes by exchange, guarded by xmu
 
 	confMu      sync.Mutex
 	publishSeq  uint64
@@ -165,6 +168,7 @@ func (ch *channel) shutdown() {
 	ch.txOps = nil
 	ch.msg = nil
 	ch.inContent = 0
+	ch.flushStats()
 	ch.c.s.foldStats(ch)
 }
 
@@ -546,12 +550,13 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 	if err != nil {
 		return err
 	}
-	ch.stats.publish.Add(1)
+	ch.stats.local.publish++
+	ch.countExchange(exchange, res.Routed > 0)
 	if res.Routed == 0 && !mandatory {
-		ch.stats.dropped.Add(1)
+		ch.stats.local.dropped++
 	}
 	if res.Routed == 0 && mandatory {
-		ch.stats.returned.Add(1)
+		ch.stats.local.returned++
 		ch.flushConfirms()
 		ch.c.send(func(b []byte) []byte {
 			b = amqp.AppendMethodFrame(b, ch.id, &amqp.BasicReturn{ReplyCode: amqp.NoRoute, ReplyText: "NO_ROUTE", Exchange: exchange, RoutingKey: m.RoutingKey})
@@ -569,7 +574,7 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 		time.Sleep(150 * time.Microsecond)
 	}
 	if ch.confirm {
-		ch.stats.confirm.Add(1)
+		ch.stats.local.confirm++
 		ch.confirmPublish(res)
 	} else if ch.tx {
 		for _, l := range res.Wait {
@@ -753,7 +758,8 @@ func (ch *channel) get(m *amqp.BasicGet) error {
 	}
 	d, remaining, ok := q.Get(m.NoAck)
 	if !ok {
-		ch.stats.getEmpty.Add(1)
+		ch.stats.local.getEmpty++
+		ch.stats.local.dirty = true
 		ch.c.sendMethod(ch.id, &amqp.BasicGetEmpty{})
 		return nil
 	}

@@ -44,6 +44,7 @@ type conn struct {
 	// that the management API can list them (info.go).
 	channels map[uint16]*channel
 	chMu     sync.Mutex
+	lastCh   *channel // the channel of the last content frame (reader goroutine; chanByID)
 
 	// For the management API (info.go): set once during the handshake
 	// (under chMu), or counted atomically.
@@ -122,6 +123,7 @@ func (c *conn) teardown(err error) {
 	}
 	c.chMu.Lock()
 	c.channels = nil
+	c.lastCh = nil
 	c.chMu.Unlock()
 	if c.vhost != nil {
 		c.vhost.DeleteExclusive(c.id)
@@ -460,8 +462,17 @@ func (c *conn) forceClose(reason string) {
 // readLoop reads frames until the connection closes. It returns nil after
 // a clean close handshake.
 func (c *conn) readLoop() error {
+	// Frames are counted locally and published to readFrames (which the
+	// heartbeat monitor and the management API read) once per read batch:
+	// no locked instruction per frame.
+	var frames uint64
+	defer func() { c.readFrames.Add(frames) }()
 	for {
 		if c.r.Buffered() == 0 {
+			if frames != 0 {
+				c.readFrames.Add(frames)
+				frames = 0
+			}
 			c.flushConfirms()
 		}
 		f, err := c.r.ReadFrame()
@@ -473,7 +484,7 @@ func (c *conn) readLoop() error {
 			}
 			return err
 		}
-		c.readFrames.Add(1)
+		frames++
 		if err := c.handleFrame(f); err != nil {
 			if errors.Is(err, errClosed) {
 				return nil
@@ -495,7 +506,22 @@ var errClosed = errors.New("connection closed")
 func (c *conn) flushConfirms() {
 	for _, ch := range c.channels {
 		ch.flushConfirms()
+		ch.flushStats()
 	}
+}
+
+// chanByID returns the open channel id (nil if none), remembering the last
+// one: a publish is three frames on one channel, and the map lookup was 6%
+// of the CPU of a publish-deliver profile.
+func (c *conn) chanByID(id uint16) *channel {
+	if ch := c.lastCh; ch != nil && ch.id == id {
+		return ch
+	}
+	ch := c.channels[id]
+	if ch != nil {
+		c.lastCh = ch
+	}
+	return ch
 }
 
 func (c *conn) handleFrame(f amqp.Frame) error {
@@ -526,7 +552,7 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		// basic.publish decodes into the channel's own struct, reusing
 		// the exchange and routing key strings (amqp/fastpath.go).
 		if args, ok := amqp.IsBasicPublish(f.Payload); ok && f.Channel != 0 {
-			if ch := c.channels[f.Channel]; ch != nil && !ch.closing {
+			if ch := c.chanByID(f.Channel); ch != nil && !ch.closing {
 				if err := ch.pubScratch.DecodeReuse(args); err != nil {
 					return err
 				}
@@ -545,7 +571,7 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		if f.Channel == 0 {
 			return amqp.UnexpectedFrameError(f)
 		}
-		ch := c.channels[f.Channel]
+		ch := c.chanByID(f.Channel)
 		if ch == nil {
 			// RabbitMQ's text for content on a channel that is not open.
 			return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")

@@ -43,6 +43,14 @@ func (c countingReader) Read(p []byte) (int, error) {
 // publisher's) or settles, always under channel.mu, which both hold anyway:
 // plain fields, no extra cache-line traffic on the hot path.
 type chanStats struct {
+	// Counted by the reader goroutine in plain fields (local) and added
+	// to the atomics once per read batch (flush), so that a publish costs
+	// no locked instruction for them.
+	local struct {
+		publish, returned, confirm, dropped, getEmpty uint64
+		xin, xout                                     uint64 // for channel.xcur
+		dirty                                         bool
+	}
 	_                                             [64]byte
 	publish, returned, confirm, dropped, getEmpty atomic.Uint64
 	_                                             [64]byte
@@ -52,6 +60,37 @@ type chanStats struct {
 	redeliver, ack, reject, requeue      uint64
 
 	folded bool // guarded by Server.statsMu
+}
+
+// flushStats adds the reader goroutine's local counts to the atomics the
+// management API reads (conn.flushConfirms calls it once per read batch).
+func (ch *channel) flushStats() {
+	l := &ch.stats.local
+	if !l.dirty {
+		return
+	}
+	s := &ch.stats
+	for _, c := range []struct {
+		n *uint64
+		a *atomic.Uint64
+	}{{&l.publish, &s.publish}, {&l.returned, &s.returned}, {&l.confirm, &s.confirm}, {&l.dropped, &s.dropped}, {&l.getEmpty, &s.getEmpty}} {
+		if *c.n != 0 {
+			c.a.Add(*c.n)
+			*c.n = 0
+		}
+	}
+	ch.flushExchange()
+	l.dirty = false
+}
+
+// flushExchange adds the local counts of the current exchange to it.
+func (ch *channel) flushExchange() {
+	l := &ch.stats.local
+	if x := ch.xcur; x != nil && (l.xin != 0 || l.xout != 0) {
+		x.in.Add(l.xin)
+		x.out.Add(l.xout)
+		l.xin, l.xout = 0, 0
+	}
 }
 
 func (s *chanStats) countDeliver(noAck, redelivered bool) {
@@ -85,6 +124,98 @@ func (s *chanStats) countSettle(kind int, requeue bool, n int) {
 	default:
 		s.reject += uint64(n)
 	}
+}
+
+// xStat counts one channel's publishes to one exchange (publish_in) and
+// those that were routed (publish_out). Written by the channel's reader
+// goroutine only.
+type xStat struct {
+	name    string
+	in, out atomic.Uint64
+}
+
+// countExchange counts a publish to exchange: a map lookup only when the
+// channel publishes to another exchange than the last time.
+func (ch *channel) countExchange(exchange string, routed bool) {
+	x := ch.xcur
+	if x == nil || x.name != exchange {
+		ch.flushExchange()
+		ch.xmu.Lock()
+		if ch.xs == nil {
+			ch.xs = map[string]*xStat{}
+		}
+		if x = ch.xs[exchange]; x == nil {
+			x = &xStat{name: exchange}
+			ch.xs[exchange] = x
+		}
+		ch.xmu.Unlock()
+		ch.xcur = x
+	}
+	l := &ch.stats.local
+	l.xin++
+	if routed {
+		l.xout++
+	}
+	l.dirty = true
+}
+
+// ExchangeCounts are an exchange's publish counters.
+type ExchangeCounts struct{ In, Out uint64 }
+
+// exchangeKey is an exchange's vhost and name.
+type exchangeKey = [2]string
+
+// addExchanges adds ch's exchange counters to m.
+func (ch *channel) addExchanges(vhost string, m map[exchangeKey]ExchangeCounts) {
+	ch.xmu.Lock()
+	defer ch.xmu.Unlock()
+	for name, x := range ch.xs {
+		k := exchangeKey{vhost, name}
+		c := m[k]
+		c.In += x.in.Load()
+		c.Out += x.out.Load()
+		m[k] = c
+	}
+}
+
+// CountPublish counts a publish made other than by a client (the
+// management API's publish, replays and moves) to the exchange's counters.
+func (s *Server) CountPublish(vhost, exchange string, routed bool) {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	if s.closedX == nil {
+		s.closedX = map[exchangeKey]ExchangeCounts{}
+	}
+	k := exchangeKey{vhost, exchange}
+	c := s.closedX[k]
+	c.In++
+	if routed {
+		c.Out++
+	}
+	s.closedX[k] = c
+}
+
+// ExchangeStats returns the publish counters of every exchange that was
+// published to, by vhost and name ("" is the default exchange).
+func (s *Server) ExchangeStats() map[[2]string]ExchangeCounts {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	m := make(map[exchangeKey]ExchangeCounts, len(s.closedX))
+	for k, c := range s.closedX {
+		m[k] = c
+	}
+	for _, c := range s.connList() {
+		ci := c.info()
+		if ci.Starting {
+			continue
+		}
+		for _, ch := range c.channelList() {
+			if !ch.stats.folded {
+				ch.addExchanges(ci.VHost, m)
+			}
+		}
+	}
+	return m
 }
 
 // MessageStats are message counters, as RabbitMQ's message_stats.
@@ -127,8 +258,22 @@ func (s *Server) foldStats(ch *channel) {
 	if !ch.stats.folded {
 		ch.stats.folded = true
 		s.closedStats.add(ch)
+		if s.closedX == nil {
+			s.closedX = map[exchangeKey]ExchangeCounts{}
+		}
+		ch.addExchanges(ch.c.vhostName(), s.closedX)
 	}
 	s.statsMu.Unlock()
+}
+
+// vhostName is the connection's vhost ("" before connection.open).
+func (c *conn) vhostName() string {
+	c.chMu.Lock()
+	defer c.chMu.Unlock()
+	if c.vhost == nil {
+		return ""
+	}
+	return c.vhost.Name
 }
 
 // dropChannel removes ch from its connection (reader goroutine).
@@ -136,6 +281,9 @@ func (c *conn) dropChannel(ch *channel) {
 	c.chMu.Lock()
 	if c.channels[ch.id] == ch {
 		delete(c.channels, ch.id)
+	}
+	if c.lastCh == ch {
+		c.lastCh = nil
 	}
 	c.chMu.Unlock()
 }

@@ -136,6 +136,7 @@ type Server struct {
 
 	statsMu     sync.Mutex
 	closedStats MessageStats // counters of closed channels (info.go)
+	closedX     map[exchangeKey]ExchangeCounts
 }
 
 // New returns a server for cfg. It does not listen until Start.
