@@ -54,6 +54,13 @@ type QueueStats struct {
 	// their targets (RabbitMQ's messages_dlx); they count towards the
 	// source queue's length limit.
 	DeadLetterPending int
+	// OnDisk counts the messages (ready or unacked) whose record is in a
+	// durable queue's log: the persistent ones, and transient ones paged
+	// out to it. PagedOut and PagedOutBytes are the ready messages kept on
+	// disk only (spill.go); Ready and ReadyBytes include them.
+	OnDisk        int
+	PagedOut      int
+	PagedOutBytes int64
 }
 
 // Queue is a FIFO of messages (per priority level) with consumers.
@@ -194,6 +201,12 @@ func (q *Queue) Stats() QueueStats {
 	s := q.stats
 	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes, s.Delayed = q.ready.n+q.spill.n, q.unacked, len(q.consumers), q.ready.bytes+q.spill.bytes, len(q.delayed)
 	s.DeadLetterPending = len(q.dlxPending)
+	s.PagedOut, s.PagedOutBytes = q.spill.n, q.spill.bytes
+	if q.disk != nil && !q.disk.paging {
+		for _, c := range q.disk.live {
+			s.OnDisk += c.n
+		}
+	}
 	s.DeadLettered, s.Dropped = map[string]uint64{}, map[string]uint64{}
 	for i, r := range reasons {
 		s.DeadLettered[r] = q.deadStats[i]

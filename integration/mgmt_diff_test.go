@@ -68,6 +68,10 @@ var mgmtErlangOnly = []string{
 // mgmtGaps are keys RabbitMQ returns that matter but Warren does not
 // implement. Each entry is a known gap (keep this short).
 var mgmtGaps = []string{
+	// Bytes of unacked and of persistent messages: Warren counts these
+	// messages, not their bytes.
+	"message_bytes_unacknowledged", "*.message_bytes_unacknowledged", "items[].message_bytes_unacknowledged",
+	"message_bytes_persistent", "*.message_bytes_persistent", "items[].message_bytes_persistent",
 	// Message store read/write counters.
 	"message_stats.disk_reads", "message_stats.disk_reads_details",
 	"message_stats.disk_writes", "message_stats.disk_writes_details",

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/server"
+	"github.com/warrenmq/warren/warrentest"
 )
 
 // An exchange's message_stats count what was published to it (publish_in)
@@ -39,5 +41,38 @@ func TestExchangeMessageStats(t *testing.T) {
 	f.call("GET", "/api/exchanges/%2F/orders-x", nil, &x)
 	if ms, _ := x["message_stats"].(map[string]any); ms["publish_in"] != float64(4) {
 		t.Fatalf("after the channel closed: %v", x["message_stats"])
+	}
+}
+
+// A deep durable queue reports its persistent and paged-out messages.
+func TestQueueMessagesPagedOut(t *testing.T) {
+	w := warrentest.Start(t, warrentest.WithConfig(func(c *server.Config) { c.QueueWindow = 4 }))
+	conn, err := amqp.Dial(w.URL())
+	must(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("deep", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	for i := 0; i < 20; i++ {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "deep", false, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("0123456789")})
+		must(t, err)
+		if !dc.Wait() {
+			t.Fatal("nacked")
+		}
+	}
+	f := &fixture{t: t, w: w, ch: ch, api: w.MgmtURL()}
+	var q map[string]any
+	f.call("GET", "/api/queues/%2F/deep", nil, &q)
+	num := func(k string) float64 { v, _ := q[k].(float64); return v }
+	if num("messages") != 20 || num("messages_persistent") != 20 {
+		t.Fatalf("messages %v, persistent %v; want 20 and 20", q["messages"], q["messages_persistent"])
+	}
+	if num("messages_paged_out") == 0 || num("messages_ready_ram")+num("messages_paged_out") != 20 ||
+		num("message_bytes_paged_out") != 10*num("messages_paged_out") {
+		t.Fatalf("paged out %v (%v bytes), in memory %v; want some paged out, 20 in all, 10 bytes each",
+			q["messages_paged_out"], q["message_bytes_paged_out"], q["messages_ready_ram"])
 	}
 }

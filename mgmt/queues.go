@@ -85,11 +85,15 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		"messages": msgs, "messages_details": details(s.rates.rate(key, "messages")),
 		"messages_ready": st.Ready, "messages_ready_details": details(s.rates.rate(key, "messages_ready")),
 		"messages_unacknowledged": st.Unacked, "messages_unacknowledged_details": details(s.rates.rate(key, "messages_unacknowledged")),
-		"messages_ram": st.Ready + st.Unacked, "messages_ready_ram": st.Ready, "messages_unacknowledged_ram": st.Unacked,
-		"messages_persistent": 0, "messages_paged_out": 0,
-		"message_bytes": st.ReadyBytes, "message_bytes_ready": st.ReadyBytes, "message_bytes_unacknowledged": 0,
-		"message_bytes_ram": st.ReadyBytes, "message_bytes_persistent": 0, "message_bytes_paged_out": 0,
-		"message_stats": ms, "head_message_timestamp": nil, "memory": 0,
+		"messages_ram": st.Ready - st.PagedOut + st.Unacked, "messages_ready_ram": st.Ready - st.PagedOut, "messages_unacknowledged_ram": st.Unacked,
+		// Messages with a record in the durable queue's log.
+		"messages_persistent": st.OnDisk, "messages_paged_out": st.PagedOut,
+		"message_bytes": st.ReadyBytes, "message_bytes_ready": st.ReadyBytes,
+		"message_bytes_ram": st.ReadyBytes - st.PagedOutBytes, "message_bytes_paged_out": st.PagedOutBytes,
+		// memory: an estimate, the bodies in memory and ~256 bytes of
+		// bookkeeping per message held in memory.
+		"message_stats": ms, "head_message_timestamp": nil,
+		"memory": st.ReadyBytes - st.PagedOutBytes + 256*int64(st.Ready-st.PagedOut+st.Unacked),
 		"recoverable_slaves": nil, "reductions": 0, "reductions_details": details(0),
 		"garbage_collection": map[string]any{},
 		// Warren's own: dead letters by reason, and returns to the queue
