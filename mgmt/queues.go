@@ -93,7 +93,7 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		// memory: an estimate, the bodies in memory and ~256 bytes of
 		// bookkeeping per message held in memory.
 		"message_stats": ms, "head_message_timestamp": nil,
-		"memory": st.ReadyBytes - st.PagedOutBytes + 256*int64(st.Ready-st.PagedOut+st.Unacked),
+		"memory":             st.ReadyBytes - st.PagedOutBytes + 256*int64(st.Ready-st.PagedOut+st.Unacked),
 		"recoverable_slaves": nil, "reductions": 0, "reductions_details": details(0),
 		"garbage_collection": map[string]any{},
 		// Warren's own: dead letters by reason, and returns to the queue
