@@ -129,8 +129,8 @@ func (c *call) chanJSON(ch server.ChannelInfo, ci server.ConnectionInfo) map[str
 		"connection_details": map[string]any{"name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort},
 		"confirm":            ch.Confirm, "transactional": ch.Tx, "consumer_count": ch.Consumers,
 		"prefetch_count": ch.Prefetch, "global_prefetch_count": ch.GlobalPrefetch,
-		"messages_unacknowledged": ch.Unacked, "messages_unconfirmed": ch.Unconfirmed, "messages_uncommitted": 0,
-		"acks_uncommitted": 0, "pending_raft_commands": 0, "message_stats": ms,
+		"messages_unacknowledged": ch.Unacked, "messages_unconfirmed": ch.Unconfirmed, "messages_uncommitted": ch.TxPublishes,
+		"acks_uncommitted": ch.TxAcks, "pending_raft_commands": 0, "message_stats": ms,
 		"garbage_collection": map[string]any{}, "reductions": 0, "reductions_details": details(0),
 	}
 	if at, idle := c.s.rates.idleSince(chanKey(ch.Name), channelCounters(ch)); idle {

@@ -35,7 +35,8 @@ type channel struct {
 	confirm    bool
 	tx         bool
 	txOps      []txOp
-	txWait     []*store.Log // logs a tx.commit waits for
+	txPending  atomic.Uint64 // publishes<<32 | acks in txOps, for the management API
+	txWait     []*store.Log  // logs a tx.commit waits for
 
 	// Publisher confirms (confirms.go), guarded by confMu.
 	// Counters for the management API (info.go).
@@ -166,6 +167,7 @@ func (ch *channel) shutdown() {
 	// A lost channel counts as a failed delivery (R5.3).
 	settle(pending, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds, true) })
 	ch.txOps = nil
+	ch.txPending.Store(0)
 	ch.msg = nil
 	ch.inContent = 0
 	ch.flushStats()
@@ -256,6 +258,7 @@ func (ch *channel) dispatch(m amqp.Method) error {
 			return amqp.Errorf(amqp.PreconditionFailed, "channel is not transactional")
 		}
 		ch.txOps = nil
+		ch.txPending.Store(0)
 		ch.c.sendMethod(ch.id, &amqp.TxRollbackOk{})
 		return nil
 	}
@@ -527,6 +530,7 @@ func (ch *channel) finishPublish() error {
 	}
 	if ch.tx {
 		ch.txOps = append(ch.txOps, txOp{kind: txPublish, pub: m, exch: ch.pub.Exchange, mand: ch.pub.Mandatory})
+		ch.txPending.Add(1 << 32)
 		return nil
 	}
 	if err := ch.publish(ch.pub.Exchange, m, ch.pub.Mandatory); err != nil {
@@ -600,6 +604,7 @@ func (ch *channel) txCommit() error {
 	}
 	ops := ch.txOps
 	ch.txOps = nil
+	ch.txPending.Store(0)
 	for _, op := range ops {
 		switch op.kind {
 		case txPublish:
@@ -792,6 +797,7 @@ func (ch *channel) settle(tag uint64, multiple bool, kind int, requeue bool) err
 			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
 		}
 		ch.txOps = append(ch.txOps, txOp{kind: kind, ack: &amqp.BasicNack{DeliveryTag: tag, Multiple: multiple, Requeue: requeue}})
+		ch.txPending.Add(1)
 		return nil
 	}
 	return ch.applySettle(tag, multiple, kind, requeue)

@@ -322,7 +322,10 @@ type ChannelInfo struct {
 	Unacked        int
 	Consumers      int
 	Unconfirmed    int
-	Stats          MessageStats
+	// TxPublishes and TxAcks are the publishes and acks of the open
+	// transaction, not yet committed.
+	TxPublishes, TxAcks int
+	Stats               MessageStats
 }
 
 // ConsumerInfo describes a consumer on a queue.
@@ -462,6 +465,8 @@ func (ch *channel) info(ci ConnectionInfo) ChannelInfo {
 		i.Unconfirmed = int(ch.publishSeq - ch.ackedUpTo)
 	}
 	ch.confMu.Unlock()
+	tx := ch.txPending.Load()
+	i.TxPublishes, i.TxAcks = int(tx>>32), int(tx&0xffffffff)
 	i.Stats.add(ch)
 	return i
 }

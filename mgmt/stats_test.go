@@ -3,6 +3,7 @@ package mgmt_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/server"
@@ -74,5 +75,39 @@ func TestQueueMessagesPagedOut(t *testing.T) {
 		num("message_bytes_paged_out") != 10*num("messages_paged_out") {
 		t.Fatalf("paged out %v (%v bytes), in memory %v; want some paged out, 20 in all, 10 bytes each",
 			q["messages_paged_out"], q["message_bytes_paged_out"], q["messages_ready_ram"])
+	}
+}
+
+// A transactional channel shows what its open transaction holds.
+func TestChannelUncommitted(t *testing.T) {
+	f := newFixture(t)
+	f.topology()
+	must(t, f.ch.PublishWithContext(context.Background(), "", "orders", false, false, amqp.Publishing{Body: []byte("a")}))
+	f.waitCount("orders", 1)
+	d := f.get("orders")
+	must(t, f.ch.Tx())
+	for range 2 {
+		must(t, f.ch.PublishWithContext(context.Background(), "orders-x", "new", false, false, amqp.Publishing{Body: []byte("t")}))
+	}
+	must(t, d.Ack(false))
+	var chans []map[string]any
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.call("GET", "/api/channels", nil, &chans)
+		if len(chans) == 1 && chans[0]["messages_uncommitted"] == float64(2) && chans[0]["acks_uncommitted"] == float64(1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("channels: %v, want one with 2 publishes and 1 ack uncommitted", chans)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if chans[0]["transactional"] != true {
+		t.Fatalf("transactional = %v", chans[0]["transactional"])
+	}
+	must(t, f.ch.TxCommit())
+	f.call("GET", "/api/channels", nil, &chans)
+	if chans[0]["messages_uncommitted"] != float64(0) || chans[0]["acks_uncommitted"] != float64(0) {
+		t.Fatalf("after commit: %v", chans[0])
 	}
 }
