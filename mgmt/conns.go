@@ -45,7 +45,7 @@ func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
 		"client_properties": props, "user_provided_name": uprov,
 		"connected_at": ci.ConnectedAt.UnixMilli(),
 		"recv_oct":     ci.RecvOct, "recv_oct_details": details(0), "send_oct": ci.SendOct, "send_oct_details": details(0),
-		"recv_cnt": ci.RecvCnt, "send_cnt": ci.SendCnt, "send_pend": 0,
+		"recv_cnt": ci.RecvCnt, "send_cnt": ci.SendCnt, "send_pend": ci.SendPend,
 		"garbage_collection": map[string]any{},
 		"reductions":         0, "reductions_details": details(0),
 	}

@@ -307,6 +307,7 @@ type ConnectionInfo struct {
 	Heartbeat         time.Duration
 	RecvOct, SendOct  uint64
 	RecvCnt, SendCnt  uint64
+	SendPend          int  // bytes waiting for the writer
 	Blocked, Starting bool // Starting: the handshake has not finished
 }
 
@@ -381,6 +382,9 @@ func (c *conn) name() string {
 func (c *conn) info() ConnectionInfo {
 	ci := ConnectionInfo{Name: c.name(), ID: c.id, ConnectedAt: c.connectedAt,
 		RecvOct: c.recvOct.Load(), SendOct: c.sendOct.Load(), RecvCnt: c.readFrames.Load(), SendCnt: c.sendCnt.Load()}
+	c.outMu.Lock()
+	ci.SendPend = len(c.out)
+	c.outMu.Unlock()
 	ci.PeerHost, ci.PeerPort = hostPort(c.nc.RemoteAddr())
 	ci.Host, ci.Port = hostPort(c.nc.LocalAddr())
 	_, ci.TLS = c.nc.(*tls.Conn)
