@@ -57,6 +57,7 @@ func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
 			return nil
 		}
 		m, err := decodeMessage(rest)
+		q.disk.ms.reads.Add(1)
 		if err != nil {
 			return nil
 		}

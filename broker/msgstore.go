@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/store"
@@ -46,6 +47,11 @@ type MsgStore struct {
 	// on disk are exact; after a crash every recovered message is marked
 	// redelivered (it may have been delivered).
 	clean bool
+
+	// reads and writes count the message records read back (paged in,
+	// browsed) and written, for the management API's disk_reads and
+	// disk_writes.
+	reads, writes atomic.Uint64
 
 	mu     sync.Mutex
 	open   map[uint64]*qdisk
@@ -398,7 +404,16 @@ func (d *qdisk) append(typ byte, payload []byte) (store.Pos, error) {
 
 // appendMsg writes an M record (or a D record with prefix) and counts the
 // message live in its segment.
+// DiskIO returns how many message records were read back and written.
+func (ms *MsgStore) DiskIO() (reads, writes uint64) {
+	if ms == nil {
+		return 0, 0
+	}
+	return ms.reads.Load(), ms.writes.Load()
+}
+
 func (d *qdisk) appendMsg(typ byte, prefix []byte, h msgHeader, m *Message) (store.Pos, error) {
+	d.ms.writes.Add(1)
 	b := append(d.buf[:0], prefix...)
 	h.bodyLen, h.persistent = uint32(len(m.Body)), m.persistent()
 	b = appendMsgHeader(b, h)

@@ -184,6 +184,7 @@ func (q *Queue) refillLocked(force bool) {
 		loaded++
 		return nil
 	})
+	q.disk.ms.reads.Add(uint64(loaded))
 	if err == nil && s.active {
 		q.vhost.b.log.Error("message store: spilled messages missing from the queue log", "queue", q.Name, "missing", s.n)
 		q.spill = spillState{}

@@ -72,9 +72,6 @@ var mgmtGaps = []string{
 	// messages, not their bytes.
 	"message_bytes_unacknowledged", "*.message_bytes_unacknowledged", "items[].message_bytes_unacknowledged",
 	"message_bytes_persistent", "*.message_bytes_persistent", "items[].message_bytes_persistent",
-	// Message store read/write counters.
-	"message_stats.disk_reads", "message_stats.disk_reads_details",
-	"message_stats.disk_writes", "message_stats.disk_writes_details",
 }
 
 // argsHash matches the argument hash of a binding's properties_key

@@ -70,7 +70,7 @@ func (s *Server) statsWithRates(key string, c counters, fields ...string) map[st
 }
 
 var overviewStatFields = []string{"publish", "confirm", "return_unroutable", "drop_unroutable", "deliver", "deliver_no_ack",
-	"get", "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack"}
+	"get", "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack", "disk_reads", "disk_writes"}
 
 func (c *call) overview() error {
 	s := c.s

@@ -117,6 +117,7 @@ func serverCounters(m server.MessageStats) counters {
 		"deliver": m.Deliver, "deliver_no_ack": m.DeliverNoAck, "get": m.Get, "get_no_ack": m.GetNoAck,
 		"deliver_get": m.DeliverGet(), "redeliver": m.Redeliver, "ack": m.Ack,
 		"drop_unroutable": m.DropUnroutable, "get_empty": m.GetEmpty,
+		"disk_reads": m.DiskReads, "disk_writes": m.DiskWrites,
 	}
 }
 

@@ -65,6 +65,13 @@ func TestQueueMessagesPagedOut(t *testing.T) {
 		}
 	}
 	f := &fixture{t: t, w: w, ch: ch, api: w.MgmtURL()}
+	// The overview counts the records written (20) and, once the queue
+	// pages messages back in, read.
+	var o map[string]any
+	f.call("GET", "/api/overview", nil, &o)
+	if ms, _ := o["message_stats"].(map[string]any); ms["disk_writes"] != float64(20) {
+		t.Fatalf("overview disk_writes = %v, want 20", ms["disk_writes"])
+	}
 	var q map[string]any
 	f.call("GET", "/api/queues/%2F/deep", nil, &q)
 	num := func(k string) float64 { v, _ := q[k].(float64); return v }
@@ -75,6 +82,17 @@ func TestQueueMessagesPagedOut(t *testing.T) {
 		num("message_bytes_paged_out") != 10*num("messages_paged_out") {
 		t.Fatalf("paged out %v (%v bytes), in memory %v; want some paged out, 20 in all, 10 bytes each",
 			q["messages_paged_out"], q["message_bytes_paged_out"], q["messages_ready_ram"])
+	}
+	for range 20 {
+		d, ok, err := ch.Get("deep", true)
+		if err != nil || !ok {
+			t.Fatalf("get: %v %v", ok, err)
+		}
+		_ = d
+	}
+	f.call("GET", "/api/overview", nil, &o)
+	if ms, _ := o["message_stats"].(map[string]any); ms["disk_reads"] != q["messages_paged_out"] {
+		t.Fatalf("overview disk_reads = %v after draining, want the %v paged out", ms["disk_reads"], q["messages_paged_out"])
 	}
 }
 

@@ -220,6 +220,9 @@ func (s *Server) ExchangeStats() map[[2]string]ExchangeCounts {
 
 // MessageStats are message counters, as RabbitMQ's message_stats.
 type MessageStats struct {
+	// DiskReads and DiskWrites count message records read back from and
+	// written to the message store (persistent messages, paging).
+	DiskReads, DiskWrites                              uint64
 	Publish, ReturnUnroutable, Confirm, DropUnroutable uint64
 	GetEmpty                                           uint64
 	Deliver, DeliverNoAck, Get, GetNoAck, Redeliver    uint64
@@ -514,6 +517,7 @@ func (s *Server) MessageStats() MessageStats {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	m := s.closedStats
+	m.DiskReads, m.DiskWrites = s.msgs.DiskIO()
 	for _, c := range s.connList() {
 		for _, ch := range c.channelList() {
 			if !ch.stats.folded {
