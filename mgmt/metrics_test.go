@@ -401,6 +401,7 @@ func TestMetrics(t *testing.T) {
 
 	// Global.
 	dl := func(reason, qt, strategy string) string {
+		// R3.12: dead-letter counters per queue_type and dead_letter_strategy, under RabbitMQ's names.
 		return "rabbitmq_global_messages_dead_lettered_" + reason + "_total\x00" + qt + "\x00" + strategy
 	}
 	wantDL := map[string]float64{
