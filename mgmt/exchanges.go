@@ -2,14 +2,11 @@ package mgmt
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -269,8 +266,8 @@ func bindingJSON(vhost string, b broker.BindingInfo) map[string]any {
 }
 
 // propertiesKey identifies a binding among those between the same ends,
-// as RabbitMQ's: the routing key ("~" when empty), followed by "~" and a
-// hash of the arguments when there are any.
+// exactly as RabbitMQ's: the routing key, escaped ("~" when empty), and
+// for a binding with arguments "~" and their hash (propkey.go).
 func propertiesKey(key string, args amqpc.Table) string {
 	if len(args) == 0 {
 		if key == "" {
@@ -278,17 +275,7 @@ func propertiesKey(key string, args amqpc.Table) string {
 		}
 		return url.PathEscape(key)
 	}
-	keys := make([]string, 0, len(args))
-	for k := range args {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	h := sha256.New()
-	for _, k := range keys {
-		j, _ := json.Marshal(broker.TableJSON(amqpc.Table{k: args[k]}))
-		h.Write(j)
-	}
-	return url.PathEscape(key) + "~" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:12])
+	return url.PathEscape(key) + "~" + argsHash(args)
 }
 
 func (c *call) bindings() error {
