@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"slices"
 	"sort"
 
 	"github.com/warrenmq/warren/store"
@@ -137,20 +138,13 @@ func (v *VHost) DeadLetterTargets() map[string][]string {
 		}
 		v.mu.RUnlock()
 		for _, t := range targets {
-			out[t] = appendUnique(out[t], q.Name)
+			if !slices.Contains(out[t], q.Name) {
+				out[t] = append(out[t], q.Name)
+			}
 		}
 	}
 	for _, srcs := range out {
 		sort.Strings(srcs)
 	}
 	return out
-}
-
-func appendUnique(s []string, v string) []string {
-	for _, x := range s {
-		if x == v {
-			return s
-		}
-	}
-	return append(s, v)
 }

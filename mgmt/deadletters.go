@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -142,7 +143,9 @@ func (c *call) deadLetterQueues() error {
 			}
 			sum = summarize(q)
 			for src := range sum.bySource {
-				srcs = appendUnique(srcs, src)
+				if !slices.Contains(srcs, src) {
+					srcs = append(srcs, src)
+				}
 			}
 			if srcs == nil {
 				srcs = []string{}
@@ -155,15 +158,6 @@ func (c *call) deadLetterQueues() error {
 		}
 	}
 	return c.list(list)
-}
-
-func appendUnique(s []string, v string) []string {
-	for _, x := range s {
-		if x == v {
-			return s
-		}
-	}
-	return append(s, v)
 }
 
 func (c *call) deadLetterMessages() error {
