@@ -68,26 +68,11 @@ func cmdDefsImport(c *cliCtx, args []string) error {
 }
 
 func cmdPoliciesList(c *cliCtx, args []string) error {
-	if err := wantArgs(args, 0, 0, "policies list [--vhost V]"); err != nil {
-		return err
-	}
-	rows, err := c.list("policies")
-	if err != nil || rows == nil {
-		return err
-	}
-	header := []string{"NAME", "PATTERN", "APPLY-TO", "PRIORITY", "DEFINITION"}
-	if c.vhost == "" {
-		header = append([]string{"VHOST"}, header...)
-	}
-	t := newTable(c.stdout, header...)
-	for _, p := range rows {
-		cells := []string{str(p["name"]), str(p["pattern"]), str(p["apply-to"]), num(p["priority"]), compactJSON(p["definition"])}
-		if c.vhost == "" {
-			cells = append([]string{str(p["vhost"])}, cells...)
-		}
-		t.row(cells...)
-	}
-	return t.flush()
+	return c.listTable("policies", "policies list [--vhost V]", args,
+		[]string{"NAME", "PATTERN", "APPLY-TO", "PRIORITY", "DEFINITION"},
+		func(p map[string]any) []string {
+			return []string{str(p["name"]), str(p["pattern"]), str(p["apply-to"]), num(p["priority"]), compactJSON(p["definition"])}
+		})
 }
 
 func cmdPoliciesSet(c *cliCtx, args []string) error {

@@ -33,76 +33,56 @@ func (c *cliCtx) list(kind string) ([]map[string]any, error) {
 	return rows, nil
 }
 
-func cmdQueues(c *cliCtx, args []string) error {
-	if err := wantArgs(args, 0, 0, "queues [--vhost V]"); err != nil {
+// listTable runs a list command: it GETs the API's list of kind and prints
+// it as a table of header and cells, with a VHOST column first when no
+// --vhost narrows the list (or the API's JSON with --json).
+func (c *cliCtx) listTable(kind, usage string, args []string, header []string, cells func(map[string]any) []string) error {
+	if err := wantArgs(args, 0, 0, usage); err != nil {
 		return err
 	}
-	rows, err := c.list("queues")
+	rows, err := c.list(kind)
 	if err != nil || rows == nil {
 		return err
 	}
-	header := []string{"NAME", "TYPE", "MESSAGES", "READY", "UNACKED", "CONSUMERS", "STATE"}
 	if c.vhost == "" {
 		header = append([]string{"VHOST"}, header...)
 	}
 	t := newTable(c.stdout, header...)
-	for _, q := range rows {
-		cells := []string{str(q["name"]), str(q["type"]), num(q["messages"]), num(q["messages_ready"]),
-			num(q["messages_unacknowledged"]), num(q["consumers"]), str(q["state"])}
+	for _, r := range rows {
+		cs := cells(r)
 		if c.vhost == "" {
-			cells = append([]string{str(q["vhost"])}, cells...)
+			cs = append([]string{str(r["vhost"])}, cs...)
 		}
-		t.row(cells...)
+		t.row(cs...)
 	}
 	return t.flush()
+}
+
+func cmdQueues(c *cliCtx, args []string) error {
+	return c.listTable("queues", "queues [--vhost V]", args,
+		[]string{"NAME", "TYPE", "MESSAGES", "READY", "UNACKED", "CONSUMERS", "STATE"},
+		func(q map[string]any) []string {
+			return []string{str(q["name"]), str(q["type"]), num(q["messages"]), num(q["messages_ready"]),
+				num(q["messages_unacknowledged"]), num(q["consumers"]), str(q["state"])}
+		})
 }
 
 func cmdExchanges(c *cliCtx, args []string) error {
-	if err := wantArgs(args, 0, 0, "exchanges [--vhost V]"); err != nil {
-		return err
-	}
-	rows, err := c.list("exchanges")
-	if err != nil || rows == nil {
-		return err
-	}
-	header := []string{"NAME", "TYPE", "DURABLE", "AUTO_DELETE", "INTERNAL", "ARGUMENTS"}
-	if c.vhost == "" {
-		header = append([]string{"VHOST"}, header...)
-	}
-	t := newTable(c.stdout, header...)
-	for _, x := range rows {
-		cells := []string{exchangeName(str(x["name"])), str(x["type"]), str(x["durable"]), str(x["auto_delete"]),
-			str(x["internal"]), compactJSON(x["arguments"])}
-		if c.vhost == "" {
-			cells = append([]string{str(x["vhost"])}, cells...)
-		}
-		t.row(cells...)
-	}
-	return t.flush()
+	return c.listTable("exchanges", "exchanges [--vhost V]", args,
+		[]string{"NAME", "TYPE", "DURABLE", "AUTO_DELETE", "INTERNAL", "ARGUMENTS"},
+		func(x map[string]any) []string {
+			return []string{exchangeName(str(x["name"])), str(x["type"]), str(x["durable"]), str(x["auto_delete"]),
+				str(x["internal"]), compactJSON(x["arguments"])}
+		})
 }
 
 func cmdBindings(c *cliCtx, args []string) error {
-	if err := wantArgs(args, 0, 0, "bindings [--vhost V]"); err != nil {
-		return err
-	}
-	rows, err := c.list("bindings")
-	if err != nil || rows == nil {
-		return err
-	}
-	header := []string{"SOURCE", "DESTINATION", "DESTINATION_TYPE", "ROUTING_KEY", "ARGUMENTS"}
-	if c.vhost == "" {
-		header = append([]string{"VHOST"}, header...)
-	}
-	t := newTable(c.stdout, header...)
-	for _, b := range rows {
-		cells := []string{exchangeName(str(b["source"])), str(b["destination"]), str(b["destination_type"]),
-			str(b["routing_key"]), compactJSON(b["arguments"])}
-		if c.vhost == "" {
-			cells = append([]string{str(b["vhost"])}, cells...)
-		}
-		t.row(cells...)
-	}
-	return t.flush()
+	return c.listTable("bindings", "bindings [--vhost V]", args,
+		[]string{"SOURCE", "DESTINATION", "DESTINATION_TYPE", "ROUTING_KEY", "ARGUMENTS"},
+		func(b map[string]any) []string {
+			return []string{exchangeName(str(b["source"])), str(b["destination"]), str(b["destination_type"]),
+				str(b["routing_key"]), compactJSON(b["arguments"])}
+		})
 }
 
 // apiMessage is a message as the API returns it from a queue get or a
