@@ -18,11 +18,10 @@ func (s *Server) connRoutes() {
 	s.handle("GET /api/consumers/{vhost}", lvlManagement, (*call).consumers)
 }
 
-// seesConn reports whether the user may see a connection: its own, or any
-// for monitoring users and administrators, as RabbitMQ.
-func (c *call) seesConn(ci server.ConnectionInfo) bool {
-	return c.monitor() || ci.User == c.user.Name
-}
+// seesUser reports whether the user may see a connection or channel that
+// user opened: its own, or any for monitoring users and administrators,
+// as RabbitMQ.
+func (c *call) seesUser(user string) bool { return c.monitor() || user == c.user.Name }
 
 func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
 	props := map[string]any{}
@@ -60,7 +59,7 @@ func (c *call) visibleConns() ([]server.ConnectionInfo, error) {
 	}
 	var out []server.ConnectionInfo
 	for _, ci := range c.s.srv.Connections() {
-		if c.seesConn(ci) && (vhost == "" || ci.VHost == vhost) {
+		if c.seesUser(ci.User) && (vhost == "" || ci.VHost == vhost) {
 			out = append(out, ci)
 		}
 	}
@@ -82,7 +81,7 @@ func (c *call) connections() error {
 func (c *call) findConn() (server.ConnectionInfo, error) {
 	name := c.pv("name")
 	for _, ci := range c.s.srv.Connections() {
-		if ci.Name == name && c.seesConn(ci) {
+		if ci.Name == name && c.seesUser(ci.User) {
 			return ci, nil
 		}
 	}
@@ -116,7 +115,7 @@ func (c *call) connectionDelete() error {
 	return c.noContent()
 }
 
-func (c *call) chanJSON(ch server.ChannelInfo, ci server.ConnectionInfo) map[string]any {
+func (c *call) chanJSON(ch server.ChannelInfo) map[string]any {
 	st := ch.Stats
 	ms := map[string]any{
 		"publish": st.Publish, "confirm": st.Confirm, "return_unroutable": st.ReturnUnroutable,
@@ -126,7 +125,7 @@ func (c *call) chanJSON(ch server.ChannelInfo, ci server.ConnectionInfo) map[str
 	m := map[string]any{
 		"name": ch.Name, "node": c.s.node, "number": ch.Number, "vhost": ch.VHost, "user": ch.User,
 		"user_who_performed_action": ch.User, "state": "running",
-		"connection_details": map[string]any{"name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort},
+		"connection_details": map[string]any{"name": ch.Connection, "peer_host": ch.PeerHost, "peer_port": ch.PeerPort},
 		"confirm":            ch.Confirm, "transactional": ch.Tx, "consumer_count": ch.Consumers,
 		"prefetch_count": ch.Prefetch, "global_prefetch_count": ch.GlobalPrefetch,
 		"messages_unacknowledged": ch.Unacked, "messages_unconfirmed": ch.Unconfirmed, "messages_uncommitted": ch.TxPublishes,
@@ -139,16 +138,11 @@ func (c *call) chanJSON(ch server.ChannelInfo, ci server.ConnectionInfo) map[str
 	return m
 }
 
-func (c *call) channelsOf(filter func(server.ConnectionInfo) bool) []map[string]any {
-	conns := map[string]server.ConnectionInfo{}
-	for _, ci := range c.s.srv.Connections() {
-		conns[ci.Name] = ci
-	}
+func (c *call) channelsOf(filter func(server.ChannelInfo) bool) []map[string]any {
 	list := []map[string]any{}
 	for _, ch := range c.s.srv.Channels() {
-		ci, ok := conns[ch.Connection]
-		if ok && c.seesConn(ci) && filter(ci) {
-			list = append(list, c.chanJSON(ch, ci))
+		if c.seesUser(ch.User) && filter(ch) {
+			list = append(list, c.chanJSON(ch))
 		}
 	}
 	return list
@@ -161,7 +155,7 @@ func (c *call) channels() error {
 			return err
 		}
 	}
-	return c.list(c.channelsOf(func(ci server.ConnectionInfo) bool { return vhost == "" || ci.VHost == vhost }))
+	return c.list(c.channelsOf(func(ch server.ChannelInfo) bool { return vhost == "" || ch.VHost == vhost }))
 }
 
 func (c *call) connectionChannels() error {
@@ -169,12 +163,12 @@ func (c *call) connectionChannels() error {
 	if err != nil {
 		return err
 	}
-	return c.ok(c.channelsOf(func(x server.ConnectionInfo) bool { return x.Name == ci.Name }))
+	return c.ok(c.channelsOf(func(ch server.ChannelInfo) bool { return ch.Connection == ci.Name }))
 }
 
 func (c *call) channelGet() error {
 	name := c.pv("name")
-	for _, ch := range c.channelsOf(func(server.ConnectionInfo) bool { return true }) {
+	for _, ch := range c.channelsOf(func(server.ChannelInfo) bool { return true }) {
 		if ch["name"] == name {
 			cons := []any{}
 			for _, cs := range c.s.srv.Consumers() {

@@ -93,7 +93,7 @@ func (c *call) overview() error {
 	conns := s.srv.Connections()
 	nconn, nch := 0, 0
 	for _, ci := range conns {
-		if c.seesConn(ci) {
+		if c.seesUser(ci.User) {
 			nconn++
 			nch += ci.Channels
 		}

@@ -204,17 +204,11 @@ func (s *Server) ExchangeStats() map[[2]string]ExchangeCounts {
 	for k, c := range s.closedX {
 		m[k] = c
 	}
-	for _, c := range s.connList() {
-		ci := c.info()
-		if ci.Starting {
-			continue
+	s.eachChannel(func(ci ConnectionInfo, ch *channel) {
+		if !ch.stats.folded {
+			ch.addExchanges(ci.VHost, m)
 		}
-		for _, ch := range c.channelList() {
-			if !ch.stats.folded {
-				ch.addExchanges(ci.VHost, m)
-			}
-		}
-	}
+	})
 	return m
 }
 
@@ -318,6 +312,8 @@ type ConnectionInfo struct {
 type ChannelInfo struct {
 	Name           string // "<connection name> (<number>)"
 	Connection     string
+	PeerHost       string // the connection's peer
+	PeerPort       int
 	Number         uint16
 	User, VHost    string
 	Confirm, Tx    bool
@@ -444,24 +440,33 @@ func (c *conn) channelList() []*channel {
 	return chs
 }
 
-// Channels returns the open channels of every connection.
-func (s *Server) Channels() []ChannelInfo {
-	var out []ChannelInfo
+// eachChannel calls fn for every open channel of the connections that
+// finished their handshake, with its connection's info.
+func (s *Server) eachChannel(fn func(ConnectionInfo, *channel)) {
 	for _, c := range s.connList() {
 		ci := c.info()
 		if ci.Starting {
 			continue
 		}
 		for _, ch := range c.channelList() {
-			out = append(out, ch.info(ci))
+			fn(ci, ch)
 		}
 	}
+}
+
+// channelName is RabbitMQ's name of channel id of the named connection.
+func channelName(conn string, id uint16) string { return conn + " (" + strconv.Itoa(int(id)) + ")" }
+
+// Channels returns the open channels of every connection.
+func (s *Server) Channels() []ChannelInfo {
+	var out []ChannelInfo
+	s.eachChannel(func(ci ConnectionInfo, ch *channel) { out = append(out, ch.info(ci)) })
 	return out
 }
 
 func (ch *channel) info(ci ConnectionInfo) ChannelInfo {
-	i := ChannelInfo{Name: ci.Name + " (" + strconv.Itoa(int(ch.id)) + ")", Connection: ci.Name, Number: ch.id,
-		User: ci.User, VHost: ci.VHost}
+	i := ChannelInfo{Name: channelName(ci.Name, ch.id), Connection: ci.Name, Number: ch.id,
+		User: ci.User, VHost: ci.VHost, PeerHost: ci.PeerHost, PeerPort: ci.PeerPort}
 	mode := ch.mode.Load()
 	i.Confirm, i.Tx = mode == modeConfirm, mode == modeTx
 	ch.mu.Lock()
@@ -481,27 +486,21 @@ func (ch *channel) info(ci ConnectionInfo) ChannelInfo {
 // Consumers returns every consumer of every channel.
 func (s *Server) Consumers() []ConsumerInfo {
 	var out []ConsumerInfo
-	for _, c := range s.connList() {
-		ci := c.info()
-		if ci.Starting {
-			continue
-		}
-		for _, ch := range c.channelList() {
-			chName := ci.Name + " (" + strconv.Itoa(int(ch.id)) + ")"
-			ch.mu.Lock()
-			for _, cs := range ch.consumers {
-				bc := cs.bc
-				if bc.Queue == nil { // the direct reply-to pseudo-consumer
-					continue
-				}
-				out = append(out, ConsumerInfo{Tag: bc.Tag, Queue: bc.Queue.Name, VHost: ci.VHost, Channel: chName,
-					Connection: ci.Name, ChannelNumber: ch.id, PeerHost: ci.PeerHost, PeerPort: ci.PeerPort, User: ci.User,
-					AckRequired: !bc.NoAck, Exclusive: bc.Exclusive, Prefetch: cs.prefetch, Active: true, Args: bc.Args,
-					ConnectionID: ci.ID})
+	s.eachChannel(func(ci ConnectionInfo, ch *channel) {
+		chName := channelName(ci.Name, ch.id)
+		ch.mu.Lock()
+		for _, cs := range ch.consumers {
+			bc := cs.bc
+			if bc.Queue == nil { // the direct reply-to pseudo-consumer
+				continue
 			}
-			ch.mu.Unlock()
+			out = append(out, ConsumerInfo{Tag: bc.Tag, Queue: bc.Queue.Name, VHost: ci.VHost, Channel: chName,
+				Connection: ci.Name, ChannelNumber: ch.id, PeerHost: ci.PeerHost, PeerPort: ci.PeerPort, User: ci.User,
+				AckRequired: !bc.NoAck, Exclusive: bc.Exclusive, Prefetch: cs.prefetch, Active: true, Args: bc.Args,
+				ConnectionID: ci.ID})
 		}
-	}
+		ch.mu.Unlock()
+	})
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Channel != out[j].Channel {
 			return out[i].Channel < out[j].Channel
@@ -518,13 +517,11 @@ func (s *Server) MessageStats() MessageStats {
 	defer s.statsMu.Unlock()
 	m := s.closedStats
 	m.DiskReads, m.DiskWrites = s.msgs.DiskIO()
-	for _, c := range s.connList() {
-		for _, ch := range c.channelList() {
-			if !ch.stats.folded {
-				m.add(ch)
-			}
+	s.eachChannel(func(_ ConnectionInfo, ch *channel) {
+		if !ch.stats.folded {
+			m.add(ch)
 		}
-	}
+	})
 	return m
 }
 
