@@ -3,6 +3,7 @@ package mgmt
 import (
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/warrenmq/warren/broker"
@@ -99,7 +100,7 @@ func (c *call) vhostPut() error {
 		}
 		m.Tags = tags
 	}
-	if cur := v.Meta(); cur.Description != m.Description || fmt.Sprint(cur.Tags) != fmt.Sprint(m.Tags) {
+	if cur := v.Meta(); cur.Description != m.Description || !slices.Equal(cur.Tags, m.Tags) {
 		c.s.b.SetVHostMeta(name, m)
 	}
 	if !existed {

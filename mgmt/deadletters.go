@@ -414,7 +414,7 @@ func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queu
 			break
 		}
 		for _, l := range pr.Wait {
-			if !containsLog(waits, l) {
+			if !slices.Contains(waits, l) {
 				waits = append(waits, l)
 			}
 		}
@@ -426,13 +426,4 @@ func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queu
 	}
 	flush()
 	return res
-}
-
-func containsLog(ls []*store.Log, l *store.Log) bool {
-	for _, x := range ls {
-		if x == l {
-			return true
-		}
-	}
-	return false
 }

@@ -14,17 +14,33 @@ import (
 
 // Messages as RabbitMQ's HTTP API shows and takes them.
 
+// stringProps are the string properties, by their name in the API.
+var stringProps = []struct {
+	name  string
+	field func(*amqp.Properties) *string
+	flag  uint16
+}{
+	{"content_type", func(p *amqp.Properties) *string { return &p.ContentType }, amqp.FlagContentType},
+	{"content_encoding", func(p *amqp.Properties) *string { return &p.ContentEncoding }, amqp.FlagContentEncoding},
+	{"correlation_id", func(p *amqp.Properties) *string { return &p.CorrelationID }, amqp.FlagCorrelationID},
+	{"reply_to", func(p *amqp.Properties) *string { return &p.ReplyTo }, amqp.FlagReplyTo},
+	{"expiration", func(p *amqp.Properties) *string { return &p.Expiration }, amqp.FlagExpiration},
+	{"message_id", func(p *amqp.Properties) *string { return &p.MessageID }, amqp.FlagMessageID},
+	{"type", func(p *amqp.Properties) *string { return &p.Type }, amqp.FlagType},
+	{"user_id", func(p *amqp.Properties) *string { return &p.UserID }, amqp.FlagUserID},
+	{"app_id", func(p *amqp.Properties) *string { return &p.AppID }, amqp.FlagAppID},
+	{"cluster_id", func(p *amqp.Properties) *string { return &p.ClusterID }, amqp.FlagClusterID},
+}
+
 // propsJSON renders properties as RabbitMQ's "properties" object: only
 // the properties that are set.
 func propsJSON(p *amqp.Properties) map[string]any {
 	m := map[string]any{}
-	str := func(k, v string, flag uint16) {
-		if v != "" || p.Flags&flag != 0 {
-			m[k] = v
+	for _, sp := range stringProps {
+		if v := *sp.field(p); v != "" || p.Flags&sp.flag != 0 {
+			m[sp.name] = v
 		}
 	}
-	str("content_type", p.ContentType, amqp.FlagContentType)
-	str("content_encoding", p.ContentEncoding, amqp.FlagContentEncoding)
 	if len(p.Headers) > 0 || p.Flags&amqp.FlagHeaders != 0 {
 		m["headers"] = broker.TableJSON(p.Headers)
 	}
@@ -34,56 +50,31 @@ func propsJSON(p *amqp.Properties) map[string]any {
 	if p.Priority != 0 || p.Flags&amqp.FlagPriority != 0 {
 		m["priority"] = p.Priority
 	}
-	str("correlation_id", p.CorrelationID, amqp.FlagCorrelationID)
-	str("reply_to", p.ReplyTo, amqp.FlagReplyTo)
-	str("expiration", p.Expiration, amqp.FlagExpiration)
-	str("message_id", p.MessageID, amqp.FlagMessageID)
 	if !p.Timestamp.IsZero() || p.Flags&amqp.FlagTimestamp != 0 {
 		m["timestamp"] = p.Timestamp.Unix()
 	}
-	str("type", p.Type, amqp.FlagType)
-	str("user_id", p.UserID, amqp.FlagUserID)
-	str("app_id", p.AppID, amqp.FlagAppID)
-	str("cluster_id", p.ClusterID, amqp.FlagClusterID)
 	return m
 }
 
 // propsFromJSON parses a publish request's "properties".
 func propsFromJSON(m map[string]any) (amqp.Properties, error) {
 	var p amqp.Properties
+next:
 	for k, v := range m {
 		bad := func() (amqp.Properties, error) {
 			return p, badRequest(fmt.Sprintf("invalid property '%s'", k))
 		}
-		s, isStr := v.(string)
+		for _, sp := range stringProps {
+			if sp.name == k {
+				s, ok := v.(string)
+				if !ok {
+					return bad()
+				}
+				*sp.field(&p) = s
+				continue next
+			}
+		}
 		switch k {
-		case "content_type", "content_encoding", "correlation_id", "reply_to", "expiration", "message_id",
-			"type", "user_id", "app_id", "cluster_id":
-			if !isStr {
-				return bad()
-			}
-			switch k {
-			case "content_type":
-				p.ContentType = s
-			case "content_encoding":
-				p.ContentEncoding = s
-			case "correlation_id":
-				p.CorrelationID = s
-			case "reply_to":
-				p.ReplyTo = s
-			case "expiration":
-				p.Expiration = s
-			case "message_id":
-				p.MessageID = s
-			case "type":
-				p.Type = s
-			case "user_id":
-				p.UserID = s
-			case "app_id":
-				p.AppID = s
-			case "cluster_id":
-				p.ClusterID = s
-			}
 		case "delivery_mode", "priority":
 			n, ok := jsonInt(v)
 			if !ok || n < 0 || n > 255 {

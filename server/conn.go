@@ -511,8 +511,8 @@ func (c *conn) flushConfirms() {
 }
 
 // chanByID returns the open channel id (nil if none), remembering the last
-// one: a publish is three frames on one channel, and the map lookup was 6%
-// of the CPU of a publish-deliver profile.
+// one: a publish is three frames on one channel, an ack follows on the
+// same, and the map lookup was 6% of the CPU of a publish-deliver profile.
 func (c *conn) chanByID(id uint16) *channel {
 	if ch := c.lastCh; ch != nil && ch.id == id {
 		return ch
@@ -602,7 +602,7 @@ func (c *conn) handleConnMethod(m amqp.Method) error {
 }
 
 func (c *conn) handleChannelMethod(id uint16, m amqp.Method) error {
-	ch := c.channels[id]
+	ch := c.chanByID(id)
 	if ch == nil {
 		if _, ok := m.(*amqp.ChannelOpen); !ok {
 			return amqp.ConnErrorf(amqp.ChannelError, "expected 'channel.open'").WithMethod(m.ClassID(), m.MethodID())
