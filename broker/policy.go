@@ -222,6 +222,10 @@ func checkDelayedRetryDelayPolicy(which string) func(any) (any, error) {
 // as an integer, or a float64 with an integral value (what encoding/json
 // yields without UseNumber). A JSON number written with a fraction or an
 // exponent is not an integer, as in RabbitMQ's JSON decoder.
+// JSONInt reads an integer from a decoded JSON value (json.Number, or an
+// integral float64) or a field value's integer types.
+func JSONInt(v any) (int64, bool) { return policyInt(v) }
+
 func policyInt(v any) (int64, bool) {
 	switch x := v.(type) {
 	case json.Number:

@@ -2,7 +2,6 @@ package mgmt
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -111,17 +110,11 @@ next:
 // jsonInt reads an integer from a JSON number (json.Number with UseNumber)
 // or a string of digits, as RabbitMQ accepts both.
 func jsonInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, err := x.Int64()
-		return n, err == nil
-	case float64:
-		return int64(x), x == float64(int64(x))
-	case string:
-		n, err := strconv.ParseInt(x, 10, 64)
+	if s, ok := v.(string); ok {
+		n, err := strconv.ParseInt(s, 10, 64)
 		return n, err == nil
 	}
-	return 0, false
+	return broker.JSONInt(v)
 }
 
 // payloadJSON encodes a body as RabbitMQ's get does: "string" when it is
