@@ -146,7 +146,7 @@ func (c *call) visibleQueueStats() map[string]any {
 	fields := []string{"publish", "deliver_get", "ack", "redeliver"}
 	sum := counters{}
 	rates := map[string]float64{}
-	for _, v := range c.mustVisible() {
+	for _, v := range c.seenVHosts() {
 		for _, q := range v.Queues() {
 			qc := queueCounters(q.Stats())
 			key := queueKey(v.Name, q.Name)
@@ -161,12 +161,6 @@ func (c *call) visibleQueueStats() map[string]any {
 		m[f], m[f+"_details"] = sum[f], details(rates[f])
 	}
 	return m
-}
-
-// mustVisible is visibleVHosts for endpoints without a {vhost}.
-func (c *call) mustVisible() []*broker.VHost {
-	vs, _ := c.visibleVHosts()
-	return vs
 }
 
 func listener(node, proto string, a net.Addr) map[string]any {
