@@ -320,6 +320,15 @@ func (q *Queue) retryDeadLetters() {
 // atLeastOnce reports whether dead-lettering keeps messages until their
 // targets took them (R1.14): quorum, strategy at-least-once, a DLX and
 // overflow reject-publish; otherwise at most once.
+// DeadLettersAtLeastOnce reports whether q dead-letters at least once now
+// (R1.14: a quorum queue with dead-letter-strategy at-least-once, a
+// dead-letter exchange and overflow reject-publish).
+func (q *Queue) DeadLettersAtLeastOnce() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.atLeastOnce()
+}
+
 func (q *Queue) atLeastOnce() bool {
 	return q.eff.Type == "quorum" && q.eff.DeadLetterStrategy == "at-least-once" && q.eff.DLX != nil && q.overflow() == "reject-publish"
 }

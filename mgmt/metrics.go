@@ -104,17 +104,6 @@ type queueRow struct {
 	vhost, name string
 	q           *broker.Queue
 	st          broker.QueueStats
-	eff         broker.QueueArgs
-}
-
-// deadLetterStrategy is the strategy a queue with a dead-letter exchange
-// uses now (as broker's atLeastOnce: quorum, at-least-once, overflow
-// reject-publish).
-func deadLetterStrategy(e broker.QueueArgs) string {
-	if e.Type == broker.QueueTypeQuorum && e.DeadLetterStrategy == "at-least-once" && e.DLX != nil && e.Overflow == "reject-publish" {
-		return dlsAtLeastOnce
-	}
-	return dlsAtMostOnce
 }
 
 // contributions returns what a queue adds to the global dead-letter
@@ -123,7 +112,10 @@ func deadLetterStrategy(e broker.QueueArgs) string {
 // owed (dead-lettered minus pending), never less than prev's.
 func contributions(r *queueRow, prev map[dlKey]uint64) map[dlKey]uint64 {
 	qt := queueTypeLabel(r.q.Config.Type)
-	strategy := deadLetterStrategy(r.eff)
+	strategy := dlsAtMostOnce
+	if r.q.DeadLettersAtLeastOnce() {
+		strategy = dlsAtLeastOnce
+	}
 	c := make(map[dlKey]uint64, 2*len(deadReasons)+1)
 	var dead uint64
 	for _, reason := range deadReasons {
@@ -275,7 +267,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, q := range v.Queues() {
-			rows = append(rows, queueRow{vhost: vn, name: q.Name, q: q, st: q.Stats(), eff: q.Effective()})
+			rows = append(rows, queueRow{vhost: vn, name: q.Name, q: q, st: q.Stats()})
 		}
 	}
 	dl := s.deadLetterTotals(rows)
