@@ -284,13 +284,9 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		"rabbitmq_version", Version, "prometheus_plugin_version", Version, "erlang_version", runtime.Version(), "product_name", "Warren")
 	p.one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1,
 		"rabbitmq_node", s.node, "rabbitmq_cluster", s.node)
-	alarms := map[string]bool{}
-	for _, a := range s.srv.Alarms() {
-		alarms[a] = true
-	}
 	p.one("rabbitmq_alarms_file_descriptor_limit", "untyped", "is 1 if file descriptor limit alarm is in effect (Warren has none: always 0)", 0)
-	p.one("rabbitmq_alarms_free_disk_space_watermark", "untyped", "is 1 if free disk space watermark alarm is in effect", b2i(alarms["disk"]))
-	p.one("rabbitmq_alarms_memory_used_watermark", "untyped", "is 1 if VM memory watermark alarm is in effect", b2i(alarms["memory"]))
+	p.one("rabbitmq_alarms_free_disk_space_watermark", "untyped", "is 1 if free disk space watermark alarm is in effect", b2i(s.srv.AlarmRaised("disk")))
+	p.one("rabbitmq_alarms_memory_used_watermark", "untyped", "is 1 if VM memory watermark alarm is in effect", b2i(s.srv.AlarmRaised("memory")))
 	p.one("rabbitmq_process_resident_memory_bytes", "gauge", "Memory used in bytes (what the memory alarm measures: Go heap and stacks)", server.MemoryUsed())
 	if cfg.MemoryHighWatermark > 0 {
 		p.one("rabbitmq_resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes", cfg.MemoryHighWatermark)

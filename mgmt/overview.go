@@ -196,15 +196,7 @@ func exchangeTypes() []any {
 
 func (s *Server) node1() map[string]any {
 	cfg := s.srv.Config()
-	alarms := s.srv.Alarms()
-	has := func(n string) bool {
-		for _, a := range alarms {
-			if a == n {
-				return true
-			}
-		}
-		return false
-	}
+	has := s.srv.AlarmRaised
 	free, _ := s.srv.DiskFree()
 	uptime := time.Since(s.started).Milliseconds()
 	m := map[string]any{
