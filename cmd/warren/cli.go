@@ -61,6 +61,13 @@ type cliCtx struct {
 	pollPeriod time.Duration
 }
 
+// deadFilterFlags are dlq inspect's and dlq replay's filters, by the most
+// recent death.
+func deadFilterFlags(fs *flag.FlagSet, c *cliCtx) {
+	fs.StringVar(&c.reason, "reason", "", "only messages dead-lettered for this reason (rejected, expired, maxlen, delivery_limit)")
+	fs.StringVar(&c.sourceQ, "source-queue", "", "only messages dead-lettered from this queue")
+}
+
 // oneVhost is the vhost for commands that act on one object: --vhost, or "/".
 func (c *cliCtx) oneVhost() string {
 	if c.vhost == "" {
@@ -94,16 +101,14 @@ var cliCommands = []*cliCommand{
 			summary: "group a DLQ's messages by death reason and source queue (does not consume)",
 			flags: func(fs *flag.FlagSet, c *cliCtx) {
 				fs.IntVar(&c.limit, "limit", 10000, "inspect at most this many messages")
-				fs.StringVar(&c.reason, "reason", "", "only messages dead-lettered for this reason (rejected, expired, maxlen, delivery_limit)")
-				fs.StringVar(&c.sourceQ, "source-queue", "", "only messages dead-lettered from this queue")
+				deadFilterFlags(fs, c)
 			},
 			run: cmdDLQInspect},
 		{name: "replay", args: "QUEUE [--count N] [--reason R] [--source-queue Q] [--keep-history]",
 			summary: "republish dead letters to where they were first dead-lettered from",
 			flags: func(fs *flag.FlagSet, c *cliCtx) {
 				fs.IntVar(&c.count, "count", 0, "replay at most this many messages (0: all)")
-				fs.StringVar(&c.reason, "reason", "", "only messages dead-lettered for this reason")
-				fs.StringVar(&c.sourceQ, "source-queue", "", "only messages dead-lettered from this queue")
+				deadFilterFlags(fs, c)
 				fs.BoolVar(&c.keepHist, "keep-history", false, "keep the x-death history (by default replayed messages start afresh)")
 				fs.IntVar(&c.batch, "batch", 100, "messages per replay request")
 			},
