@@ -167,9 +167,7 @@ func TestMgmtBadInput(t *testing.T) {
 			t.Run(kind, func(t *testing.T) {
 				t.Parallel()
 				tg := newMgmtTargetKind(t, kind)
-				tg.must("PUT", "/api/vhosts/"+esc(vh), nil, 201, 204)
-				t.Cleanup(func() { tg.do("DELETE", "/api/vhosts/"+esc(vh), nil) })
-				tg.permit(vh, tg.user)
+				tg.ownVhost(t, vh)
 				for _, u := range []struct{ name, tags string }{{mgr, "management"}, {notag, ""}} {
 					tg.must("PUT", "/api/users/"+esc(u.name), map[string]any{"password": u.name, "tags": u.tags}, 201, 204)
 					t.Cleanup(func() { tg.do("DELETE", "/api/users/"+esc(u.name), nil) })

@@ -85,9 +85,7 @@ var defsBindings = []defsBinding{
 // buildTopology declares the topology through tg's API.
 func buildTopology(t *testing.T, tg *mgmtTarget, top defsTopology) {
 	t.Helper()
-	tg.must("PUT", "/api/vhosts/"+esc(top.vh), nil, 201, 204)
-	t.Cleanup(func() { tg.do("DELETE", "/api/vhosts/"+esc(top.vh), nil) })
-	tg.permit(top.vh, tg.user)
+	tg.ownVhost(t, top.vh)
 	tg.must("PUT", "/api/users/"+esc(top.user), map[string]any{"password": top.pass, "tags": "management"}, 201, 204)
 	t.Cleanup(func() { tg.do("DELETE", "/api/users/"+esc(top.user), nil) })
 	tg.must("PUT", "/api/permissions/"+esc(top.vh)+"/"+esc(top.user), map[string]string{"configure": "^u-", "write": ".*", "read": ".*"}, 201, 204)

@@ -176,9 +176,7 @@ func mgmtDiff(t *testing.T, scenario func(s *diffScene)) {
 			t.Run(kind, func(t *testing.T) {
 				t.Parallel()
 				tg := newMgmtTargetKind(t, kind)
-				tg.must("PUT", "/api/vhosts/"+esc(vh), nil, 201, 204)
-				t.Cleanup(func() { tg.do("DELETE", "/api/vhosts/"+esc(vh), nil) })
-				tg.permit(vh, tg.user)
+				tg.ownVhost(t, vh)
 				s := &diffScene{t: t, tg: tg, vh: vh}
 				scenario(s)
 				if !t.Failed() {

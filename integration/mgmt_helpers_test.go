@@ -275,10 +275,17 @@ func esc(s string) string { return url.PathEscape(s) }
 func (tg *mgmtTarget) freshVhost(t testing.TB) string {
 	t.Helper()
 	vh := mgmtName("vh")
+	tg.ownVhost(t, vh)
+	return vh
+}
+
+// ownVhost creates vh, gives the admin user full permissions on it, and
+// deletes it at cleanup.
+func (tg *mgmtTarget) ownVhost(t testing.TB, vh string) {
+	t.Helper()
 	tg.must("PUT", "/api/vhosts/"+esc(vh), nil, 201, 204)
 	t.Cleanup(func() { tg.do("DELETE", "/api/vhosts/"+esc(vh), nil) })
-	tg.must("PUT", "/api/permissions/"+esc(vh)+"/"+esc(tg.user), map[string]string{"configure": ".*", "write": ".*", "read": ".*"}, 201, 204)
-	return vh
+	tg.permit(vh, tg.user)
 }
 
 // newUser creates a user (password = name) with tags and deletes it at cleanup.
