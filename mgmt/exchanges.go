@@ -134,7 +134,7 @@ func (c *call) exchangePut() error {
 	if err := v.DeclareExchange(broker.ExchangeSpec{Name: name, Kind: b.Type, Durable: durable, AutoDelete: b.AutoDelete, Internal: b.Internal, Args: args}, false); err != nil {
 		var e *amqpc.Error
 		if errors.As(err, &e) && e.Code == amqpc.CommandInvalid {
-			return badRequest(fmt.Sprintf("invalid exchange type '%s'", b.Type))
+			return badRequest(fmt.Sprintf("unknown exchange type '%s'", b.Type))
 		}
 		return amqpError(err)
 	}
