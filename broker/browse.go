@@ -82,15 +82,15 @@ func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
 func (q *Queue) Return(ds []Delivery) {
 	q.mu.Lock()
 	defer q.unlock()
-	q.unacked -= len(ds)
+	q.settledLocked(ds)
 	if q.deleted {
 		return
 	}
 	for i := range ds {
 		e := ds[i].entry()
 		e.redelivered = ds[i].Redelivered && e.acquired == 0
-		if q.stats.Delivered > 0 {
-			q.stats.Delivered--
+		if q.stats.Get > 0 {
+			q.stats.Get--
 		}
 		q.ready.putBack(e)
 		if e.expiresAt != 0 {

@@ -402,8 +402,6 @@ func (d *qdisk) append(typ byte, payload []byte) (store.Pos, error) {
 	return p, err
 }
 
-// appendMsg writes an M record (or a D record with prefix) and counts the
-// message live in its segment.
 // DiskIO returns how many message records were read back and written.
 func (ms *MsgStore) DiskIO() (reads, writes uint64) {
 	if ms == nil {
@@ -412,10 +410,16 @@ func (ms *MsgStore) DiskIO() (reads, writes uint64) {
 	return ms.reads.Load(), ms.writes.Load()
 }
 
+// appendMsg writes an M record (or a D record with prefix) and counts the
+// message live in its segment.
+
 func (d *qdisk) appendMsg(typ byte, prefix []byte, h msgHeader, m *Message) (store.Pos, error) {
 	d.ms.writes.Add(1)
 	b := append(d.buf[:0], prefix...)
 	h.bodyLen, h.persistent = uint32(len(m.Body)), m.persistent()
+	if d.q != nil && !d.paging {
+		h.persistent = d.q.keeps(m) // recovered after a restart
+	}
 	b = appendMsgHeader(b, h)
 	b = appendMessage(b, m)
 	p, err := d.append(typ, b)

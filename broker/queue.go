@@ -39,9 +39,14 @@ type Consumer struct {
 // QueueStats are a queue's counters. The dead-letter, expiry and drop
 // counters make a queue that spins on requeue or sheds messages visible.
 type QueueStats struct {
-	Ready, Unacked, Consumers, Delayed       int
-	ReadyBytes                               int64
-	Published, Delivered, Acked, Redelivered uint64
+	Ready, Unacked, Consumers, Delayed int
+	ReadyBytes, UnackedBytes           int64
+	Published, Redelivered             uint64
+	// Deliver, DeliverNoAck, Get and GetNoAck count messages handed out
+	// by consumers and basic.get, with and without manual acks; GetEmpty
+	// counts basic.get on an empty queue; Acked counts basic.ack'ed
+	// messages (not no-ack deliveries), as RabbitMQ's message_stats.
+	Deliver, DeliverNoAck, Get, GetNoAck, GetEmpty, Acked uint64
 	// Requeued counts messages returned to the queue by consumers.
 	Requeued uint64
 	// DeadLettered counts messages dead-lettered, by reason.
@@ -54,13 +59,16 @@ type QueueStats struct {
 	// their targets (RabbitMQ's messages_dlx); they count towards the
 	// source queue's length limit.
 	DeadLetterPending int
-	// OnDisk counts the messages (ready or unacked) whose record is in a
-	// durable queue's log: the persistent ones, and transient ones paged
-	// out to it. PagedOut and PagedOutBytes are the ready messages kept on
-	// disk only (spill.go); Ready and ReadyBytes include them.
-	OnDisk        int
-	PagedOut      int
-	PagedOutBytes int64
+	// Persistent and PersistentBytes count the persistent messages (ready
+	// or unacked) of a durable queue, every message of a quorum queue
+	// (all are kept on disk there), and nothing for other queues, as
+	// RabbitMQ.
+	// PagedOut and PagedOutBytes are the ready messages kept on disk only
+	// (spill.go); Ready and ReadyBytes include them.
+	Persistent      int
+	PersistentBytes int64
+	PagedOut        int
+	PagedOutBytes   int64
 }
 
 // Queue is a FIFO of messages (per priority level) with consumers.
@@ -92,6 +100,8 @@ type Queue struct {
 	consumers   []*Consumer
 	rr          int
 	unacked     int
+	unackedB    int64        // body bytes of the unacked messages
+	unackedP    persistCount // the persistent ones among them
 	deleted     bool
 	hadConsumer bool
 	sac         bool
@@ -187,6 +197,11 @@ func (q *Queue) deliveryLimit() int64 {
 	return -1
 }
 
+// keeps reports whether m goes to the log of a durable queue: persistent
+// messages, and every message of a quorum queue (RabbitMQ's quorum queues
+// store all messages, whatever their delivery mode).
+func (q *Queue) keeps(m *Message) bool { return m.persistent() || q.eff.Type == "quorum" }
+
 // countsDeliveries reports whether redeliveries carry x-delivery-count and
 // x-acquired-count: always on quorum queues (R5.3), and on other queues
 // when they set a delivery limit (Warren's extension).
@@ -200,12 +215,15 @@ func (q *Queue) Stats() QueueStats {
 	defer q.mu.Unlock()
 	s := q.stats
 	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes, s.Delayed = q.ready.n+q.spill.n, q.unacked, len(q.consumers), q.ready.bytes+q.spill.bytes, len(q.delayed)
+	s.UnackedBytes = q.unackedB
 	s.DeadLetterPending = len(q.dlxPending)
 	s.PagedOut, s.PagedOutBytes = q.spill.n, q.spill.bytes
-	if q.disk != nil && !q.disk.paging {
-		for _, c := range q.disk.live {
-			s.OnDisk += c.n
-		}
+	switch {
+	case q.eff.Type == "quorum": // keeps all: the counts by delivery mode do not apply
+		s.Persistent, s.PersistentBytes = s.Ready+s.Unacked, s.ReadyBytes+s.UnackedBytes
+	case q.Durable:
+		s.Persistent = q.ready.persist.n + q.spill.persist.n + q.unackedP.n
+		s.PersistentBytes = q.ready.persist.bytes + q.spill.persist.bytes + q.unackedP.bytes
 	}
 	s.DeadLettered, s.Dropped = map[string]uint64{}, map[string]uint64{}
 	for i, r := range reasons {
@@ -263,7 +281,7 @@ func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 	if spill {
 		q.pagingDiskLocked()
 	}
-	durable := q.disk != nil && !q.disk.paging && m.persistent()
+	durable := q.disk != nil && !q.disk.paging && q.keeps(m)
 	if durable || spill {
 		p, err := q.disk.appendMsg(recMessage, nil, msgHeader{seq: e.seq, expiresAt: e.expiresAt}, m)
 		if err == nil {
@@ -515,7 +533,7 @@ func (q *Queue) offerLocked(e *entry) bool {
 		if !c.Sink.Deliver(c, q.delivery(e, c.Tag)) {
 			return false
 		}
-		q.tookLocked(e, c.NoAck)
+		q.tookLocked(e, c.NoAck, false)
 		return true
 	}
 	n := len(q.consumers)
@@ -529,7 +547,7 @@ func (q *Queue) offerLocked(e *entry) bool {
 			c := q.consumers[i+(q.rr+k)%size]
 			if c.Sink.Deliver(c, q.delivery(e, c.Tag)) {
 				q.rr += k + 1
-				q.tookLocked(e, c.NoAck)
+				q.tookLocked(e, c.NoAck, false)
 				return true
 			}
 		}
@@ -538,17 +556,34 @@ func (q *Queue) offerLocked(e *entry) bool {
 	return false
 }
 
-func (q *Queue) tookLocked(e *entry, noAck bool) {
-	q.stats.Delivered++
+// tookLocked counts e taken by a consumer or, when get, by basic.get.
+func (q *Queue) tookLocked(e *entry, noAck, get bool) {
+	switch {
+	case get && noAck:
+		q.stats.GetNoAck++
+	case get:
+		q.stats.Get++
+	case noAck:
+		q.stats.DeliverNoAck++
+	default:
+		q.stats.Deliver++
+	}
 	if e.redelivered || e.acquired > 0 {
 		q.stats.Redelivered++
 	}
 	if !noAck {
 		q.unacked++
+		q.unackedB += int64(e.msg.Size())
+		q.unackedP.add(e.msg.persistent(), e.msg.Size(), 1)
 	} else {
-		q.stats.Acked++
 		q.goneLocked(e)
 	}
+}
+
+// Delivered counts the messages handed out by consumers and basic.get
+// (RabbitMQ's deliver_get).
+func (s *QueueStats) Delivered() uint64 {
+	return s.Deliver + s.DeliverNoAck + s.Get + s.GetNoAck
 }
 
 // Get takes the head message for basic.get. ok is false when the queue is
@@ -564,10 +599,11 @@ func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 		q.expireHeadsLocked(q.nowMs())
 	}
 	if q.ready.n == 0 || q.deleted {
+		q.stats.GetEmpty++
 		return Delivery{}, 0, false
 	}
 	e := q.ready.pop()
-	q.tookLocked(&e, noAck)
+	q.tookLocked(&e, noAck, true)
 	return q.delivery(&e, ""), q.ready.n + q.spill.n, true
 }
 
@@ -693,11 +729,21 @@ func (q *Queue) Touch() {
 	q.mu.Unlock()
 }
 
+// settledLocked takes deliveries out of the unacked counts.
+func (q *Queue) settledLocked(ds []Delivery) {
+	q.unacked -= len(ds)
+	for i := range ds {
+		m := ds[i].Msg
+		q.unackedB -= int64(m.Size())
+		q.unackedP.add(m.persistent(), m.Size(), -1)
+	}
+}
+
 // Ack settles deliveries of this queue as done.
 func (q *Queue) Ack(ds []Delivery) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.unacked -= len(ds)
+	q.settledLocked(ds)
 	q.stats.Acked += uint64(len(ds))
 	if q.disk == nil {
 		return
@@ -717,7 +763,7 @@ func (q *Queue) Ack(ds []Delivery) {
 // discarded (R5.2).
 func (q *Queue) Reject(ds []Delivery) {
 	q.mu.Lock()
-	q.unacked -= len(ds)
+	q.settledLocked(ds)
 	for i := range ds {
 		e := ds[i].entry()
 		q.deadLocked(&e, ReasonRejected)
@@ -739,7 +785,7 @@ func (q *Queue) Reject(ds []Delivery) {
 func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	q.mu.Lock()
 	defer q.unlock()
-	q.unacked -= len(ds)
+	q.settledLocked(ds)
 	if q.deleted {
 		return
 	}

@@ -25,12 +25,28 @@ type entry struct {
 // readyList holds ready messages in delivery order: by priority level
 // (highest first), then by sequence number. Each level is sorted by seq,
 // which lets a message be found by binary search and tombstoned where it
-// sits (per-message TTL expires anywhere, not only at the head). n and
-// bytes count live entries only.
+// sits (per-message TTL expires anywhere, not only at the head). n,
+// bytes and persist count live entries only.
 type readyList struct {
-	levels []deque[entry]
-	n      int
-	bytes  int64
+	levels  []deque[entry]
+	n       int
+	bytes   int64
+	persist persistCount
+}
+
+// persistCount counts persistent messages (delivery mode 2) and their
+// body bytes: RabbitMQ's messages_persistent and message_bytes_persistent.
+type persistCount struct {
+	n     int
+	bytes int64
+}
+
+// add counts a message of size body bytes in (d = 1) or out (d = -1).
+func (c *persistCount) add(persistent bool, size, d int) {
+	if persistent {
+		c.n += d
+		c.bytes += int64(d * size)
+	}
 }
 
 func (r *readyList) level(m *Message) int {
@@ -48,6 +64,7 @@ func (r *readyList) push(e entry) {
 	r.levels[r.level(e.msg)].PushBack(e)
 	r.n++
 	r.bytes += int64(e.msg.Size())
+	r.persist.add(e.msg.persistent(), e.msg.Size(), 1)
 }
 
 // putBack returns a message to its position by sequence number.
@@ -61,6 +78,7 @@ func (r *readyList) putBack(e entry) {
 	}
 	r.n++
 	r.bytes += int64(e.msg.Size())
+	r.persist.add(e.msg.persistent(), e.msg.Size(), 1)
 }
 
 // head returns the level whose front is the next live message, dropping
@@ -88,6 +106,7 @@ func (r *readyList) pop() entry {
 	e := r.head().PopFront()
 	r.n--
 	r.bytes -= int64(e.msg.Size())
+	r.persist.add(e.msg.persistent(), e.msg.Size(), -1)
 	return e
 }
 
@@ -108,6 +127,7 @@ func (r *readyList) kill(e *entry) {
 	e.dead = true
 	r.n--
 	r.bytes -= int64(e.msg.Size())
+	r.persist.add(e.msg.persistent(), e.msg.Size(), -1)
 }
 
 func (r *readyList) clear() int {
@@ -115,7 +135,7 @@ func (r *readyList) clear() int {
 	for i := range r.levels {
 		r.levels[i].Clear()
 	}
-	r.n, r.bytes = 0, 0
+	r.n, r.bytes, r.persist = 0, 0, persistCount{}
 	return n
 }
 

@@ -45,13 +45,14 @@ func (b *Broker) SetMemoryPressure(on bool) {
 // spillState is the part of a queue that lives only on disk: messages at
 // or after cursor in the queue's log, in order.
 type spillState struct {
-	active bool
-	n      int
-	bytes  int64
-	cursor store.Pos // the first record not yet read back
-	segs   segCounts // spilled messages by segment (for a purge)
-	skip   seqSet    // spilled messages removed in place (expired)
-	counts map[uint64]reqInfo
+	active  bool
+	n       int
+	bytes   int64
+	persist persistCount
+	cursor  store.Pos // the first record not yet read back
+	segs    segCounts // spilled messages by segment (for a purge)
+	skip    seqSet    // spilled messages removed in place (expired)
+	counts  map[uint64]reqInfo
 }
 
 var errStopScan = errors.New("broker: stop scan")
@@ -81,6 +82,7 @@ func (q *Queue) spillLocked(e entry, p store.Pos) {
 	}
 	s.n++
 	s.bytes += int64(e.msg.Size())
+	s.persist.add(e.msg.persistent(), e.msg.Size(), 1)
 	s.segs.add(p.Seg, 1)
 	if e.expiresAt != 0 {
 		q.expiries.add(timed{at: e.expiresAt, seq: e.seq, pos: p.Uint64()})
@@ -90,10 +92,11 @@ func (q *Queue) spillLocked(e entry, p store.Pos) {
 
 // unspillLocked counts a spilled message of segment seg and body size
 // bytes back out of the spill.
-func (q *Queue) unspillLocked(seg uint32, bytes int) {
+func (q *Queue) unspillLocked(seg uint32, bytes int, persistent bool) {
 	s := &q.spill
 	s.n--
 	s.bytes -= int64(bytes)
+	s.persist.add(persistent, bytes, -1)
 	s.segs.sub(seg, 1)
 	if s.n <= 0 {
 		q.spill = spillState{}
@@ -126,11 +129,11 @@ func (q *Queue) expireSpilledLocked(t timed) {
 	}
 	if err != nil {
 		q.vhost.b.log.Error("message store: an expired message could not be read; dropped", "queue", q.Name, "pos", p.String(), "err", err)
-		q.unspillLocked(p.Seg, int(h.bodyLen))
+		q.unspillLocked(p.Seg, int(h.bodyLen), h.persistent)
 		q.goneLocked(&e)
 		return
 	}
-	q.unspillLocked(p.Seg, e.msg.Size())
+	q.unspillLocked(p.Seg, e.msg.Size(), e.msg.persistent())
 	q.deadLocked(&e, ReasonExpired)
 }
 
@@ -169,7 +172,7 @@ func (q *Queue) refillLocked(force bool) {
 		m, err := decodeMessage(rest)
 		if err != nil {
 			q.vhost.b.log.Error("message store: undecodable spilled message dropped", "queue", q.Name, "pos", p.String(), "err", err)
-			q.unspillLocked(p.Seg, int(h.bodyLen))
+			q.unspillLocked(p.Seg, int(h.bodyLen), h.persistent)
 			q.goneLocked(&entry{seq: h.seq, seg: p.Seg, ondisk: true})
 			return nil
 		}
@@ -179,7 +182,7 @@ func (q *Queue) refillLocked(force bool) {
 			e.deliveryCount, e.acquired, e.redelivered = c.dc, c.acq, true
 			delete(s.counts, h.seq)
 		}
-		q.unspillLocked(p.Seg, m.Size())
+		q.unspillLocked(p.Seg, m.Size(), m.persistent())
 		q.ready.putBack(e)
 		loaded++
 		return nil

@@ -66,12 +66,7 @@ var mgmtErlangOnly = []string{
 
 // mgmtGaps are keys RabbitMQ returns that matter but Warren does not
 // implement. Each entry is a known gap (keep this short).
-var mgmtGaps = []string{
-	// Bytes of unacked and of persistent messages: Warren counts these
-	// messages, not their bytes.
-	"message_bytes_unacknowledged", "*.message_bytes_unacknowledged", "items[].message_bytes_unacknowledged",
-	"message_bytes_persistent", "*.message_bytes_persistent", "items[].message_bytes_persistent",
-}
+var mgmtGaps = []string{}
 
 // diffObs is one reply observed on one broker.
 type diffObs struct {
@@ -539,6 +534,7 @@ func TestMgmtDiffQueues(t *testing.T) {
 			{"q-args", map[string]any{"durable": true, "arguments": map[string]any{"x-max-length": 10, "x-message-ttl": 60000, "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dead", "x-overflow": "reject-publish"}}},
 			{"q-lazy", map[string]any{"durable": true, "auto_delete": true, "arguments": map[string]any{"x-queue-mode": "lazy", "x-max-priority": 5}}},
 			{"q-quorum", map[string]any{"durable": true, "arguments": map[string]any{"x-queue-type": "quorum", "x-delivery-limit": 3}}},
+			{"q-unacked", map[string]any{"durable": true}},
 		}
 		for _, d := range decls {
 			s.observe("PUT /api/queues/{vh}/"+d.name, tg.do("PUT", "/api/queues/"+esc(vh)+"/"+d.name, d.body), exactly())
@@ -548,9 +544,23 @@ func TestMgmtDiffQueues(t *testing.T) {
 			tg.publishAPI(vh, "", "q-args", "m"+strconv.Itoa(i), map[string]any{"delivery_mode": 2})
 			tg.publishAPI(vh, "", "q-quorum", "m"+strconv.Itoa(i), nil)
 		}
+		// q-unacked: two persistent messages taken and not acked, one
+		// transient ready; the byte counts split them by state and by
+		// persistence.
+		tg.publishAPI(vh, "", "q-unacked", "aa", map[string]any{"delivery_mode": 2})
+		tg.publishAPI(vh, "", "q-unacked", "bbb", map[string]any{"delivery_mode": 2})
+		tg.publishAPI(vh, "", "q-unacked", "cccc", nil)
+		getter := tg.channel(s.t, vh)
+		for range 2 {
+			if _, ok, err := getter.Get("q-unacked", false); !ok || err != nil {
+				s.t.Fatalf("[%s] get q-unacked: %v %v", tg.kind, ok, err)
+			}
+		}
 		tg.waitQueueField(vh, "q-args", "messages", 3)
 		tg.waitQueueField(vh, "q-quorum", "messages", 3)
-		qv := values("name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "type", "messages", "messages_ready", "messages_unacknowledged", "consumers", "policy", "effective_policy_definition", "operator_policy", "state")
+		tg.waitQueueField(vh, "q-unacked", "messages_unacknowledged", 2)
+		qv := values("name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "type", "messages", "messages_ready", "messages_unacknowledged", "consumers", "policy", "effective_policy_definition", "operator_policy", "state",
+			"message_bytes", "message_bytes_ready", "message_bytes_unacknowledged", "messages_persistent", "message_bytes_persistent")
 		for _, d := range decls {
 			// Quorum queues report leader/members (Raft) fields; classic
 			// ones the memory/paging fields.

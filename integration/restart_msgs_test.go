@@ -126,6 +126,53 @@ func TestRestartReturnsUnackedAsRedelivered(t *testing.T) {
 	}
 }
 
+// TestRestartKeepsQuorumTransientMessages: a quorum queue stores every
+// message, whatever its delivery mode, as RabbitMQ's quorum queues do: a
+// transient message published to one, or dead-lettered into one, is there
+// after a restart, still transient. A durable classic queue's transient
+// message is not.
+func TestRestartKeepsQuorumTransientMessages(t *testing.T) {
+	b := warrentest.Start(t)
+	_, ch := rsDial(t, b.URL())
+	rsCheck(t, "confirm", ch.Confirm(false))
+	qq := amqp.Table{"x-queue-type": "quorum"}
+	rsCheck(t, "declare", declareQ(ch, "rm.qq.dlq", true, qq))
+	rsCheck(t, "declare", declareQ(ch, "rm.qq", true, amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "rm.qq.dlq"}))
+	rsCheck(t, "declare", declareQ(ch, "rm.classic", true, nil))
+	for _, body := range []string{"acked", "rejected", "ready"} {
+		publish(t, ch, "", "rm.qq", amqp.Publishing{Body: []byte(body), DeliveryMode: amqp.Transient})
+	}
+	publish(t, ch, "", "rm.classic", amqp.Publishing{Body: []byte("classic"), DeliveryMode: amqp.Transient})
+	d, _ := rmGet(t, ch, "rm.qq")
+	rsCheck(t, "ack", d.Ack(false))
+	d, _ = rmGet(t, ch, "rm.qq")
+	rsCheck(t, "reject", d.Reject(false))
+	waitCount(t, ch, "rm.qq.dlq", 1)
+	b.Restart()
+
+	_, ch = rsDial(t, b.URL())
+	for _, c := range []struct{ q, body string }{{"rm.qq", "ready"}, {"rm.qq.dlq", "rejected"}} {
+		d, ok := rmGet(t, ch, c.q)
+		if !ok {
+			t.Fatalf("%s: the transient message %q was lost in the restart", c.q, c.body)
+		}
+		if string(d.Body) != c.body || d.DeliveryMode != amqp.Transient {
+			t.Fatalf("%s: got %q with delivery mode %d, want %q, transient", c.q, d.Body, d.DeliveryMode, c.body)
+		}
+		if c.q == "rm.qq.dlq" {
+			if xd, _ := d.Headers["x-death"].([]any); len(xd) != 1 {
+				t.Fatalf("dead letter after restart: x-death %v", d.Headers["x-death"])
+			}
+		}
+		if _, more := rmGet(t, ch, c.q); more {
+			t.Fatalf("%s: more than one message after the restart", c.q)
+		}
+	}
+	if d, ok := rmGet(t, ch, "rm.classic"); ok {
+		t.Fatalf("a durable classic queue kept a transient message over a restart: %q", d.Body)
+	}
+}
+
 // TestRestartKeepsDeadLettersAndXDeath: messages dead-lettered into a
 // durable DLQ (rejected, expired, maxlen) keep their x-death history across
 // a restart (issue 4, R3.4).

@@ -376,6 +376,11 @@ func TestMetrics(t *testing.T) {
 	sc.want(t, 0, "warren_queue_dead_letter_target", q("work")...)
 	sc.want(t, 2, "rabbitmq_queue_messages_unacked", q("work")...)
 	sc.want(t, 7, "rabbitmq_queue_messages", q("work")...)
+	sc.want(t, 30, "rabbitmq_queue_messages_ready_bytes", q("work")...) // "work-N": 6 bytes each
+	sc.want(t, 12, "rabbitmq_queue_messages_unacked_bytes", q("work")...)
+	sc.want(t, 42, "rabbitmq_queue_messages_bytes", q("work")...)
+	sc.want(t, 0, "rabbitmq_queue_messages_persistent", q("work")...) // published transient
+	sc.want(t, 0, "rabbitmq_queue_messages_persistent_bytes", q("work")...)
 	sc.want(t, 1, "rabbitmq_queue_consumers", q("work")...)
 	sc.want(t, 10, "rabbitmq_queue_messages_published_total", q("work")...)
 	sc.want(t, 10, "warren_queue_messages_delivered_total", q("work")...) // 3 + 5 gets, 2 consumed

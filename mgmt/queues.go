@@ -61,7 +61,7 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 	}
 	msgs := st.Ready + st.Unacked
 	qc := queueCounters(st)
-	ms := s.statsWithRates(key, qc, "publish", "deliver_get", "ack", "redeliver")
+	ms := s.statsWithRates(key, qc, "publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "ack", "redeliver")
 	dead := map[string]any{}
 	for r, n := range st.DeadLettered {
 		dead[r] = n
@@ -86,10 +86,10 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		"messages_ready": st.Ready, "messages_ready_details": details(s.rates.rate(key, "messages_ready")),
 		"messages_unacknowledged": st.Unacked, "messages_unacknowledged_details": details(s.rates.rate(key, "messages_unacknowledged")),
 		"messages_ram": st.Ready - st.PagedOut + st.Unacked, "messages_ready_ram": st.Ready - st.PagedOut, "messages_unacknowledged_ram": st.Unacked,
-		// Messages with a record in the durable queue's log.
-		"messages_persistent": st.OnDisk, "messages_paged_out": st.PagedOut,
-		"message_bytes": st.ReadyBytes, "message_bytes_ready": st.ReadyBytes,
-		"message_bytes_ram": st.ReadyBytes - st.PagedOutBytes, "message_bytes_paged_out": st.PagedOutBytes,
+		"messages_persistent": st.Persistent, "message_bytes_persistent": st.PersistentBytes, "messages_paged_out": st.PagedOut,
+		"message_bytes": st.ReadyBytes + st.UnackedBytes, "message_bytes_ready": st.ReadyBytes,
+		"message_bytes_unacknowledged": st.UnackedBytes,
+		"message_bytes_ram":            st.ReadyBytes - st.PagedOutBytes + st.UnackedBytes, "message_bytes_paged_out": st.PagedOutBytes,
 		// memory: an estimate, the bodies in memory and ~256 bytes of
 		// bookkeeping per message held in memory.
 		"message_stats": ms, "head_message_timestamp": nil,

@@ -123,7 +123,8 @@ func serverCounters(m server.MessageStats) counters {
 
 func queueCounters(st broker.QueueStats) counters {
 	c := counters{
-		"publish": st.Published, "deliver_get": st.Delivered, "ack": st.Acked, "redeliver": st.Redelivered,
+		"publish": st.Published, "deliver_get": st.Delivered(), "ack": st.Acked, "redeliver": st.Redelivered,
+		"deliver": st.Deliver, "deliver_no_ack": st.DeliverNoAck, "get": st.Get, "get_no_ack": st.GetNoAck, "get_empty": st.GetEmpty,
 		"messages": uint64(st.Ready + st.Unacked), "messages_ready": uint64(st.Ready), "messages_unacknowledged": uint64(st.Unacked),
 	}
 	var dead uint64

@@ -129,3 +129,98 @@ func TestChannelUncommitted(t *testing.T) {
 		t.Fatalf("after commit: %v", chans[0])
 	}
 }
+
+// A queue's byte counts split ready from unacked and count the persistent
+// messages of a durable queue (all messages of a quorum queue); its
+// message_stats split consumer deliveries from basic.get, with and without
+// acks, and count only basic.ack as ack, as RabbitMQ's do.
+func TestQueueBytesAndDeliveryStats(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, q := range []struct {
+		name string
+		args amqp.Table
+	}{{"counts", nil}, {"counts-qq", amqp.Table{"x-queue-type": "quorum"}}} {
+		_, err := f.ch.QueueDeclare(q.name, true, false, false, false, q.args)
+		must(t, err)
+	}
+	must(t, f.ch.Confirm(false))
+	pub := func(q, body string, mode uint8) {
+		dc, err := f.ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp.Publishing{Body: []byte(body), DeliveryMode: mode})
+		must(t, err)
+		if !dc.Wait() {
+			t.Fatal("nacked")
+		}
+	}
+	for _, q := range []string{"counts", "counts-qq"} {
+		pub(q, "aa", amqp.Persistent)
+		pub(q, "bbb", amqp.Persistent)
+		pub(q, "cccc", amqp.Transient)
+		pub(q, "ddddd", amqp.Transient)
+	}
+	queue := func(name string) map[string]any {
+		var q map[string]any
+		f.call("GET", "/api/queues/%2F/"+name, nil, &q)
+		return q
+	}
+	check := func(q map[string]any, want map[string]float64) {
+		t.Helper()
+		ms, _ := q["message_stats"].(map[string]any)
+		for k, v := range want {
+			got, ok := q[k]
+			if !ok {
+				got = ms[k]
+			}
+			if got != v {
+				t.Errorf("%s: %s = %v, want %v", q["name"], k, got, v)
+			}
+		}
+	}
+
+	got := f.get("counts") // "aa", unacked
+	msgs, err := f.ch.Consume("counts", "c", false, false, false, false, nil)
+	must(t, err)
+	deliveredBBB := <-msgs // "bbb", unacked; the qos default is unlimited
+	if deliveredBBB.DeliveryTag == 0 {
+		t.Fatal("no delivery")
+	}
+	must(t, f.ch.Cancel("c", false))
+	// The consumer may have taken "cccc" and "ddddd" too before the
+	// cancel; put them back.
+	for d := range msgs {
+		must(t, d.Nack(false, true))
+	}
+	f.waitCount("counts", 2)
+	check(queue("counts"), map[string]float64{
+		"messages_ready": 2, "messages_unacknowledged": 2,
+		"message_bytes": 14, "message_bytes_ready": 9, "message_bytes_unacknowledged": 5, "message_bytes_ram": 14,
+		"messages_persistent": 2, "message_bytes_persistent": 5,
+		"get": 1, "get_no_ack": 0, "ack": 0,
+	})
+	// The transient and the persistent quorum messages all count as
+	// persistent there.
+	check(queue("counts-qq"), map[string]float64{"messages_persistent": 4, "message_bytes_persistent": 14, "message_bytes": 14})
+
+	must(t, got.Ack(false))
+	must(t, deliveredBBB.Reject(false)) // no DLX: dropped
+	for range 2 {
+		if _, ok, err := f.ch.Get("counts", true); !ok || err != nil {
+			t.Fatalf("get no-ack: %v %v", ok, err)
+		}
+	}
+	if _, ok, err := f.ch.Get("counts", false); ok || err != nil {
+		t.Fatalf("get on an empty queue: %v %v", ok, err)
+	}
+	q := queue("counts")
+	check(q, map[string]float64{
+		"messages": 0, "message_bytes": 0, "message_bytes_unacknowledged": 0, "message_bytes_ram": 0,
+		"messages_persistent": 0, "message_bytes_persistent": 0,
+		"get": 1, "get_no_ack": 2, "get_empty": 1, "ack": 1,
+	})
+	ms := q["message_stats"].(map[string]any)
+	// deliver counts "bbb" and every redelivery of the nacked ones.
+	if ms["deliver"].(float64) < 1 || ms["deliver_no_ack"] != float64(0) ||
+		ms["deliver_get"] != ms["deliver"].(float64)+3 {
+		t.Fatalf("message_stats %v: want deliver >= 1, deliver_no_ack 0, deliver_get = deliver + 3", ms)
+	}
+}
