@@ -32,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -407,6 +408,59 @@ func TestMgmtDiffOverview(t *testing.T) {
 	})
 }
 
+// TestMgmtDiffHealthChecks: RabbitMQ's health checks, as load balancers
+// and Kubernetes probes call them, and the aliveness test with each
+// permission missing in turn.
+func TestMgmtDiffHealthChecks(t *testing.T) {
+	t.Parallel()
+	mgmtDiff(t, func(s *diffScene) {
+		tg, vh := s.tg, s.vh
+		u, mon := "hc-"+vh, "hc-mon-"+vh
+		s.t.Cleanup(func() { tg.do("DELETE", "/api/users/"+esc(u), nil); tg.do("DELETE", "/api/users/"+esc(mon), nil) })
+		tg.must("PUT", "/api/users/"+esc(u), map[string]any{"password": "pw", "tags": "management"}, 201, 204)
+		tg.must("PUT", "/api/users/"+esc(mon), map[string]any{"password": "pw", "tags": "monitoring"}, 201, 204)
+		asUser := func(key, path string) {
+			s.observe(key, tg.doAs(u, "pw", "GET", path, nil), exactly())
+		}
+		for _, p := range []string{"virtual-hosts", "alarms", "local-alarms", "node-is-quorum-critical", "node-is-mirror-sync-critical",
+			"certificate-expiration/1/months", "certificate-expiration/3/WEEKS"} {
+			asUser("GET /api/health/checks/"+p+" (management user)", "/api/health/checks/"+p)
+		}
+		for _, p := range []string{"certificate-expiration/1/lightyears", "certificate-expiration/abc/days", "certificate-expiration/abc/lightyears",
+			"port-listener/abc"} {
+			s.get("/api/health/checks/"+p, exactly())
+		}
+		amqp, _ := url.Parse(tg.amqpURL)
+		s.observe("GET port-listener/{amqp port}", tg.doAs(u, "pw", "GET", "/api/health/checks/port-listener/"+amqp.Port(), nil), values("status"))
+		// The ports a node listens on differ; the missing one is named.
+		s.get("/api/health/checks/port-listener/1", values("status", "reason", "missing"))
+		for _, p := range []string{"amqp", "AMQP", "amqp0-9-1", "amqp091", "amqp1.0", "http", "management", "ui", "http1.1", "http%2Fprometheus"} {
+			s.get("/api/health/checks/protocol-listener/"+p, exactly())
+		}
+		for _, p := range []string{"amqps", "https", "stomp", "mqtt3.1.1", "web-stomp", "webmqtt%2Ftls", "nonsense"} {
+			s.get("/api/health/checks/protocol-listener/"+p, values("status", "reason", "missing"))
+		}
+		s.observe("health check without credentials", tg.doAs("", "", "GET", "/api/health/checks/virtual-hosts", nil), exactly())
+
+		// Aliveness: vhost access, then configure on the queue, write on
+		// the default exchange, read on the queue.
+		alive := "/api/aliveness-test/" + esc(vh)
+		s.observe("aliveness, monitoring user without access", tg.doAs(mon, "pw", "GET", alive, nil), exactly())
+		s.observe("aliveness, management user without access", tg.doAs(u, "pw", "GET", alive, nil), exactly())
+		for _, p := range []map[string]any{
+			{"configure": "", "write": ".*", "read": ".*"},
+			{"configure": ".*", "write": "", "read": ".*"},
+			{"configure": ".*", "write": ".*", "read": ""},
+			{"configure": ".*", "write": ".*", "read": ".*"},
+		} {
+			tg.must("PUT", "/api/permissions/"+esc(vh)+"/"+esc(mon), p, 201, 204)
+			s.observe(fmt.Sprintf("aliveness with permissions %v", p), tg.doAs(mon, "pw", "GET", alive, nil), exactly())
+		}
+		tg.must("DELETE", "/api/permissions/"+esc(vh)+"/"+esc(tg.user), nil, 204)
+		s.observe("aliveness, administrator without access", tg.do("GET", alive, nil), exactly())
+	})
+}
+
 // nodeKeys are the node fields the web UI's overview table and the usual
 // monitoring checks read.
 var nodeKeys = []string{"name", "type", "running", "os_pid", "uptime", "processors", "rates_mode",
@@ -477,6 +531,44 @@ func TestMgmtDiffConnections(t *testing.T) {
 		s.observe("GET /api/connections/{unknown}", tg.do("GET", "/api/connections/nope", nil))
 		s.observe("GET /api/channels/{unknown}", tg.do("GET", "/api/channels/nope", nil))
 		s.observe("DELETE /api/connections/{name}", tg.do("DELETE", "/api/connections/"+esc(name), nil), exactly())
+	})
+}
+
+// TestMgmtDiffConnectionsByUser: a user's connections listed and closed
+// together, as operators do when they revoke a user.
+func TestMgmtDiffConnectionsByUser(t *testing.T) {
+	t.Parallel()
+	mgmtDiff(t, func(s *diffScene) {
+		tg, vh := s.tg, s.vh
+		u := "cu-" + vh
+		s.t.Cleanup(func() { tg.do("DELETE", "/api/users/"+esc(u), nil) })
+		tg.must("PUT", "/api/users/"+esc(u), map[string]any{"password": "pw", "tags": ""}, 201, 204)
+		tg.permit(vh, u)
+		var closed []chan *amqp.Error
+		for range 2 {
+			c := tg.dialAs(s.t, u, "pw", vh, "")
+			closed = append(closed, c.NotifyClose(make(chan *amqp.Error, 1)))
+		}
+		path := "/api/connections/username/" + esc(u)
+		if !eventually(func() bool { l, _ := tg.getJSON(path).([]any); return len(l) == 2 }) {
+			s.t.Fatalf("[%s] %s never listed 2 connections", tg.kind, path)
+		}
+		// Connection names hold the client's ports: compare the rest.
+		s.get(path, values("len", "0.vhost", "0.user", "1.vhost", "1.user"), ignoring("[].name", "[].node"))
+		s.observe("DELETE "+path, tg.do("DELETE", path, nil), exactly())
+		for i, ch := range closed {
+			select {
+			case err := <-ch:
+				s.value(fmt.Sprintf("connection %d closed with", i), fmt.Sprint(err))
+			case <-time.After(5 * time.Second):
+				s.t.Fatalf("[%s] connection %d still open after DELETE %s", tg.kind, i, path)
+			}
+		}
+		if !eventually(func() bool { l, _ := tg.getJSON(path).([]any); return len(l) == 0 }) {
+			s.t.Fatalf("[%s] %s still lists connections", tg.kind, path)
+		}
+		s.get(path, exactly())
+		s.observe("DELETE connections of a user without any", tg.do("DELETE", "/api/connections/username/nobody-"+esc(vh), nil), exactly())
 	})
 }
 
@@ -846,9 +938,24 @@ func TestMgmtDiffDefinitionsExport(t *testing.T) {
 		s.value("vhost export: bindings", sortedBy(dig(d, "bindings"), "source", "destination", "routing_key"), projected())
 		s.value("vhost export: policies", sortedBy(dig(d, "policies"), "name"), projected())
 		full, _ := tg.getJSON("/api/definitions").(map[string]any)
-		// The full export holds whatever else the broker has: compare the
-		// top-level keys, and our vhost's part exactly.
-		s.shape("full export top-level", full, only("rabbit_version", "rabbitmq_version", "product_name", "product_version", "users", "vhosts", "permissions", "topic_permissions", "parameters", "global_parameters", "policies", "queues", "exchanges", "bindings"), ignoring("global_parameters"))
+		// The full export holds whatever else the broker has, including
+		// what tests running in parallel are creating: compare the shape
+		// of our own objects (the arrays filtered to them), and our
+		// vhost's part exactly.
+		own := map[string]any{}
+		for k, v := range full {
+			own[k] = v
+		}
+		for k, by := range map[string][2]string{"users": {"name", u}, "vhosts": {"name", vh}, "permissions": {"vhost", vh},
+			"topic_permissions": {"vhost", vh}, "parameters": {"vhost", vh}, "policies": {"vhost", vh}, "queues": {"vhost", vh},
+			"exchanges": {"vhost", vh}, "bindings": {"vhost", vh}} {
+			var mine []any
+			for _, m := range findBy(full[k], by[0], by[1]) {
+				mine = append(mine, m)
+			}
+			own[k] = mine
+		}
+		s.shape("full export top-level", own, only("rabbit_version", "rabbitmq_version", "product_name", "product_version", "users", "vhosts", "permissions", "topic_permissions", "parameters", "global_parameters", "policies", "queues", "exchanges", "bindings"), ignoring("global_parameters"))
 		s.value("full export: our vhost", findBy(full["vhosts"], "name", vh), projected())
 		s.value("full export: our user", findBy(full["users"], "name", u), projected())
 		s.value("full export: our permissions", sortedBy(findBy(full["permissions"], "vhost", vh), "user"), projected())

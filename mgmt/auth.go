@@ -90,7 +90,8 @@ func (s *Server) handle(pattern string, lvl level, h handler) {
 func (c *call) authenticate(lvl level) error {
 	name, pass, ok := c.r.BasicAuth()
 	if !ok {
-		return &apiError{Status: http.StatusUnauthorized, Err: "not_authorized", Reason: "Login failed"}
+		// No credentials: RabbitMQ asks for them with an empty body.
+		return &apiError{Status: http.StatusUnauthorized}
 	}
 	u, ok := c.s.b.Authenticate(name, pass)
 	if !ok {

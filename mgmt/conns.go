@@ -10,7 +10,20 @@ func (s *Server) connRoutes() {
 	s.handle("GET /api/vhosts/{vhost}/connections", lvlManagement, (*call).connections)
 	s.handle("GET /api/connections/{name}", lvlManagement, (*call).connectionGet)
 	s.handle("DELETE /api/connections/{name}", lvlManagement, (*call).connectionDelete)
-	s.handle("GET /api/connections/{name}/channels", lvlManagement, (*call).connectionChannels)
+	// GET /api/connections/{name}/channels and
+	// /api/connections/username/{username} overlap as patterns.
+	s.handle("GET /api/connections/{name}/{sub}", lvlManagement, func(c *call) error {
+		switch {
+		case c.pv("name") == "username":
+			return c.userConnections(c.pv("sub"))
+		case c.pv("sub") == "channels":
+			return c.connectionChannels()
+		}
+		return errNotFound
+	})
+	s.handle("DELETE /api/connections/username/{username}", lvlManagement, func(c *call) error {
+		return c.userConnectionsDelete(c.pv("username"))
+	})
 	s.handle("GET /api/channels", lvlManagement, (*call).channels)
 	s.handle("GET /api/vhosts/{vhost}/channels", lvlManagement, (*call).channels)
 	s.handle("GET /api/channels/{name}", lvlManagement, (*call).channelGet)
@@ -112,6 +125,53 @@ func (c *call) connectionDelete() error {
 		reason = "Closed via management plugin"
 	}
 	c.s.srv.CloseConnection(ci.Name, reason)
+	return c.noContent()
+}
+
+// userConns returns the connections of user name. A user may act on its
+// own connections; monitoring users may list anyone's and administrators
+// close anyone's. (RabbitMQ 3.10 answers 500 to non-administrators here.)
+func (c *call) userConns(name string, others bool) ([]server.ConnectionInfo, error) {
+	if name != c.user.Name && !others {
+		return nil, notAuthorised("User not authorised to access object")
+	}
+	var out []server.ConnectionInfo
+	for _, ci := range c.s.srv.Connections() {
+		if ci.User == name {
+			out = append(out, ci)
+		}
+	}
+	return out, nil
+}
+
+// userConnections lists a user's connections as RabbitMQ's tracked
+// connections: name, vhost, user, node.
+func (c *call) userConnections(name string) error {
+	cs, err := c.userConns(name, c.monitor())
+	if err != nil {
+		return err
+	}
+	list := make([]map[string]any, 0, len(cs))
+	for _, ci := range cs {
+		list = append(list, map[string]any{"name": ci.Name, "vhost": ci.VHost, "user": ci.User, "node": c.s.node})
+	}
+	return c.ok(list)
+}
+
+// userConnectionsDelete closes every connection of a user, as
+// connectionDelete closes one.
+func (c *call) userConnectionsDelete(name string) error {
+	cs, err := c.userConns(name, c.admin())
+	if err != nil {
+		return err
+	}
+	reason := c.r.Header.Get("X-Reason")
+	if reason == "" {
+		reason = "Closed via management plugin"
+	}
+	for _, ci := range cs {
+		c.s.srv.CloseConnection(ci.Name, reason)
+	}
 	return c.noContent()
 }
 

@@ -43,13 +43,19 @@ func newFixture(t *testing.T) *fixture {
 // call makes an API request as guest and decodes a JSON reply into out.
 func (f *fixture) call(method, path string, body, out any) int {
 	f.t.Helper()
+	return f.callAs("guest", "guest", method, path, body, out)
+}
+
+// callAs is call as another user.
+func (f *fixture) callAs(user, pass, method, path string, body, out any) int {
+	f.t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, f.api+path, rd)
-	req.SetBasicAuth("guest", "guest")
+	req.SetBasicAuth(user, pass)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -27,9 +27,7 @@ func (s *Server) routes() {
 	s.handle("GET /api/extensions", lvlManagement, func(c *call) error { return c.ok([]any{}) })
 	s.handle("GET /api/nodes", lvlMonitoring, (*call).nodes)
 	s.handle("GET /api/nodes/{node}", lvlMonitoring, (*call).nodeGet)
-	s.handle("GET /api/health/checks/alarms", lvlMonitoring, (*call).healthAlarms)
-	s.handle("GET /api/health/checks/local-alarms", lvlMonitoring, (*call).healthAlarms)
-	s.handle("GET /api/aliveness-test/{vhost}", lvlManagement, (*call).aliveness)
+	s.healthRoutes()
 
 	s.connRoutes()
 	s.accessRoutes()
@@ -113,15 +111,8 @@ func (c *call) overview() error {
 	msgStats["dead_lettered"] = dead
 	msgStats["dead_lettered_details"] = details(s.rates.rate("overview", "dead_lettered"))
 	listeners := []any{}
-	for _, a := range s.srv.Listeners() {
-		proto := "amqp"
-		if len(listeners) == 1 {
-			proto = "amqp/ssl"
-		}
-		listeners = append(listeners, listener(s.node, proto, a))
-	}
-	if a := s.Addr(); a != nil {
-		listeners = append(listeners, listener(s.node, "http", a))
+	for _, l := range s.listeners() {
+		listeners = append(listeners, listener(s.node, l.proto, l.addr))
 	}
 	return c.ok(map[string]any{
 		"management_version": Version, "rates_mode": "basic",
@@ -229,53 +220,6 @@ func (c *call) nodeGet() error {
 	}
 	return c.ok(c.s.node1())
 }
-
-// healthAlarms is 200 {"status":"ok"} without alarms, else 503 with the
-// alarms, as RabbitMQ.
-func (c *call) healthAlarms() error {
-	alarms := c.s.srv.Alarms()
-	if len(alarms) == 0 {
-		return c.ok(map[string]any{"status": "ok"})
-	}
-	var list []any
-	for _, a := range alarms {
-		res := "memory"
-		if a == "disk" {
-			res = "disk"
-		}
-		list = append(list, map[string]any{"node": c.s.node, "resource": res})
-	}
-	writeJSON(c.w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": "resource alarm(s) in effect in the cluster", "alarms": list})
-	return nil
-}
-
-// aliveness declares the queue aliveness-test in the vhost, publishes a
-// message to it and gets it back, as RabbitMQ.
-func (c *call) aliveness() error {
-	v, err := c.vhost()
-	if err != nil {
-		return err
-	}
-	if _, _, _, err := v.DeclareQueue(broker.QueueSpec{Name: "aliveness-test", Durable: false}, false); err != nil {
-		return c.failed(err)
-	}
-	q := v.Queue("aliveness-test")
-	if q == nil {
-		return c.failed(errAliveness)
-	}
-	m := &broker.Message{RoutingKey: "aliveness-test", Body: []byte("test_message")}
-	var r broker.Router
-	if _, err := v.Publish(&r, "", m); err != nil {
-		return c.failed(err)
-	}
-	d, _, ok := q.Get(true)
-	if !ok || string(d.Msg.Body) != "test_message" {
-		return c.failed(errAliveness)
-	}
-	return c.ok(map[string]any{"status": "ok"})
-}
-
-var errAliveness = &apiError{Status: http.StatusServiceUnavailable, Err: "failed", Reason: "aliveness test failed"}
 
 func (c *call) failed(err error) error {
 	writeJSON(c.w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": err.Error()})

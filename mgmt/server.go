@@ -243,6 +243,10 @@ func writeError(w http.ResponseWriter, err error) {
 	if ae.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
 	}
+	if ae.Err == "" {
+		w.WriteHeader(ae.Status)
+		return
+	}
 	var reason any = ae.Reason
 	if ae.Detail != nil {
 		reason = ae.Detail

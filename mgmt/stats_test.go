@@ -2,6 +2,7 @@ package mgmt_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +223,67 @@ func TestQueueBytesAndDeliveryStats(t *testing.T) {
 	if ms["deliver"].(float64) < 1 || ms["deliver_no_ack"] != float64(0) ||
 		ms["deliver_get"] != ms["deliver"].(float64)+3 {
 		t.Fatalf("message_stats %v: want deliver >= 1, deliver_no_ack 0, deliver_get = deliver + 3", ms)
+	}
+}
+
+// A user's connections: a management user lists and closes its own only,
+// a monitoring user lists anyone's, an administrator closes anyone's.
+func TestConnectionsByUser(t *testing.T) {
+	f := newFixture(t)
+	for _, u := range []struct{ name, tags string }{{"app", "management"}, {"mon", "monitoring"}} {
+		if st := f.call("PUT", "/api/users/"+u.name, map[string]any{"password": "pw", "tags": u.tags}, nil); st != 201 {
+			t.Fatalf("PUT user %s: %d", u.name, st)
+		}
+		if st := f.call("PUT", "/api/permissions/%2F/"+u.name, map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, nil); st != 201 {
+			t.Fatalf("PUT permissions %s: %d", u.name, st)
+		}
+	}
+	conn, err := amqp.Dial(strings.Replace(f.w.URL(), "guest:guest", "app:pw", 1))
+	must(t, err)
+	defer conn.Close()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	var list []map[string]any
+	deadline := time.Now().Add(5 * time.Second)
+	for len(list) != 1 && time.Now().Before(deadline) {
+		f.callAs("app", "pw", "GET", "/api/connections/username/app", nil, &list)
+	}
+	if len(list) != 1 || list[0]["user"] != "app" || list[0]["vhost"] != "/" {
+		t.Fatalf("app's own connections: %v", list)
+	}
+	for _, c := range []struct {
+		user, method, path string
+		want               int
+	}{
+		{"app", "GET", "/api/connections/username/guest", 401},
+		{"app", "DELETE", "/api/connections/username/guest", 401},
+		{"mon", "GET", "/api/connections/username/app", 200},
+		{"mon", "DELETE", "/api/connections/username/app", 401},
+		{"mon", "GET", "/api/connections/username/channels", 200}, // a user named like the channels path
+		{"guest", "GET", "/api/connections/nope/channels", 404},
+		{"guest", "GET", "/api/connections/nope/other", 404},
+	} {
+		pass := "pw"
+		if c.user == "guest" {
+			pass = "guest"
+		}
+		if st := f.callAs(c.user, pass, c.method, c.path, nil, nil); st != c.want {
+			t.Errorf("%s %s as %s: %d, want %d", c.method, c.path, c.user, st, c.want)
+		}
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("connection closed by a refused DELETE: %v", err)
+	default:
+	}
+	if st := f.callAs("app", "pw", "DELETE", "/api/connections/username/app", nil, nil); st != 204 {
+		t.Fatalf("app closes its own connections: %d", st)
+	}
+	select {
+	case err := <-closed:
+		if err == nil || err.Code != 320 {
+			t.Fatalf("closed with %v, want 320 CONNECTION_FORCED", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection still open")
 	}
 }

@@ -535,20 +535,6 @@ func (s *Server) Alarms() []string {
 // Config returns the server's configuration, defaults applied.
 func (s *Server) Config() Config { return s.cfg }
 
-// Listeners returns the AMQP (and AMQPS) listen addresses.
-func (s *Server) Listeners() []net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var as []net.Addr
-	if s.ln != nil {
-		as = append(as, s.ln.Addr())
-	}
-	if s.tlsLn != nil {
-		as = append(as, s.tlsLn.Addr())
-	}
-	return as
-}
-
 // WaitSynced waits until the message logs a publish was appended to
 // (broker.PublishResult.Wait) are on disk: the point at which a publisher
 // confirm would be sent.

@@ -32,6 +32,9 @@ type Config struct {
 	// default ":5671".
 	AMQPSAddr string
 	TLS       *tls.Config
+	// TLSCertFile names the file TLS's certificate came from, for the
+	// management API's certificate-expiration check; informational.
+	TLSCertFile string
 	// Heartbeat is the interval the server proposes; default 60s. Negative disables.
 	Heartbeat time.Duration
 	// FrameMax is the largest frame the server accepts; default 131072.

@@ -119,6 +119,7 @@ func run(args []string, out io.Writer) error {
 			return fmt.Errorf("TLS: %w", err)
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		cfg.TLSCertFile = o.TLSCert
 	}
 	// server.New opens the definitions store in the data directory and
 	// recovers the durable definitions.
