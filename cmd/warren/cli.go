@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -142,6 +143,37 @@ func isCLICommand(name string) bool {
 		return true
 	}
 	return name != "" && !strings.HasPrefix(name, "-")
+}
+
+// globalFirst moves the connection flags (--url, --user, --password,
+// --vhost, --json) written before a command, as rabbitmqadmin takes them
+// ("warren --url U queues"), to just after the command and its
+// subcommand. Anything else is returned unchanged.
+func globalFirst(args []string) []string {
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		switch name {
+		case "json":
+			i++
+		case "url", "user", "password", "vhost":
+			i++
+			if !hasValue {
+				i++
+			}
+		default:
+			return args
+		}
+	}
+	if i == 0 || i >= len(args) {
+		return args
+	}
+	at := i + 1
+	if cmd := findCommand(cliCommands, args[i]); cmd != nil && len(cmd.subs) > 0 && at < len(args) && !strings.HasPrefix(args[at], "-") {
+		at++
+	}
+	out := append(slices.Clone(args[i:at]), args[:i]...)
+	return append(out, args[at:]...)
 }
 
 func findCommand(cmds []*cliCommand, name string) *cliCommand {

@@ -305,6 +305,16 @@ func TestCLIQueues(t *testing.T) {
 		t.Fatalf("queues --json: cli.q2 missing or wrong: %v", qs)
 	}
 
+	// The connection flags before the command, rabbitmqadmin's order.
+	var o, s bytes.Buffer
+	if err := runCLI(globalFirst([]string{"--url", e.mgmt, "--vhost", e.vhost, "--json", "queues"}), &o, &s); err != nil {
+		t.Fatalf("warren --url ... --json queues: %v %s", err, s.String())
+	}
+	qs = nil
+	if err := json.Unmarshal(o.Bytes(), &qs); err != nil || !slices.ContainsFunc(qs, func(q map[string]any) bool { return q["name"] == "cli.q1" }) {
+		t.Fatalf("warren --url ... --json queues: %v %s", err, o.String())
+	}
+
 	// A vhost that does not exist is the API's 404.
 	_, err := e.cli("queues", "--vhost", "no-such-vhost")
 	wantErr(t, err, "404")
@@ -892,6 +902,21 @@ func TestCLIHelp(t *testing.T) {
 }
 
 func TestCLIFlagsAnywhere(t *testing.T) {
+	// Connection flags before the command, as rabbitmqadmin takes them.
+	for _, c := range []struct{ in, want string }{
+		{"--url U queues", "queues --url U"},
+		{"--json --vhost=v -user u dlq replay q --count 5", "dlq replay --json --vhost=v -user u q --count 5"},
+		{"--url U dlq", "dlq --url U"},
+		{"--url U definitions export f.json", "definitions export --url U f.json"},
+		{"--amqp-addr :5673", "--amqp-addr :5673"},       // the broker's flags stay
+		{"--url U --data-dir d", "--url U --data-dir d"}, // not all connection flags
+		{"--url", "--url"},
+		{"queues --url U", "queues --url U"},
+	} {
+		if got := strings.Join(globalFirst(strings.Fields(c.in)), " "); got != c.want {
+			t.Errorf("globalFirst(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	n := fs.Int("count", 1, "")
 	v := fs.String("vhost", "", "")

@@ -86,6 +86,7 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 }
 
 func run(args []string, out io.Writer) error {
+	args = globalFirst(args)
 	if len(args) > 0 && isCLICommand(args[0]) {
 		return runCLI(args, os.Stdout, out)
 	}
