@@ -241,3 +241,40 @@ func TestTxCommitSurvivesSIGKILL(t *testing.T) {
 	}
 	p.Stop()
 }
+
+// TestSigtermAsSoonAsItListens: SIGTERM is a clean shutdown (exit status
+// 0, "shutting down" logged) from the moment the AMQP port accepts
+// connections, not only once the rest of start-up is done: a supervisor
+// that stops a broker it has just seen come up must not kill it.
+func TestSigtermAsSoonAsItListens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the warren binary")
+	}
+	bin := buildWarren(t)
+	for i := range 10 {
+		addr := freePort(t)
+		cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+			"--disk-free-limit", "-1", "--memory-high-watermark", "-1")
+		out := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			// No pause between attempts: signal the moment it listens.
+			if c, err := net.Dial("tcp", addr); err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("try %d: not listening within 30 s:\n%s", i, out)
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("try %d: SIGTERM right after the port opened: %v (want a clean exit)\n%s", i, err, out)
+		}
+	}
+}

@@ -132,6 +132,11 @@ func run(args []string, out io.Writer) error {
 		srv.Close()
 		return err
 	}
+	// SIGTERM must mean a clean shutdown from the moment clients can
+	// connect: a signal that comes while the rest starts up waits here.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	if err := srv.Start(); err != nil {
 		srv.Close()
 		return err
@@ -152,8 +157,6 @@ func run(args []string, out io.Writer) error {
 		log.Info("AMQPS listener started", "addr", a.String())
 	}
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig
 	log.Info("shutting down", "signal", s.String())
 	if mg != nil {
