@@ -16,7 +16,8 @@ type User struct {
 	Name         string
 	PasswordHash string
 	Tags         []string
-	perms        map[string]*compiledPerm // by vhost
+	perms        map[string]*compiledPerm             // by vhost
+	topics       map[string]map[string]*compiledTopic // by vhost, then exchange (topicperm.go)
 }
 
 // Permission is a user's access to one vhost, as three regular expressions
@@ -112,6 +113,12 @@ func (b *Broker) DeleteUser(name string) bool {
 	ops := []defOp{delOp(DefKindUsers, name)}
 	for vhost := range u.perms {
 		ops = append(ops, delOp(DefKindPermissions, scopedKey(vhost, name)))
+	}
+	for vhost, xs := range u.topics {
+		for x := range xs {
+			ops = append(ops, delOp(DefKindTopicPermissions, topicPermissionKey(vhost, name, x)))
+		}
+		b.topicPerms.Add(-int64(len(xs)))
 	}
 	b.unlockPersist(ops...) // logged
 	return true

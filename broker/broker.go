@@ -50,6 +50,9 @@ type Broker struct {
 	mu     sync.RWMutex
 	vhosts map[string]*VHost
 	users  map[string]*User
+	// topicPerms counts the topic permissions of all users, so that
+	// publishes skip the topic check while there are none (topicperm.go).
+	topicPerms atomic.Int64
 
 	store DefinitionStore
 	msgs  *MsgStore
@@ -198,6 +201,8 @@ func (b *Broker) DeleteVHost(name string) bool {
 	delete(b.vhosts, name)
 	for _, u := range b.users {
 		delete(u.perms, name)
+		b.topicPerms.Add(-int64(len(u.topics[name])))
+		delete(u.topics, name)
 	}
 	if v != nil {
 		// Everything under the name goes, permissions of any user too.

@@ -10,13 +10,12 @@ package broker
 // queues, bindings. Existing queues and exchanges are left as they are;
 // names starting with "amq." and the default exchange are skipped, as
 // RabbitMQ skips them. Export leaves out the default and amq.* exchanges,
-// internal exchanges, exclusive queues and the implicit default-exchange
-// bindings, as RabbitMQ's does.
+// exclusive queues and the implicit default-exchange bindings, as
+// RabbitMQ's does.
 //
-// Warren does not keep what it has no use for: topic permissions, vhost
-// metadata and limits, user limits, global parameters and runtime
-// parameters other than operator policies are accepted and ignored on
-// import (logged), and exported empty.
+// Warren does not keep what it has no use for: vhost and user limits,
+// global parameters and runtime parameters other than operator policies
+// are accepted and ignored on import (logged), and exported empty.
 
 import (
 	"encoding/json"
@@ -41,17 +40,17 @@ type Definitions struct {
 	RabbitMQVersion string `json:"rabbitmq_version,omitempty"`
 	ProductName     string `json:"product_name,omitempty"`
 	// ProductVersion is Warren's version; the management API sets it.
-	ProductVersion   string           `json:"product_version,omitempty"`
-	Users            []DefUser        `json:"users"`
-	VHosts           []DefVHost       `json:"vhosts"`
-	Permissions      []DefPermission  `json:"permissions"`
-	TopicPermissions []map[string]any `json:"topic_permissions"`
-	Parameters       []DefParameter   `json:"parameters"`
-	GlobalParameters []map[string]any `json:"global_parameters"`
-	Policies         []DefPolicy      `json:"policies"`
-	Queues           []DefQueue       `json:"queues"`
-	Exchanges        []DefExchange    `json:"exchanges"`
-	Bindings         []DefBinding     `json:"bindings"`
+	ProductVersion   string               `json:"product_version,omitempty"`
+	Users            []DefUser            `json:"users"`
+	VHosts           []DefVHost           `json:"vhosts"`
+	Permissions      []DefPermission      `json:"permissions"`
+	TopicPermissions []DefTopicPermission `json:"topic_permissions"`
+	Parameters       []DefParameter       `json:"parameters"`
+	GlobalParameters []map[string]any     `json:"global_parameters"`
+	Policies         []DefPolicy          `json:"policies"`
+	Queues           []DefQueue           `json:"queues"`
+	Exchanges        []DefExchange        `json:"exchanges"`
+	Bindings         []DefBinding         `json:"bindings"`
 }
 
 // DefTags is a user's tags: a JSON list, or (older exports) a
@@ -225,8 +224,13 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 			return fmt.Errorf("definitions: exchange '%s' in vhost '%s': %w", x.Name, x.VHost, err)
 		}
 	}
-	if len(d.TopicPermissions) > 0 {
-		b.log.Warn("definitions: topic permissions are not supported; ignored", "count", len(d.TopicPermissions))
+	for _, p := range d.TopicPermissions {
+		if b.VHost(p.VHost) == nil {
+			return fmt.Errorf("definitions: topic permissions of user '%s': no vhost '%s'", p.User, p.VHost)
+		}
+		if err := b.SetTopicPermission(p.VHost, p.User, p.TopicPermission); err != nil {
+			return fmt.Errorf("definitions: topic permissions of user '%s' in vhost '%s': %w", p.User, p.VHost, err)
+		}
 	}
 	if len(d.GlobalParameters) > 0 {
 		b.log.Info("definitions: global parameters ignored", "count", len(d.GlobalParameters))
@@ -508,7 +512,7 @@ const Version = "4.3.0"
 // Definitions returns the broker's definitions.
 func (b *Broker) Definitions() *Definitions {
 	d := &Definitions{RabbitVersion: Version, RabbitMQVersion: Version, ProductName: "Warren",
-		Users: []DefUser{}, VHosts: []DefVHost{}, Permissions: []DefPermission{}, TopicPermissions: []map[string]any{},
+		Users: []DefUser{}, VHosts: []DefVHost{}, Permissions: []DefPermission{}, TopicPermissions: []DefTopicPermission{},
 		Parameters: []DefParameter{}, GlobalParameters: []map[string]any{}, Policies: []DefPolicy{},
 		Queues: []DefQueue{}, Exchanges: []DefExchange{}, Bindings: []DefBinding{}}
 	vhosts := b.VHosts()
@@ -523,6 +527,9 @@ func (b *Broker) Definitions() *Definitions {
 		for _, vh := range vhosts {
 			if p, ok := b.Permissions(vh, name); ok {
 				d.Permissions = append(d.Permissions, DefPermission{User: name, VHost: vh, Configure: p.Configure, Write: p.Write, Read: p.Read})
+			}
+			for _, tp := range b.TopicPermissions(vh, name) {
+				d.TopicPermissions = append(d.TopicPermissions, DefTopicPermission{User: name, VHost: vh, TopicPermission: tp})
 			}
 		}
 	}

@@ -79,12 +79,13 @@ const (
 	DefKindBindings         = "bindings"
 	DefKindPolicies         = "policies"
 	DefKindOperatorPolicies = "operator_policies"
+	DefKindTopicPermissions = "topic_permissions"
 	DefKindMeta             = "meta"
 )
 
 // vhostScopedKinds are the kinds whose keys start with vhost + "\x00".
 var vhostScopedKinds = []string{DefKindPermissions, DefKindExchanges, DefKindQueues, DefKindBindings,
-	DefKindPolicies, DefKindOperatorPolicies}
+	DefKindPolicies, DefKindOperatorPolicies, DefKindTopicPermissions}
 
 // metaInitialized marks a store whose defaults (vhost "/", user guest)
 // were created: RabbitMQ creates them on first boot only, so a deleted
@@ -220,6 +221,14 @@ func userOp(u *User) defOp {
 func permissionOp(vhost, user string, p Permission) defOp {
 	return putOp(DefKindPermissions, scopedKey(vhost, user), DefPermission{User: user, VHost: vhost,
 		Configure: p.Configure, Write: p.Write, Read: p.Read})
+}
+
+func topicPermissionOp(vhost, user string, p TopicPermission) defOp {
+	return putOp(DefKindTopicPermissions, topicPermissionKey(vhost, user, p.Exchange), DefTopicPermission{User: user, VHost: vhost, TopicPermission: p})
+}
+
+func topicPermissionKey(vhost, user, exchange string) string {
+	return scopedKey(vhost, user+"\x00"+exchange)
 }
 
 // persisting reports whether changes are written now: there is a store
@@ -474,6 +483,19 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 		}
 		if err := b.SetPermissions(d.VHost, d.User, Permission{Configure: d.Configure, Write: d.Write, Read: d.Read}); err != nil {
 			skip(DefKindPermissions, r.key, err)
+		}
+	}
+	for _, r := range recs[DefKindTopicPermissions] {
+		var d DefTopicPermission
+		if err := json.Unmarshal(r.value, &d); err != nil {
+			skip(DefKindTopicPermissions, r.key, err)
+			continue
+		}
+		if vhostOf(DefKindTopicPermissions, r.key, d.VHost) == nil {
+			continue
+		}
+		if err := b.SetTopicPermission(d.VHost, d.User, d.TopicPermission); err != nil {
+			skip(DefKindTopicPermissions, r.key, err)
 		}
 	}
 	for _, kind := range []string{DefKindPolicies, DefKindOperatorPolicies} {

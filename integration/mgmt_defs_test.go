@@ -27,6 +27,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -89,6 +90,7 @@ func buildTopology(t *testing.T, tg *mgmtTarget, top defsTopology) {
 	tg.must("PUT", "/api/users/"+esc(top.user), map[string]any{"password": top.pass, "tags": "management"}, 201, 204)
 	t.Cleanup(func() { tg.do("DELETE", "/api/users/"+esc(top.user), nil) })
 	tg.must("PUT", "/api/permissions/"+esc(top.vh)+"/"+esc(top.user), map[string]string{"configure": "^u-", "write": ".*", "read": ".*"}, 201, 204)
+	tg.must("PUT", "/api/topic-permissions/"+esc(top.vh)+"/"+esc(top.user), map[string]string{"exchange": "t-x", "write": `^a\.`, "read": ".*"}, 201, 204)
 	for _, x := range defsExchanges {
 		tg.must("PUT", "/api/exchanges/"+esc(top.vh)+"/"+esc(x.name), x.body, 201, 204)
 	}
@@ -158,8 +160,9 @@ func orEmpty(l []any) []any {
 func checkExport(t *testing.T, kind string, doc map[string]any, top defsTopology) {
 	t.Helper()
 	count := func(k string) int { l, _ := doc[k].([]any); return len(l) }
-	if count("vhosts") != 1 || count("users") != 1 || count("permissions") != 1 {
-		t.Errorf("[%s] export: %d vhosts, %d users, %d permissions for the test's vhost/user; want 1 each", kind, count("vhosts"), count("users"), count("permissions"))
+	if count("vhosts") != 1 || count("users") != 1 || count("permissions") != 1 || count("topic_permissions") != 1 {
+		t.Errorf("[%s] export: %d vhosts, %d users, %d permissions, %d topic permissions for the test's vhost/user; want 1 each",
+			kind, count("vhosts"), count("users"), count("permissions"), count("topic_permissions"))
 	}
 	if u := findBy(doc["users"], "name", top.user); len(u) == 1 && (u[0]["password_hash"] == "" || u[0]["password_hash"] == nil || u[0]["hashing_algorithm"] == nil) {
 		t.Errorf("[%s] export: user %s = %s; want password_hash and hashing_algorithm", kind, top.user, jsonString(u[0]))
@@ -263,6 +266,10 @@ func checkTopology(t *testing.T, tg *mgmtTarget, top defsTopology) {
 	if p := tg.do("GET", "/api/permissions/"+esc(vh)+"/"+esc(top.user), nil); p.status != 200 || dig(p.json(t), "configure") != "^u-" {
 		t.Errorf("[%s] permissions of %s: %s", tg.kind, top.user, p)
 	}
+	if p := tg.do("GET", "/api/topic-permissions/"+esc(vh)+"/"+esc(top.user), nil); p.status != 200 ||
+		!jsonEqual(p.json(t), []any{map[string]any{"user": top.user, "vhost": vh, "exchange": "t-x", "write": `^a\.`, "read": ".*"}}) {
+		t.Errorf("[%s] topic permissions of %s: %s", tg.kind, top.user, p)
+	}
 
 	// Behaviour, as the imported user (its password hash moved with it).
 	conn, err := amqp.Dial(tg.amqpURLFor(top.user, top.pass, vh))
@@ -323,6 +330,23 @@ func checkTopology(t *testing.T, tg *mgmtTarget, top defsTopology) {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
 		t.Errorf("[%s] imported user declaring not-mine: %v, want 403 ACCESS_REFUSED", tg.kind, err)
+	}
+	// Its topic permission on t-x: write ^a\. ("a.b.c" went through above).
+	ch, err = conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Publish("t-x", "z.b", false, false, amqp.Publishing{Body: []byte("refused")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.AccessRefused {
+			t.Errorf("[%s] publishing z.b to t-x (topic write ^a\\.): %v, want 403 ACCESS_REFUSED", tg.kind, e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("[%s] publishing z.b to t-x (topic write ^a\\.) was not refused", tg.kind)
 	}
 }
 

@@ -25,10 +25,23 @@ func (s *Server) accessRoutes() {
 	s.handle("GET /api/users/{user}/permissions", lvlAdmin, (*call).userPermissions)
 
 	s.handle("GET /api/permissions", lvlAdmin, (*call).permissions)
-	// Topic permissions are not implemented: the lists are empty.
-	for _, p := range []string{"/api/topic-permissions", "/api/users/{user}/topic-permissions", "/api/vhosts/{vhost}/topic-permissions"} {
-		s.handle("GET "+p, lvlAdmin, func(c *call) error { return c.ok([]any{}) })
-	}
+	s.handle("GET /api/topic-permissions", lvlAdmin, func(c *call) error { return c.list(c.topicPermissionsWhere("", "")) })
+	s.handle("GET /api/users/{user}/topic-permissions", lvlAdmin, func(c *call) error {
+		if c.s.b.User(c.pv("user")) == nil {
+			return errNotFound
+		}
+		return c.ok(c.topicPermissionsWhere("", c.pv("user")))
+	})
+	s.handle("GET /api/vhosts/{vhost}/topic-permissions", lvlAdmin, func(c *call) error {
+		v, err := c.vhost()
+		if err != nil {
+			return err
+		}
+		return c.ok(c.topicPermissionsWhere(v.Name, ""))
+	})
+	s.handle("GET /api/topic-permissions/{vhost}/{user}", lvlAdmin, (*call).topicPermissionGet)
+	s.handle("PUT /api/topic-permissions/{vhost}/{user}", lvlAdmin, (*call).topicPermissionPut)
+	s.handle("DELETE /api/topic-permissions/{vhost}/{user}", lvlAdmin, (*call).topicPermissionDelete)
 	s.handle("GET /api/global-parameters", lvlAdmin, func(c *call) error {
 		return c.ok([]any{map[string]any{"name": "cluster_name", "value": c.s.node}})
 	})
@@ -145,6 +158,75 @@ func (c *call) permissionsWhere(vhost, user string) []map[string]any {
 		}
 	}
 	return list
+}
+
+// topicPermissionsWhere lists topic permissions, optionally of one vhost
+// or user.
+func (c *call) topicPermissionsWhere(vhost, user string) []map[string]any {
+	list := []map[string]any{}
+	for _, u := range c.s.b.Users() {
+		if user != "" && u != user {
+			continue
+		}
+		for _, vh := range c.s.b.VHosts() {
+			if vhost != "" && vh != vhost {
+				continue
+			}
+			for _, p := range c.s.b.TopicPermissions(vh, u) {
+				list = append(list, map[string]any{"user": u, "vhost": vh, "exchange": p.Exchange, "write": p.Write, "read": p.Read})
+			}
+		}
+	}
+	return list
+}
+
+// topicPermissionGet lists the topic permissions of a user in a vhost
+// (one per exchange); 404 when there are none.
+func (c *call) topicPermissionGet() error {
+	list := c.topicPermissionsWhere(c.pv("vhost"), c.pv("user"))
+	if len(list) == 0 || c.s.b.VHost(c.pv("vhost")) == nil {
+		return errNotFound
+	}
+	return c.ok(list)
+}
+
+// topicPermissionPut sets the topic permission of a user on one exchange
+// of a vhost: 201 when the user had none there yet, as RabbitMQ.
+func (c *call) topicPermissionPut() error {
+	vh, u := c.pv("vhost"), c.pv("user")
+	var b struct {
+		Exchange *string `json:"exchange"`
+		Write    *string `json:"write"`
+		Read     *string `json:"read"`
+	}
+	if err := c.decode(&b); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"exchange", b.Exchange}, {"write", b.Write}, {"read", b.Read}} {
+		if f.v == nil {
+			return badRequest(fmt.Sprintf("[{key_missing,%s}]", f.name))
+		}
+	}
+	if c.s.b.VHost(vh) == nil || c.s.b.User(u) == nil {
+		return badRequest("vhost_or_user_not_found")
+	}
+	existed := len(c.s.b.TopicPermissions(vh, u)) > 0
+	if err := c.s.b.SetTopicPermission(vh, u, broker.TopicPermission{Exchange: *b.Exchange, Write: *b.Write, Read: *b.Read}); err != nil {
+		return badRequest(err.Error())
+	}
+	return c.created(!existed)
+}
+
+// topicPermissionDelete removes every topic permission of a user in a
+// vhost.
+func (c *call) topicPermissionDelete() error {
+	if c.s.b.VHost(c.pv("vhost")) == nil || !c.s.b.ClearTopicPermissions(c.pv("vhost"), c.pv("user"), "") {
+		return errNotFound
+	}
+	return c.noContent()
 }
 
 func (c *call) vhostPermissions() error {

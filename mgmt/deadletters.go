@@ -279,8 +279,11 @@ func (c *call) deadLetterReplay() error {
 			return "", nil, false
 		}
 		return replayMessage(m, b.KeepHistory)
-	}, func(exchange string) bool {
-		return c.s.b.Check(c.user.Name, v.Name, broker.Write, displayExchange(exchange))
+	}, func(exchange string, m *broker.Message) error {
+		if !c.s.b.Check(c.user.Name, v.Name, broker.Write, displayExchange(exchange)) {
+			return notAuthorised(fmt.Sprintf("access to exchange '%s' in vhost '%s' refused", displayExchange(exchange), v.Name))
+		}
+		return c.s.b.CheckTopicPublish(c.user.Name, v, exchange, m)
 	})
 	st := q.Stats()
 	reply := map[string]any{"replayed": res.moved, "skipped": res.skipped, "failed": res.failed, "remaining": st.Ready + st.Unacked}
@@ -342,7 +345,7 @@ const transferBatch = 256
 // refused by an overflow, not allowed) puts that message and every later
 // one back and stops: nothing is lost half way.
 func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queue, limit int,
-	pick func(*broker.Message) (string, *broker.Message, bool), allowed func(exchange string) bool) transferResult {
+	pick func(*broker.Message) (string, *broker.Message, bool), allowed func(exchange string, m *broker.Message) error) transferResult {
 	var res transferResult
 	var skipped, pending []broker.Delivery
 	var waits []*store.Log
@@ -388,8 +391,8 @@ func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queu
 			res.skipped++
 			continue
 		}
-		if !allowed(exchange) {
-			res.err = notAuthorised(fmt.Sprintf("access to exchange '%s' in vhost '%s' refused", displayExchange(exchange), v.Name))
+		if err := allowed(exchange, m); err != nil {
+			res.err = err
 			src.Return([]broker.Delivery{d})
 			res.failed++
 			break

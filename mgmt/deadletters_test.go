@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,4 +280,35 @@ func (f *fixture) deadLetter2(body string) {
 	must(f.t, f.ch.PublishWithContext(context.Background(), "orders-x", "new", false, false, amqp.Publishing{Body: []byte(body)}))
 	must(f.t, f.get("orders").Reject(false))
 	f.waitCount("orders.dlq", before+1)
+}
+
+// A replay publishes as the user who asks for it: its topic permissions
+// apply, and a refused message stays in the DLQ with those after it.
+func TestReplayHonoursTopicPermissions(t *testing.T) {
+	f := newFixture(t)
+	must(t, f.ch.ExchangeDeclare("events-x", "topic", true, false, false, false, nil))
+	_, err := f.ch.QueueDeclare("events", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "events.dlq"})
+	must(t, err)
+	_, err = f.ch.QueueDeclare("events.dlq", true, false, false, false, nil)
+	must(t, err)
+	must(t, f.ch.QueueBind("events", "ev.#", "events-x", false, nil))
+	for _, key := range []string{"ev.ok", "ev.no", "ev.ok"} {
+		must(t, f.ch.PublishWithContext(context.Background(), "events-x", key, false, false, amqp.Publishing{Body: []byte(key)}))
+	}
+	for range 3 {
+		must(t, f.get("events").Reject(false))
+	}
+	f.waitCount("events.dlq", 3)
+	if st := f.call("PUT", "/api/topic-permissions/%2F/guest", map[string]any{"exchange": "events-x", "write": `^ev\.ok$`, "read": ".*"}, nil); st != 201 {
+		t.Fatalf("PUT topic permission: %d", st)
+	}
+	var r replayReply
+	f.call("POST", "/api/dead-letters/%2F/events.dlq/replay", map[string]any{}, &r)
+	if r.Replayed != 1 || r.Failed != 1 || !strings.Contains(r.Error, "access to topic 'ev.no' in exchange 'events-x'") {
+		t.Fatalf("replay = %+v, want 1 replayed, then ev.no refused by the topic permission", r)
+	}
+	if b := f.browse("events.dlq"); fmt.Sprint(payloads(b)) != "[ev.no ev.ok]" {
+		t.Fatalf("DLQ after the refused replay: %v, want [ev.no ev.ok]", payloads(b))
+	}
 }

@@ -202,6 +202,10 @@ func (c *call) exchangePublish() error {
 	if err := c.check(v, broker.Write, "exchange", displayExchange(name)); err != nil {
 		return err
 	}
+	if err := c.s.b.CheckTopicPublish(c.user.Name, v, name, &broker.Message{RoutingKey: *b.RoutingKey, Props: props}); err != nil {
+		e := err.(*amqpc.Error)
+		return badRequest(strconv.Itoa(int(e.Code)) + " " + e.Text)
+	}
 	routed, err := c.s.publish(c.r.Context(), v, name, *b.RoutingKey, props, body)
 	if err != nil {
 		return err
@@ -407,6 +411,9 @@ func bindingCreate(kind string) handler {
 		if err := c.check(v, broker.Read, "exchange", displayExchange(src)); err != nil {
 			return err
 		}
+		if err := c.s.b.CheckTopicBind(c.user.Name, v, src, b.RoutingKey); err != nil {
+			return amqpError(err)
+		}
 		if err := v.Bind(src, dst, kind == "e", b.RoutingKey, args, 0); err != nil {
 			return amqpError(err)
 		}
@@ -454,6 +461,9 @@ func bindingDelete(kind string) handler {
 		}
 		if err := c.check(v, broker.Write, destKind(kind), b.Destination); err != nil {
 			return err
+		}
+		if err := c.s.b.CheckTopicBind(c.user.Name, v, b.Source, b.RoutingKey); err != nil {
+			return amqpError(err)
 		}
 		if err := v.Unbind(b.Source, b.Destination, kind == "e", b.RoutingKey, b.Args, 0); err != nil {
 			return amqpError(err)

@@ -237,7 +237,7 @@ func (c *call) definitionsPost() error {
 		if _, err := c.vhost(); err != nil {
 			return err
 		}
-		d.Users, d.VHosts, d.Permissions = nil, nil, nil
+		d.Users, d.VHosts, d.Permissions, d.TopicPermissions = nil, nil, nil, nil
 		for i := range d.Queues {
 			d.Queues[i].VHost = vh
 		}

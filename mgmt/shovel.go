@@ -271,7 +271,7 @@ func (s *Server) runShovel(ctx context.Context, v *broker.VHost, src *broker.Que
 		}
 		return exchange, &out, true
 	}
-	allowed := func(string) bool { return true } // checked at PUT
+	allowed := func(string, *broker.Message) error { return nil } // checked at PUT
 	bounded, remaining := sh.limit != 0, sh.limit
 	switch sh.limit {
 	case -1:

@@ -332,6 +332,9 @@ func (ch *channel) bind(source, dst string, toExchange bool, key string, args am
 	if err := ch.check(broker.Read, "exchange", source); err != nil {
 		return err
 	}
+	if err := ch.c.s.broker.CheckTopicBind(ch.c.user.Name, ch.vhost(), source, key); err != nil {
+		return err
+	}
 	var err error
 	if unbind {
 		err = ch.vhost().Unbind(source, dst, toExchange, key, args, ch.c.id)
@@ -512,6 +515,9 @@ func (ch *channel) finishPublish() error {
 	m := ch.msg
 	ch.msg = nil
 	ch.inContent = 0
+	if err := ch.c.s.broker.CheckTopicPublish(ch.c.user.Name, ch.vhost(), ch.pub.Exchange, m); err != nil {
+		return ch.softFail(err.(*amqp.Error))
+	}
 	if m.Props.UserID != "" && m.Props.UserID != ch.c.user.Name {
 		return ch.softFail(amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", m.Props.UserID, ch.c.user.Name))
 	}

@@ -47,6 +47,7 @@ const (
 	KindBindings         = "bindings"
 	KindPolicies         = "policies"
 	KindOperatorPolicies = "operator_policies"
+	KindTopicPermissions = "topic_permissions"
 	// KindMeta holds the store's own markers (such as "the defaults were
 	// created on first boot").
 	KindMeta = "meta"
@@ -54,7 +55,7 @@ const (
 
 // Kinds lists every bucket of defs.db.
 var Kinds = []string{KindVHosts, KindUsers, KindPermissions, KindExchanges, KindQueues, KindBindings,
-	KindPolicies, KindOperatorPolicies, KindMeta}
+	KindPolicies, KindOperatorPolicies, KindTopicPermissions, KindMeta}
 
 // DefsFile is the name of the definitions database inside the data directory.
 const DefsFile = "defs.db"
