@@ -16,6 +16,7 @@ type User struct {
 	Name         string
 	PasswordHash string
 	Tags         []string
+	Limits       map[string]int64                     // max-connections, max-channels (limits.go); copied on write
 	perms        map[string]*compiledPerm             // by vhost
 	topics       map[string]map[string]*compiledTopic // by vhost, then exchange (topicperm.go)
 }

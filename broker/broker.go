@@ -142,7 +142,7 @@ func (b *Broker) SetVHostMeta(name string, m VHostMeta) bool {
 	}
 	m.Tags = append([]string{}, m.Tags...)
 	v.meta = m
-	b.unlockPersist(putOp(DefKindVHosts, name, defVHost(name, m)))
+	b.unlockPersist(putOp(DefKindVHosts, name, defVHost(name, m, v.limitMap)))
 	return true
 }
 
@@ -155,12 +155,18 @@ func (v *VHost) Meta() VHostMeta {
 	return m
 }
 
-func defVHost(name string, m VHostMeta) DefVHost {
+// defVHost is a vhost's record: its metadata, and its limits if it has
+// any.
+func defVHost(name string, m VHostMeta, limits map[string]int64) DefVHost {
 	tags := m.Tags
 	if tags == nil {
 		tags = []string{}
 	}
-	return DefVHost{Name: name, Metadata: map[string]any{"description": m.Description, "tags": tags}}
+	d := DefVHost{Name: name, Metadata: map[string]any{"description": m.Description, "tags": tags}}
+	if len(limits) > 0 {
+		d.Limits = limits
+	}
+	return d
 }
 
 // metaOf reads a definitions vhost's metadata (or its older top-level

@@ -13,9 +13,9 @@ package broker
 // exclusive queues and the implicit default-exchange bindings, as
 // RabbitMQ's does.
 //
-// Warren does not keep what it has no use for: vhost and user limits,
-// global parameters and runtime parameters other than operator policies
-// are accepted and ignored on import (logged), and exported empty.
+// Warren does not keep what it has no use for: global parameters and
+// runtime parameters other than operator policies and vhost limits are
+// accepted and ignored on import (logged), and exported empty.
 
 import (
 	"encoding/json"
@@ -185,6 +185,11 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 		default:
 			return fmt.Errorf("definitions: user '%s': hashing algorithm %s is not supported (only %s)", u.Name, u.HashingAlgorithm, HashingSHA256)
 		}
+		for k, n := range limitsOf(map[string]any(u.Limits)) {
+			if err := b.SetUserLimit(u.Name, k, n); err != nil {
+				return fmt.Errorf("definitions: user '%s': %w", u.Name, err)
+			}
+		}
 	}
 	for _, v := range d.VHosts {
 		if v.Name == "" {
@@ -193,6 +198,11 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 		b.AddVHost(v.Name)
 		if m := metaOf(v); m.Description != "" || len(m.Tags) > 0 {
 			b.SetVHostMeta(v.Name, m)
+		}
+		for k, n := range limitsOf(v.Limits) {
+			if err := b.SetVHostLimit(v.Name, k, n); err != nil {
+				return fmt.Errorf("definitions: vhost '%s': %w", v.Name, err)
+			}
 		}
 	}
 	for _, p := range d.Permissions {
@@ -245,6 +255,18 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 		}
 	}
 	for _, p := range d.Parameters {
+		if p.Component == "vhost-limits" {
+			// RabbitMQ exports a vhost's limits as this parameter.
+			if _, err := b.defVHost(p.VHost, "vhost limits", p.Name); err != nil {
+				return err
+			}
+			for k, n := range limitsOf(p.Value) {
+				if err := b.SetVHostLimit(p.VHost, k, n); err != nil {
+					return fmt.Errorf("definitions: limits of vhost '%s': %w", p.VHost, err)
+				}
+			}
+			continue
+		}
 		if p.Component != "operator_policy" {
 			b.log.Warn("definitions: runtime parameter ignored", "component", p.Component, "name", p.Name, "vhost", p.VHost)
 			continue
@@ -523,7 +545,7 @@ func (b *Broker) Definitions() *Definitions {
 		}
 		tags := DefTags(append([]string{}, u.Tags...))
 		d.Users = append(d.Users, DefUser{Name: u.Name, PasswordHash: u.PasswordHash, HashingAlgorithm: HashingSHA256,
-			Tags: tags, Limits: map[string]any{}})
+			Tags: tags, Limits: limitsJSON(u.Limits)})
 		for _, vh := range vhosts {
 			if p, ok := b.Permissions(vh, name); ok {
 				d.Permissions = append(d.Permissions, DefPermission{User: name, VHost: vh, Configure: p.Configure, Write: p.Write, Read: p.Read})
@@ -538,9 +560,12 @@ func (b *Broker) Definitions() *Definitions {
 		if v == nil {
 			continue
 		}
-		dv := defVHost(vh, v.Meta())
+		dv := defVHost(vh, v.Meta(), nil)
 		dv.Limits = map[string]any{}
 		d.VHosts = append(d.VHosts, dv)
+		if l, _ := b.VHostLimits(vh); len(l) > 0 {
+			d.Parameters = append(d.Parameters, DefParameter{VHost: vh, Component: "vhost-limits", Name: "limits", Value: limitsJSON(l)})
+		}
 		for _, p := range v.Policies() {
 			d.Policies = append(d.Policies, DefPolicy{VHost: vh, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo,
 				Priority: json.Number(strconv.Itoa(p.Priority)), Definition: p.Definition})

@@ -215,7 +215,16 @@ func policyOp(vhost string, p Policy, operator bool) defOp {
 
 func userOp(u *User) defOp {
 	return putOp(DefKindUsers, u.Name, DefUser{Name: u.Name, PasswordHash: u.PasswordHash,
-		HashingAlgorithm: HashingSHA256, Tags: DefTags(append([]string{}, u.Tags...))})
+		HashingAlgorithm: HashingSHA256, Tags: DefTags(append([]string{}, u.Tags...)), Limits: limitsJSON(u.Limits)})
+}
+
+// limitsJSON is limits as definitions hold them: an object, empty for none.
+func limitsJSON(l map[string]int64) map[string]any {
+	out := make(map[string]any, len(l))
+	for k, n := range l {
+		out[k] = n
+	}
+	return out
 }
 
 func permissionOp(vhost, user string, p Permission) defOp {
@@ -462,6 +471,8 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 		v := b.AddVHost(d.Name)
 		b.mu.Lock()
 		v.meta = metaOf(d)
+		v.limitMap = limitsOf(d.Limits)
+		v.limits.set(v.limitMap)
 		b.mu.Unlock()
 	}
 	for _, r := range recs[DefKindUsers] {
@@ -471,6 +482,11 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 			continue
 		}
 		b.PutUserHash(d.Name, d.PasswordHash, d.Tags)
+		if l := limitsOf(map[string]any(d.Limits)); len(l) > 0 {
+			b.mu.Lock()
+			b.users[d.Name].Limits = l
+			b.mu.Unlock()
+		}
 	}
 	for _, r := range recs[DefKindPermissions] {
 		var d DefPermission

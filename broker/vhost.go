@@ -26,8 +26,10 @@ type VHost struct {
 	closed    bool
 	pending   []defOp // store changes made under mu (persist.go)
 
-	policies vhostPolicies // policy.go
-	meta     VHostMeta     // guarded by b.mu
+	policies vhostPolicies    // policy.go
+	meta     VHostMeta        // guarded by b.mu
+	limitMap map[string]int64 // guarded by b.mu; copied on write (limits.go)
+	limits   vhostLimits
 }
 
 // ReplyTarget receives messages published to a direct reply-to address.
@@ -41,6 +43,7 @@ const DirectReplyTo = "amq.rabbitmq.reply-to"
 
 func newVHost(b *Broker, name string) *VHost {
 	v := &VHost{b: b, Name: name, exchanges: map[string]*Exchange{}, queues: map[string]*Queue{}, replyTo: map[string]ReplyTarget{}}
+	v.limits.init()
 	v.exchanges[""] = newExchange(v, "", KindDirect, true, false, false, nil)
 	for _, x := range []struct{ name, kind string }{
 		{"amq.direct", KindDirect}, {"amq.fanout", KindFanout}, {"amq.topic", KindTopic},
@@ -260,6 +263,10 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 			}
 		}
 		if err := ValidateQueueDeclare(s.Name, v.Name, s); err != nil {
+			v.mu.Unlock()
+			return nil, 0, 0, err
+		}
+		if err := v.checkQueueLimitLocked(s.Name); err != nil {
 			v.mu.Unlock()
 			return nil, 0, 0, err
 		}

@@ -24,6 +24,7 @@ package integration
 // management API in warrentest.
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -1001,6 +1002,112 @@ func TestMgmtDiffTopicPermissions(t *testing.T) {
 		s.get(tp, exactly())
 		s.observe("DELETE topic permissions again", tg.do("DELETE", tp, nil), exactly())
 		try("publish z.b to amq.topic once the permission is gone", pub("amq.topic", "z.b"))
+	})
+}
+
+// TestMgmtDiffLimits: vhost limits (max-connections, max-queues) and user
+// limits (max-connections, max-channels) through the API, what they
+// refuse over AMQP and the API, and how definitions carry them.
+func TestMgmtDiffLimits(t *testing.T) {
+	t.Parallel()
+	mgmtDiff(t, func(s *diffScene) {
+		tg, vh := s.tg, s.vh
+		u := "lim-" + vh
+		s.t.Cleanup(func() { tg.do("DELETE", "/api/users/"+esc(u), nil) })
+		tg.must("PUT", "/api/users/"+esc(u), map[string]any{"password": "pw", "tags": ""}, 201, 204)
+		tg.permit(vh, u)
+		vl, ul := "/api/vhost-limits/"+esc(vh), "/api/user-limits/"+esc(u)
+		s.get(vl, exactly())
+		s.get(ul, exactly())
+		put := func(what, path string, body any) { s.observe(what, tg.do("PUT", path, body), exactly()) }
+		put("PUT max-queues", vl+"/max-queues", map[string]any{"value": 2})
+		put("PUT max-connections", vl+"/max-connections", map[string]any{"value": 1})
+		put("PUT max-connections again", vl+"/max-connections", map[string]any{"value": 1})
+		put("PUT an unknown vhost limit", vl+"/max-nonsense", map[string]any{"value": 2})
+		put("PUT a vhost limit that is a string", vl+"/max-queues", map[string]any{"value": "5"})
+		put("PUT a vhost limit that is a fraction", vl+"/max-queues", map[string]any{"value": 1.5})
+		put("PUT a vhost limit without value", vl+"/max-queues", map[string]any{})
+		put("PUT a limit of an unknown vhost", "/api/vhost-limits/nope-"+esc(vh)+"/max-queues", map[string]any{"value": 2})
+		put("PUT max-channels", ul+"/max-channels", map[string]any{"value": 1})
+		put("PUT user max-connections", ul+"/max-connections", map[string]any{"value": 5})
+		put("PUT an unknown user limit", ul+"/max-queues", map[string]any{"value": 3})
+		put("PUT a user limit that is a string", ul+"/max-channels", map[string]any{"value": "x"})
+		put("PUT a limit of an unknown user", "/api/user-limits/nobody-"+esc(vh)+"/max-channels", map[string]any{"value": 3})
+		s.get(vl, exactly())
+		s.value("our entry of /api/vhost-limits", findBy(tg.getJSON("/api/vhost-limits"), "vhost", vh))
+		s.get(ul, exactly())
+		s.value("our entry of /api/user-limits", findBy(tg.getJSON("/api/user-limits"), "user", u))
+		s.get("/api/users/"+esc(u), values("limits"))
+		s.get("/api/vhost-limits/nope-"+esc(vh), exactly())
+		s.get("/api/user-limits/nobody-"+esc(vh), exactly())
+		s.observe("PUT a limit as a management user", tg.doAs(u, "pw", "PUT", vl+"/max-queues", map[string]any{"value": 3}), exactly())
+
+		// Definitions carry them: vhost limits as a parameter, user limits
+		// on the user.
+		full, _ := tg.getJSON("/api/definitions").(map[string]any)
+		ps := findBy(full["parameters"], "vhost", vh)
+		if len(ps) == 0 {
+			s.t.Fatalf("[%s] no vhost-limits parameter for %s in the export", tg.kind, vh)
+		}
+		s.value("vhost limits in the export", ps, projected())
+		us := findBy(full["users"], "name", u)
+		if len(us) != 1 {
+			s.t.Fatalf("[%s] user %s not in the export", tg.kind, u)
+		}
+		s.value("user limits in the export", us[0]["limits"])
+
+		// AMQP, as the user.
+		amqpErr := func(err error) string {
+			var e *amqp.Error
+			if errors.As(err, &e) {
+				return fmt.Sprintf("%d %s", e.Code, e.Reason)
+			}
+			return fmt.Sprint(err)
+		}
+		c1 := tg.dialAs(s.t, u, "pw", vh, "")
+		_, err := amqp.Dial(tg.amqpURLFor(u, "pw", vh))
+		s.value("second connection (vhost max-connections 1)", amqpErr(err))
+		closed := c1.NotifyClose(make(chan *amqp.Error, 1))
+		ch, err := c1.Channel()
+		if err != nil {
+			s.t.Fatalf("[%s] first channel: %v", tg.kind, err)
+		}
+		for _, q := range []string{"q1", "q2"} {
+			if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+				s.t.Fatalf("[%s] declare %s: %v", tg.kind, q, err)
+			}
+		}
+		_, err = ch.QueueDeclare("q3", false, false, false, false, nil)
+		s.value("third queue (max-queues 2)", amqpErr(err))
+		s.observe("API declare over max-queues", tg.do("PUT", "/api/queues/"+esc(vh)+"/q4", map[string]any{"durable": false}), exactly())
+		// The refused declare closed ch; a second channel is over
+		// max-channels only once it is open.
+		if ch, err = c1.Channel(); err != nil {
+			s.t.Fatalf("[%s] channel after the refused declare: %v", tg.kind, err)
+		}
+		if _, err := ch.QueueDeclare("q1", false, false, false, false, nil); err != nil {
+			s.value("redeclaring q1 at the limit", amqpErr(err))
+		}
+		_, err = c1.Channel()
+		select {
+		case e := <-closed:
+			s.value("second channel (max-channels 1) closes the connection with", amqpErr(e))
+		case <-time.After(5 * time.Second):
+			s.t.Fatalf("[%s] second channel over max-channels: %v, connection still open", tg.kind, err)
+		}
+
+		put("PUT max-connections -1 (none)", vl+"/max-connections", map[string]any{"value": -1})
+		put("PUT user max-connections 0", ul+"/max-connections", map[string]any{"value": 0})
+		_, err = amqp.Dial(tg.amqpURLFor(u, "pw", vh))
+		s.value("connection over the user's max-connections 0", amqpErr(err))
+		for _, p := range []string{vl + "/max-connections", vl + "/max-queues", ul + "/max-connections", ul + "/max-channels"} {
+			s.observe("DELETE "+strings.TrimPrefix(p, "/api/"), tg.do("DELETE", p, nil), exactly())
+		}
+		s.get(vl, exactly())
+		s.get(ul, exactly())
+		if _, err := amqp.Dial(tg.amqpURLFor(u, "pw", vh)); err != nil {
+			s.t.Fatalf("[%s] connection once the limits are gone: %v", tg.kind, err)
+		}
 	})
 }
 

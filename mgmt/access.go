@@ -242,8 +242,12 @@ func userJSON(u *broker.User) map[string]any {
 	if tags == nil {
 		tags = []string{}
 	}
+	limits := map[string]any{}
+	for k, n := range u.Limits {
+		limits[k] = n
+	}
 	return map[string]any{"name": u.Name, "password_hash": u.PasswordHash, "hashing_algorithm": broker.HashingSHA256,
-		"tags": tags, "limits": map[string]any{}}
+		"tags": tags, "limits": limits}
 }
 
 func (c *call) users() error {

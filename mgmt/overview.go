@@ -36,6 +36,7 @@ func (s *Server) routes() {
 	s.policyRoutes()
 	s.deadLetterRoutes()
 	s.shovelRoutes()
+	s.limitRoutes()
 
 	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {

@@ -311,6 +311,9 @@ func (c *conn) handshake() error {
 	if v == nil {
 		return c.handshakeErr(amqp.ConnErrorf(amqp.NotAllowed, "vhost %s not found", op.VirtualHost).WithMethod(10, 40))
 	}
+	if err := c.checkConnLimits(v); err != nil {
+		return c.handshakeErr(err.(*amqp.Error).WithMethod(10, 40))
+	}
 	if !c.s.broker.CanAccessVHost(c.user.Name, v.Name) {
 		return c.handshakeErr(amqp.ConnErrorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", v.Name, c.user.Name).WithMethod(10, 40))
 	}
@@ -611,6 +614,9 @@ func (c *conn) handleChannelMethod(id uint16, m amqp.Method) error {
 		// not the channel numbers.
 		if len(c.channels) >= int(c.channelMax) {
 			return amqp.ConnErrorf(amqp.NotAllowed, "number of channels opened (%d) has reached the negotiated channel_max (%d)", len(c.channels), c.channelMax)
+		}
+		if err := c.checkChannelLimit(); err != nil {
+			return err
 		}
 		c.chMu.Lock()
 		c.channels[id] = newChannel(c, id)
