@@ -19,12 +19,6 @@ func TestLimits(t *testing.T) {
 	b := bootT(t, s)
 	b.AddVHost("lv")
 	b.PutUser("lu", "pw", nil)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := b.SetVHostLimit("lv", "max-nonsense", 1); err == nil {
 		t.Fatal("an unknown vhost limit was accepted")
 	}
@@ -34,9 +28,9 @@ func TestLimits(t *testing.T) {
 	if err := b.SetUserLimit("lu", LimitMaxQueues, 1); err == nil {
 		t.Fatal("max-queues was accepted as a user limit")
 	}
-	must(b.SetVHostLimit("lv", LimitMaxQueues, 2))
-	must(b.SetVHostLimit("lv", LimitMaxConnections, 7))
-	must(b.SetUserLimit("lu", LimitMaxChannels, 3))
+	noErr(t, b.SetVHostLimit("lv", LimitMaxQueues, 2))
+	noErr(t, b.SetVHostLimit("lv", LimitMaxConnections, 7))
+	noErr(t, b.SetUserLimit("lu", LimitMaxChannels, 3))
 	// Setting the vhost's metadata keeps its limits.
 	b.SetVHostMeta("lv", VHostMeta{Description: "d"})
 
@@ -45,9 +39,9 @@ func TestLimits(t *testing.T) {
 		_, _, _, err := v.DeclareQueue(QueueSpec{Name: name}, false)
 		return err
 	}
-	must(declare("q1"))
-	must(declare("q2"))
-	must(declare("q1")) // redeclaring is not a new queue
+	noErr(t, declare("q1"))
+	noErr(t, declare("q2"))
+	noErr(t, declare("q1")) // redeclaring is not a new queue
 	var e *amqp.Error
 	if err := declare("q3"); !errors.As(err, &e) || e.Code != amqp.PreconditionFailed ||
 		e.Text != "PRECONDITION_FAILED - cannot declare queue 'q3': queue limit in vhost 'lv' (2) is reached" {
@@ -66,12 +60,12 @@ func TestLimits(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	must(b.ExportDefinitions(&out))
+	noErr(t, b.ExportDefinitions(&out))
 	var d struct {
 		Users      []map[string]any `json:"users"`
 		Parameters []map[string]any `json:"parameters"`
 	}
-	must(json.Unmarshal(out.Bytes(), &d))
+	noErr(t, json.Unmarshal(out.Bytes(), &d))
 	var gotUser, gotParam any
 	for _, u := range d.Users {
 		if u["name"] == "lu" {
@@ -89,16 +83,16 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("export: user limits %v, parameter %v", gotUser, gotParam)
 	}
 	b3 := New(Config{})
-	must(b3.ImportDefinitions(strings.NewReader(out.String())))
+	noErr(t, b3.ImportDefinitions(strings.NewReader(out.String())))
 	vl, _ = b3.VHostLimits("lv")
 	ul, _ = b3.UserLimits("lu")
 	if len(vl) != 2 || ul[LimitMaxChannels] != 3 {
 		t.Fatalf("imported: vhost %v, user %v", vl, ul)
 	}
 
-	must(b.ClearVHostLimit("lv", LimitMaxQueues))
-	must(declare("q3"))
-	must(b.ClearUserLimit("lu", LimitMaxChannels))
+	noErr(t, b.ClearVHostLimit("lv", LimitMaxQueues))
+	noErr(t, declare("q3"))
+	noErr(t, b.ClearUserLimit("lu", LimitMaxChannels))
 	if ul, _ := b.UserLimits("lu"); len(ul) != 0 {
 		t.Fatalf("user limits after clearing: %v", ul)
 	}

@@ -29,15 +29,9 @@ func TestTopicPermissions(t *testing.T) {
 	if err := b.SetTopicPermission("v.1", "a.b", TopicPermission{Exchange: "x", Write: "("}); err == nil {
 		t.Fatal("an invalid expression was accepted")
 	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	// {username} and {vhost} are quoted: "a.b" must not match "aXb".
-	must(b.SetTopicPermission("v.1", "a.b", TopicPermission{Exchange: "x", Write: "^{username}\\.{vhost}\\.", Read: ""}))
-	must(b.SetTopicPermission("v.1", "a.b", TopicPermission{Exchange: "y", Write: ".*", Read: "^r"}))
+	noErr(t, b.SetTopicPermission("v.1", "a.b", TopicPermission{Exchange: "x", Write: "^{username}\\.{vhost}\\.", Read: ""}))
+	noErr(t, b.SetTopicPermission("v.1", "a.b", TopicPermission{Exchange: "y", Write: ".*", Read: "^r"}))
 	for _, c := range []struct {
 		x    string
 		a    Access
@@ -62,7 +56,7 @@ func TestTopicPermissions(t *testing.T) {
 	// too. Other exchange types are not checked.
 	v := b.VHost("v.1")
 	for _, x := range []ExchangeSpec{{Name: "x", Kind: KindTopic}, {Name: "y", Kind: KindDirect}} {
-		must(v.DeclareExchange(x, false))
+		noErr(t, v.DeclareExchange(x, false))
 	}
 	msg := func(key string, h amqp.Table) *Message {
 		return &Message{RoutingKey: key, Props: amqp.Properties{Headers: h}}
@@ -87,11 +81,11 @@ func TestTopicPermissions(t *testing.T) {
 
 	// Export, the store, and a second boot.
 	var out bytes.Buffer
-	must(b.ExportDefinitions(&out))
+	noErr(t, b.ExportDefinitions(&out))
 	var exported struct {
 		TopicPermissions []map[string]string `json:"topic_permissions"`
 	}
-	must(json.Unmarshal(out.Bytes(), &exported))
+	noErr(t, json.Unmarshal(out.Bytes(), &exported))
 	if want := []map[string]string{
 		{"user": "a.b", "vhost": "v.1", "exchange": "x", "write": "^{username}\\.{vhost}\\.", "read": ""},
 		{"user": "a.b", "vhost": "v.1", "exchange": "y", "write": ".*", "read": "^r"},
@@ -104,7 +98,7 @@ func TestTopicPermissions(t *testing.T) {
 		t.Fatalf("after a reboot: %v", got)
 	}
 	b3 := New(Config{})
-	must(b3.ImportDefinitions(&out))
+	noErr(t, b3.ImportDefinitions(&out))
 	if got := b3.TopicPermissions("v.1", "a.b"); len(got) != 2 || got[1].Read != "^r" {
 		t.Fatalf("imported: %v", got)
 	}
@@ -118,9 +112,17 @@ func TestTopicPermissions(t *testing.T) {
 		t.Fatalf("after the vhost was deleted: %v, stored %v", b.HasTopicPermissions(), s.keys(DefKindTopicPermissions))
 	}
 	b.AddVHost("v.2")
-	must(b.SetTopicPermission("v.2", "a.b", TopicPermission{Exchange: "x"}))
+	noErr(t, b.SetTopicPermission("v.2", "a.b", TopicPermission{Exchange: "x"}))
 	b.DeleteUser("a.b")
 	if b.HasTopicPermissions() || len(s.keys(DefKindTopicPermissions)) != 0 {
 		t.Fatalf("after the user was deleted: %v, stored %v", b.HasTopicPermissions(), s.keys(DefKindTopicPermissions))
+	}
+}
+
+// noErr fails the test on an error.
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -141,22 +141,29 @@ func permJSON(vhost, user string, p broker.Permission) map[string]any {
 	return map[string]any{"user": user, "vhost": vhost, "configure": p.Configure, "write": p.Write, "read": p.Read}
 }
 
-// permissionsWhere lists permissions, optionally of one vhost or user.
-func (c *call) permissionsWhere(vhost, user string) []map[string]any {
-	list := []map[string]any{}
+// eachUserVHost calls fn for every user and vhost, or those of one vhost
+// or user when given, users first.
+func (c *call) eachUserVHost(vhost, user string, fn func(vh, u string)) {
 	for _, u := range c.s.b.Users() {
 		if user != "" && u != user {
 			continue
 		}
 		for _, vh := range c.s.b.VHosts() {
-			if vhost != "" && vh != vhost {
-				continue
-			}
-			if p, ok := c.s.b.Permissions(vh, u); ok {
-				list = append(list, permJSON(vh, u, p))
+			if vhost == "" || vh == vhost {
+				fn(vh, u)
 			}
 		}
 	}
+}
+
+// permissionsWhere lists permissions, optionally of one vhost or user.
+func (c *call) permissionsWhere(vhost, user string) []map[string]any {
+	list := []map[string]any{}
+	c.eachUserVHost(vhost, user, func(vh, u string) {
+		if p, ok := c.s.b.Permissions(vh, u); ok {
+			list = append(list, permJSON(vh, u, p))
+		}
+	})
 	return list
 }
 
@@ -164,19 +171,11 @@ func (c *call) permissionsWhere(vhost, user string) []map[string]any {
 // or user.
 func (c *call) topicPermissionsWhere(vhost, user string) []map[string]any {
 	list := []map[string]any{}
-	for _, u := range c.s.b.Users() {
-		if user != "" && u != user {
-			continue
+	c.eachUserVHost(vhost, user, func(vh, u string) {
+		for _, p := range c.s.b.TopicPermissions(vh, u) {
+			list = append(list, map[string]any{"user": u, "vhost": vh, "exchange": p.Exchange, "write": p.Write, "read": p.Read})
 		}
-		for _, vh := range c.s.b.VHosts() {
-			if vhost != "" && vh != vhost {
-				continue
-			}
-			for _, p := range c.s.b.TopicPermissions(vh, u) {
-				list = append(list, map[string]any{"user": u, "vhost": vh, "exchange": p.Exchange, "write": p.Write, "read": p.Read})
-			}
-		}
-	}
+	})
 	return list
 }
 
