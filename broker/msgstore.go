@@ -847,6 +847,7 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 			}
 			sp.n++
 			sp.bytes += int64(h.bodyLen)
+			sp.persist.add(h.persistent, int(h.bodyLen), 1)
 			sp.segs.add(p.Seg, 1)
 			if requeued {
 				if sp.counts == nil {

@@ -287,3 +287,52 @@ func TestConnectionsByUser(t *testing.T) {
 		t.Fatal("connection still open")
 	}
 }
+
+// After a restart, a deep durable queue still counts its persistent
+// messages, paged out or not, and counts them down to zero as they go.
+func TestQueuePersistentCountsAcrossRestart(t *testing.T) {
+	w := warrentest.Start(t, warrentest.WithConfig(func(c *server.Config) { c.QueueWindow = 4 }))
+	publish := func() *amqp.Channel {
+		conn, err := amqp.Dial(w.URL())
+		must(t, err)
+		t.Cleanup(func() { conn.Close() })
+		ch, err := conn.Channel()
+		must(t, err)
+		return ch
+	}
+	ch := publish()
+	_, err := ch.QueueDeclare("deep", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	for i := range 16 {
+		mode := amqp.Persistent
+		if i%4 == 3 {
+			mode = amqp.Transient // dropped by the restart
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "deep", false, false,
+			amqp.Publishing{DeliveryMode: mode, Body: []byte("0123456789")})
+		must(t, err)
+		if !dc.Wait() {
+			t.Fatal("nacked")
+		}
+	}
+	w.Restart()
+	f := &fixture{t: t, w: w, api: w.MgmtURL()}
+	var q map[string]any
+	f.call("GET", "/api/queues/%2F/deep", nil, &q)
+	if q["messages"] != float64(12) || q["messages_persistent"] != float64(12) || q["message_bytes_persistent"] != float64(120) ||
+		q["messages_paged_out"] == float64(0) {
+		t.Fatalf("after the restart: messages %v, persistent %v (%v bytes), paged out %v; want 12, 12 (120 bytes), some paged out",
+			q["messages"], q["messages_persistent"], q["message_bytes_persistent"], q["messages_paged_out"])
+	}
+	ch = publish()
+	for range 12 {
+		if _, ok, err := ch.Get("deep", true); err != nil || !ok {
+			t.Fatalf("get: %v %v", ok, err)
+		}
+	}
+	f.call("GET", "/api/queues/%2F/deep", nil, &q)
+	if q["messages_persistent"] != float64(0) || q["message_bytes_persistent"] != float64(0) {
+		t.Fatalf("drained: persistent %v (%v bytes), want 0", q["messages_persistent"], q["message_bytes_persistent"])
+	}
+}
