@@ -75,23 +75,34 @@ func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
 	return total
 }
 
-// Return puts messages taken with Get(false) back exactly as they were:
-// same position, redelivered flag and counts, as if they had never been
-// taken (the replay's filter uses it for the messages it skips). Nothing
-// was written to disk for the take, so nothing is written for the return.
-func (q *Queue) Return(ds []Delivery) {
+// Return puts messages taken with Get(false) or Take back exactly as they
+// were: same position, redelivered flag and counts, as if they had never
+// been taken, or, when redelivered, marked redelivered (a republish that
+// was not confirmed may have gone through). Nothing was written to disk
+// for the take, so nothing is written for the return.
+func (q *Queue) Return(ds []Delivery, redelivered bool) {
 	q.mu.Lock()
 	defer q.unlock()
+	var inSpill []bool
+	if len(q.taken) > 0 {
+		inSpill = make([]bool, len(ds))
+		for i := range ds {
+			inSpill[i] = q.untakeLocked(&ds[i], redelivered)
+		}
+	}
 	q.settledLocked(ds)
 	if q.deleted {
 		return
 	}
 	for i := range ds {
-		e := ds[i].entry()
-		e.redelivered = ds[i].Redelivered && e.acquired == 0
 		if q.stats.Get > 0 {
 			q.stats.Get--
 		}
+		if inSpill != nil && inSpill[i] {
+			continue
+		}
+		e := ds[i].entry()
+		e.redelivered = redelivered || ds[i].Redelivered && e.acquired == 0
 		q.ready.putBack(e)
 		if e.expiresAt != 0 {
 			q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
@@ -147,4 +158,165 @@ func (v *VHost) DeadLetterTargets() map[string][]string {
 		sort.Strings(srcs)
 	}
 	return out
+}
+
+// TakeCursor is where Take stopped; the zero value starts at the head.
+type TakeCursor struct {
+	level   int       // priority level being walked, highest first
+	seq     uint64    // the last message examined in that level
+	pos     store.Pos // the last spilled record examined, when havePos
+	havePos bool
+	started bool
+	spill   bool // the in-memory part is done
+	// Skipped counts the messages examined and left: not matching, or
+	// expired.
+	Skipped int
+}
+
+// Take takes, as Get(false) does, the ready messages that match (up to
+// max, 0 for no bound) in delivery order from cur, and leaves the others
+// where they are: not taken, not read into memory, not marked. Messages
+// whose seq is above upto (see LastSeq) are left too, and so are expired
+// ones (their timer deals with them). Spilled messages are taken where
+// they sit in the queue's log. Take examines at most budget messages per
+// call, so that the queue is not held long; done reports that the walk
+// reached the end. The replay's filter and moves use it; Return undoes it.
+func (q *Queue) Take(cur *TakeCursor, max, budget int, upto uint64, match func(*Message) bool) (ds []Delivery, done bool) {
+	q.mu.Lock()
+	defer q.unlock()
+	if q.deleted {
+		return nil, true
+	}
+	now := q.nowMs()
+	if !cur.started {
+		cur.started, cur.level = true, len(q.ready.levels)-1
+	}
+	examined := 0
+	full := func() bool { return max > 0 && len(ds) >= max }
+	for ; !cur.spill && cur.level >= 0; cur.level, cur.seq = cur.level-1, 0 {
+		d := &q.ready.levels[cur.level]
+		i := sort.Search(d.Len(), func(i int) bool { return d.At(i).seq > cur.seq })
+		for ; i < d.Len(); i++ {
+			if full() || examined >= budget {
+				return ds, false
+			}
+			e := d.Ptr(i)
+			cur.seq = e.seq
+			if e.dead || e.seq > upto {
+				continue
+			}
+			examined++
+			if e.expiresAt != 0 && e.expiresAt <= now || !match(e.msg) {
+				cur.Skipped++
+				continue
+			}
+			x := *e
+			q.ready.kill(e)
+			e.msg = nil // the tombstone need not keep the body
+			q.tookLocked(&x, false, true)
+			ds = append(ds, q.delivery(&x, ""))
+		}
+		if cur.level == 0 {
+			cur.spill = true
+			break
+		}
+	}
+	s := &q.spill
+	if !s.active || q.disk == nil || q.disk.log == nil {
+		return ds, true
+	}
+	// Resume after the last record examined, unless the queue has read
+	// past it into memory since (the in-memory walk saw those).
+	from := s.cursor
+	if cur.havePos && !cur.pos.Less(s.cursor) {
+		from = cur.pos
+	} else {
+		cur.havePos = false
+	}
+	done = true
+	err := q.disk.log.ScanFrom(from, func(p store.Pos, typ byte, pl []byte) error {
+		if cur.havePos && p == cur.pos || typ != recMessage && typ != recMovedIn {
+			return nil
+		}
+		if !s.active {
+			return errStopScan
+		}
+		if full() || examined >= budget {
+			done = false
+			return errStopScan
+		}
+		cur.pos, cur.havePos = p, true
+		h, rest, ok := msgRecord(typ, pl)
+		if !ok || q.held[h.seq] || s.skip.has(h.seq) || h.seq > upto {
+			return nil
+		}
+		examined++
+		if h.expiresAt != 0 && h.expiresAt <= now {
+			cur.Skipped++
+			return nil
+		}
+		m, err := decodeMessage(rest)
+		q.disk.ms.reads.Add(1)
+		if err != nil || !match(m) {
+			cur.Skipped++
+			return nil
+		}
+		e := entry{seq: h.seq, msg: m, expiresAt: h.expiresAt, deliveryCount: h.deliveryCount, acquired: h.acquired,
+			redelivered: h.redelivered || !q.disk.dirtyUpTo.Less(p), ondisk: true, seg: p.Seg}
+		if c, ok := s.counts[h.seq]; ok {
+			e.deliveryCount, e.acquired, e.redelivered = c.dc, c.acq, true
+			delete(s.counts, h.seq) // untakeLocked puts them back
+		}
+		s.skip.add(h.seq)
+		q.unspillLocked(p.Seg, m.Size(), m.persistent())
+		if q.taken == nil {
+			q.taken = map[uint64]uint64{}
+		}
+		q.taken[h.seq] = p.Uint64()
+		q.tookLocked(&e, false, true)
+		ds = append(ds, q.delivery(&e, ""))
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		q.vhost.b.log.Error("message store: taking spilled messages", "queue", q.Name, "err", err)
+	}
+	return ds, done
+}
+
+// LastSeq is the sequence number of the newest message the queue took
+// in: Take's upto for "what the queue holds now".
+func (q *Queue) LastSeq() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.nextSeq
+}
+
+// untakeLocked puts a spilled message that Take took back on disk only,
+// where it sits in the log, when the queue has not read past it since;
+// it reports whether it did (otherwise the caller puts it back in
+// memory, where everything older now is).
+func (q *Queue) untakeLocked(d *Delivery, redelivered bool) bool {
+	pos, ok := q.taken[d.Seq]
+	if !ok {
+		return false
+	}
+	s := &q.spill
+	if q.deleted || !s.active || store.PosFromUint64(pos).Less(s.cursor) {
+		q.memTop = max(q.memTop, pos) // its record is behind a message in memory now
+		return false
+	}
+	m := d.queued()
+	s.skip.remove(d.Seq)
+	s.n++
+	s.bytes += int64(m.Size())
+	s.persist.add(m.persistent(), m.Size(), 1)
+	s.segs.add(d.seg, 1)
+	if redelivered || d.Redelivered || d.AcquiredCount > 0 || d.DeliveryCount > 0 {
+		// Marked redelivered (counts in s.counts are) when read back.
+		if s.counts == nil {
+			s.counts = map[uint64]reqInfo{}
+		}
+		s.counts[d.Seq] = reqInfo{dc: d.DeliveryCount, acq: d.AcquiredCount}
+	}
+	return true
 }

@@ -180,7 +180,10 @@ func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq, seq uint64) (e entry, p s
 }
 
 // releaseHeld makes a held dead letter visible (step 3): in memory, or
-// spilled if the queue is spilling and has not read past it.
+// spilled if the queue is spilling and has not read past it, or if its
+// window is full and no message in memory has a later record (then the
+// spill starts at it, as a publish's would: a DLQ that only dead-lettering
+// fills is paged out like any other).
 func (t *Queue) releaseHeld(e entry, p store.Pos) {
 	t.mu.Lock()
 	defer t.unlock()
@@ -188,13 +191,17 @@ func (t *Queue) releaseHeld(e entry, p store.Pos) {
 	if t.deleted {
 		return
 	}
-	if e.ondisk && t.spill.active && !p.Less(t.spill.cursor) {
+	starts := e.ondisk && !t.spill.active && t.memTop < p.Uint64() && t.spillsLocked()
+	if starts || e.ondisk && t.spill.active && !p.Less(t.spill.cursor) {
 		t.stats.Published++
 		t.spillLocked(e, p)
 		if t.overflow() == "drop-head" {
 			t.trimLocked()
 		}
 		return
+	}
+	if e.ondisk {
+		t.memTop = max(t.memTop, p.Uint64())
 	}
 	t.placeLocked(e)
 }

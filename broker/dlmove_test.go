@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -246,6 +247,48 @@ func TestWindowShrinksUnderMemoryPressure(t *testing.T) {
 		d, _, ok := q.Get(true)
 		if !ok || int(d.Msg.Body[0])<<8|int(d.Msg.Body[1]) != i {
 			t.Fatalf("message %d: ok=%v body=%v", i, ok, d.Msg.Body)
+		}
+	}
+}
+
+// TestDeadLettersPageOut: a durable DLQ that only dead-lettering fills
+// (persistent messages moved atomically, dlmove.go) keeps its window in
+// memory and the rest on disk, like a queue that publishes fill, and gives
+// them back in order.
+func TestDeadLettersPageOut(t *testing.T) {
+	ms, err := OpenMsgStore(t.TempDir(), nil)
+	noErr(t, err)
+	defer ms.Close(false)
+	b := New(Config{Store: newMemStore(), Messages: ms, QueueWindow: 16})
+	noErr(t, b.Recover())
+	v := b.VHost("/")
+	_, _, _, err = v.DeclareQueue(QueueSpec{Name: "dlq", Durable: true}, false)
+	noErr(t, err)
+	src, _, _, err := v.DeclareQueue(QueueSpec{Name: "work", Durable: true,
+		Args: amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}}, false)
+	noErr(t, err)
+	dlq := v.Queue("dlq")
+	var r Router
+	for i := range 200 {
+		_, err := v.Publish(&r, "", &Message{RoutingKey: "work", Body: []byte(fmt.Sprint(i)), Props: amqp.Properties{DeliveryMode: 2}})
+		noErr(t, err)
+		d, _, ok := src.Get(false)
+		if !ok {
+			t.Fatal("no message in work")
+		}
+		src.Reject([]Delivery{d})
+	}
+	waitFor := time.Now().Add(5 * time.Second)
+	for dlq.Stats().Ready < 200 && time.Now().Before(waitFor) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := dlq.Stats(); st.Ready != 200 || st.PagedOut < 150 {
+		t.Fatalf("dlq: %d ready, %d paged out; want 200, most of them paged out", st.Ready, st.PagedOut)
+	}
+	for i := range 200 {
+		d, _, ok := dlq.Get(true)
+		if !ok || string(d.Msg.Body) != fmt.Sprint(i) {
+			t.Fatalf("dead letter %d: ok=%v body=%q", i, ok, d.Msg.Body)
 		}
 	}
 }

@@ -106,16 +106,21 @@ type Queue struct {
 	hadConsumer bool
 	sac         bool
 	stats       QueueStats
-	outbox      []dlBatch       // dead letters to publish once mu is released
-	disk        *qdisk          // the message log of a durable queue (msgstore.go), or a paging log
-	spill       spillState      // messages on disk only (spill.go)
-	held        map[uint64]bool // dead letters moving in, not yet visible (dlmove.go)
-	ackSeqs     []uint64        // scratch for Ack
-	ackSegs     []uint32
-	dlxPending  []pendingDL // at-least-once dead letters not yet taken (R1.14)
-	dlxTimer    clock.Timer
-	deadStats   [4]uint64 // by reason index
-	dropStats   [4]uint64
+	outbox      []dlBatch         // dead letters to publish once mu is released
+	disk        *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
+	spill       spillState        // messages on disk only (spill.go)
+	held        map[uint64]bool   // dead letters moving in, not yet visible (dlmove.go)
+	taken       map[uint64]uint64 // spilled messages taken in place by Take: seq -> log position (browse.go)
+	// memTop is the log position (store.Pos.Uint64) of the newest record
+	// whose message this run placed in memory: a spill may start at a
+	// later record only (releaseHeld).
+	memTop     uint64
+	ackSeqs    []uint64 // scratch for Ack
+	ackSegs    []uint32
+	dlxPending []pendingDL // at-least-once dead letters not yet taken (R1.14)
+	dlxTimer   clock.Timer
+	deadStats  [4]uint64 // by reason index
+	dropStats  [4]uint64
 }
 
 func newQueue(v *VHost, spec QueueSpec) *Queue {
@@ -297,6 +302,7 @@ func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 				}
 				return enqueued
 			}
+			q.memTop = max(q.memTop, p.Uint64())
 		} else if durable && r != nil {
 			r.failed = true
 		}
@@ -732,6 +738,11 @@ func (q *Queue) Touch() {
 // settledLocked takes deliveries out of the unacked counts.
 func (q *Queue) settledLocked(ds []Delivery) {
 	q.unacked -= len(ds)
+	if len(q.taken) > 0 {
+		for i := range ds {
+			delete(q.taken, ds[i].Seq)
+		}
+	}
 	for i := range ds {
 		m := ds[i].Msg
 		q.unackedB -= int64(m.Size())

@@ -184,6 +184,7 @@ func (q *Queue) refillLocked(force bool) {
 		}
 		q.unspillLocked(p.Seg, m.Size(), m.persistent())
 		q.ready.putBack(e)
+		q.memTop = max(q.memTop, p.Uint64())
 		loaded++
 		return nil
 	})
@@ -206,6 +207,9 @@ func (q *Queue) purgeSpillLocked() int {
 	n := s.n
 	var except []uint64
 	for seq := range q.held {
+		except = append(except, seq)
+	}
+	for seq := range q.taken { // unacked: not the purge's
 		except = append(except, seq)
 	}
 	q.disk.purge(s.cursor.Uint64(), except)

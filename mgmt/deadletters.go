@@ -333,27 +333,26 @@ type transferResult struct {
 }
 
 // transferBatch is how many messages are republished before waiting for
-// them to be on disk and acking them from the source.
-const transferBatch = 256
+// them to be on disk and acking them from the source; transferBudget is
+// how many a Take examines while it holds the source queue.
+const (
+	transferBatch  = 256
+	transferBudget = 4096
+)
 
-// transfer takes up to limit messages (0: all) from src, as many as it
-// held when it started, and republishes each that pick accepts; pick
-// returns the exchange and the message to publish. Each message is acked
-// from src only after its republish is on disk (for a persistent message
-// in durable queues; routed in memory otherwise). Messages pick skips stay
-// where they were. A publish that fails (no such exchange, unroutable,
-// refused by an overflow, not allowed) puts that message and every later
-// one back and stops: nothing is lost half way.
+// transfer takes up to limit messages (0: all) from src, of those it held
+// when it started, and republishes each that pick accepts; pick returns
+// the exchange and the message to publish. Each message is acked from src
+// only after its republish is on disk (for a persistent message in
+// durable queues; routed in memory otherwise). Messages pick skips stay
+// where they are, untouched, and are never read into memory for long
+// (broker.Queue.Take). A publish that fails (no such exchange,
+// unroutable, refused by an overflow, not allowed) puts that message and
+// every later one back and stops: nothing is lost half way.
 func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queue, limit int,
-	pick func(*broker.Message) (string, *broker.Message, bool), allowed func(exchange string, m *broker.Message) error) transferResult {
-	var res transferResult
-	var skipped, pending []broker.Delivery
+	pick func(*broker.Message) (string, *broker.Message, bool), allowed func(exchange string, m *broker.Message) error) (res transferResult) {
+	var pending []broker.Delivery
 	var waits []*store.Log
-	defer func() {
-		if len(skipped) > 0 {
-			src.Return(skipped)
-		}
-	}()
 	flush := func() bool {
 		if len(pending) == 0 {
 			return true
@@ -362,8 +361,9 @@ func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queu
 		err := s.srv.WaitSynced(wctx, waits)
 		cancel()
 		if err != nil {
-			// Not known to be on disk: keep the originals.
-			src.Requeue(pending, false)
+			// Not known to be on disk: keep the originals, marked
+			// redelivered (the republish may have gone through).
+			src.Return(pending, true)
 			res.failed += len(pending)
 			res.moved -= len(pending)
 			res.err = err
@@ -374,57 +374,62 @@ func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queu
 		pending, waits = pending[:0], waits[:0]
 		return true
 	}
-	start, _ := src.Counts()
 	var r broker.Router
-	for scanned := 0; scanned < start && (limit == 0 || res.moved < limit); scanned++ {
+	var cur broker.TakeCursor
+	upto := src.LastSeq()
+	matches := func(m *broker.Message) bool { _, _, ok := pick(m); return ok }
+	defer func() { res.skipped = cur.Skipped }()
+walk:
+	for limit == 0 || res.moved < limit {
 		if ctx.Err() != nil {
 			res.err = ctx.Err()
 			break
 		}
-		d, _, ok := src.Get(false)
-		if !ok {
-			break
+		want := transferBatch
+		if limit > 0 {
+			want = min(want, limit-res.moved)
 		}
-		exchange, m, ok := pick(d.Msg)
-		if !ok {
-			skipped = append(skipped, d)
-			res.skipped++
-			continue
-		}
-		if err := allowed(exchange, m); err != nil {
-			res.err = err
-			src.Return([]broker.Delivery{d})
-			res.failed++
-			break
-		}
-		pr, err := v.Publish(&r, exchange, m)
-		if err == nil {
-			s.srv.CountPublish(v.Name, exchange, pr.Routed > 0)
-		}
-		switch {
-		case err != nil:
-			res.err = err
-		case pr.Failed:
-			res.err = errors.New("the message could not be written to disk")
-		case pr.Routed == 0:
-			res.err = fmt.Errorf("no queue bound to exchange '%s' takes routing key '%s'", displayExchange(exchange), m.RoutingKey)
-		case pr.Rejected:
-			res.err = fmt.Errorf("a queue bound to exchange '%s' refused the message (overflow reject-publish)", displayExchange(exchange))
-		}
-		if res.err != nil {
-			src.Return([]broker.Delivery{d})
-			res.failed++
-			break
-		}
-		for _, l := range pr.Wait {
-			if !slices.Contains(waits, l) {
-				waits = append(waits, l)
+		ds, done := src.Take(&cur, want, transferBudget, upto, matches)
+		for i, d := range ds {
+			exchange, m, _ := pick(d.Msg)
+			if err := allowed(exchange, m); err != nil {
+				res.err = err
+			} else {
+				pr, err := v.Publish(&r, exchange, m)
+				if err == nil {
+					s.srv.CountPublish(v.Name, exchange, pr.Routed > 0)
+				}
+				switch {
+				case err != nil:
+					res.err = err
+				case pr.Failed:
+					res.err = errors.New("the message could not be written to disk")
+				case pr.Routed == 0:
+					res.err = fmt.Errorf("no queue bound to exchange '%s' takes routing key '%s'", displayExchange(exchange), m.RoutingKey)
+				case pr.Rejected:
+					res.err = fmt.Errorf("a queue bound to exchange '%s' refused the message (overflow reject-publish)", displayExchange(exchange))
+				}
+				if res.err == nil {
+					for _, l := range pr.Wait {
+						if !slices.Contains(waits, l) {
+							waits = append(waits, l)
+						}
+					}
+					pending = append(pending, d)
+					res.moved++
+					continue
+				}
 			}
+			// This one and the rest of the batch go back, in place.
+			src.Return(ds[i:], false)
+			res.failed++
+			break walk
 		}
-		pending = append(pending, d)
-		res.moved++
 		if len(pending) >= transferBatch && !flush() {
 			return res
+		}
+		if done {
+			break
 		}
 	}
 	flush()

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/server"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -310,5 +312,108 @@ func TestReplayHonoursTopicPermissions(t *testing.T) {
 	}
 	if b := f.browse("events.dlq"); fmt.Sprint(payloads(b)) != "[ev.no ev.ok]" {
 		t.Fatalf("DLQ after the refused replay: %v, want [ev.no ev.ok]", payloads(b))
+	}
+}
+
+// A filtered replay of a DLQ deeper than the queue window: the matching
+// messages go back, the others stay on disk where they were (not read into
+// memory, not marked), in order. A replay that fails half way leaves the
+// failed message and those after it in place too, on disk.
+func TestReplayDeepDLQ(t *testing.T) {
+	w := warrentest.Start(t, warrentest.WithConfig(func(c *server.Config) { c.QueueWindow = 8 }))
+	conn, err := amqp.Dial(w.URL())
+	must(t, err)
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	must(t, err)
+	f := &fixture{t: t, w: w, ch: ch, api: w.MgmtURL()}
+	_, err = ch.QueueDeclare("dlq", true, false, false, false, nil)
+	must(t, err)
+	// a and b dead-letter into dlq; a's messages go back to a bounded
+	// queue that refuses them once full.
+	for _, q := range []string{"a", "b"} {
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
+		must(t, err)
+	}
+	must(t, ch.Confirm(false))
+	const n = 120
+	var order []string // the DLQ's order
+	for i := range n {
+		q := []string{"a", "b"}[i%2]
+		body := fmt.Sprintf("%s%03d", q, i)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(body)})
+		must(t, err)
+		if !dc.Wait() {
+			t.Fatal("nacked")
+		}
+		must(t, f.get(q).Reject(false))
+		order = append(order, body)
+	}
+	f.waitCount("dlq", n)
+	var q map[string]any
+	f.call("GET", "/api/queues/%2F/dlq", nil, &q)
+	pagedBefore := q["messages_paged_out"].(float64)
+	if pagedBefore < n/2 {
+		t.Fatalf("only %v of %d paged out: the test needs a deep queue", pagedBefore, n)
+	}
+
+	// Replay a's messages, but a takes only 25 of the 60 more: the 26th is
+	// refused (reject-publish) and stays, with everything after it.
+	_, err = ch.QueueDelete("a", false, false, false)
+	must(t, err)
+	_, err = ch.QueueDeclare("a", true, false, false, false, amqp.Table{"x-max-length": int32(25), "x-overflow": "reject-publish"})
+	must(t, err)
+	var r replayReply
+	f.call("POST", "/api/dead-letters/%2F/dlq/replay", map[string]any{"source_queue": "a"}, &r)
+	if r.Replayed != 25 || r.Failed != 1 || !strings.Contains(r.Error, "reject-publish") {
+		t.Fatalf("replay = %+v, want 25 replayed, then one refused", r)
+	}
+	var want []string
+	replayed := 0
+	for _, b := range order {
+		if b[0] == 'a' && replayed < 25 {
+			replayed++
+			continue
+		}
+		want = append(want, b)
+	}
+	check := func(when string) {
+		t.Helper()
+		var all []string
+		for off := 0; off < n; off += 50 {
+			var b browseReply
+			f.call("GET", fmt.Sprintf("/api/dead-letters/%%2F/dlq/messages?offset=%d&limit=50", off), nil, &b)
+			for _, m := range b.Messages {
+				if m.Redelivered {
+					t.Fatalf("%s: %s came back redelivered", when, m.Payload)
+				}
+				all = append(all, m.Payload)
+			}
+		}
+		if !slices.Equal(all, want) {
+			t.Fatalf("%s: DLQ holds\n%v\nwant\n%v", when, all, want)
+		}
+	}
+	check("after the replay that failed half way")
+	// The messages left behind are still on disk, not in memory: the
+	// skipped b messages and the returned a messages alike.
+	f.call("GET", "/api/queues/%2F/dlq", nil, &q)
+	if paged := q["messages_paged_out"].(float64); paged < pagedBefore-25 {
+		t.Fatalf("paged out %v after the replay, %v before: the replay read the messages it left into memory", paged, pagedBefore)
+	}
+	// Room for the rest: a second replay finishes the job.
+	_, err = ch.QueueDelete("a", false, false, false)
+	must(t, err)
+	_, err = ch.QueueDeclare("a", true, false, false, false, nil)
+	must(t, err)
+	r = replayReply{}
+	f.call("POST", "/api/dead-letters/%2F/dlq/replay", map[string]any{"source_queue": "a"}, &r)
+	if r.Replayed != n/2-25 || r.Failed != 0 || r.Skipped != n/2 {
+		t.Fatalf("second replay = %+v, want %d replayed, %d skipped", r, n/2-25, n/2)
+	}
+	want = slices.DeleteFunc(want, func(b string) bool { return b[0] == 'a' })
+	check("after the second replay")
+	if got := f.count("a"); got != n/2-25 {
+		t.Fatalf("a holds %d, want %d", got, n/2-25)
 	}
 }
