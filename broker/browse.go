@@ -162,26 +162,28 @@ func (v *VHost) DeadLetterTargets() map[string][]string {
 
 // TakeCursor is where Take stopped; the zero value starts at the head.
 type TakeCursor struct {
-	level   int       // priority level being walked, highest first
-	seq     uint64    // the last message examined in that level
+	level int // priority level being walked, highest first
+	// seq is the last message examined in that level; at level 0 the
+	// highest examined in memory or in the log, so that what the queue
+	// reads from its log into memory between calls is walked there.
+	seq     uint64
 	pos     store.Pos // the last spilled record examined, when havePos
 	havePos bool
 	started bool
-	spill   bool // the in-memory part is done
 	// Skipped counts the messages examined and left: not matching, or
 	// expired.
 	Skipped int
 }
 
 // Take takes, as Get(false) does, the ready messages that match (up to
-// max, 0 for no bound) in delivery order from cur, and leaves the others
+// limit, 0 for no bound) in delivery order from cur, and leaves the others
 // where they are: not taken, not read into memory, not marked. Messages
 // whose seq is above upto (see LastSeq) are left too, and so are expired
 // ones (their timer deals with them). Spilled messages are taken where
 // they sit in the queue's log. Take examines at most budget messages per
 // call, so that the queue is not held long; done reports that the walk
 // reached the end. The replay's filter and moves use it; Return undoes it.
-func (q *Queue) Take(cur *TakeCursor, max, budget int, upto uint64, match func(*Message) bool) (ds []Delivery, done bool) {
+func (q *Queue) Take(cur *TakeCursor, limit, budget int, upto uint64, match func(*Message) bool) (ds []Delivery, done bool) {
 	q.mu.Lock()
 	defer q.unlock()
 	if q.deleted {
@@ -192,8 +194,8 @@ func (q *Queue) Take(cur *TakeCursor, max, budget int, upto uint64, match func(*
 		cur.started, cur.level = true, len(q.ready.levels)-1
 	}
 	examined := 0
-	full := func() bool { return max > 0 && len(ds) >= max }
-	for ; !cur.spill && cur.level >= 0; cur.level, cur.seq = cur.level-1, 0 {
+	full := func() bool { return limit > 0 && len(ds) >= limit }
+	for ; cur.level >= 0; cur.level, cur.seq = cur.level-1, 0 {
 		d := &q.ready.levels[cur.level]
 		i := sort.Search(d.Len(), func(i int) bool { return d.At(i).seq > cur.seq })
 		for ; i < d.Len(); i++ {
@@ -217,8 +219,7 @@ func (q *Queue) Take(cur *TakeCursor, max, budget int, upto uint64, match func(*
 			ds = append(ds, q.delivery(&x, ""))
 		}
 		if cur.level == 0 {
-			cur.spill = true
-			break
+			break // level 0 is walked again on every call, from cur.seq
 		}
 	}
 	s := &q.spill
@@ -250,6 +251,7 @@ func (q *Queue) Take(cur *TakeCursor, max, budget int, upto uint64, match func(*
 		if !ok || q.held[h.seq] || s.skip.has(h.seq) || h.seq > upto {
 			return nil
 		}
+		cur.seq = max(cur.seq, h.seq)
 		examined++
 		if h.expiresAt != 0 && h.expiresAt <= now {
 			cur.Skipped++

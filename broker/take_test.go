@@ -119,3 +119,61 @@ func TestTake(t *testing.T) {
 		t.Fatalf("drained %v", order)
 	}
 }
+
+// TestTakeWhileTheQueueReadsOn: the queue reads its log into memory
+// between two Take calls (a consumer drains its head); Take still examines
+// every message once, wherever it is when Take gets to it.
+func TestTakeWhileTheQueueReadsOn(t *testing.T) {
+	ms, err := OpenMsgStore(t.TempDir(), nil)
+	noErr(t, err)
+	defer ms.Close(false)
+	b := New(Config{Store: newMemStore(), Messages: ms, QueueWindow: 16})
+	noErr(t, b.Recover())
+	v := b.VHost("/")
+	q, _, _, err := v.DeclareQueue(QueueSpec{Name: "take", Durable: true}, false)
+	noErr(t, err)
+	var r Router
+	for i := range 200 {
+		m := &Message{RoutingKey: "take", Body: []byte(fmt.Sprintf("%c%03d", "ab"[i%2], i)), Props: amqp.Properties{DeliveryMode: 2}}
+		_, err := v.Publish(&r, "", m)
+		noErr(t, err)
+	}
+	isA := func(m *Message) bool { return m.Body[0] == 'a' }
+	var cur TakeCursor
+	upto := q.LastSeq()
+	taken := 0
+	for range 4 { // through memory and some way into the log
+		ds, _ := q.Take(&cur, 0, 10, upto, isA)
+		taken += len(ds)
+	}
+	if !cur.havePos {
+		t.Fatal("the walk has not reached the log yet")
+	}
+	// A consumer takes 100 from the head: the queue reads past cur.pos.
+	got := 0
+	for range 100 {
+		d, _, ok := q.Get(true)
+		if !ok {
+			t.Fatal("queue empty")
+		}
+		if isA(d.Msg) {
+			got++
+		}
+	}
+	for {
+		ds, done := q.Take(&cur, 0, 10, upto, isA)
+		taken += len(ds)
+		if done {
+			break
+		}
+	}
+	q.Browse(0, func(b Browsed) bool {
+		if isA(b.Msg) {
+			t.Errorf("%s left behind", b.Msg.Body)
+		}
+		return true
+	})
+	if taken+got != 100 {
+		t.Fatalf("taken %d, consumed %d: want 100 a messages in all", taken, got)
+	}
+}
