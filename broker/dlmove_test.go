@@ -256,13 +256,8 @@ func TestWindowShrinksUnderMemoryPressure(t *testing.T) {
 // memory and the rest on disk, like a queue that publishes fill, and gives
 // them back in order.
 func TestDeadLettersPageOut(t *testing.T) {
-	ms, err := OpenMsgStore(t.TempDir(), nil)
-	noErr(t, err)
-	defer ms.Close(false)
-	b := New(Config{Store: newMemStore(), Messages: ms, QueueWindow: 16})
-	noErr(t, b.Recover())
-	v := b.VHost("/")
-	_, _, _, err = v.DeclareQueue(QueueSpec{Name: "dlq", Durable: true}, false)
+	v := pagingVHost(t, 16)
+	_, _, _, err := v.DeclareQueue(QueueSpec{Name: "dlq", Durable: true}, false)
 	noErr(t, err)
 	src, _, _, err := v.DeclareQueue(QueueSpec{Name: "work", Durable: true,
 		Args: amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}}, false)

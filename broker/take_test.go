@@ -13,12 +13,7 @@ import (
 // are (spilled ones stay on disk); Return puts taken messages back where
 // they were, on disk too.
 func TestTake(t *testing.T) {
-	ms, err := OpenMsgStore(t.TempDir(), nil)
-	noErr(t, err)
-	defer ms.Close(false)
-	b := New(Config{Store: newMemStore(), Messages: ms, QueueWindow: 16})
-	noErr(t, b.Recover())
-	v := b.VHost("/")
+	v := pagingVHost(t, 16)
 	q, _, _, err := v.DeclareQueue(QueueSpec{Name: "take", Durable: true}, false)
 	noErr(t, err)
 	var r Router
@@ -124,12 +119,7 @@ func TestTake(t *testing.T) {
 // between two Take calls (a consumer drains its head); Take still examines
 // every message once, wherever it is when Take gets to it.
 func TestTakeWhileTheQueueReadsOn(t *testing.T) {
-	ms, err := OpenMsgStore(t.TempDir(), nil)
-	noErr(t, err)
-	defer ms.Close(false)
-	b := New(Config{Store: newMemStore(), Messages: ms, QueueWindow: 16})
-	noErr(t, b.Recover())
-	v := b.VHost("/")
+	v := pagingVHost(t, 16)
 	q, _, _, err := v.DeclareQueue(QueueSpec{Name: "take", Durable: true}, false)
 	noErr(t, err)
 	var r Router
@@ -176,4 +166,16 @@ func TestTakeWhileTheQueueReadsOn(t *testing.T) {
 	if taken+got != 100 {
 		t.Fatalf("taken %d, consumed %d: want 100 a messages in all", taken, got)
 	}
+}
+
+// pagingVHost returns the vhost "/" of a broker with a message store and
+// a queue window of window messages, closed at the end of the test.
+func pagingVHost(t *testing.T, window int) *VHost {
+	t.Helper()
+	ms, err := OpenMsgStore(t.TempDir(), nil)
+	noErr(t, err)
+	t.Cleanup(func() { ms.Close(false) })
+	b := New(Config{Store: newMemStore(), Messages: ms, QueueWindow: window})
+	noErr(t, b.Recover())
+	return b.VHost("/")
 }
