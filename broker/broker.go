@@ -53,6 +53,7 @@ type Broker struct {
 	// topicPerms counts the topic permissions of all users, so that
 	// publishes skip the topic check while there are none (topicperm.go).
 	topicPerms atomic.Int64
+	params     map[string]DefParameter // runtime parameters by vhost, component, name (params.go)
 
 	store DefinitionStore
 	msgs  *MsgStore
@@ -210,6 +211,7 @@ func (b *Broker) DeleteVHost(name string) bool {
 		b.topicPerms.Add(-int64(len(u.topics[name])))
 		delete(u.topics, name)
 	}
+	b.dropParamsLocked(name)
 	if v != nil {
 		// Everything under the name goes, permissions of any user too.
 		b.dropVHostLocked(name) // logged; DeleteVHost reports no errors

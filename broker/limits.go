@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -58,26 +57,11 @@ func limitsOf(raw any) map[string]int64 {
 	}
 	out := map[string]int64{}
 	for k, v := range obj {
-		if n, ok := jsonInt64(v); ok {
+		if n, ok := policyInt(v); ok {
 			out[k] = n
 		}
 	}
 	return out
-}
-
-func jsonInt64(v any) (int64, bool) {
-	switch n := v.(type) {
-	case float64:
-		if n == float64(int64(n)) {
-			return int64(n), true
-		}
-	case json.Number:
-		i, err := n.Int64()
-		return i, err == nil
-	case int64:
-		return n, true
-	}
-	return 0, false
 }
 
 // errUnknownLimit is the error for a limit a vhost or user does not take.

@@ -80,12 +80,13 @@ const (
 	DefKindPolicies         = "policies"
 	DefKindOperatorPolicies = "operator_policies"
 	DefKindTopicPermissions = "topic_permissions"
+	DefKindParameters       = "parameters"
 	DefKindMeta             = "meta"
 )
 
 // vhostScopedKinds are the kinds whose keys start with vhost + "\x00".
 var vhostScopedKinds = []string{DefKindPermissions, DefKindExchanges, DefKindQueues, DefKindBindings,
-	DefKindPolicies, DefKindOperatorPolicies, DefKindTopicPermissions}
+	DefKindPolicies, DefKindOperatorPolicies, DefKindTopicPermissions, DefKindParameters}
 
 // metaInitialized marks a store whose defaults (vhost "/", user guest)
 // were created: RabbitMQ creates them on first boot only, so a deleted
@@ -499,6 +500,20 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 		}
 		if err := b.SetPermissions(d.VHost, d.User, Permission{Configure: d.Configure, Write: d.Write, Read: d.Read}); err != nil {
 			skip(DefKindPermissions, r.key, err)
+		}
+	}
+	for _, r := range recs[DefKindParameters] {
+		var d DefParameter
+		if err := json.Unmarshal(r.value, &d); err != nil {
+			skip(DefKindParameters, r.key, err)
+			continue
+		}
+		value, _ := d.Value.(map[string]any)
+		if vhostOf(DefKindParameters, r.key, d.VHost) == nil {
+			continue
+		}
+		if err := b.SetParameter(d.VHost, d.Component, d.Name, value); err != nil {
+			skip(DefKindParameters, r.key, err)
 		}
 	}
 	for _, r := range recs[DefKindTopicPermissions] {

@@ -244,8 +244,10 @@ func policyInt(v any) (int64, bool) {
 	return IntArg(v)
 }
 
-// erlJSONTerm formats a JSON value as RabbitMQ prints the decoded term
+// ErlJSONTerm formats a JSON value as RabbitMQ prints the decoded term
 // with ~tp: strings as binaries, objects as maps, null as the atom null.
+func ErlJSONTerm(v any) string { return erlJSONTerm(v) }
+
 func erlJSONTerm(v any) string {
 	return string(appendErlJSONTerm(nil, v))
 }

@@ -3,7 +3,8 @@ package mgmt
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
+
+	"github.com/warrenmq/warren/broker"
 )
 
 // Vhost and user limits (broker/limits.go), as RabbitMQ's /api/vhost-limits
@@ -88,22 +89,7 @@ func (c *call) limitValue(name string) (int64, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("%s should be a number, actually was %s", name, erlTerm(b.Value))
-}
-
-// erlTerm renders a decoded JSON value as RabbitMQ prints the Erlang term
-// it decodes to, for the common cases.
-func erlTerm(v any) string {
-	switch x := v.(type) {
-	case string:
-		return "<<" + strconv.Quote(x) + ">>"
-	case json.Number:
-		return x.String()
-	case bool:
-		return strconv.FormatBool(x)
-	}
-	raw, _ := json.Marshal(v)
-	return string(raw)
+	return 0, fmt.Errorf("%s should be a number, actually was %s", name, broker.ErlJSONTerm(b.Value))
 }
 
 func (c *call) vhostLimitPut() error {

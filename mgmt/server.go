@@ -109,6 +109,7 @@ func (s *Server) Start() error {
 		s.sampleLoop()
 	}()
 	s.log.Info("management HTTP listener started", "addr", ln.Addr().String())
+	s.resumeShovels()
 	return nil
 }
 

@@ -158,13 +158,44 @@ func (c *call) shovelPut() error {
 	if b.Value == nil {
 		return badRequest("[{key_missing,value}]")
 	}
-	str := func(k string) string { s, _ := b.Value[k].(string); return s }
-	sh := &shovel{vhost: v.Name, name: name, value: b.Value, srcQueue: str("src-queue"), destQueue: str("dest-queue"),
+	sh, src, err := parseShovel(v, name, b.Value)
+	if err != nil {
+		return err
+	}
+	if err := c.check(v, broker.Read, "queue", sh.srcQueue); err != nil {
+		return err
+	}
+	exchange := sh.destX
+	if sh.destQueue != "" {
+		exchange = ""
+	}
+	if err := c.check(v, broker.Write, "exchange", displayExchange(exchange)); err != nil {
+		return err
+	}
+	// Kept, so that the move resumes after a restart, as RabbitMQ's
+	// dynamic shovels do.
+	if err := c.s.b.SetParameter(v.Name, "shovel", name, b.Value); err != nil {
+		return amqpError(err)
+	}
+	old, err := c.s.startShovel(v, src, sh)
+	if err != nil {
+		return err
+	}
+	return c.created(old == nil)
+}
+
+// parseShovel reads a shovel parameter's value: a move between two queues
+// (or to an exchange) of vhost v.
+func parseShovel(v *broker.VHost, name string, value map[string]any) (*shovel, *broker.Queue, error) {
+	str := func(k string) string { s, _ := value[k].(string); return s }
+	sh := &shovel{vhost: v.Name, name: name, value: value, srcQueue: str("src-queue"), destQueue: str("dest-queue"),
 		destX: str("dest-exchange"), state: "running", started: time.Now()}
-	if k, ok := b.Value["dest-exchange-key"].(string); ok {
+	if k, ok := value["dest-exchange-key"].(string); ok {
 		sh.destKey = &k
 	}
-	validation := func(msg string) error { return badRequest("Validation failed\n\n" + msg + "\n") }
+	validation := func(msg string) (*shovel, *broker.Queue, error) {
+		return nil, nil, badRequest("Validation failed\n\n" + msg + "\n")
+	}
 	for _, k := range []string{"src-uri", "dest-uri"} {
 		vh, local := uriVHost(str(k))
 		if !local {
@@ -177,10 +208,10 @@ func (c *call) shovelPut() error {
 	switch {
 	case sh.srcQueue == "":
 		return validation("src-queue is required (src-exchange is not supported)")
-	case sh.destQueue == "" && sh.destX == "" && b.Value["dest-exchange"] == nil:
+	case sh.destQueue == "" && sh.destX == "" && value["dest-exchange"] == nil:
 		return validation("dest-queue or dest-exchange is required")
 	}
-	switch d := b.Value["src-delete-after"].(type) {
+	switch d := value["src-delete-after"].(type) {
 	case nil:
 		sh.limit = 0
 	case string:
@@ -209,36 +240,55 @@ func (c *call) shovelPut() error {
 	if sh.destQueue != "" && v.Queue(sh.destQueue) == nil {
 		return validation(fmt.Sprintf("dest-queue: no queue '%s' in vhost '%s'", sh.destQueue, v.Name))
 	}
-	if err := c.check(v, broker.Read, "queue", sh.srcQueue); err != nil {
-		return err
+	return sh, src, nil
+}
+
+// startShovel runs sh, replacing the shovel of the same name; it returns
+// the one replaced.
+func (s *Server) startShovel(v *broker.VHost, src *broker.Queue, sh *shovel) (*shovel, error) {
+	key := shovelKey{v.Name, sh.name}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, &apiError{Status: 503, Err: "service_unavailable", Reason: "shutting down"}
 	}
-	exchange := sh.destX
-	if sh.destQueue != "" {
-		exchange = ""
-	}
-	if err := c.check(v, broker.Write, "exchange", displayExchange(exchange)); err != nil {
-		return err
-	}
-	key := shovelKey{v.Name, name}
-	c.s.mu.Lock()
-	if c.s.closed {
-		c.s.mu.Unlock()
-		return &apiError{Status: 503, Err: "service_unavailable", Reason: "shutting down"}
-	}
-	old := c.s.shovels[key]
+	old := s.shovels[key]
 	ctx, cancel := context.WithCancel(context.Background())
 	sh.cancel = cancel
-	c.s.shovels[key] = sh
-	c.s.wg.Add(1)
-	c.s.mu.Unlock()
+	s.shovels[key] = sh
+	s.wg.Add(1)
+	s.mu.Unlock()
 	if old != nil {
 		old.cancel()
 	}
 	go func() {
-		defer c.s.wg.Done()
-		c.s.runShovel(ctx, v, src, sh)
+		defer s.wg.Done()
+		s.runShovel(ctx, v, src, sh)
 	}()
-	return c.created(old == nil)
+	return old, nil
+}
+
+// resumeShovels starts the shovel moves kept from before a restart; one
+// that no longer makes sense (its queue is gone) is dropped, logged.
+func (s *Server) resumeShovels() {
+	for _, p := range s.b.Parameters("shovel") {
+		value, _ := p.Value.(map[string]any)
+		v := s.b.VHost(p.VHost)
+		var err error
+		if v != nil {
+			var sh *shovel
+			var src *broker.Queue
+			if sh, src, err = parseShovel(v, p.Name, value); err == nil {
+				_, err = s.startShovel(v, src, sh)
+			}
+		}
+		if v == nil || err != nil {
+			s.log.Warn("shovel not resumed; its parameter is removed", "vhost", p.VHost, "name", p.Name, "err", err)
+			s.b.DeleteParameter(p.VHost, "shovel", p.Name)
+			continue
+		}
+		s.log.Info("shovel resumed", "vhost", p.VHost, "name", p.Name)
+	}
 }
 
 func (c *call) shovelDelete() error {
@@ -254,6 +304,7 @@ func (c *call) shovelDelete() error {
 		return errNotFound
 	}
 	sh.cancel()
+	c.s.b.DeleteParameter(key.vhost, "shovel", key.name)
 	return c.noContent()
 }
 
@@ -303,8 +354,12 @@ func (s *Server) runShovel(ctx context.Context, v *broker.VHost, src *broker.Que
 		}
 	}
 	s.mu.Lock()
-	if s.shovels[shovelKey{sh.vhost, sh.name}] == sh {
+	done := s.shovels[shovelKey{sh.vhost, sh.name}] == sh && ctx.Err() == nil
+	if done {
 		delete(s.shovels, shovelKey{sh.vhost, sh.name})
 	}
 	s.mu.Unlock()
+	if done { // finished its job: the parameter goes, as RabbitMQ's does
+		s.b.DeleteParameter(sh.vhost, "shovel", sh.name)
+	}
 }

@@ -2,6 +2,8 @@ package mgmt_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -334,5 +336,70 @@ func TestQueuePersistentCountsAcrossRestart(t *testing.T) {
 	f.call("GET", "/api/queues/%2F/deep", nil, &q)
 	if q["messages_persistent"] != float64(0) || q["message_bytes_persistent"] != float64(0) {
 		t.Fatalf("drained: persistent %v (%v bytes), want 0", q["messages_persistent"], q["message_bytes_persistent"])
+	}
+}
+
+// A move (shovel parameter) resumes after a restart, as RabbitMQ's dynamic
+// shovels do; one that finished, or was deleted, does not come back.
+func TestShovelResumesAfterRestart(t *testing.T) {
+	f := newFixture(t)
+	for _, q := range []string{"from", "to", "gone"} {
+		_, err := f.ch.QueueDeclare(q, true, false, false, false, nil)
+		must(t, err)
+	}
+	put := func(name, src, deleteAfter string) {
+		t.Helper()
+		if st := f.call("PUT", "/api/parameters/shovel/%2F/"+name, map[string]any{"value": map[string]any{
+			"src-uri": "amqp://", "src-queue": src, "dest-uri": "amqp://", "dest-queue": "to", "src-delete-after": deleteAfter}}, nil); st != 201 {
+			t.Fatalf("PUT shovel %s: %d", name, st)
+		}
+	}
+	put("keep", "from", "never")        // runs until deleted
+	put("done", "from", "queue-length") // nothing to move: finishes at once
+	put("deleted", "gone", "never")
+	if st := f.call("DELETE", "/api/parameters/shovel/%2F/deleted", nil, nil); st != 204 {
+		t.Fatalf("DELETE shovel: %d", st)
+	}
+	shovels := func() []string {
+		var ps []map[string]any
+		f.call("GET", "/api/parameters/shovel", nil, &ps)
+		var names []string
+		for _, p := range ps {
+			names = append(names, p["name"].(string))
+		}
+		slices.Sort(names)
+		return names
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for fmt.Sprint(shovels()) != "[keep]" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := shovels(); fmt.Sprint(got) != "[keep]" {
+		t.Fatalf("shovels before the restart: %v, want [keep]", got)
+	}
+	f.w.Restart()
+	if got := shovels(); fmt.Sprint(got) != "[keep]" {
+		t.Fatalf("shovels after the restart: %v, want [keep]", got)
+	}
+	conn, err := amqp.Dial(f.w.URL())
+	must(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	must(t, err)
+	must(t, ch.PublishWithContext(context.Background(), "", "from", false, false, amqp.Publishing{Body: []byte("moved")}))
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		d, ok, err := ch.Get("to", true)
+		must(t, err)
+		if ok {
+			if string(d.Body) != "moved" {
+				t.Fatalf("to: %q", d.Body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the resumed shovel did not move the message")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

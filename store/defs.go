@@ -48,6 +48,7 @@ const (
 	KindPolicies         = "policies"
 	KindOperatorPolicies = "operator_policies"
 	KindTopicPermissions = "topic_permissions"
+	KindParameters       = "parameters"
 	// KindMeta holds the store's own markers (such as "the defaults were
 	// created on first boot").
 	KindMeta = "meta"
@@ -55,7 +56,7 @@ const (
 
 // Kinds lists every bucket of defs.db.
 var Kinds = []string{KindVHosts, KindUsers, KindPermissions, KindExchanges, KindQueues, KindBindings,
-	KindPolicies, KindOperatorPolicies, KindTopicPermissions, KindMeta}
+	KindPolicies, KindOperatorPolicies, KindTopicPermissions, KindParameters, KindMeta}
 
 // DefsFile is the name of the definitions database inside the data directory.
 const DefsFile = "defs.db"

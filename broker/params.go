@@ -1,0 +1,74 @@
+package broker
+
+import (
+	"maps"
+	"sort"
+	"strings"
+)
+
+// Runtime parameters that the management API runs (the shovel moves of
+// mgmt/shovel.go): kept in the definitions store so that they resume
+// after a restart, deleted with their vhost. They are not part of
+// definitions exports: a move is an operation in progress, not a
+// definition (and RabbitMQ without the shovel plugin refuses to import
+// one).
+
+func paramKey(vhost, component, name string) string {
+	return scopedKey(vhost, component+"\x00"+name)
+}
+
+// SetParameter stores a runtime parameter, replacing one of the same
+// component and name in the vhost; ErrNoVHost for an unknown vhost.
+func (b *Broker) SetParameter(vhost, component, name string, value map[string]any) error {
+	b.mu.Lock()
+	if b.vhosts[vhost] == nil {
+		b.mu.Unlock()
+		return ErrNoVHost
+	}
+	p := DefParameter{VHost: vhost, Component: component, Name: name, Value: maps.Clone(value)}
+	if b.params == nil {
+		b.params = map[string]DefParameter{}
+	}
+	k := paramKey(vhost, component, name)
+	b.params[k] = p
+	return b.unlockPersist(putOp(DefKindParameters, k, p))
+}
+
+// DeleteParameter removes a runtime parameter, if there is one.
+func (b *Broker) DeleteParameter(vhost, component, name string) {
+	b.mu.Lock()
+	k := paramKey(vhost, component, name)
+	if _, ok := b.params[k]; !ok {
+		b.mu.Unlock()
+		return
+	}
+	delete(b.params, k)
+	b.unlockPersist(delOp(DefKindParameters, k)) // logged
+}
+
+// Parameters returns the runtime parameters of a component, by vhost
+// and name.
+func (b *Broker) Parameters(component string) []DefParameter {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	var out []DefParameter
+	for _, p := range b.params {
+		if p.Component == component {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].VHost < out[j].VHost || out[i].VHost == out[j].VHost && out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// dropParamsLocked forgets the parameters of a deleted vhost (its store
+// records go with the vhost's); b.mu is held.
+func (b *Broker) dropParamsLocked(vhost string) {
+	for k := range b.params {
+		if strings.HasPrefix(k, vhost+"\x00") {
+			delete(b.params, k)
+		}
+	}
+}
