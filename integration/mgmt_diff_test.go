@@ -1065,6 +1065,11 @@ func TestMgmtDiffLimits(t *testing.T) {
 			return fmt.Sprint(err)
 		}
 		c1 := tg.dialAs(s.t, u, "pw", vh, "")
+		// RabbitMQ counts connections from its tracking table, which an
+		// event fills: wait until it lists c1.
+		if !eventually(func() bool { l, _ := tg.getJSON("/api/connections/username/" + esc(u)).([]any); return len(l) == 1 }) {
+			s.t.Fatalf("[%s] the user's connection is never tracked", tg.kind)
+		}
 		_, err := amqp.Dial(tg.amqpURLFor(u, "pw", vh))
 		s.value("second connection (vhost max-connections 1)", amqpErr(err))
 		closed := c1.NotifyClose(make(chan *amqp.Error, 1))
