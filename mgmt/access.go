@@ -201,13 +201,8 @@ func (c *call) topicPermissionPut() error {
 	if err := c.decode(&b); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		v    *string
-	}{{"exchange", b.Exchange}, {"write", b.Write}, {"read", b.Read}} {
-		if f.v == nil {
-			return badRequest(fmt.Sprintf("[{key_missing,%s}]", f.name))
-		}
+	if err := firstMissing([]string{"exchange", "write", "read"}, b.Exchange, b.Write, b.Read); err != nil {
+		return err
 	}
 	if c.s.b.VHost(vh) == nil || c.s.b.User(u) == nil {
 		return badRequest("vhost_or_user_not_found")
@@ -395,15 +390,10 @@ func (c *call) permissionPut() error {
 		return err
 	}
 	if c.s.b.VHost(vh) == nil || c.s.b.User(u) == nil {
-		return badRequest(fmt.Sprintf("vhost_or_user_not_found"))
+		return badRequest("vhost_or_user_not_found")
 	}
-	for _, f := range []struct {
-		name string
-		v    *string
-	}{{"configure", b.Configure}, {"write", b.Write}, {"read", b.Read}} {
-		if f.v == nil {
-			return badRequest(fmt.Sprintf("[{key_missing,%s}]", f.name))
-		}
+	if err := firstMissing([]string{"configure", "write", "read"}, b.Configure, b.Write, b.Read); err != nil {
+		return err
 	}
 	_, existed := c.s.b.Permissions(vh, u)
 	if err := c.s.b.SetPermissions(vh, u, broker.Permission{Configure: *b.Configure, Write: *b.Write, Read: *b.Read}); err != nil {

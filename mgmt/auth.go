@@ -141,6 +141,17 @@ func (c *call) vhost() (*broker.VHost, error) {
 	return v, nil
 }
 
+// pathVHost returns the {vhost} of the path, "" when the path has none;
+// a vhost that is named must exist and be visible (vhost).
+func (c *call) pathVHost() (string, error) {
+	name := c.pv("vhost")
+	if name == "" {
+		return "", nil
+	}
+	_, err := c.vhost()
+	return name, err
+}
+
 // canSee reports whether the user may see the vhost: monitoring users and
 // administrators see every vhost, others those they have permissions on.
 func (c *call) canSee(vhost string) bool {

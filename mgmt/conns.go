@@ -64,11 +64,9 @@ func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
 }
 
 func (c *call) visibleConns() ([]server.ConnectionInfo, error) {
-	vhost := c.pv("vhost")
-	if vhost != "" {
-		if _, err := c.vhost(); err != nil {
-			return nil, err
-		}
+	vhost, err := c.pathVHost()
+	if err != nil {
+		return nil, err
 	}
 	var out []server.ConnectionInfo
 	for _, ci := range c.s.srv.Connections() {
@@ -209,11 +207,9 @@ func (c *call) channelsOf(filter func(server.ChannelInfo) bool) []map[string]any
 }
 
 func (c *call) channels() error {
-	vhost := c.pv("vhost")
-	if vhost != "" {
-		if _, err := c.vhost(); err != nil {
-			return err
-		}
+	vhost, err := c.pathVHost()
+	if err != nil {
+		return err
 	}
 	return c.list(c.channelsOf(func(ch server.ChannelInfo) bool { return vhost == "" || ch.VHost == vhost }))
 }
@@ -246,11 +242,9 @@ func (c *call) channelGet() error {
 }
 
 func (c *call) consumers() error {
-	vhost := c.pv("vhost")
-	if vhost != "" {
-		if _, err := c.vhost(); err != nil {
-			return err
-		}
+	vhost, err := c.pathVHost()
+	if err != nil {
+		return err
 	}
 	list := []map[string]any{}
 	for _, cs := range c.s.srv.Consumers() {

@@ -119,7 +119,7 @@ func (c *call) exchangePut() error {
 		return err
 	}
 	if b.Type == "" {
-		return badRequest("[{key_missing,type}]")
+		return keyMissing("type")
 	}
 	args, err := broker.JSONTable(b.Arguments)
 	if err != nil {
@@ -177,13 +177,13 @@ func (c *call) exchangePublish() error {
 	}
 	switch {
 	case b.RoutingKey == nil:
-		return badRequest("[{key_missing,routing_key}]")
+		return keyMissing("routing_key")
 	case b.Payload == nil:
-		return badRequest("[{key_missing,payload}]")
+		return keyMissing("payload")
 	case b.PayloadEncoding == "":
-		return badRequest("[{key_missing,payload_encoding}]")
+		return keyMissing("payload_encoding")
 	case b.Properties == nil:
-		return badRequest("[{key_missing,properties}]")
+		return keyMissing("properties")
 	}
 	body := []byte(*b.Payload)
 	switch b.PayloadEncoding {

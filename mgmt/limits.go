@@ -82,7 +82,7 @@ func (c *call) limitValue(name string) (int64, error) {
 		return 0, err
 	}
 	if b.Value == nil {
-		return 0, badRequest("[{key_missing,value}]")
+		return 0, keyMissing("value")
 	}
 	if n, ok := b.Value.(json.Number); ok {
 		if i, err := n.Int64(); err == nil {

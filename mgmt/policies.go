@@ -99,10 +99,10 @@ func policyPut(op bool) handler {
 			return err
 		}
 		if b.Pattern == nil {
-			return badRequest("[{key_missing,pattern}]")
+			return keyMissing("pattern")
 		}
 		if b.Definition == nil {
-			return badRequest("[{key_missing,definition}]")
+			return keyMissing("definition")
 		}
 		prio := int64(0)
 		if b.Priority != nil {

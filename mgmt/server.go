@@ -216,6 +216,19 @@ func badRequest(reason string) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Err: "bad_request", Reason: reason}
 }
 
+// keyMissing is RabbitMQ's 400 for a body without a required key.
+func keyMissing(key string) *apiError { return badRequest("[{key_missing," + key + "}]") }
+
+// firstMissing is keyMissing for the first of keys whose value is nil.
+func firstMissing(keys []string, values ...*string) error {
+	for i, v := range values {
+		if v == nil {
+			return keyMissing(keys[i])
+		}
+	}
+	return nil
+}
+
 // badRequestList is a 400 whose reason is a list, as RabbitMQ's
 // {error, Term} replies: badRequestList("not_base64", s).
 func badRequestList(parts ...string) *apiError {

@@ -64,11 +64,9 @@ func (s *Server) shovelList(vhost string) []*shovel {
 }
 
 func (c *call) shovelParams() error {
-	vh := c.pv("vhost")
-	if vh != "" {
-		if _, err := c.vhost(); err != nil {
-			return err
-		}
+	vh, err := c.pathVHost()
+	if err != nil {
+		return err
 	}
 	list := []map[string]any{}
 	for _, sh := range c.s.shovelList(vh) {
@@ -93,11 +91,9 @@ func (c *call) shovelParamGet() error {
 }
 
 func (c *call) shovelStatus() error {
-	vh := c.pv("vhost")
-	if vh != "" {
-		if _, err := c.vhost(); err != nil {
-			return err
-		}
+	vh, err := c.pathVHost()
+	if err != nil {
+		return err
 	}
 	list := []map[string]any{}
 	c.s.mu.Lock()
@@ -156,7 +152,7 @@ func (c *call) shovelPut() error {
 		return err
 	}
 	if b.Value == nil {
-		return badRequest("[{key_missing,value}]")
+		return keyMissing("value")
 	}
 	sh, src, err := parseShovel(v, name, b.Value)
 	if err != nil {
