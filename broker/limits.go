@@ -125,6 +125,17 @@ func (b *Broker) UserLimits(user string) (map[string]int64, bool) {
 	return maps.Clone(u.Limits), true
 }
 
+// UserLimit returns one of a user's limits; false when it has none.
+func (b *Broker) UserLimit(user, name string) (int64, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if u := b.users[user]; u != nil {
+		n, ok := u.Limits[name]
+		return n, ok
+	}
+	return 0, false
+}
+
 // SetUserLimit sets one of a user's limits; it fails for an unknown user
 // (errNoUser) or limit.
 func (b *Broker) SetUserLimit(user, name string, value int64) error {

@@ -32,8 +32,7 @@ func (c *conn) checkConnLimits(v *broker.VHost) error {
 			return amqp.ConnErrorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s': connection limit (%d) is reached", v.Name, user, n)
 		}
 	}
-	limits, _ := c.s.broker.UserLimits(user)
-	if n, ok := limits[broker.LimitMaxConnections]; ok && n >= 0 {
+	if n, ok := c.s.broker.UserLimit(user, broker.LimitMaxConnections); ok && n >= 0 {
 		if open, _ := c.s.openConns(func(_ *broker.VHost, u string) bool { return u == user }); open >= n {
 			return amqp.ConnErrorf(amqp.NotAllowed, "connection refused for user '%s': user connection limit (%d) is reached", user, n)
 		}
@@ -44,8 +43,7 @@ func (c *conn) checkConnLimits(v *broker.VHost) error {
 // checkChannelLimit refuses a channel over the user's max-channels, as
 // RabbitMQ does: by closing the connection.
 func (c *conn) checkChannelLimit() error {
-	limits, _ := c.s.broker.UserLimits(c.user.Name)
-	n, ok := limits[broker.LimitMaxChannels]
+	n, ok := c.s.broker.UserLimit(c.user.Name, broker.LimitMaxChannels)
 	if !ok || n < 0 {
 		return nil
 	}
