@@ -563,7 +563,6 @@ type recState struct {
 	purges   []purgeRec
 	moves    map[uint64][]uint64 // X without A: seq -> target queue ids
 	maxSeq   uint64
-	msgs     int
 }
 
 type reqInfo struct {

@@ -8,8 +8,6 @@ import (
 	"github.com/warrenmq/warren/amqp"
 )
 
-func i64p(n int64) *int64 { return &n }
-
 func mustPolicy(t *testing.T, p Policy, operator bool) *Policy {
 	t.Helper()
 	cp, err := compilePolicy(p, operator)

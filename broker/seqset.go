@@ -40,5 +40,3 @@ func (s *seqSet) remove(seq uint64) {
 		s.n--
 	}
 }
-
-func (s *seqSet) len() int { return s.n }

@@ -415,23 +415,6 @@ func (s *ddSession) recvN(q string, ds <-chan amqp.Delivery, n int) []amqp.Deliv
 	return out
 }
 
-// noRecv records whatever a consumer delivers within the quiet period.
-func (s *ddSession) noRecv(q string, ds <-chan amqp.Delivery) {
-	s.t.Helper()
-	timeout := time.After(ddQuiet / 2)
-	for {
-		select {
-		case d, ok := <-ds:
-			if !ok {
-				return
-			}
-			s.recDelivery("consume", q, d)
-		case <-timeout:
-			return
-		}
-	}
-}
-
 func (s *ddSession) ack(d amqp.Delivery, multiple bool) {
 	s.t.Helper()
 	if err := d.Ack(multiple); err != nil {

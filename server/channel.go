@@ -58,7 +58,6 @@ type channel struct {
 	writeOKSet  bool   // writeOK is valid ("" is the default exchange)
 	replyTo     string // direct reply-to address, when consuming it
 	replyCons   *consumer
-	deliverPool []broker.Delivery
 
 	mu            sync.Mutex
 	nextTag       uint64
