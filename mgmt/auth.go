@@ -82,7 +82,7 @@ func (s *Server) handle(pattern string, lvl level, h handler) {
 			err = h(c)
 		}
 		if err != nil {
-			writeError(w, err)
+			s.writeError(w, err)
 		}
 	})
 }
@@ -227,7 +227,7 @@ func (c *call) decode(v any) error {
 }
 
 func (c *call) ok(v any) error {
-	writeJSON(c.w, http.StatusOK, v)
+	c.s.writeJSON(c.w, http.StatusOK, v)
 	return nil
 }
 

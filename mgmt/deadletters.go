@@ -290,7 +290,7 @@ func (c *call) deadLetterReplay() error {
 	if res.err != nil {
 		reply["error"] = res.err.Error()
 	}
-	writeJSON(c.w, http.StatusOK, reply)
+	c.s.writeJSON(c.w, http.StatusOK, reply)
 	return nil
 }
 

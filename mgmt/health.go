@@ -59,7 +59,7 @@ func (s *Server) listeners() []listenerInfo {
 
 func (c *call) healthUnavailable(body map[string]any) error {
 	body["status"] = "failed"
-	writeJSON(c.w, http.StatusServiceUnavailable, body)
+	c.s.writeJSON(c.w, http.StatusServiceUnavailable, body)
 	return nil
 }
 

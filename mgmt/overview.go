@@ -40,7 +40,7 @@ func (s *Server) routes() {
 
 	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errNotFound)
+		s.writeError(w, errNotFound)
 	})
 	if s.cfg.UI != nil {
 		s.mux.Handle("/", s.cfg.UI)
@@ -223,7 +223,7 @@ func (c *call) nodeGet() error {
 }
 
 func (c *call) failed(err error) error {
-	writeJSON(c.w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": err.Error()})
+	c.s.writeJSON(c.w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": err.Error()})
 	return nil
 }
 

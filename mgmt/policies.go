@@ -172,9 +172,14 @@ func (c *call) definitionsGet() error {
 	if _, err := c.vhost(); err != nil {
 		return err
 	}
-	// Through JSON, to drop the vhost keys of the struct encodings.
+	// Through JSON, to drop the vhost keys of the struct encodings
+	// (encodeJSON: a non-finite float must not drop the whole list).
+	var encErr error
 	scoped := func(items any) []any {
-		raw, _ := json.Marshal(items)
+		raw, err := encodeJSON(items)
+		if err != nil {
+			encErr = err
+		}
 		var list []map[string]any
 		_ = json.Unmarshal(raw, &list)
 		out := []any{}
@@ -203,10 +208,15 @@ func (c *call) definitionsGet() error {
 	if params == nil {
 		params = []any{}
 	}
-	return c.attach(map[string]any{"rabbit_version": d.RabbitVersion, "rabbitmq_version": d.RabbitMQVersion,
+	out := map[string]any{"rabbit_version": d.RabbitVersion, "rabbitmq_version": d.RabbitMQVersion,
 		"product_name": d.ProductName, "product_version": d.ProductVersion,
 		"policies": pols, "parameters": params, "queues": scoped(d.Queues), "exchanges": scoped(d.Exchanges),
-		"bindings": scoped(d.Bindings)})
+		"bindings": scoped(d.Bindings)}
+	if encErr != nil {
+		c.s.log.Error("management API: cannot encode the definitions", "err", encErr)
+		return fmt.Errorf("JSON encode error: %w", encErr)
+	}
+	return c.attach(out)
 }
 
 // attach writes v, with a Content-Disposition when ?download= is given

@@ -293,6 +293,14 @@ func (c *call) queueGetMessages() error {
 			"exchange": d.Msg.Exchange, "routing_key": d.Msg.RoutingKey, "message_count": remaining,
 			"properties": propsJSON(&d.Msg.Props), "payload": payload, "payload_encoding": enc})
 	}
+	// The reply is encoded before the messages are settled: a reply that
+	// cannot be sent must not have acked (lost) them.
+	body, err := encodeJSON(out)
+	if err != nil {
+		q.Requeue(ds, false)
+		c.s.log.Error("management API: cannot encode the messages got", "queue", q.Name, "vhost", v.Name, "err", err)
+		return fmt.Errorf("JSON encode error: %w", err)
+	}
 	if len(ds) > 0 {
 		switch b.AckMode {
 		case "ack_requeue_true":
@@ -305,6 +313,6 @@ func (c *call) queueGetMessages() error {
 			q.Reject(ds)
 		}
 	}
-	writeJSON(c.w, http.StatusOK, out)
+	writeBody(c.w, http.StatusOK, body)
 	return nil
 }

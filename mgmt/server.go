@@ -6,14 +6,18 @@
 package mgmt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -239,17 +243,144 @@ func notAuthorised(reason string) *apiError {
 	return &apiError{Status: http.StatusUnauthorized, Err: "not_authorised", Reason: reason}
 }
 
-// writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
+// writeJSON writes v with status. The reply is encoded whole before
+// anything is sent, so that an encode error never leaves a 200 with an
+// empty or cut-off body: it becomes a logged 500 with RabbitMQ's error
+// body instead. Non-finite floats are rendered as strings (finite), so
+// such an error is not expected.
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := encodeJSON(v)
+	if err != nil {
+		s.log.Error("management API: cannot encode the reply", "err", err)
+		status = http.StatusInternalServerError
+		body, _ = encodeJSON(map[string]any{"error": "internal_server_error", "reason": "JSON encode error: " + err.Error()})
+	}
+	writeBody(w, status, body)
 }
 
-func writeError(w http.ResponseWriter, err error) {
+// writeBody sends an encoded JSON reply.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// encodeJSON encodes v as the API sends it (no HTML escaping, a final
+// newline). A float JSON cannot carry (NaN or an infinity, which an AMQP
+// field table can hold as a double or a float) is sent as the string
+// "NaN", "Infinity" or "-Infinity": RabbitMQ cannot hold such a value at
+// all, and a string keeps every other entry of a list readable.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(v)
+	var uv *json.UnsupportedValueError
+	if errors.As(err, &uv) {
+		buf.Reset()
+		err = enc.Encode(finite(reflect.ValueOf(v)).Interface())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// finite returns a copy of v in which every non-finite float held in an
+// interface (a map[string]any value, a []any element, an any field) is
+// its string (nonFinite). The copy shares nothing mutable with v, so the
+// broker's own maps are never changed. A non-finite float in a field of
+// float type stays, and then fails to encode.
+func finite(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Interface:
+		if v.IsNil() {
+			return v
+		}
+		e := finite(v.Elem())
+		out := reflect.New(v.Type()).Elem()
+		if e.Type().AssignableTo(v.Type()) {
+			out.Set(e)
+		} else {
+			out.Set(v.Elem())
+		}
+		return out
+	case reflect.Float32, reflect.Float64:
+		if f := v.Float(); math.IsNaN(f) || math.IsInf(f, 0) {
+			return reflect.ValueOf(nonFinite(f))
+		}
+		return v
+	case reflect.Pointer:
+		if v.IsNil() {
+			return v
+		}
+		e := finite(v.Elem())
+		if e.Type() != v.Elem().Type() {
+			return v
+		}
+		out := reflect.New(e.Type())
+		out.Elem().Set(e)
+		return out
+	case reflect.Map:
+		if v.IsNil() {
+			return v
+		}
+		out := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			out.SetMapIndex(it.Key(), same(finite(it.Value()), it.Value(), v.Type().Elem()))
+		}
+		return out
+	case reflect.Slice:
+		if v.IsNil() || v.Type().Elem().Kind() == reflect.Uint8 {
+			return v
+		}
+		out := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			out.Index(i).Set(same(finite(v.Index(i)), v.Index(i), v.Type().Elem()))
+		}
+		return out
+	case reflect.Array:
+		out := reflect.New(v.Type()).Elem()
+		for i := range v.Len() {
+			out.Index(i).Set(same(finite(v.Index(i)), v.Index(i), v.Type().Elem()))
+		}
+		return out
+	case reflect.Struct:
+		out := reflect.New(v.Type()).Elem()
+		out.Set(v)
+		for i := range v.NumField() {
+			if f := out.Field(i); f.CanSet() {
+				f.Set(same(finite(v.Field(i)), v.Field(i), f.Type()))
+			}
+		}
+		return out
+	}
+	return v
+}
+
+// same returns cleaned when it fits type t (a float becomes a string only
+// where an interface can hold it), else orig.
+func same(cleaned, orig reflect.Value, t reflect.Type) reflect.Value {
+	if cleaned.Type().AssignableTo(t) {
+		return cleaned
+	}
+	return orig
+}
+
+// nonFinite names a non-finite float as JavaScript does.
+func nonFinite(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case f > 0:
+		return "Infinity"
+	}
+	return "-Infinity"
+}
+
+func (s *Server) writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		ae = &apiError{Status: http.StatusInternalServerError, Err: "internal_server_error", Reason: err.Error()}
@@ -265,7 +396,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if ae.Detail != nil {
 		reason = ae.Detail
 	}
-	writeJSON(w, ae.Status, map[string]any{"error": ae.Err, "reason": reason})
+	s.writeJSON(w, ae.Status, map[string]any{"error": ae.Err, "reason": reason})
 }
 
 // sampleLoop samples counters for rates until Close.
