@@ -50,6 +50,7 @@ type Server struct {
 	node string
 	mux  *http.ServeMux
 	hs   *http.Server
+	cop  *http.CrossOriginProtection
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -82,7 +83,7 @@ func New(cfg Config) *Server {
 		host = "localhost"
 	}
 	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: "warren@" + host,
-		mux: http.NewServeMux(), stop: make(chan struct{}), shovels: map[shovelKey]*shovel{}, started: time.Now()}
+		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), shovels: map[shovelKey]*shovel{}, started: time.Now()}
 	s.rates.init()
 	s.routes()
 	return s
@@ -169,7 +170,20 @@ func (s *Server) Close() error {
 // An escaped slash inside a segment (the vhost "/" is "%2F") would split
 // the segment for net/http's mux, so within /api/ such slashes become
 // slashMark for routing and call.pv turns them back.
+//
+// A state-changing request (not GET, HEAD or OPTIONS) that a browser
+// marks as cross-site (Sec-Fetch-Site, or an Origin other than the Host)
+// is refused with 403: a page on another site could otherwise send one
+// with the browser's cached basic-auth credentials (issue 11 item 12).
+// Requests without those headers (curl, rabbitmqadmin, client
+// libraries) and the web UI's own (same-origin) pass.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := s.cop.Check(r); err != nil {
+		s.log.Warn("management API: cross-origin request refused", "method", r.Method, "path", r.URL.Path,
+			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"), "remote", r.RemoteAddr)
+		s.writeError(w, &apiError{Status: http.StatusForbidden, Err: "forbidden", Reason: "cross-origin request refused: " + err.Error()})
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/api/") {
 		u := *r.URL
 		if u.RawPath != "" {
