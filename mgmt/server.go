@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/broker"
@@ -39,7 +41,33 @@ type Config struct {
 	// SampleInterval is how often message rates are sampled; default 5s,
 	// as RabbitMQ's collect_statistics_interval.
 	SampleInterval time.Duration
+
+	// The HTTP listener's limits, so that the management port alone
+	// cannot take the descriptors the AMQP listener needs (issue 11
+	// item 4). Zero means the default.
+	//
+	// MaxConnections caps the open HTTP connections (default 256); one
+	// over the cap gets a 503 and is closed at once.
+	MaxConnections int
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection that sends no new
+	// request for this long (default 120s, RabbitMQ's
+	// management.tcp.idle_timeout).
+	IdleTimeout time.Duration
+	// ReadTimeout and WriteTimeout bound reading a whole request and
+	// writing its reply (default 5 minutes each: a definitions import or
+	// export of hundreds of MiB fits).
+	ReadTimeout, WriteTimeout time.Duration
 }
+
+// The HTTP listener's defaults (Config).
+const (
+	DefaultMaxConnections    = 256
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultReadWriteTimeout  = 5 * time.Minute
+)
 
 // Server is the management HTTP server.
 type Server struct {
@@ -75,6 +103,21 @@ func New(cfg Config) *Server {
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = 5 * time.Second
 	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadWriteTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultReadWriteTimeout
+	}
 	host, _ := os.Hostname()
 	if i := strings.IndexByte(host, '.'); i > 0 {
 		host = host[:i]
@@ -100,12 +143,14 @@ func (s *Server) Start() error {
 	}
 	s.mu.Lock()
 	s.ln = ln
-	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout: s.cfg.ReadTimeout, WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	s.mu.Unlock()
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.hs.Serve(newLimitListener(ln, s.cfg.MaxConnections, s.log)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("management listener stopped", "err", err)
 		}
 	}()
@@ -206,6 +251,60 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 const slashMark = "\x00"
+
+// limitListener caps the open connections: one accepted over the cap is
+// answered 503 and closed at once, so the HTTP port holds at most max
+// descriptors however many clients connect and idle.
+type limitListener struct {
+	net.Listener
+	sem     chan struct{}
+	log     *slog.Logger
+	refused atomic.Int64
+}
+
+func newLimitListener(ln net.Listener, max int, log *slog.Logger) *limitListener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, max), log: log}
+}
+
+// tooMany is the reply to a connection over the cap.
+var tooMany = func() string {
+	body := `{"error":"service_unavailable","reason":"too many management HTTP connections"}` + "\n"
+	return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}()
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.sem <- struct{}{}:
+			return &limitConn{Conn: c, l: l}, nil
+		default:
+		}
+		if n := l.refused.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8...: no log flood
+			l.log.Warn("management HTTP connection refused: too many open", "max", cap(l.sem), "refused", n)
+		}
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = io.WriteString(c, tooMany)
+		_ = c.Close()
+	}
+}
+
+// limitConn gives its slot back when closed.
+type limitConn struct {
+	net.Conn
+	l    *limitListener
+	once sync.Once
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.l.sem })
+	return err
+}
 
 // pv returns a path value, with escaped slashes restored.
 func (c *call) pv(name string) string {
