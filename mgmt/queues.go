@@ -169,11 +169,17 @@ type queueBody struct {
 }
 
 func (c *call) queuePut() error {
+	name := c.pv("name")
+	// As RabbitMQ, before anything else: AMQP cannot name such a queue
+	// (a short string). RabbitMQ checks queue names only; exchange,
+	// vhost and user names of any length are taken, so they are here.
+	if len(name) > 255 {
+		return badRequest(fmt.Sprintf("queue should be less than 255 bytes, actually was %d\n", len(name)))
+	}
 	v, err := c.vhost()
 	if err != nil {
 		return err
 	}
-	name := c.pv("name")
 	var b queueBody
 	if err := c.decode(&b); err != nil {
 		return err
