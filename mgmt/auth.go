@@ -217,6 +217,10 @@ func (c *call) decode(v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
+		var nb *notBoolean
+		if errors.As(err, &nb) {
+			return &apiError{Status: http.StatusBadRequest, Err: "bad_request", Detail: []any{"not_boolean", nb.v}}
+		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
 			return badRequest(fmt.Sprintf("%s: expected %s, got %s", te.Field, te.Type, te.Value))
@@ -246,3 +250,37 @@ func (c *call) noContent() error {
 	c.w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// rbool is a boolean of a request body as RabbitMQ's parse_bool takes
+// it: true or false, or the strings "true" and "false" (which
+// rabbitmqadmin sends, issue 11 item 16). Anything else, null included,
+// is RabbitMQ's 400 {"reason":["not_boolean",Value]}.
+type rbool struct {
+	set, v bool
+}
+
+func (b *rbool) UnmarshalJSON(data []byte) error {
+	switch string(data) {
+	case "true", `"true"`:
+		*b = rbool{set: true, v: true}
+	case "false", `"false"`:
+		*b = rbool{set: true, v: false}
+	default:
+		var v any
+		_ = json.Unmarshal(data, &v)
+		return &notBoolean{v}
+	}
+	return nil
+}
+
+// or returns the value, or def when the body had none.
+func (b rbool) or(def bool) bool {
+	if !b.set {
+		return def
+	}
+	return b.v
+}
+
+type notBoolean struct{ v any }
+
+func (e *notBoolean) Error() string { return fmt.Sprintf("not_boolean: %v", e.v) }

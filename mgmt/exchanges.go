@@ -99,9 +99,9 @@ func (c *call) exchangeGet() error {
 
 type exchangeBody struct {
 	Type       string         `json:"type"`
-	Durable    *bool          `json:"durable"`
-	AutoDelete bool           `json:"auto_delete"`
-	Internal   bool           `json:"internal"`
+	Durable    rbool          `json:"durable"`
+	AutoDelete rbool          `json:"auto_delete"`
+	Internal   rbool          `json:"internal"`
 	Arguments  map[string]any `json:"arguments"`
 }
 
@@ -130,8 +130,8 @@ func (c *call) exchangePut() error {
 	}
 	existed := v.Exchange(name) != nil
 	// As RabbitMQ's API: durable only when asked for.
-	durable := b.Durable != nil && *b.Durable
-	if err := v.DeclareExchange(broker.ExchangeSpec{Name: name, Kind: b.Type, Durable: durable, AutoDelete: b.AutoDelete, Internal: b.Internal, Args: args}, false); err != nil {
+	durable := b.Durable.or(false)
+	if err := v.DeclareExchange(broker.ExchangeSpec{Name: name, Kind: b.Type, Durable: durable, AutoDelete: b.AutoDelete.or(false), Internal: b.Internal.or(false), Args: args}, false); err != nil {
 		var e *amqpc.Error
 		if errors.As(err, &e) && e.Code == amqpc.CommandInvalid {
 			return badRequest(fmt.Sprintf("unknown exchange type '%s'", b.Type))

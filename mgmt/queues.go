@@ -161,8 +161,8 @@ func (c *call) queueGet() error {
 }
 
 type queueBody struct {
-	Durable    *bool          `json:"durable"`
-	AutoDelete *bool          `json:"auto_delete"`
+	Durable    rbool          `json:"durable"`
+	AutoDelete rbool          `json:"auto_delete"`
 	Arguments  map[string]any `json:"arguments"`
 	Node       string         `json:"node"`
 	Type       string         `json:"type"`
@@ -197,7 +197,7 @@ func (c *call) queuePut() error {
 		}
 		args["x-queue-type"] = b.Type
 	}
-	spec := broker.QueueSpec{Name: name, Durable: b.Durable != nil && *b.Durable, AutoDelete: b.AutoDelete != nil && *b.AutoDelete, Args: args}
+	spec := broker.QueueSpec{Name: name, Durable: b.Durable.or(false), AutoDelete: b.AutoDelete.or(false), Args: args}
 	existed := v.Queue(name) != nil
 	if _, _, _, err := v.DeclareQueue(spec, false); err != nil {
 		return amqpError(err)
@@ -237,7 +237,7 @@ type getBody struct {
 	AckMode  string      `json:"ackmode"`
 	Encoding string      `json:"encoding"`
 	Truncate json.Number `json:"truncate"`
-	Requeue  *bool       `json:"requeue"` // before 3.7: ackmode ack_requeue_*
+	Requeue  rbool       `json:"requeue"` // before 3.7: ackmode ack_requeue_*
 }
 
 // queueGetMessages is POST .../get: takes up to count messages, renders
@@ -259,8 +259,8 @@ func (c *call) queueGetMessages() error {
 	if err := c.decode(&b); err != nil {
 		return err
 	}
-	if b.AckMode == "" && b.Requeue != nil {
-		b.AckMode = map[bool]string{true: "ack_requeue_true", false: "ack_requeue_false"}[*b.Requeue]
+	if b.AckMode == "" && b.Requeue.set {
+		b.AckMode = map[bool]string{true: "ack_requeue_true", false: "ack_requeue_false"}[b.Requeue.v]
 	}
 	switch b.AckMode {
 	case "ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false":
