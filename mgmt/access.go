@@ -52,7 +52,8 @@ func (s *Server) accessRoutes() {
 
 func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	var ready, unacked int
-	for _, q := range v.Queues() {
+	qs := v.Queues()
+	for _, q := range qs {
 		st := q.Stats()
 		ready += st.Ready
 		unacked += st.Unacked
@@ -65,12 +66,18 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	if tags == nil {
 		tags = []string{}
 	}
-	return map[string]any{"name": v.Name, "description": desc, "tags": tags, "default_queue_type": "undefined",
+	m := map[string]any{"name": v.Name, "description": desc, "tags": tags, "default_queue_type": "undefined",
 		"metadata": map[string]any{"description": desc, "tags": tags}, "tracing": false,
-		"cluster_state": map[string]any{c.s.node: "running"},
-		"messages":      ready + unacked, "messages_details": details(0),
-		"messages_ready": ready, "messages_ready_details": details(0),
-		"messages_unacknowledged": unacked, "messages_unacknowledged_details": details(0)}
+		"cluster_state": map[string]any{c.s.node: "running"}}
+	// As RabbitMQ, whose vhost message counts are its queues' statistics:
+	// a vhost without queues has none (rabbitmqadmin list vhosts shows an
+	// empty cell, not 0).
+	if len(qs) > 0 {
+		m["messages"], m["messages_details"] = ready+unacked, details(0)
+		m["messages_ready"], m["messages_ready_details"] = ready, details(0)
+		m["messages_unacknowledged"], m["messages_unacknowledged_details"] = unacked, details(0)
+	}
+	return m
 }
 
 func (c *call) vhosts() error {

@@ -295,9 +295,15 @@ func (c *call) queueGetMessages() error {
 		}
 		ds = append(ds, d)
 		payload, enc := payloadJSON(d.Msg.Body, b.Encoding, int(truncate))
+		// No properties are [], as RabbitMQ (an empty Erlang proplist);
+		// rabbitmqadmin's get shows the column only then.
+		var props any = propsJSON(&d.Msg.Props)
+		if len(props.(map[string]any)) == 0 {
+			props = []any{}
+		}
 		out = append(out, map[string]any{"payload_bytes": len(d.Msg.Body), "redelivered": d.Redelivered,
 			"exchange": d.Msg.Exchange, "routing_key": d.Msg.RoutingKey, "message_count": remaining,
-			"properties": propsJSON(&d.Msg.Props), "payload": payload, "payload_encoding": enc})
+			"properties": props, "payload": payload, "payload_encoding": enc})
 	}
 	// The reply is encoded before the messages are settled: a reply that
 	// cannot be sent must not have acked (lost) them.
