@@ -80,8 +80,8 @@ func TestRabbitmqadminDiff(t *testing.T) {
 	sfx := randomSuffix()
 	vh, vh2, user := "hC-ra-"+sfx, "hC-ra-v2-"+sfx, "hC-ra-u-"+sfx
 	repl := strings.NewReplacer("{vh}", vh, "{vh2}", vh2, "{user}", user, "{sfx}", sfx)
-	importFile := fmt.Sprintf(`{"queues":[{"name":"imp-q","durable":true,"auto_delete":false,"arguments":{"x-max-length":7}}],`+
-		`"exchanges":[{"name":"imp-x","type":"fanout","durable":true,"auto_delete":false,"internal":false,"arguments":{}}],`+
+	importFile := fmt.Sprintf(`{"queues":[{"name":"imp-q","durable":true,"auto_delete":false,"arguments":{"x-max-length":7}}],` +
+		`"exchanges":[{"name":"imp-x","type":"fanout","durable":true,"auto_delete":false,"internal":false,"arguments":{}}],` +
 		`"bindings":[{"source":"imp-x","destination":"imp-q","destination_type":"queue","routing_key":"","arguments":{}}]}`)
 	importAll := fmt.Sprintf(`{"users":[{"name":"hC-ra-imp-%s","password_hash":"","hashing_algorithm":"rabbit_password_hashing_sha256","tags":["monitoring"]}],`+
 		`"permissions":[{"user":"hC-ra-imp-%s","vhost":"%s","configure":"^imp","write":".*","read":".*"}]}`, sfx, sfx, vh)
@@ -94,7 +94,7 @@ func TestRabbitmqadminDiff(t *testing.T) {
 		s("declare", "queue", "name=q2", "durable=false", "auto_delete=true"),
 		s("declare", "queue", "name=q3", `arguments={"x-max-length":10,"x-dead-letter-exchange":"x1"}`),
 		s("declare", "queue", "name=q4", "queue_type=quorum"),
-		s("delete", "queue", "name=q4"), // (RabbitMQ's quorum queue statistics come late)
+		s("delete", "queue", "name=q4"),                   // (RabbitMQ's quorum queue statistics come late)
 		s("declare", "queue", "name=q1", "durable=false"), // inequivalent
 		s("declare", "queue", "name=amq.q"),
 		s("declare", "exchange", "name=x1", "type=direct"),
