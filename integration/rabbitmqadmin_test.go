@@ -80,7 +80,7 @@ func TestRabbitmqadminDiff(t *testing.T) {
 	sfx := randomSuffix()
 	vh, vh2, user := "hC-ra-"+sfx, "hC-ra-v2-"+sfx, "hC-ra-u-"+sfx
 	repl := strings.NewReplacer("{vh}", vh, "{vh2}", vh2, "{user}", user, "{sfx}", sfx)
-	importFile := fmt.Sprintf(`{"queues":[{"name":"imp-q","durable":true,"auto_delete":false,"arguments":{"x-max-length":7}}],` +
+	importFile := (`{"queues":[{"name":"imp-q","durable":true,"auto_delete":false,"arguments":{"x-max-length":7}}],` +
 		`"exchanges":[{"name":"imp-x","type":"fanout","durable":true,"auto_delete":false,"internal":false,"arguments":{}}],` +
 		`"bindings":[{"source":"imp-x","destination":"imp-q","destination_type":"queue","routing_key":"","arguments":{}}]}`)
 	importAll := fmt.Sprintf(`{"users":[{"name":"hC-ra-imp-%s","password_hash":"","hashing_algorithm":"rabbit_password_hashing_sha256","tags":["monitoring"]}],`+
