@@ -128,10 +128,13 @@ func TestMgmtBooleanStringsDiff(t *testing.T) {
 		x("x3", `{"type":"direct","internal":"maybe"}`),
 		x("x4", `{"type":"direct","durable":0}`),
 		x("x5", `{"type":"direct","auto_delete":["true"]}`),
+		{name: "vhost tracing \"yes\"", method: "PUT", path: "/api/vhosts/hC-tr-{vh}", body: `{"tracing":"yes"}`, after: "/api/vhosts/hC-tr-{vh}"},
+		{name: "vhost tracing 1", method: "PUT", path: "/api/vhosts/hC-tr-{vh}", body: `{"tracing":1}`, after: "/api/vhosts/hC-tr-{vh}"},
+		{name: "vhost tracing \"false\"", method: "PUT", path: "/api/vhosts/hC-tr-{vh}", body: `{"tracing":"false"}`, after: "/api/vhosts/hC-tr-{vh}", fields: []string{"name", "tracing"}},
 		// (Not compared: "requeue" instead of "ackmode", which RabbitMQ
 		// 3.7+ refuses with [{key_missing,ackmode}] and Warren still
 		// takes as RabbitMQ before 3.7 did.)
 		{name: "get with count \"1\"", method: "POST", path: "/api/queues/{vh}/q1/get", body: `{"count":"1","ackmode":"ack_requeue_true","encoding":"auto"}`},
 	}
-	runInputDiff(t, "bools", cases, nil)
+	runInputDiff(t, "bools", cases, []string{"/api/vhosts/hC-tr-{vh}"})
 }

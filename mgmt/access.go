@@ -101,6 +101,9 @@ func (c *call) vhostPut() error {
 	var body struct {
 		Description *string `json:"description"`
 		Tags        any     `json:"tags"`
+		// Tracing is checked as RabbitMQ's (not_boolean) and ignored:
+		// Warren has no firehose tracer.
+		Tracing rbool `json:"tracing"`
 	}
 	if err := c.decode(&body); err != nil {
 		return err
