@@ -305,10 +305,28 @@ func (c *call) definitionsPost() error {
 	return nil
 }
 
+// parameters lists the runtime parameters, as RabbitMQ's: moves
+// (shovel), and, as RabbitMQ keeps them as parameters too, each vhost's
+// limits (vhost-limits "limits") and operator policies.
 func (c *call) parameters() error {
 	list := []map[string]any{}
 	for _, sh := range c.s.shovelList("") {
 		list = append(list, sh.paramJSON())
 	}
-	return c.ok(list)
+	vs, err := c.visibleVHosts()
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if l, _ := c.s.b.VHostLimits(v.Name); len(l) > 0 {
+			list = append(list, map[string]any{"vhost": v.Name, "component": "vhost-limits", "name": "limits", "value": l})
+		}
+		for _, p := range v.OperatorPolicies() {
+			val := policyJSON(p)
+			delete(val, "vhost")
+			delete(val, "name")
+			list = append(list, map[string]any{"vhost": v.Name, "component": "operator_policy", "name": p.Name, "value": val})
+		}
+	}
+	return c.list(list)
 }
