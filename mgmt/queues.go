@@ -193,6 +193,11 @@ func (c *call) queuePut() error {
 	}
 	spec := broker.QueueSpec{Name: name, Durable: b.Durable != nil && *b.Durable, AutoDelete: b.AutoDelete != nil && *b.AutoDelete, Args: args}
 	existed := v.Queue(name) != nil
+	if !existed {
+		if err := c.checkCreateArgs(v, "queue", name, args); err != nil {
+			return err
+		}
+	}
 	if _, _, _, err := v.DeclareQueue(spec, false); err != nil {
 		return amqpError(err)
 	}
@@ -277,7 +282,7 @@ func (c *call) queueGetMessages() error {
 			return badRequest("truncate must be an integer")
 		}
 	}
-	if err := c.check(v, broker.Read, "queue", q.Name); err != nil {
+	if err := c.checkChannel(v, broker.Read, "queue", q.Name); err != nil {
 		return err
 	}
 	var ds []broker.Delivery
