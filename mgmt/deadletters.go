@@ -281,7 +281,7 @@ func (c *call) deadLetterReplay() error {
 		return replayMessage(m, b.KeepHistory)
 	}, func(exchange string, m *broker.Message) error {
 		if !c.s.b.Check(c.user.Name, v.Name, broker.Write, displayExchange(exchange)) {
-			return notAuthorised(accessRefused(v.Name, "exchange", displayExchange(exchange), c.user.Name))
+			return errors.New(accessRefused(v.Name, "exchange", displayExchange(exchange), c.user.Name))
 		}
 		return c.s.b.CheckTopicPublish(c.user.Name, v, exchange, m)
 	})

@@ -376,6 +376,11 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) error {
 		name = ch.lastQueue
 	}
 	if !m.Passive {
+		// RabbitMQ refuses a reserved name (check_name) before it checks
+		// any permission, an existing server-named queue's too.
+		if !generated && strings.HasPrefix(name, "amq.") {
+			return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
+		}
 		if err := ch.check(broker.Configure, "queue", name); err != nil {
 			return err
 		}
