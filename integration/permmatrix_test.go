@@ -26,6 +26,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -887,5 +888,105 @@ func TestPermissionMatrix(t *testing.T) {
 		if _, ok := w[k]; !ok {
 			t.Errorf("%s: no answer from Warren", k)
 		}
+	}
+}
+
+// TestIndirectRoutePermissions (issue 11 item 6): permissions "^mine.*"
+// are not enough to make a queue dead-letter into, or an exchange fall
+// back to, what the user may not write to — over AMQP (403) and the API
+// (401 "Access refused."), as RabbitMQ; a dead-letter or alternate
+// exchange the user may write to is still fine. Warren only, so that it
+// runs without the RabbitMQ reference (TestPermissionMatrix compares).
+func TestIndirectRoutePermissions(t *testing.T) {
+	tg := newMgmtWarren(t)
+	vh := tg.freshVhost(t)
+	u := tg.newUser(t, "pm-mine", "management")
+	tg.must("PUT", "/api/permissions/"+esc(vh)+"/"+esc(u), map[string]string{"configure": "^mine.*", "write": "^mine.*", "read": "^mine.*"}, 201)
+	admin := tg.channel(t, vh)
+	for _, q := range []string{"secretq", "mine-ok"} {
+		if _, err := admin.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, x := range []string{"secret-x", "mine-x"} {
+		if err := admin.ExchangeDeclare(x, "fanout", false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := tg.dialAs(t, u, u, vh, "")
+	refused := func(what string, op func(ch *amqp091.Channel) error, want string) {
+		t.Helper()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = op(ch)
+		var ae *amqp091.Error
+		if !errors.As(err, &ae) || ae.Code != 403 || ae.Reason != want {
+			t.Errorf("%s: %v, want 403 %q", what, err, want)
+		}
+	}
+	refusal := func(x string) string {
+		return fmt.Sprintf("ACCESS_REFUSED - access to exchange '%s' in vhost '%s' refused for user '%s'", x, vh, u)
+	}
+	refused("queue.declare mine_dl dead-lettering to secretq through the default exchange", func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare("mine_dl", false, false, false, false, amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "secretq"})
+		return err
+	}, refusal("amq.default"))
+	refused("queue.declare mine_dl2 dead-lettering to secret-x", func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare("mine_dl2", false, false, false, false, amqp091.Table{"x-dead-letter-exchange": "secret-x"})
+		return err
+	}, refusal("secret-x"))
+	refused("exchange.declare mine-ae with alternate-exchange secret-x", func(ch *amqp091.Channel) error {
+		return ch.ExchangeDeclare("mine-ae", "direct", false, false, false, false, amqp091.Table{"alternate-exchange": "secret-x"})
+	}, refusal("secret-x"))
+
+	for _, c := range []struct{ path, body string }{
+		{"/api/queues/" + esc(vh) + "/mine_dl", `{"arguments":{"x-dead-letter-exchange":"","x-dead-letter-routing-key":"secretq"}}`},
+		{"/api/queues/" + esc(vh) + "/mine_dl2", `{"arguments":{"x-dead-letter-exchange":"secret-x"}}`},
+		{"/api/exchanges/" + esc(vh) + "/mine-ae", `{"type":"direct","arguments":{"alternate-exchange":"secret-x"}}`},
+	} {
+		if r := tg.doAs(u, u, "PUT", c.path, c.body); r.status != 401 || r.errorBody() != "not_authorised: Access refused." {
+			t.Errorf("%s, want 401 not_authorised: Access refused.", r)
+		}
+	}
+	for _, path := range []string{"/api/queues/" + esc(vh) + "/mine_dl", "/api/queues/" + esc(vh) + "/mine_dl2", "/api/exchanges/" + esc(vh) + "/mine-ae"} {
+		if r := tg.do("GET", path, nil); r.status != 404 {
+			t.Errorf("%s: the refused declare created it", r)
+		}
+	}
+
+	// Allowed: dead-lettering into, and falling back to, what the user
+	// may write to; a dead letter then arrives where it should.
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("mine-dl-ok", false, false, false, false, amqp091.Table{"x-dead-letter-exchange": "mine-x"}); err != nil {
+		t.Fatalf("queue.declare with a writable dead-letter exchange: %v", err)
+	}
+	if err := ch.ExchangeDeclare("mine-ae-ok", "direct", false, false, false, false, amqp091.Table{"alternate-exchange": "mine-x"}); err != nil {
+		t.Fatalf("exchange.declare with a writable alternate exchange: %v", err)
+	}
+	if r := tg.doAs(u, u, "PUT", "/api/queues/"+esc(vh)+"/mine-dl-ok2", map[string]any{"arguments": map[string]any{"x-dead-letter-exchange": "mine-x"}}); r.status != 201 {
+		t.Errorf("%s, want 201", r)
+	}
+	if r := tg.doAs(u, u, "PUT", "/api/exchanges/"+esc(vh)+"/mine-ae-ok2", map[string]any{"type": "direct", "arguments": map[string]any{"alternate-exchange": "mine-x"}}); r.status != 201 {
+		t.Errorf("%s, want 201", r)
+	}
+	if err := ch.QueueBind("mine-ok", "", "mine-x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("mine-ae-ok", "nowhere", false, false, amqp091.Publishing{Body: []byte("via ae")}); err != nil {
+		t.Fatal(err)
+	}
+	if !pmPoll(func() bool {
+		q, err := admin.QueueDeclarePassive("mine-ok", false, false, false, false, nil)
+		return err == nil && q.Messages == 1
+	}) {
+		t.Errorf("nothing reached mine-ok through the alternate exchange")
+	}
+	if q, err := admin.QueueDeclarePassive("secretq", false, false, false, false, nil); err != nil || q.Messages != 0 {
+		t.Errorf("secretq: %+v, %v; want it empty", q, err)
 	}
 }
