@@ -480,7 +480,9 @@ var pmCases = []pmCase{
 		amqp: func(s *session, n pmNames) outcome { return s.result(s.ch.ExchangeDelete(n.s("x"), false, false)) },
 		http: func(u *pmUser, n pmNames) mgmtResp { return u.http("DELETE", pmXPath(sq("x"))(u, n), nil) }},
 	{name: "exchange.delete/default",
-		amqp: func(s *session, n pmNames) outcome { return s.result(s.ch.ExchangeDelete("", false, false)) }},
+		amqp: func(s *session, n pmNames) outcome { return s.result(s.ch.ExchangeDelete("", false, false)) },
+		http: func(u *pmUser, n pmNames) mgmtResp { return u.http("DELETE", pmXPath(fixed("amq.default"))(u, n), nil) }},
+	{name: "exchange.delete/system", http: func(u *pmUser, n pmNames) mgmtResp { return u.http("DELETE", pmXPath(fixed("amq.direct"))(u, n), nil) }},
 	{name: "queue.purge/mine", setup: sQueues(mq("q")),
 		amqp: func(s *session, n pmNames) outcome { _, err := s.ch.QueuePurge(n.m("q"), false); return s.result(err) },
 		http: func(u *pmUser, n pmNames) mgmtResp { return u.http("DELETE", pmQPath(mq("q"))(u, n)+"/contents", nil) }},
@@ -646,6 +648,62 @@ var pmCases = []pmCase{
 		http: func(u *pmUser, n pmNames) mgmtResp {
 			return u.http("PUT", "/api/policies/"+esc(u.vh)+"/"+esc(n.m("pol")), map[string]any{"pattern": "^" + n.m("pol") + "$",
 				"definition": map[string]any{"alternate-exchange": n.s("x")}, "apply-to": "exchanges"})
+		}},
+
+	// --- the direct reply-to pseudo-queue: declaring it is a passive
+	// declare, whatever the flags ---
+	{name: "queue.declare/direct-reply-to", amqp: pmQ(fixed("amq.rabbitmq.reply-to"), nil)},
+	{name: "queue.declare/direct-reply-to-passive",
+		amqp: func(s *session, n pmNames) outcome {
+			_, err := s.ch.QueueDeclarePassive("amq.rabbitmq.reply-to", false, false, false, false, nil)
+			return s.result(err)
+		}},
+
+	// --- routes set up by someone else: checked when they were made ---
+	{name: "basic.publish/via-alternate-exchange-to-secret",
+		setup: func(a *pmAdmin, n pmNames) {
+			a.queue(n.s("q"), nil)
+			a.exchange(n.s("ae"))
+			a.bind(n.s("q"), n.s("ae"), "k")
+			if err := a.ch.ExchangeDeclare(n.m("x"), "direct", false, false, false, false, amqp091.Table{"alternate-exchange": n.s("ae")}); err != nil {
+				a.t.Fatalf("set-up: %v", err)
+			}
+		},
+		amqp: func(s *session, n pmNames) outcome {
+			return s.publish(n.m("x"), "k", amqp091.Publishing{Body: []byte("x")})
+		}},
+	{name: "basic.publish/tx-secret", setup: sExchanges(sq("x")),
+		amqp: func(s *session, n pmNames) outcome {
+			if err := s.ch.Tx(); err != nil {
+				return s.result(err)
+			}
+			if o := s.publish(n.s("x"), "k", amqp091.Publishing{Body: []byte("x")}); o != noError {
+				return o
+			}
+			return s.result(s.ch.TxCommit())
+		}},
+	{name: "basic.publish/confirm-secret", setup: sExchanges(sq("x")),
+		amqp: func(s *session, n pmNames) outcome {
+			if err := s.ch.Confirm(false); err != nil {
+				return s.result(err)
+			}
+			return s.publish(n.s("x"), "k", amqp091.Publishing{Body: []byte("x")})
+		}},
+
+	// --- the API's aliveness test declares, publishes to and reads its
+	// own queue, with the user's permissions ---
+	{name: "http.aliveness-test", http: func(u *pmUser, n pmNames) mgmtResp {
+		return u.http("GET", "/api/aliveness-test/"+esc(u.vh), nil)
+	}},
+	{name: "exchange.bind/mine-from-default-http", setup: sExchanges(mq("d")),
+		http: func(u *pmUser, n pmNames) mgmtResp {
+			return u.http("POST", pmBindings(u, "amq.default", "e", n.m("d")), map[string]any{"routing_key": "k"})
+		}},
+	{name: "exchange.declare/default-http", http: pmPut(pmXPath(fixed("amq.default")), pmXBody(nil))},
+	{name: "operator-policy",
+		http: func(u *pmUser, n pmNames) mgmtResp {
+			return u.http("PUT", "/api/operator-policies/"+esc(u.vh)+"/"+esc(n.m("op")), map[string]any{"pattern": "^" + n.m("op") + "$",
+				"definition": map[string]any{"max-length": 1}, "apply-to": "queues"})
 		}},
 
 	// --- definitions import: administrators only, no resource checks ---

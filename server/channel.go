@@ -369,6 +369,15 @@ func (ch *channel) bind(source, dst string, toExchange bool, key string, args am
 }
 
 func (ch *channel) queueDeclare(m *amqp.QueueDeclare) error {
+	if m.Queue == broker.DirectReplyTo {
+		// As RabbitMQ: whatever the flags, a passive declare of a queue
+		// that always exists with one consumer; no permission is checked.
+		ch.lastQueue = m.Queue
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: m.Queue, ConsumerCount: 1})
+		}
+		return nil
+	}
 	name, generated := m.Queue, false
 	if name == "" && !m.Passive {
 		name, generated = broker.NewQueueName(), true
