@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"regexp"
 	"sort"
+
+	"github.com/warrenmq/warren/amqp"
 )
 
 // User is a broker user. Passwords are kept as RabbitMQ keeps them: a
@@ -238,6 +240,45 @@ func (b *Broker) Check(user, vhost string, a Access, name string) bool {
 		re = p.read
 	}
 	return re != nil && re.MatchString(name)
+}
+
+// Denied names a refused permission: the access, and the resource's kind
+// ("queue" or "exchange") and name as RabbitMQ names them in its error
+// (the default exchange as "amq.default").
+type Denied struct {
+	Access     Access
+	Kind, Name string
+}
+
+// CheckCreateArgs is RabbitMQ's check of the arguments that make a new
+// queue or exchange send messages somewhere else (rabbit_channel's
+// queue.declare and exchange.declare): a queue with x-dead-letter-exchange
+// needs read on the queue and write on that exchange; an exchange with
+// alternate-exchange needs read on the exchange and write on the alternate
+// one. Without it, configure on a name would be enough to route messages
+// into any queue through the default exchange. kind is "queue" or
+// "exchange"; call it only for a resource that does not exist yet, as
+// RabbitMQ (a redeclare must be equivalent anyway). It returns nil when
+// allowed, or the first permission refused, in RabbitMQ's order.
+func (b *Broker) CheckCreateArgs(user, vhost, kind, name string, args amqp.Table) *Denied {
+	key := "alternate-exchange"
+	if kind == "queue" {
+		key = "x-dead-letter-exchange"
+	}
+	target, ok := args[key].(string) // only a longstr names an exchange
+	if !ok {
+		return nil
+	}
+	if target == "" {
+		target = "amq.default"
+	}
+	if !b.Check(user, vhost, Read, name) {
+		return &Denied{Read, kind, name}
+	}
+	if !b.Check(user, vhost, Write, target) {
+		return &Denied{Write, "exchange", target}
+	}
+	return nil
 }
 
 type brokerError string

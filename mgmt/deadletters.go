@@ -165,7 +165,7 @@ func (c *call) deadLetterMessages() error {
 	if err != nil {
 		return err
 	}
-	if err := c.check(v, broker.Read, "queue", q.Name); err != nil {
+	if err := c.checkChannel(v, broker.Read, "queue", q.Name); err != nil {
 		return err
 	}
 	qp := c.r.URL.Query()
@@ -270,7 +270,7 @@ func (c *call) deadLetterReplay() error {
 	default:
 		return badRequest(fmt.Sprintf("unknown reason '%s' (rejected, expired, maxlen or delivery_limit)", b.Reason))
 	}
-	if err := c.check(v, broker.Read, "queue", q.Name); err != nil {
+	if err := c.checkChannel(v, broker.Read, "queue", q.Name); err != nil {
 		return err
 	}
 	f := deadFilter{reason: b.Reason, source: b.SourceQueue}
@@ -281,7 +281,7 @@ func (c *call) deadLetterReplay() error {
 		return replayMessage(m, b.KeepHistory)
 	}, func(exchange string, m *broker.Message) error {
 		if !c.s.b.Check(c.user.Name, v.Name, broker.Write, displayExchange(exchange)) {
-			return notAuthorised(fmt.Sprintf("access to exchange '%s' in vhost '%s' refused", displayExchange(exchange), v.Name))
+			return errors.New(accessRefused(v.Name, "exchange", displayExchange(exchange), c.user.Name))
 		}
 		return c.s.b.CheckTopicPublish(c.user.Name, v, exchange, m)
 	})

@@ -129,6 +129,11 @@ func (c *call) exchangePut() error {
 		return notAuthorised("Access refused.")
 	}
 	existed := v.Exchange(name) != nil
+	if !existed {
+		if err := c.checkCreateArgs(v, "exchange", name, args); err != nil {
+			return err
+		}
+	}
 	// As RabbitMQ's API: durable only when asked for.
 	durable := b.Durable.or(false)
 	if err := v.DeclareExchange(broker.ExchangeSpec{Name: name, Kind: b.Type, Durable: durable, AutoDelete: b.AutoDelete.or(false), Internal: b.Internal.or(false), Args: args}, false); err != nil {
@@ -199,8 +204,10 @@ func (c *call) exchangePublish() error {
 	if err != nil {
 		return err
 	}
-	if err := c.check(v, broker.Write, "exchange", displayExchange(name)); err != nil {
-		return err
+	if !c.s.b.Check(c.user.Name, v.Name, broker.Write, displayExchange(name)) {
+		// RabbitMQ's API publishes over an AMQP channel of its own and
+		// answers its error as a 400.
+		return badRequest("403 " + accessRefused(v.Name, "exchange", displayExchange(name), c.user.Name))
 	}
 	if err := c.s.b.CheckTopicPublish(c.user.Name, v, name, &broker.Message{RoutingKey: *b.RoutingKey, Props: props}); err != nil {
 		e := err.(*amqpc.Error)
@@ -459,7 +466,11 @@ func bindingDelete(kind string) handler {
 		if err != nil {
 			return err
 		}
-		if err := c.check(v, broker.Write, destKind(kind), b.Destination); err != nil {
+		if err := c.check(v, broker.Write, destKind(kind), displayExchange(b.Destination)); err != nil {
+			return err
+		}
+		// As a binding's creation: read on its source too.
+		if err := c.check(v, broker.Read, "exchange", displayExchange(b.Source)); err != nil {
 			return err
 		}
 		if err := c.s.b.CheckTopicBind(c.user.Name, v, b.Source, b.RoutingKey); err != nil {

@@ -199,6 +199,11 @@ func (c *call) queuePut() error {
 	}
 	spec := broker.QueueSpec{Name: name, Durable: b.Durable.or(false), AutoDelete: b.AutoDelete.or(false), Args: args}
 	existed := v.Queue(name) != nil
+	if !existed {
+		if err := c.checkCreateArgs(v, "queue", name, args); err != nil {
+			return err
+		}
+	}
 	if _, _, _, err := v.DeclareQueue(spec, false); err != nil {
 		return amqpError(err)
 	}
@@ -283,7 +288,7 @@ func (c *call) queueGetMessages() error {
 			return badRequest("truncate must be an integer")
 		}
 	}
-	if err := c.check(v, broker.Read, "queue", q.Name); err != nil {
+	if err := c.checkChannel(v, broker.Read, "queue", q.Name); err != nil {
 		return err
 	}
 	var ds []broker.Delivery

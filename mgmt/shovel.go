@@ -158,14 +158,17 @@ func (c *call) shovelPut() error {
 	if err != nil {
 		return err
 	}
-	if err := c.check(v, broker.Read, "queue", sh.srcQueue); err != nil {
+	// RabbitMQ's dynamic shovel (a plugin) checks only that the user may
+	// use the vhost; Warren asks what a client moving the messages would
+	// need: read on the source queue, write on the destination exchange.
+	if err := c.checkChannel(v, broker.Read, "queue", sh.srcQueue); err != nil {
 		return err
 	}
 	exchange := sh.destX
 	if sh.destQueue != "" {
 		exchange = ""
 	}
-	if err := c.check(v, broker.Write, "exchange", displayExchange(exchange)); err != nil {
+	if err := c.checkChannel(v, broker.Write, "exchange", displayExchange(exchange)); err != nil {
 		return err
 	}
 	// Kept, so that the move resumes after a restart, as RabbitMQ's

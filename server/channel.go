@@ -284,14 +284,26 @@ func (ch *channel) check(a broker.Access, kind, name string) error {
 	return amqp.Errorf(amqp.AccessRefused, "access to %s '%s' in vhost '%s' refused for user '%s'", kind, name, ch.vhost().Name, ch.c.user.Name)
 }
 
+// denied is RabbitMQ's 403 for a refused permission.
+func (ch *channel) denied(d *broker.Denied) error {
+	if d == nil {
+		return nil
+	}
+	return ch.check(d.Access, d.Kind, d.Name)
+}
+
 func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) error {
-	if !m.Passive {
+	// The default exchange is refused (by the broker) before any
+	// permission is checked, as RabbitMQ's check_not_default_exchange.
+	if !m.Passive && m.Exchange != "" {
 		if err := ch.check(broker.Configure, "exchange", m.Exchange); err != nil {
 			return err
 		}
-		if ae, ok := m.Arguments["alternate-exchange"].(string); ok {
-			// RabbitMQ requires write on the alternate exchange.
-			if err := ch.check(broker.Write, "exchange", ae); err != nil {
+		// A new exchange with an alternate exchange: read on it and write
+		// on the alternate (CheckCreateArgs); a reserved name is refused
+		// first.
+		if !strings.HasPrefix(m.Exchange, "amq.") && ch.vhost().Exchange(m.Exchange) == nil {
+			if err := ch.denied(ch.c.s.broker.CheckCreateArgs(ch.c.user.Name, ch.vhost().Name, "exchange", m.Exchange, m.Arguments)); err != nil {
 				return err
 			}
 		}
@@ -308,8 +320,11 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) error {
 }
 
 func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) error {
-	if err := ch.check(broker.Configure, "exchange", m.Exchange); err != nil {
-		return err
+	// The default exchange is refused by the broker before any check.
+	if m.Exchange != "" {
+		if err := ch.check(broker.Configure, "exchange", m.Exchange); err != nil {
+			return err
+		}
 	}
 	if err := ch.vhost().DeleteExchange(m.Exchange, m.IfUnused); err != nil {
 		return err
@@ -328,8 +343,12 @@ func (ch *channel) bind(source, dst string, toExchange bool, key string, args am
 	if err := ch.check(broker.Write, kind, dst); err != nil {
 		return err
 	}
-	if err := ch.check(broker.Read, "exchange", source); err != nil {
-		return err
+	// RabbitMQ refuses the default exchange at either end after the write
+	// check and before the read check (the broker's error).
+	if source != "" && (!toExchange || dst != "") {
+		if err := ch.check(broker.Read, "exchange", source); err != nil {
+			return err
+		}
 	}
 	if err := ch.c.s.broker.CheckTopicBind(ch.c.user.Name, ch.vhost(), source, key); err != nil {
 		return err
@@ -350,6 +369,15 @@ func (ch *channel) bind(source, dst string, toExchange bool, key string, args am
 }
 
 func (ch *channel) queueDeclare(m *amqp.QueueDeclare) error {
+	if m.Queue == broker.DirectReplyTo {
+		// As RabbitMQ: whatever the flags, a passive declare of a queue
+		// that always exists with one consumer; no permission is checked.
+		ch.lastQueue = m.Queue
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: m.Queue, ConsumerCount: 1})
+		}
+		return nil
+	}
 	name, generated := m.Queue, false
 	if name == "" && !m.Passive {
 		name, generated = broker.NewQueueName(), true
@@ -357,8 +385,20 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) error {
 		name = ch.lastQueue
 	}
 	if !m.Passive {
+		// RabbitMQ refuses a reserved name (check_name) before it checks
+		// any permission, an existing server-named queue's too.
+		if !generated && strings.HasPrefix(name, "amq.") {
+			return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
+		}
 		if err := ch.check(broker.Configure, "queue", name); err != nil {
 			return err
+		}
+		// A new queue with a dead-letter exchange: read on it and write
+		// on that exchange (CheckCreateArgs).
+		if ch.vhost().Queue(name) == nil {
+			if err := ch.denied(ch.c.s.broker.CheckCreateArgs(ch.c.user.Name, ch.vhost().Name, "queue", name, m.Arguments)); err != nil {
+				return err
+			}
 		}
 	}
 	q, msgs, cons, err := ch.vhost().DeclareQueue(broker.QueueSpec{Name: name, Durable: m.Durable, Exclusive: m.Exclusive,
