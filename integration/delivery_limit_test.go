@@ -286,3 +286,40 @@ func TestClassicDeliveryCountSurvivesRestart(t *testing.T) {
 		t.Errorf("%d deliveries, want %d", delivery, limit+1)
 	}
 }
+
+// TestClassicDeliveryLimitCountsManagementGet: issue 11 item 15. The
+// management API's get with a requeue ackmode is a delivery and a return
+// like any other, so on a classic queue with x-delivery-limit each one
+// counts (R5.3, Warren's extension): the limit+1-th get dead-letters the
+// message (R3.1), and the gets in between show x-delivery-count.
+func TestClassicDeliveryLimitCountsManagementGet(t *testing.T) {
+	const limit = 2
+	for _, mode := range []string{"ack_requeue_true", "reject_requeue_true"} {
+		t.Run(mode, func(t *testing.T) {
+			tg := newMgmtWarren(t)
+			e := &env{t: t, url: tg.amqpURL, w: tg.w}
+			ch := e.channel()
+			dlx, dlq := dlxTopology(t, e, ch, "k")
+			q := e.queue(ch, e.name("hF-mget"), amqp.Table{"x-delivery-limit": int32(limit),
+				"x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k"})
+			publishBody(t, ch, "", q, "poison")
+			for i := 0; i <= limit; i++ {
+				r := tg.must("POST", "/api/queues/%2F/"+esc(q)+"/get",
+					map[string]any{"count": 1, "ackmode": mode, "encoding": "auto"}, 200)
+				msgs, _ := r.json(t).([]any)
+				if len(msgs) != 1 {
+					t.Fatalf("get %d: %s, want one message", i+1, r)
+				}
+				props, _ := msgs[0].(map[string]any)["properties"].(map[string]any)
+				headers, _ := props["headers"].(map[string]any)
+				dc, has := headers["x-delivery-count"]
+				if i == 0 && has || i > 0 && dc != float64(i) {
+					t.Errorf("get %d: x-delivery-count %v, want %d (absent at first)", i+1, dc, i)
+				}
+			}
+			e.waitMessages(dlq, 1)
+			e.waitMessages(q, 0)
+			wantDeath(t, death(t, getOne(t, ch, dlq), 0), map[string]any{"queue": q, "reason": "delivery_limit"})
+		})
+	}
+}
