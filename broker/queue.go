@@ -214,6 +214,22 @@ func (q *Queue) countsDeliveries() bool {
 	return q.eff.Type == "quorum" || q.eff.DeliveryLimit != nil
 }
 
+// countsReturn reports whether a return bumps the delivery count, the
+// counter x-delivery-limit is checked against and x-delivery-count shows.
+// Quorum queues keep RabbitMQ 4.3's rule: only failed deliveries count
+// (basic.reject with requeue, channel or connection loss), basic.nack
+// with requeue and basic.recover do not (R5.3). Classic queues have no
+// delivery limit in RabbitMQ, so Warren's own limit there counts every
+// return, whatever the kind: basic.nack and basic.reject with requeue,
+// basic.recover, and the messages a channel or connection still held
+// when it closed (also after basic.cancel, which leaves them unacked).
+// Otherwise the seed's poison handler, basicNack(tag, false, true), would
+// spin forever on a queue whose limit was set to stop it (issue 11 item
+// 15).
+func (q *Queue) countsReturn(failed bool) bool {
+	return failed || q.eff.Type != "quorum"
+}
+
 // Stats returns a snapshot of the queue's counters.
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
@@ -783,11 +799,13 @@ func (q *Queue) Reject(ds []Delivery) {
 }
 
 // Requeue returns deliveries to the queue, marked redelivered (R5.1).
-// failed says whether the return counts as a failed delivery (basic.reject
-// with requeue, channel or connection loss) rather than a plain return
-// (basic.nack with requeue, basic.recover) (R5.3, RabbitMQ 4.3). A message
-// over the delivery limit is dead-lettered with reason delivery_limit, or
-// dropped without a DLX. Classic queues put messages back at their
+// failed says whether the return is a failed delivery (basic.reject with
+// requeue, channel or connection loss) rather than a plain return
+// (basic.nack with requeue, basic.recover). Which returns count toward
+// the delivery limit and x-delivery-count depends on the queue type (see
+// countsReturn): on quorum queues only failed ones (R5.3, RabbitMQ 4.3),
+// on other queues every return. A message over the delivery limit is
+// dead-lettered with reason delivery_limit, or dropped without a DLX. Classic queues put messages back at their
 // original position; quorum queues serve returns first while a delivery
 // limit is set and put them at the back otherwise (R5.4). With a delayed
 // retry type, returns wait before becoming ready (R5.5). A requeue that
@@ -806,7 +824,7 @@ func (q *Queue) Requeue(ds []Delivery, failed bool) {
 		e := d.entry()
 		e.redelivered = true
 		e.acquired++
-		if failed {
+		if q.countsReturn(failed) {
 			e.deliveryCount++
 		}
 		q.stats.Requeued++

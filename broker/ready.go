@@ -12,8 +12,10 @@ type entry struct {
 	redelivered bool
 	dead        bool  // tombstone: expired in place, skipped when it reaches the head
 	expiresAt   int64 // unix ms; 0 = never
-	// deliveryCount counts failed deliveries (x-delivery-count, R5.3);
-	// acquired counts every delivery returned to the queue (x-acquired-count).
+	// deliveryCount counts the returns that count toward the delivery
+	// limit (x-delivery-count, R5.3): failed deliveries on quorum queues,
+	// every return on others (Queue.countsReturn); acquired counts every
+	// delivery returned to the queue (x-acquired-count).
 	deliveryCount uint32
 	acquired      uint32
 	// seg is the log segment of the message's record when ondisk (the

@@ -9,7 +9,8 @@
 //	WARREN_INTEROP_URL=amqp://guest:guest@127.0.0.1:5672/ go test -v ./interop
 //
 // A test whose client is not installed skips, naming the package to install;
-// with CI=true a missing client fails the test instead.
+// with CI=true a missing client fails the test instead. The Python suites
+// run with /usr/bin/python3, or the interpreter WARREN_INTEROP_PYTHON names.
 //
 // TestAmqp091Suite takes several minutes and is skipped with -short.
 package interop

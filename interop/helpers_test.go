@@ -56,24 +56,60 @@ func missing(t *testing.T, format string, args ...any) {
 	t.Skip(msg)
 }
 
-// python is the interpreter whose Debian packages (python3-pika,
-// python3-celery) the Python suites use; a python3 found on PATH may be a
-// different installation without them.
-const python = "/usr/bin/python3"
+// pythonEnv names another Python interpreter for the Python suites.
+const pythonEnv = "WARREN_INTEROP_PYTHON"
 
-// requirePython skips (or, in CI, fails) unless python can import modules.
-func requirePython(t *testing.T, hint string, modules ...string) {
-	t.Helper()
-	if _, err := os.Stat(python); err != nil {
-		missing(t, "%s not found: %s", python, hint)
+// python returns the interpreter the Python suites run with:
+// $WARREN_INTEROP_PYTHON, else /usr/bin/python3, whose Debian packages
+// (python3-pika, python3-celery) the suites use; a python3 found on PATH
+// may be a different installation without them.
+func python() string {
+	if p := os.Getenv(pythonEnv); p != "" {
+		return p
 	}
+	return "/usr/bin/python3"
+}
+
+// pythonImportCheck imports each module and fails unless it is a real
+// module or package, not a namespace package made of a directory that
+// happens to share its name (this package's pika/ and celery/ folders:
+// run from here, "import celery" succeeds without Celery installed).
+const pythonImportCheck = `import importlib, sys
+for name in sys.argv[1:]:
+    m = importlib.import_module(name)
+    if getattr(m, "__file__", None) is None:
+        raise ImportError("no module named %r (only a directory of that name: %s)" % (name, ", ".join(getattr(m, "__path__", []))))
+`
+
+// pythonMissing reports why python cannot import modules, or nil when it
+// can. It runs in an empty directory so that nothing in the current one
+// shadows an installed module or stands in for a missing one.
+func pythonMissing(python string, modules ...string) error {
+	if _, err := exec.LookPath(python); err != nil {
+		return fmt.Errorf("%s not found: %w", python, err)
+	}
+	dir, err := os.MkdirTemp("", "warren-interop-python-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	code := "import " + strings.Join(modules, ", ")
-	out, err := exec.CommandContext(ctx, python, "-c", code).CombinedOutput()
-	if err != nil {
-		missing(t, "%s not installed: %s (%s -c %q: %v: %s)",
-			strings.Join(modules, ", "), hint, python, code, err, bytes.TrimSpace(out))
+	cmd := exec.CommandContext(ctx, python, append([]string{"-c", pythonImportCheck}, modules...)...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return fmt.Errorf("%s cannot import %s: %v: %s", python, strings.Join(modules, ", "), err, lines[len(lines)-1])
+	}
+	return nil
+}
+
+// requirePython skips t (or, under CI=true, fails it) unless the Python
+// interpreter can import modules; hint says how to install them.
+func requirePython(t *testing.T, hint string, modules ...string) {
+	t.Helper()
+	if err := pythonMissing(python(), modules...); err != nil {
+		missing(t, "%s not installed (%s): %v", strings.Join(modules, ", "), hint, err)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 func TestPika(t *testing.T) {
 	requirePython(t, "apt-get install python3-pika", "pika")
 	url := brokerURL(t)
-	out := runSuite(t, url, "pika", 2*time.Minute, python, "test_pika.py", "-v")
+	out := runSuite(t, url, "pika", 2*time.Minute, python(), "test_pika.py", "-v")
 	logTail(t, out, 3)
 }
 
@@ -22,7 +22,7 @@ func TestPika(t *testing.T) {
 func TestCelery(t *testing.T) {
 	requirePython(t, "apt-get install python3-celery", "celery", "kombu", "amqp")
 	url := brokerURL(t)
-	out := runSuite(t, url, "celery", 3*time.Minute, python, "run_celery.py")
+	out := runSuite(t, url, "celery", 3*time.Minute, python(), "run_celery.py")
 	logTail(t, out, 1)
 }
 

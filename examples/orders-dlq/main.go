@@ -30,10 +30,11 @@
 //  4. A consumer that always answers basic.nack(requeue=true): 200
 //     deliveries, 199 redelivered, nothing dead-lettered, the message still
 //     queued. requeue=true never consults the dead-letter exchange.
-//  5. The same loop on orders.limited, stopped by x-delivery-limit: the
-//     message reaches orders.dlq with reason delivery_limit. (Warren accepts
-//     x-delivery-limit on classic queues; RabbitMQ only on quorum queues, so
-//     against RabbitMQ this step prints a note and is skipped.)
+//  5. The same loop, the seed's exact basicNack(tag, false, true), on
+//     orders.limited, stopped by x-delivery-limit: after limit+1 deliveries
+//     the message reaches orders.dlq with reason delivery_limit. (Warren
+//     accepts x-delivery-limit on classic queues; RabbitMQ only on quorum
+//     queues, so against RabbitMQ this step prints a note and is skipped.)
 //  6. One retry on the redelivered flag: requeue the first delivery, reject
 //     the redelivery to orders.dlq.
 //  7. A delay queue: orders.retry rejects, the message is dead-lettered into
@@ -280,12 +281,14 @@ func (d *demo) requeueLoop() error {
 // has failed more than the limit, the broker dead-letters it with reason
 // "delivery_limit" (a queue without a dead-letter exchange drops it).
 //
-// Which requeues count: Warren follows RabbitMQ 4.3, where the counter
-// (x-delivery-count on redeliveries) is bumped by basic.reject(requeue=true)
-// and by a consumer's channel or connection closing with the message
-// unacked, but NOT by basic.nack(requeue=true), which 4.3 treats as "give it
-// back, not my failure". So this loop fails with Reject(true): the Nack(true)
-// loop of step 4 would spin forever even with a limit set.
+// Which returns count: on a classic queue, every one. basic.nack and
+// basic.reject with requeue=true, basic.recover, and a consumer's channel
+// or connection closing with the message unacked each bump the counter that
+// redeliveries show as x-delivery-count. So the very loop of step 4, the
+// seed's basicNack(tag, false, true), ends here. (Quorum queues follow
+// RabbitMQ 4.3 instead, where basic.nack(requeue=true) and basic.recover
+// do not count, only failures do: on a quorum queue this handler would
+// need basicReject(tag, true) to be stopped by the limit.)
 //
 // RabbitMQ accepts x-delivery-limit only on quorum queues (x-queue-type
 // quorum) and refuses it on a classic queue with 406 PRECONDITION_FAILED;
@@ -316,12 +319,12 @@ func (d *demo) deliveryLimit() error {
 	dead, err := d.consumeUntil(limitedQueue, dlq, func(m amqp.Delivery) error {
 		deliveries++
 		lastCount = m.Headers["x-delivery-count"]
-		return m.Reject(true) // counts toward the limit; Nack(false, true) would not
+		return m.Nack(false, true) // the seed's basicNack(tag, false, true)
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "=== x-delivery-limit %d, basicReject(requeue=true) loop ===\n", d.cfg.DeliveryLimit)
+	fmt.Fprintf(d.out, "=== x-delivery-limit %d, basicNack(requeue=true) loop ===\n", d.cfg.DeliveryLimit)
 	fmt.Fprintf(d.out, "deliveries %d\n", deliveries)
 	fmt.Fprintf(d.out, "x-delivery-count on the last delivery %v\n", lastCount)
 	fmt.Fprintf(d.out, "dead-lettered to %s\n", dlq)

@@ -123,8 +123,10 @@ func TestOrdersDLQOnWarren(t *testing.T) {
 	s := checkSeedFacts(t, out)
 
 	// Beyond RabbitMQ: x-delivery-limit on a classic queue stops the
-	// Reject(true) loop after limit+1 deliveries (R5.3, 4.3 counting).
-	title := fmt.Sprintf("x-delivery-limit %d, basicReject(requeue=true) loop", cfg.DeliveryLimit)
+	// seed's own loop, basicNack(tag, false, true), after limit+1
+	// deliveries: on classic queues every return counts (issue 11 item 15,
+	// Warren's extension of R5.3).
+	title := fmt.Sprintf("x-delivery-limit %d, basicNack(requeue=true) loop", cfg.DeliveryLimit)
 	expectLines(t, s, title,
 		fmt.Sprintf("deliveries %d", cfg.DeliveryLimit+1),
 		fmt.Sprintf("x-delivery-count on the last delivery %d", cfg.DeliveryLimit),

@@ -21,7 +21,9 @@ import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+# The worker runs with the interpreter running this driver (the Go test
+# passes /usr/bin/python3, or $WARREN_INTEROP_PYTHON).
+PYTHON = sys.executable
 
 READY_TIMEOUT = 60
 TASK_TIMEOUT = 30
