@@ -61,15 +61,19 @@ type segment struct {
 	f    File
 	end  int64 // end of the valid records (for the active segment: of the records written to the file or buffered)
 	size int64 // bytes on disk (for reports)
+	// holes are the damaged ranges recovery skipped (see segReader.resync);
+	// set by OpenLog, never changed afterwards.
+	holes []hole
 }
 
 // OpenLog opens the log in dir, creating dir and an empty log if needed, and
-// recovers it: every segment is read and verified. A torn or corrupt tail of
-// the last segment is cut (the file is truncated after the last good record
-// and synced); a corrupt record in an older segment ends that segment (the
-// file is left as it is; the later segments are kept). Both are reported to
-// Options.Logger at level Warn. OpenLog does not fail because of bad data,
-// only because of I/O errors.
+// recovers it: every segment is read and verified. A damaged record followed
+// by valid records is skipped and the records after it are kept; a torn or
+// corrupt tail of the last segment is cut (the file is truncated after the
+// last good record and synced); a corrupt tail of an older segment is ignored
+// (the file is left as it is; the later segments are kept). Each is reported
+// to Options.Logger at level Warn (see the package documentation). OpenLog
+// does not fail because of bad data, only because of I/O errors.
 func OpenLog(dir string, opts Options) (*Log, error) {
 	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, noSync: opts.NoSync}
 	if l.fs == nil {
@@ -167,10 +171,30 @@ func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
 			f.Close()
 			return nil, err
 		}
-		if !ok {
+		if ok {
+			continue
+		}
+		if why == "" { // the end of the file
+			break
+		}
+		// A bad record. If a valid record follows, the damage is in the
+		// middle (a flipped bit on disk, or a block written back out of
+		// order before a crash): skip it and keep the records after it.
+		// Otherwise it is a torn or garbage tail, handled below.
+		at := r.off
+		next, found, err := r.resync(at)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		if !found {
 			bad = why
 			break
 		}
+		l.logger.Warn("store: skipping a corrupt record; the records after it are kept",
+			"segment", path, "offset", at, "bytes_skipped", next-at, "next_record", next, "reason", why)
+		seg.holes = append(seg.holes, hole{at, next})
+		r.off = next
 	}
 	seg.end = r.off
 	if seg.end == size {
@@ -185,7 +209,7 @@ func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
 		return seg, nil
 	}
 	if !last {
-		l.logger.Warn("store: corrupt record in an older segment; ignoring the rest of that segment",
+		l.logger.Warn("store: corrupt record at the end of an older segment; ignoring the rest of that segment",
 			"segment", path, "offset", seg.end, "bytes_ignored", size-seg.end, "reason", bad)
 		return seg, nil
 	}
@@ -487,8 +511,9 @@ func (l *Log) Scan(fn func(p Pos, typ byte, payload []byte) error) error {
 // wrapping ErrCorrupt.
 func (l *Log) ScanFrom(from Pos, fn func(p Pos, typ byte, payload []byte) error) error {
 	type span struct {
-		num uint32
-		end int64
+		num   uint32
+		end   int64
+		holes []hole
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -502,7 +527,7 @@ func (l *Log) ScanFrom(from Pos, fn func(p Pos, typ byte, payload []byte) error)
 	var spans []span
 	for _, s := range l.segs {
 		if s.num >= from.Seg {
-			spans = append(spans, span{s.num, s.end})
+			spans = append(spans, span{s.num, s.end, s.holes})
 		}
 	}
 	l.mu.Unlock()
@@ -513,7 +538,7 @@ func (l *Log) ScanFrom(from Pos, fn func(p Pos, typ byte, payload []byte) error)
 		if sp.num == from.Seg && int64(from.Off) > start {
 			start = int64(from.Off)
 		}
-		r = segReader{f: segFileReader{l, sp.num}, buf: r.buf[:0], limit: sp.end, off: start}
+		r = segReader{f: segFileReader{l, sp.num}, buf: r.buf[:0], limit: sp.end, off: start, holes: sp.holes}
 		for r.off < sp.end {
 			off, typ, payload, ok, bad, err := r.next()
 			if errors.Is(err, errSegRemoved) {
