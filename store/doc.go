@@ -26,10 +26,16 @@
 //     that covers their records has returned.
 //
 // RemoveSegmentsBefore deletes files and syncs the directory before it
-// returns. If a write or an fsync fails, the log is failed: it returns the
-// error from every later Append and Sync, because the state of the file is no
-// longer known (after a failed fsync the kernel may have dropped the dirty
-// pages); the owner closes and reopens it.
+// returns. If a write or an fsync fails (a full disk: ENOSPC), the log is
+// failed: Append, Roll and Sync return the error, and nothing is reported
+// durable. It repairs itself once writes succeed again (tried at most once
+// per Options.RetryInterval, on those calls), losing nothing: after a failed
+// write the partial write is cut and the buffer written again; after a
+// failed fsync, whose dirty pages the kernel may have marked clean without
+// writing them, the bytes written since the last good fsync are read back,
+// verified record by record, written again and synced; a segment that could
+// not be created is created. Only if those bytes no longer read back intact
+// (the pages were evicted) does the log stay failed until it is reopened.
 //
 // Recovery (OpenLog) reads and verifies every segment. A record that fails
 // its checksum or framing is either damage in the middle of a segment (a bit

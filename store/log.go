@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Options configure a Log. The zero value is usable.
@@ -25,7 +27,25 @@ type Options struct {
 	// for data that need not survive a crash (a paging log, deleted at
 	// start-up). Records still reach the file (the page cache).
 	NoSync bool
+	// RetryInterval is how often a failed log tries to repair itself
+	// (see Log.fail): at most once per interval, on an Append or Sync.
+	// 0 means DefaultRetryInterval; a negative value retries on every call.
+	RetryInterval time.Duration
 }
+
+// DefaultRetryInterval is Options.RetryInterval when it is 0.
+const DefaultRetryInterval = 250 * time.Millisecond
+
+// failKind says what a failed log must do to repair itself.
+type failKind uint8
+
+const (
+	failNone   failKind = iota
+	failWrite           // writing the buffer failed: the file holds [0, flushed) and the buffer is intact
+	failSync            // an fsync failed: what follows durableOff in the active file is unknown
+	failCreate          // a roll synced the active segment but could not create the next one
+	failFatal           // records that were written may be gone: only a reopen recovers
+)
 
 // writeBufSize is the size of the append buffer; Sync, a full buffer, a roll
 // and ReadAt or Scan of buffered records write it to the file.
@@ -42,18 +62,27 @@ type Log struct {
 	segSize int64
 	logger  *slog.Logger
 	noSync  bool
+	retry   time.Duration
+
+	// failed mirrors err != nil for a lock-free check on the hot path.
+	failed atomic.Bool
 
 	syncMu sync.Mutex   // serializes the fsync of the active segment
 	rmu    sync.RWMutex // held shared while a segment file is read or synced outside mu; exclusively to close or remove one
 
 	mu       sync.Mutex
-	err      error      // sticky: a write or sync failed; the log refuses further writes
+	err      error      // a write or sync failed; the log refuses writes until repaired
+	failKind failKind   // what repairing it takes
+	lastTry  time.Time  // of a repair
 	closed   bool       // Close was called
 	segs     []*segment // by number; the last one is active
 	buf      []byte     // appended records not yet written to the active file
 	flushed  int64      // file offset where buf starts
 	appended uint64     // number of records appended
 	synced   uint64     // records [0, synced) are durable (guarded by mu)
+	// durableOff: the active segment's bytes [0, durableOff) are durable
+	// (an fsync that covered them returned nil).
+	durableOff int64
 }
 
 type segment struct {
@@ -75,7 +104,10 @@ type segment struct {
 // to Options.Logger at level Warn (see the package documentation). OpenLog
 // does not fail because of bad data, only because of I/O errors.
 func OpenLog(dir string, opts Options) (*Log, error) {
-	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, noSync: opts.NoSync}
+	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, noSync: opts.NoSync, retry: opts.RetryInterval}
+	if l.retry == 0 {
+		l.retry = DefaultRetryInterval
+	}
 	if l.fs == nil {
 		l.fs = OSFS{}
 	}
@@ -117,6 +149,7 @@ func OpenLog(dir string, opts Options) (*Log, error) {
 		}
 	} else {
 		l.flushed = l.active().end
+		l.durableOff = l.flushed // recoverSegment synced the last segment
 	}
 	return l, nil
 }
@@ -238,11 +271,12 @@ func (l *Log) createSegment(n uint32) error {
 	if !l.noSync {
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			f.Close()
+			l.fs.Remove(path) // holds nothing; a retry creates it again
 			return err
 		}
 	}
 	l.segs = append(l.segs, &segment{num: n, f: f, end: segHeaderSize})
-	l.flushed = 0
+	l.flushed, l.durableOff = 0, 0
 	l.buf = appendSegHeader(l.buf[:0])
 	return nil
 }
@@ -257,15 +291,138 @@ func (l *Log) usable() error {
 	return l.err
 }
 
-// fail records a write or sync error; the log refuses writes from then on,
-// because after a failed write or fsync the state of the file is unknown.
-// mu held.
-func (l *Log) fail(err error) error {
+// fail records a write or sync error: the log refuses appends and syncs
+// until it has repaired itself (repair), which it tries on later calls once
+// writes may succeed again (a disk that was full has space again). mu held.
+func (l *Log) fail(kind failKind, err error) error {
 	if l.err == nil {
-		l.err = fmt.Errorf("store: log %s failed, reopen it to recover: %w", l.dir, err)
-		l.logger.Error("store: log failed", "err", err)
+		l.err = fmt.Errorf("store: log %s failed: %w", l.dir, err)
+		l.failKind = kind
+		l.lastTry = time.Now()
+		l.failed.Store(true)
+		l.logger.Error("store: log failed; appends are refused until a retry succeeds", "err", err)
+	} else if kind > l.failKind {
+		l.failKind = kind
 	}
 	return l.err
+}
+
+// maybeRepair tries to repair a failed log if the retry interval has passed
+// since the last try. Called without locks.
+func (l *Log) maybeRepair() {
+	l.syncMu.Lock() // no fsync of ours in flight while the file is repaired
+	defer l.syncMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil || l.closed || l.failKind == failFatal || l.retry > 0 && time.Since(l.lastTry) < l.retry {
+		return
+	}
+	l.lastTry = time.Now()
+	if err := l.repairLocked(); err != nil {
+		if l.failKind == failFatal {
+			l.logger.Error("store: log cannot be repaired; it stays failed until it is reopened", "err", err)
+		} else {
+			l.logger.Debug("store: log still failing", "err", err)
+		}
+		return
+	}
+	l.logger.Warn("store: log repaired; appends continue", "was", l.err)
+	l.err, l.failKind = nil, failNone
+	l.failed.Store(false)
+}
+
+// repairLocked brings a failed log back to the state it would have had
+// without the failure, losing nothing that was appended before it:
+//   - after a failed write, the file holds what was written before it and
+//     the buffer is intact: cut the partial write, write the buffer again;
+//   - after a failed fsync, the kernel may have marked the dirty pages
+//     clean without writing them (a later fsync would then succeed without
+//     making them durable). So the bytes of the active segment past the last
+//     good fsync are read back and verified record by record: if they are
+//     all intact (the pages are still cached, as they are unless memory
+//     pressure evicted them), they are written again, with the buffer, and
+//     synced. If one is not, records that were appended are gone: the log
+//     fails for good (failFatal) rather than continue with a hole that a
+//     Sync would not report; reopening it recovers what is on disk;
+//   - a roll that could not create the next segment creates it.
+//
+// Positions stay valid in every case. syncMu and mu held.
+func (l *Log) repairLocked() error {
+	a := l.active()
+	switch l.failKind {
+	case failWrite:
+		if err := a.f.Truncate(l.flushed); err != nil {
+			return err
+		}
+		if len(l.buf) > 0 {
+			if _, err := a.f.WriteAt(l.buf, l.flushed); err != nil {
+				return err
+			}
+			l.flushed += int64(len(l.buf))
+			a.size = l.flushed
+			l.buf = l.buf[:0]
+		}
+		return nil
+	case failSync:
+		from := l.durableOff
+		if from < segHeaderSize {
+			from = 0
+		}
+		data := make([]byte, l.flushed-from)
+		if _, err := a.f.ReadAt(data, from); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if !validWritten(data, from == 0) {
+			l.failKind = failFatal
+			return fmt.Errorf("store: records written to %s since its last good fsync (offset %d) no longer read back intact", segName(a.num), from)
+		}
+		if err := a.f.Truncate(l.flushed); err != nil {
+			return err
+		}
+		if _, err := a.f.WriteAt(data, from); err != nil {
+			return err
+		}
+		if _, err := a.f.WriteAt(l.buf, l.flushed); err != nil {
+			return err
+		}
+		if !l.noSync {
+			if err := a.f.Sync(); err != nil {
+				return err
+			}
+		}
+		l.flushed += int64(len(l.buf))
+		a.size = l.flushed
+		l.buf = l.buf[:0]
+		l.synced, l.durableOff = l.appended, l.flushed
+		return nil
+	case failCreate:
+		return l.createSegment(a.num + 1)
+	case failFatal:
+		return l.err
+	}
+	return nil
+}
+
+// validWritten reports whether b, bytes of a segment from a record boundary
+// (from its start if header), holds whole records that pass their checksums.
+func validWritten(b []byte, header bool) bool {
+	if header && len(b) > 0 {
+		if !validSegHeader(b) {
+			return false
+		}
+		b = b[segHeaderSize:]
+	}
+	for len(b) > 0 {
+		if len(b) < recHeaderSize {
+			return false
+		}
+		n := int(le32(b[0:4]))
+		if n > len(b)-recHeaderSize || recordCRC(b[8:recHeaderSize+n]) != le32(b[4:8]) {
+			return false
+		}
+		b = b[recHeaderSize+n:]
+	}
+	return true
 }
 
 // Append adds a record and returns its position. The record is buffered in
@@ -276,6 +433,9 @@ func (l *Log) fail(err error) error {
 func (l *Log) Append(typ byte, payload []byte) (Pos, error) {
 	if len(payload) > MaxPayload {
 		return Pos{}, ErrTooLarge
+	}
+	if l.failed.Load() {
+		l.maybeRepair()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -314,7 +474,7 @@ func (l *Log) flushLocked() error {
 	}
 	a := l.active()
 	if _, err := a.f.WriteAt(l.buf, l.flushed); err != nil {
-		return l.fail(err)
+		return l.fail(failWrite, err)
 	}
 	l.flushed += int64(len(l.buf))
 	a.size = l.flushed
@@ -334,12 +494,13 @@ func (l *Log) rollLocked() error {
 	a := l.active()
 	if !l.noSync {
 		if err := a.f.Sync(); err != nil {
-			return l.fail(err)
+			return l.fail(failSync, err)
 		}
 	}
 	l.synced = l.appended
+	l.durableOff = l.flushed
 	if err := l.createSegment(a.num + 1); err != nil {
-		return l.fail(err)
+		return l.fail(failCreate, err)
 	}
 	return nil
 }
@@ -348,6 +509,9 @@ func (l *Log) rollLocked() error {
 // appended so far can be removed with RemoveSegmentsBefore (for example when
 // the owner purges everything). It is a no-op if the active segment is empty.
 func (l *Log) Roll() error {
+	if l.failed.Load() {
+		l.maybeRepair()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.usable(); err != nil {
@@ -361,9 +525,11 @@ func (l *Log) Roll() error {
 
 // Sync makes every record appended before Sync was called durable. Appends
 // may continue while it waits for the disk. Concurrent Syncs share fsyncs.
-// If it fails, the log is failed: every later Append and Sync returns an
-// error and the owner must Close and reopen the log, which recovers what is
-// on disk.
+// If it fails, the log is failed: later Appends and Syncs return an error
+// until the log has repaired itself (see repairLocked), which it tries at
+// most once per Options.RetryInterval, on an Append, Roll or Sync. The
+// repair loses no record, so a Sync after it covers the records appended
+// before the failure too.
 func (l *Log) Sync() error {
 	_, err := l.sync()
 	return err
@@ -371,6 +537,9 @@ func (l *Log) Sync() error {
 
 // sync is Sync; fsynced reports whether it called fsync.
 func (l *Log) sync() (fsynced bool, err error) {
+	if l.failed.Load() {
+		l.maybeRepair()
+	}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
@@ -406,7 +575,8 @@ func (l *Log) sync() (fsynced bool, err error) {
 		return false, err
 	}
 	upTo := l.appended
-	f := l.active().f
+	a := l.active()
+	f, off := a.f, l.flushed
 	l.mu.Unlock()
 
 	if !l.noSync {
@@ -417,9 +587,17 @@ func (l *Log) sync() (fsynced bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
-		return true, l.fail(err)
+		if l.active() != a {
+			// A roll sealed the segment meanwhile, reporting its own
+			// fsync good; the error may have been ours to see only.
+			return true, l.fail(failFatal, err)
+		}
+		return true, l.fail(failSync, err)
 	}
 	l.synced = max(l.synced, upTo)
+	if l.active() == a {
+		l.durableOff = max(l.durableOff, off)
+	}
 	return true, nil
 }
 
@@ -662,7 +840,7 @@ func (l *Log) Close() error {
 	if l.err == nil {
 		if err = l.flushLocked(); err == nil && l.synced < l.appended {
 			if err = l.active().f.Sync(); err != nil {
-				err = l.fail(err)
+				err = l.fail(failSync, err)
 			}
 		}
 	}

@@ -135,7 +135,9 @@ func TestRecovery(t *testing.T) {
 					return b
 				})
 			},
-			want: func(all []rec) []rec { return without(all, func(r rec) bool { return r.pos == all[6].pos || r.pos == all[7].pos }) },
+			want: func(all []rec) []rec {
+				return without(all, func(r rec) bool { return r.pos == all[6].pos || r.pos == all[7].pos })
+			},
 			warn: "skipping a corrupt record",
 		},
 		{
