@@ -90,6 +90,12 @@ type MsgStoreOptions struct {
 	// RetryInterval is how often a failed queue log tries to write again
 	// (store.Options.RetryInterval; 0: store.DefaultRetryInterval).
 	RetryInterval time.Duration
+	// MaxOpenFiles bounds the segment files open at once across all queue
+	// logs (store.FilePool), so that descriptors do not grow with the
+	// number of queues; files are reopened on demand. 0 means
+	// store.DefaultMaxOpenFiles (a quarter of RLIMIT_NOFILE, at most 512);
+	// a negative value keeps every segment file open (no bound).
+	MaxOpenFiles int
 }
 
 // OpenMsgStore opens (creating it if needed) the message store in dir. It
@@ -110,6 +116,12 @@ func OpenMsgStoreWith(dir string, o MsgStoreOptions) (*MsgStore, error) {
 	ms := &MsgStore{dir: dir, log: logger, open: map[uint64]*qdisk{}, found: map[string][]foundDir{},
 		reclaimWake: make(chan struct{}, 1), reclaimSet: map[*qdisk]bool{}, done: make(chan struct{})}
 	ms.opts = store.Options{Logger: logger, FS: o.FS, RetryInterval: o.RetryInterval}
+	switch {
+	case o.MaxOpenFiles == 0:
+		ms.opts.Files = store.NewFilePool(store.DefaultMaxOpenFiles())
+	case o.MaxOpenFiles > 0:
+		ms.opts.Files = store.NewFilePool(o.MaxOpenFiles)
+	}
 	if _, err := os.Stat(filepath.Join(dir, cleanMarker)); err == nil {
 		ms.clean = true
 		if err := os.Remove(filepath.Join(dir, cleanMarker)); err != nil {
@@ -212,6 +224,15 @@ func writeSynced(path string, b []byte) error {
 		err = cerr
 	}
 	return err
+}
+
+// FileStats returns the counters of the bound on open segment files (zero
+// without one).
+func (ms *MsgStore) FileStats() store.FilePoolStats {
+	if ms == nil || ms.opts.Files == nil {
+		return store.FilePoolStats{}
+	}
+	return ms.opts.Files.Stats()
 }
 
 // Syncer returns the store's group-commit syncer.

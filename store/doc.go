@@ -72,9 +72,13 @@
 // the bytes there happen to frame a valid record (a payload that embeds one),
 // that record.
 //
-// Resources: a Log keeps one open file per segment (for ReadAt), plus a
-// 64 KiB append buffer. With 8 MiB segments that is one file descriptor per
-// 8 MiB of queued data per queue.
+// Resources: a Log keeps a 64 KiB append buffer and a file per segment. By
+// default every segment file stays open while the log is open: one file
+// descriptor per 8 MiB of queued data per queue. Logs that share a FilePool
+// (Options.Files) keep at most its bound of files open between them instead:
+// files are opened on demand and the least recently used unused ones closed,
+// after an fsync if they hold writes no fsync has covered (filepool.go). A
+// node's descriptors then do not grow with its number of queues.
 //
 // Group commit: a Syncer serves all the logs of a node. Requests made while
 // it syncs are batched into the next round, which syncs each log named once;

@@ -27,6 +27,10 @@ type Options struct {
 	// for data that need not survive a crash (a paging log, deleted at
 	// start-up). Records still reach the file (the page cache).
 	NoSync bool
+	// Files, if set, bounds the segment files open at once across the logs
+	// that share it (see FilePool); without it a log keeps every segment
+	// file open while it is open.
+	Files *FilePool
 	// RetryInterval is how often a failed log tries to repair itself
 	// (see Log.fail): at most once per interval, on an Append or Sync.
 	// 0 means DefaultRetryInterval; a negative value retries on every call.
@@ -63,6 +67,7 @@ type Log struct {
 	logger  *slog.Logger
 	noSync  bool
 	retry   time.Duration
+	files   *FilePool
 
 	// failed mirrors err != nil for a lock-free check on the hot path.
 	failed atomic.Bool
@@ -104,7 +109,7 @@ type segment struct {
 // to Options.Logger at level Warn (see the package documentation). OpenLog
 // does not fail because of bad data, only because of I/O errors.
 func OpenLog(dir string, opts Options) (*Log, error) {
-	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, noSync: opts.NoSync, retry: opts.RetryInterval}
+	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, noSync: opts.NoSync, retry: opts.RetryInterval, files: opts.Files}
 	if l.retry == 0 {
 		l.retry = DefaultRetryInterval
 	}
@@ -162,6 +167,7 @@ func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
+	f = l.pooled(path, f)
 	size, err := f.Size()
 	if err != nil {
 		f.Close()
@@ -275,13 +281,22 @@ func (l *Log) createSegment(n uint32) error {
 			return err
 		}
 	}
-	l.segs = append(l.segs, &segment{num: n, f: f, end: segHeaderSize})
+	l.segs = append(l.segs, &segment{num: n, f: l.pooled(path, f), end: segHeaderSize})
 	l.flushed, l.durableOff = 0, 0
 	l.buf = appendSegHeader(l.buf[:0])
 	return nil
 }
 
 func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+
+// pooled puts the file f, just opened as path, in the log's FilePool if it
+// has one.
+func (l *Log) pooled(path string, f File) File {
+	if l.files == nil {
+		return f
+	}
+	return l.files.adopt(l.fs, path, f, l.noSync)
+}
 
 // usable reports why the log cannot be written to, if it cannot. mu held.
 func (l *Log) usable() error {
