@@ -69,9 +69,10 @@ var ctAllowed = map[string][]string{
 	ctQueueDLQ: {ctQueueDLQ},
 }
 
-// ctWarnRE matches the store's recovery warnings (store/log.go: "cutting torn
-// or corrupt tail", "corrupt record in an older segment", "segment has a bad
-// header", "last segment has a torn or bad header") and any wording of the
+// ctWarnRE matches the store's recovery warnings (store/log.go: "skipping a
+// corrupt record", "cutting torn or corrupt tail", "corrupt record at the end
+// of an older segment", "segment has a bad header", "last segment has a torn
+// or bad header") and any wording of the
 // broker's own that says the same. The store logs them at Warn to
 // store.Options.Logger (discarded by default), so they reach the broker's
 // output (--log-level warn in the harness) only if the broker passes its
