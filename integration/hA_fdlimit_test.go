@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,9 @@ import (
 // limit n), through a wrapper that execs it, so that the process is warren.
 func startProcNofile(t *testing.T, dataDir string, n int) *proc {
 	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("needs Linux (prlimit, /proc)")
+	}
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("prlimit (util-linux) is not installed")
