@@ -838,9 +838,10 @@ func (l *Log) Size() int64 {
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
 
-// Close writes and syncs buffered records (unless the log has failed) and
-// closes the files. It waits for concurrent ReadAt calls. Close is
-// idempotent; calls other than Close return ErrClosed afterwards.
+// Close writes and syncs buffered records (unless the log has failed and
+// cannot repair itself now) and closes the files. It waits for concurrent
+// ReadAt calls. Close is idempotent; calls other than Close return
+// ErrClosed afterwards.
 func (l *Log) Close() error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
@@ -852,6 +853,14 @@ func (l *Log) Close() error {
 		return nil
 	}
 	var err error
+	if l.err != nil && l.failKind != failFatal {
+		// Space may have come back since the last try: the buffered
+		// records are worth one more.
+		if l.repairLocked() == nil {
+			l.err, l.failKind = nil, failNone
+			l.failed.Store(false)
+		}
+	}
 	if l.err == nil {
 		if err = l.flushLocked(); err == nil && l.synced < l.appended {
 			if err = l.active().f.Sync(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // enospcFS injects "no space left on device" into a file system: writes
@@ -202,6 +203,28 @@ func TestSyncFailureWithDroppedPages(t *testing.T) {
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCloseRepairs: a log that failed on a full disk and saw no call since
+// the space came back writes its records at Close.
+func TestCloseRepairs(t *testing.T) {
+	mem := NewMemFS()
+	efs := &enospcFS{FS: mem}
+	opts := Options{FS: efs, RetryInterval: time.Hour}
+	l := mustOpen(t, "/q", opts)
+	want := []rec{mustAppend(t, l, 1, []byte("a")), mustAppend(t, l, 1, []byte("b"))}
+	efs.set(true, false, false)
+	if err := l.Sync(); err == nil {
+		t.Fatal("Sync on a full disk returned nil")
+	}
+	efs.set(false, false, false)
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close once space is back: %v", err)
+	}
+	mem.Crash(rand.New(rand.NewPCG(5, 6)))
+	l = mustOpen(t, "/q", opts)
+	defer l.Close()
+	checkRecords(t, scanAll(t, l), want)
 }
 
 // TestRollENOSPCRepairs: a roll whose new segment cannot be created (no
