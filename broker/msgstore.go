@@ -80,9 +80,33 @@ type qmeta struct {
 
 const cleanMarker = "clean-shutdown"
 
+// MsgStoreOptions configure a MsgStore; the zero value is usable.
+type MsgStoreOptions struct {
+	Logger *slog.Logger
+	// FS is the file system of the queue logs' segment files (default
+	// store.OSFS); tests inject faults through it. Directories and meta
+	// files are always on the real file system.
+	FS store.FS
+	// RetryInterval is how often a failed queue log tries to write again
+	// (store.Options.RetryInterval; 0: store.DefaultRetryInterval).
+	RetryInterval time.Duration
+	// MaxOpenFiles bounds the segment files open at once across all queue
+	// logs (store.FilePool), so that descriptors do not grow with the
+	// number of queues; files are reopened on demand. 0 means
+	// store.DefaultMaxOpenFiles (a quarter of RLIMIT_NOFILE, at most 512);
+	// a negative value keeps every segment file open (no bound).
+	MaxOpenFiles int
+}
+
 // OpenMsgStore opens (creating it if needed) the message store in dir. It
 // reads which queue logs exist; Broker.Recover loads them.
 func OpenMsgStore(dir string, logger *slog.Logger) (*MsgStore, error) {
+	return OpenMsgStoreWith(dir, MsgStoreOptions{Logger: logger})
+}
+
+// OpenMsgStoreWith is OpenMsgStore with options.
+func OpenMsgStoreWith(dir string, o MsgStoreOptions) (*MsgStore, error) {
+	logger := o.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -91,7 +115,13 @@ func OpenMsgStore(dir string, logger *slog.Logger) (*MsgStore, error) {
 	}
 	ms := &MsgStore{dir: dir, log: logger, open: map[uint64]*qdisk{}, found: map[string][]foundDir{},
 		reclaimWake: make(chan struct{}, 1), reclaimSet: map[*qdisk]bool{}, done: make(chan struct{})}
-	ms.opts = store.Options{Logger: logger}
+	ms.opts = store.Options{Logger: logger, FS: o.FS, RetryInterval: o.RetryInterval}
+	switch {
+	case o.MaxOpenFiles == 0:
+		ms.opts.Files = store.NewFilePool(store.DefaultMaxOpenFiles())
+	case o.MaxOpenFiles > 0:
+		ms.opts.Files = store.NewFilePool(o.MaxOpenFiles)
+	}
 	if _, err := os.Stat(filepath.Join(dir, cleanMarker)); err == nil {
 		ms.clean = true
 		if err := os.Remove(filepath.Join(dir, cleanMarker)); err != nil {
@@ -164,6 +194,7 @@ func (ms *MsgStore) Close(clean bool) error {
 	var first error
 	for _, d := range ds {
 		d.lock.Lock()
+		d.flushPendingAcks() // acks a full disk refused
 		d.closed = true
 		d.lock.Unlock()
 		if err := d.log.Close(); err != nil && first == nil {
@@ -193,6 +224,15 @@ func writeSynced(path string, b []byte) error {
 		err = cerr
 	}
 	return err
+}
+
+// FileStats returns the counters of the bound on open segment files (zero
+// without one).
+func (ms *MsgStore) FileStats() store.FilePoolStats {
+	if ms == nil || ms.opts.Files == nil {
+		return store.FilePoolStats{}
+	}
+	return ms.opts.Files.Stats()
 }
 
 // Syncer returns the store's group-commit syncer.
@@ -292,7 +332,13 @@ type qdisk struct {
 	id          uint64
 	dir         string
 	log         *store.Log
-	err         error // the log failed; the queue keeps working in memory
+	err         error     // the log could not be created (retried after errAt + the retry interval)
+	errAt       time.Time // of err
+	failing     bool      // the last append failed (a full disk); the log repairs itself
+	// pendingAcks are messages that left the queue while the log refused
+	// writes: their A record is appended once it takes writes again, so
+	// that they do not come back after a restart.
+	pendingAcks []uint64
 	closed      bool
 	paging      bool // a transient queue's paging log, deleted at start-up
 	// dirtyUpTo: after a crash, records up to here were recovered and their
@@ -326,21 +372,41 @@ func (ms *MsgStore) newXDisk(x *Exchange, id uint64, dir string) *qdisk {
 	return &qdisk{ms: ms, vhost: x.vhost.Name, name: x.Name, exchange: true, lock: &x.delayed.mu, id: id, dir: dir}
 }
 
-// ensure opens the log, creating its directory and meta file first.
+// ensure opens the log, creating its directory and meta file first. If that
+// fails (a full disk), it tries again after the retry interval.
 func (d *qdisk) ensure() error {
-	if d.log != nil || d.err != nil {
-		return d.err
+	if d.log != nil {
+		return nil
 	}
 	if d.closed {
 		return store.ErrClosed
 	}
+	if d.err != nil && time.Since(d.errAt) < d.ms.retryInterval() {
+		return d.err
+	}
 	if err := d.create(); err != nil {
-		d.err = err
-		d.ms.log.Error("message store: cannot create queue log; persistent messages of this queue are kept in memory only",
-			"owner", d.name, "vhost", d.vhost, "err", err)
+		if d.err == nil {
+			d.ms.log.Error("message store: cannot create queue log; persistent messages to it are refused (nacked) until it can",
+				"owner", d.name, "vhost", d.vhost, "err", err)
+		}
+		d.err, d.errAt = err, time.Now()
 		return err
 	}
+	if d.err != nil {
+		d.ms.log.Warn("message store: queue log created", "owner", d.name, "vhost", d.vhost)
+		d.err = nil
+	}
 	return nil
+}
+
+func (ms *MsgStore) retryInterval() time.Duration {
+	if ms.opts.RetryInterval > 0 {
+		return ms.opts.RetryInterval
+	}
+	if ms.opts.RetryInterval < 0 {
+		return 0
+	}
+	return store.DefaultRetryInterval
 }
 
 func (d *qdisk) create() error {
@@ -385,7 +451,10 @@ func (d *qdisk) create() error {
 	return nil
 }
 
-// append writes a record; an error fails the queue's log for good.
+// append writes a record. While the log fails (a full disk), the error is
+// returned and the owner keeps the message in memory only (a publisher
+// waiting for a confirm gets a nack); the log repairs itself once writes
+// succeed again (store.Log.Sync), and appends continue.
 func (d *qdisk) append(typ byte, payload []byte) (store.Pos, error) {
 	if d.closed {
 		return store.Pos{}, store.ErrClosed
@@ -393,13 +462,48 @@ func (d *qdisk) append(typ byte, payload []byte) (store.Pos, error) {
 	if err := d.ensure(); err != nil {
 		return store.Pos{}, err
 	}
+	if err := d.flushPendingAcks(); err != nil {
+		return store.Pos{}, err
+	}
 	p, err := d.log.Append(typ, payload)
-	if err != nil && d.err == nil {
-		d.err = err
-		d.ms.log.Error("message store: queue log failed; its messages are kept in memory only",
+	if err != nil {
+		return p, d.appendFailed(err)
+	}
+	d.appendWorked()
+	return p, nil
+}
+
+// appendFailed reports the first failure of a series and returns err.
+func (d *qdisk) appendFailed(err error) error {
+	if !d.failing && !errors.Is(err, store.ErrClosed) {
+		d.failing = true
+		d.ms.log.Error("message store: queue log failed; persistent messages to it are refused (nacked) until its writes succeed again",
 			"owner", d.name, "vhost", d.vhost, "err", err)
 	}
-	return p, err
+	return err
+}
+
+func (d *qdisk) appendWorked() {
+	if d.failing {
+		d.failing = false
+		d.ms.log.Warn("message store: queue log writes again", "owner", d.name, "vhost", d.vhost)
+	}
+}
+
+// flushPendingAcks appends the acks a failing log refused.
+func (d *qdisk) flushPendingAcks() error {
+	if len(d.pendingAcks) == 0 || d.log == nil {
+		return nil
+	}
+	b := make([]byte, 0, 8*len(d.pendingAcks))
+	for _, s := range d.pendingAcks {
+		b = binary.LittleEndian.AppendUint64(b, s)
+	}
+	if _, err := d.log.Append(recAck, b); err != nil {
+		return d.appendFailed(err)
+	}
+	d.pendingAcks = nil
+	return nil
 }
 
 // DiskIO returns how many message records were read back and written.
@@ -495,7 +599,9 @@ func (d *qdisk) ack(seqs []uint64, segs []uint32) {
 	for _, s := range seqs {
 		b = binary.LittleEndian.AppendUint64(b, s)
 	}
-	d.append(recAck, b)
+	if _, err := d.append(recAck, b); err != nil && !errors.Is(err, store.ErrClosed) && !d.paging {
+		d.pendingAcks = append(d.pendingAcks, seqs...)
+	}
 	d.buf = b[:0]
 	for _, s := range segs {
 		d.dropLive(s, 1)

@@ -14,9 +14,12 @@ package integration
 //   - the broker starts and stays up;
 //   - every message it delivers verifies (body checksum, id, properties) and
 //     was published to the queue it comes from (or dead-lettered there);
-//   - a message whose record is still intact on disk (in the valid prefix of
-//     its segment, in a queue directory whose other files were not damaged)
-//     is delivered: recovery cuts the damage, not the good data before it;
+//   - a message whose record is still intact on disk (in a queue directory
+//     whose other files were not damaged) and that recovery can find is
+//     delivered: before the damage, and after it when a valid record
+//     follows the damage (issue 11 item 8: recovery skips a damaged record
+//     and resynchronises, ctParseSeg); it loses the damage, not the good
+//     data around it;
 //   - if a segment no longer parses cleanly, the broker's log reports it;
 //   - each queue still takes and delivers new messages, including across a
 //     further clean restart, and SIGTERM exits 0.
@@ -66,9 +69,10 @@ var ctAllowed = map[string][]string{
 	ctQueueDLQ: {ctQueueDLQ},
 }
 
-// ctWarnRE matches the store's recovery warnings (store/log.go: "cutting torn
-// or corrupt tail", "corrupt record in an older segment", "segment has a bad
-// header", "last segment has a torn or bad header") and any wording of the
+// ctWarnRE matches the store's recovery warnings (store/log.go: "skipping a
+// corrupt record", "cutting torn or corrupt tail", "corrupt record at the end
+// of an older segment", "segment has a bad header", "last segment has a torn
+// or bad header") and any wording of the
 // broker's own that says the same. The store logs them at Warn to
 // store.Options.Logger (discarded by default), so they reach the broker's
 // output (--log-level warn in the harness) only if the broker passes its
@@ -511,7 +515,7 @@ func (r *ctRun) account(got map[string][]string, delivered int, an ctAnalysis, t
 	r.t.Logf("after damage: expected %d, delivered %d, lost %d, resurrected (acked before) %d, in both %s and %s %d, duplicates %d; %d had intact records",
 		expected, delivered, lost, resurrected, ctQueueDL, ctQueueDLQ, both, dups, len(an.intact))
 	if len(missingIntact) > 0 {
-		r.failf("%d messages lost although their record was intact, in the valid prefix of its segment: %q",
+		r.failf("%d messages lost although their record was intact and recoverable (ctParseSeg): %q",
 			len(missingIntact), missingIntact[:min(len(missingIntact), 10)])
 	}
 	total.expected += expected
@@ -718,30 +722,71 @@ const (
 	ctMaxRecord = 512 << 20
 )
 
-// ctParseSeg returns the [start, end) of the valid records of a segment, in
-// order, and why parsing stopped before the end of b ("" if the segment is
-// clean to its end).
+// ctParseSeg returns the [start, end) of the records a recovery keeps in a
+// segment, in order, and why the segment does not parse cleanly to the end
+// of b ("" if it does). It follows the rule of store/doc.go (issue 11 item
+// 8): after a bad record, recovery resynchronises at the first later offset
+// where a record with a valid checksum starts and is followed by another
+// valid record or by the end of the file (the bad record's length is tried
+// first), skips the damaged range and keeps what follows; if there is no
+// such offset, the rest is a torn tail.
 func ctParseSeg(b []byte) (recs [][2]int64, bad string) {
 	if len(b) < ctSegHeader || string(b[:4]) != "WRNL" || binary.LittleEndian.Uint32(b[4:8]) != 1 {
 		return nil, "bad or torn segment header"
 	}
-	off := int64(ctSegHeader)
 	size := int64(len(b))
-	for off < size {
+	// valid returns the end of the record with a good checksum at off, or
+	// -1 and why not.
+	valid := func(off int64) (int64, string) {
 		if size-off < ctRecHeader {
-			return recs, fmt.Sprintf("torn record header at %d", off)
+			return -1, fmt.Sprintf("torn record header at %d", off)
 		}
 		n := int64(binary.LittleEndian.Uint32(b[off:]))
 		if n > ctMaxRecord || off+ctRecHeader+n > size {
-			return recs, fmt.Sprintf("record at %d: length %d runs past the end (%d)", off, n, size)
+			return -1, fmt.Sprintf("record at %d: length %d runs past the end (%d)", off, n, size)
 		}
 		if crc32.Checksum(b[off+8:off+ctRecHeader+n], ctCastagnoli) != binary.LittleEndian.Uint32(b[off+4:]) {
-			return recs, fmt.Sprintf("record at %d: checksum mismatch", off)
+			return -1, fmt.Sprintf("record at %d: checksum mismatch", off)
 		}
-		recs = append(recs, [2]int64{off, off + ctRecHeader + n})
-		off += ctRecHeader + n
+		return off + ctRecHeader + n, ""
 	}
-	return recs, ""
+	accept := func(c int64) bool {
+		end, _ := valid(c)
+		if end < 0 || end == size {
+			return end == size
+		}
+		next, _ := valid(end)
+		return next >= 0
+	}
+	resync := func(at int64) int64 {
+		if size-at >= ctRecHeader {
+			if c := at + ctRecHeader + int64(binary.LittleEndian.Uint32(b[at:])); c < size && accept(c) {
+				return c
+			}
+		}
+		for c := at + 1; c+ctRecHeader <= size; c++ {
+			if accept(c) {
+				return c
+			}
+		}
+		return -1
+	}
+	off := int64(ctSegHeader)
+	for off < size {
+		end, why := valid(off)
+		if end >= 0 {
+			recs = append(recs, [2]int64{off, end})
+			off = end
+			continue
+		}
+		if bad == "" {
+			bad = why
+		}
+		if off = resync(off); off < 0 {
+			break
+		}
+	}
+	return recs, bad
 }
 
 // ctRecords returns the valid records of b (none if b is not a segment).
@@ -752,11 +797,12 @@ func ctRecords(b []byte) [][2]int64 {
 
 type ctAnalysis struct {
 	unclean []string        // segments in which recovery must find damage, with the reason
-	intact  map[string]bool // ids of expected messages whose whole body is in a record of a valid prefix
+	intact  map[string]bool // ids of expected messages whose whole body is in a record recovery keeps
 }
 
 // analyze reads the damaged store as the log's recovery will: in each
-// segment, the records before the first bad one are kept. A segment that
+// segment, the records ctParseSeg keeps (before the first bad one, and
+// after each damaged range that a valid record follows). A segment that
 // does not parse cleanly to its end must be reported by the broker (except
 // an empty last segment, which the store resets silently). A message that
 // was neither acked nor dead-lettered before the stop, and whose body lies

@@ -64,6 +64,11 @@ type Config struct {
 	QueueWindow           int
 	ResourceCheckInterval time.Duration
 
+	// MessageStore configures the message store opened in DataDir (its
+	// Logger defaults to Logger): the bound on open segment files, and a
+	// file system for tests to inject faults.
+	MessageStore broker.MsgStoreOptions
+
 	Logger *slog.Logger
 	Clock  clock.Clock
 	// Broker is the model to serve; New makes one if nil.
@@ -158,7 +163,11 @@ func New(cfg Config) (*Server, error) {
 			if defs, err = store.Open(cfg.DataDir); err != nil {
 				return nil, fmt.Errorf("server: %w", err)
 			}
-			if msgs, err = broker.OpenMsgStore(filepath.Join(cfg.DataDir, "msgs"), cfg.Logger); err != nil {
+			mo := cfg.MessageStore
+			if mo.Logger == nil {
+				mo.Logger = cfg.Logger
+			}
+			if msgs, err = broker.OpenMsgStoreWith(filepath.Join(cfg.DataDir, "msgs"), mo); err != nil {
 				defs.Close()
 				return nil, fmt.Errorf("server: %w", err)
 			}

@@ -26,22 +26,42 @@
 //     that covers their records has returned.
 //
 // RemoveSegmentsBefore deletes files and syncs the directory before it
-// returns. If a write or an fsync fails, the log is failed: it returns the
-// error from every later Append and Sync, because the state of the file is no
-// longer known (after a failed fsync the kernel may have dropped the dirty
-// pages); the owner closes and reopens it.
+// returns. If a write or an fsync fails (a full disk: ENOSPC), the log is
+// failed: Append, Roll and Sync return the error, and nothing is reported
+// durable. It repairs itself once writes succeed again (tried at most once
+// per Options.RetryInterval, on those calls), losing nothing: after a failed
+// write the partial write is cut and the buffer written again; after a
+// failed fsync, whose dirty pages the kernel may have marked clean without
+// writing them, the bytes written since the last good fsync are read back,
+// verified record by record, written again and synced; a segment that could
+// not be created is created. Only if those bytes no longer read back intact
+// (the pages were evicted) does the log stay failed until it is reopened.
 //
-// Recovery (OpenLog) reads and verifies every segment. After a crash the
-// last segment may end in a torn record or in garbage (blocks written back out
-// of order): OpenLog truncates it after the last good record, syncs it and
-// logs a warning. A bad record in an older segment (which was synced before
-// the roll, so only corruption of the disk explains it) ends that segment:
-// its later records are ignored, the later segments are kept, and a warning is
-// logged. OpenLog fails only on I/O errors, never because of the data; no
-// API returns a record whose checksum fails (ReadAt and Scan verify again
-// and return ErrCorrupt). Guarantee after a crash without disk corruption:
-// the records recovered are a prefix of those appended, and include every
-// record whose Sync returned nil (or whose Syncer request completed with nil).
+// Recovery (OpenLog) reads and verifies every segment. A record that fails
+// its checksum or framing is either damage in the middle of a segment (a bit
+// flipped on disk; after a crash, a block of the unsynced tail written back
+// out of order) or a torn tail (the crash cut the last write). Recovery tells
+// them apart by resynchronising (segReader.resync): it looks for the first
+// later offset where a record with a valid checksum starts and is followed
+// by another valid record or by the end of the file. Two checksummed records
+// in a row do not occur by chance in torn or damaged bytes, so if it finds
+// one, only the damaged range is skipped (it stays in the file, is skipped
+// again at every open, and is logged at Warn with its offset and size), and
+// the records after it are kept. If it finds none, the rest is a torn or
+// garbage tail: in the last segment the file is truncated after the last good
+// record and synced (a torn tail is cut, never delivered); in an older segment
+// (synced before its roll, so only disk corruption explains it) the rest of
+// that segment is ignored and the later segments are kept. Both are logged at
+// Warn. OpenLog fails only on I/O errors, never because of the data; no API
+// returns a record whose checksum fails (ReadAt and Scan verify again and
+// return ErrCorrupt). Guarantee after a crash without disk corruption: the
+// records recovered were appended, in order, and include every record whose
+// Sync returned nil (or whose Syncer request completed with nil): every
+// synced record, then a subsequence of the unsynced ones (a prefix of them
+// unless the crash left a hole followed by intact records). With disk
+// corruption, what is lost is the damaged records (a record sharing a damaged
+// range with its neighbour, or one between two damaged ranges, may go with
+// them), not the segment.
 //
 // Positions: Pos values are stable while the log is open and across clean
 // restarts. Positions of records lost in recovery (an unsynced tail that was
@@ -52,9 +72,13 @@
 // the bytes there happen to frame a valid record (a payload that embeds one),
 // that record.
 //
-// Resources: a Log keeps one open file per segment (for ReadAt), plus a
-// 64 KiB append buffer. With 8 MiB segments that is one file descriptor per
-// 8 MiB of queued data per queue.
+// Resources: a Log keeps a 64 KiB append buffer and a file per segment. By
+// default every segment file stays open while the log is open: one file
+// descriptor per 8 MiB of queued data per queue. Logs that share a FilePool
+// (Options.Files) keep at most its bound of files open between them instead:
+// files are opened on demand and the least recently used unused ones closed,
+// after an fsync if they hold writes no fsync has covered (filepool.go). A
+// node's descriptors then do not grow with its number of queues.
 //
 // Group commit: a Syncer serves all the logs of a node. Requests made while
 // it syncs are batched into the next round, which syncs each log named once;

@@ -28,3 +28,14 @@ func datasync(f *os.File) error {
 	}
 	return nil
 }
+
+// DefaultMaxOpenFiles is a bound for a FilePool: a quarter of the process's
+// descriptor limit (RLIMIT_NOFILE, soft), between 16 and 512, which leaves
+// the rest for connections and other files.
+func DefaultMaxOpenFiles() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == 0 {
+		return 256
+	}
+	return int(min(max(lim.Cur/4, 16), 512))
+}

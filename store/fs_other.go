@@ -6,3 +6,6 @@ import "os"
 
 // datasync flushes f to stable storage (fsync; fdatasync where available).
 func datasync(f *os.File) error { return f.Sync() }
+
+// DefaultMaxOpenFiles is a bound for a FilePool.
+func DefaultMaxOpenFiles() int { return 256 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Options configure a Log. The zero value is usable.
@@ -25,7 +27,29 @@ type Options struct {
 	// for data that need not survive a crash (a paging log, deleted at
 	// start-up). Records still reach the file (the page cache).
 	NoSync bool
+	// Files, if set, bounds the segment files open at once across the logs
+	// that share it (see FilePool); without it a log keeps every segment
+	// file open while it is open.
+	Files *FilePool
+	// RetryInterval is how often a failed log tries to repair itself
+	// (see Log.fail): at most once per interval, on an Append or Sync.
+	// 0 means DefaultRetryInterval; a negative value retries on every call.
+	RetryInterval time.Duration
 }
+
+// DefaultRetryInterval is Options.RetryInterval when it is 0.
+const DefaultRetryInterval = 250 * time.Millisecond
+
+// failKind says what a failed log must do to repair itself.
+type failKind uint8
+
+const (
+	failNone   failKind = iota
+	failWrite           // writing the buffer failed: the file holds [0, flushed) and the buffer is intact
+	failSync            // an fsync failed: what follows durableOff in the active file is unknown
+	failCreate          // a roll synced the active segment but could not create the next one
+	failFatal           // records that were written may be gone: only a reopen recovers
+)
 
 // writeBufSize is the size of the append buffer; Sync, a full buffer, a roll
 // and ReadAt or Scan of buffered records write it to the file.
@@ -42,18 +66,28 @@ type Log struct {
 	segSize int64
 	logger  *slog.Logger
 	noSync  bool
+	retry   time.Duration
+	files   *FilePool
+
+	// failed mirrors err != nil for a lock-free check on the hot path.
+	failed atomic.Bool
 
 	syncMu sync.Mutex   // serializes the fsync of the active segment
 	rmu    sync.RWMutex // held shared while a segment file is read or synced outside mu; exclusively to close or remove one
 
 	mu       sync.Mutex
-	err      error      // sticky: a write or sync failed; the log refuses further writes
+	err      error      // a write or sync failed; the log refuses writes until repaired
+	failKind failKind   // what repairing it takes
+	lastTry  time.Time  // of a repair
 	closed   bool       // Close was called
 	segs     []*segment // by number; the last one is active
 	buf      []byte     // appended records not yet written to the active file
 	flushed  int64      // file offset where buf starts
 	appended uint64     // number of records appended
 	synced   uint64     // records [0, synced) are durable (guarded by mu)
+	// durableOff: the active segment's bytes [0, durableOff) are durable
+	// (an fsync that covered them returned nil).
+	durableOff int64
 }
 
 type segment struct {
@@ -61,17 +95,24 @@ type segment struct {
 	f    File
 	end  int64 // end of the valid records (for the active segment: of the records written to the file or buffered)
 	size int64 // bytes on disk (for reports)
+	// holes are the damaged ranges recovery skipped (see segReader.resync);
+	// set by OpenLog, never changed afterwards.
+	holes []hole
 }
 
 // OpenLog opens the log in dir, creating dir and an empty log if needed, and
-// recovers it: every segment is read and verified. A torn or corrupt tail of
-// the last segment is cut (the file is truncated after the last good record
-// and synced); a corrupt record in an older segment ends that segment (the
-// file is left as it is; the later segments are kept). Both are reported to
-// Options.Logger at level Warn. OpenLog does not fail because of bad data,
-// only because of I/O errors.
+// recovers it: every segment is read and verified. A damaged record followed
+// by valid records is skipped and the records after it are kept; a torn or
+// corrupt tail of the last segment is cut (the file is truncated after the
+// last good record and synced); a corrupt tail of an older segment is ignored
+// (the file is left as it is; the later segments are kept). Each is reported
+// to Options.Logger at level Warn (see the package documentation). OpenLog
+// does not fail because of bad data, only because of I/O errors.
 func OpenLog(dir string, opts Options) (*Log, error) {
-	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, noSync: opts.NoSync}
+	l := &Log{dir: dir, fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, noSync: opts.NoSync, retry: opts.RetryInterval, files: opts.Files}
+	if l.retry == 0 {
+		l.retry = DefaultRetryInterval
+	}
 	if l.fs == nil {
 		l.fs = OSFS{}
 	}
@@ -113,6 +154,7 @@ func OpenLog(dir string, opts Options) (*Log, error) {
 		}
 	} else {
 		l.flushed = l.active().end
+		l.durableOff = l.flushed // recoverSegment synced the last segment
 	}
 	return l, nil
 }
@@ -125,6 +167,7 @@ func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
+	f = l.pooled(path, f)
 	size, err := f.Size()
 	if err != nil {
 		f.Close()
@@ -167,10 +210,30 @@ func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
 			f.Close()
 			return nil, err
 		}
-		if !ok {
+		if ok {
+			continue
+		}
+		if why == "" { // the end of the file
+			break
+		}
+		// A bad record. If a valid record follows, the damage is in the
+		// middle (a flipped bit on disk, or a block written back out of
+		// order before a crash): skip it and keep the records after it.
+		// Otherwise it is a torn or garbage tail, handled below.
+		at := r.off
+		next, found, err := r.resync(at)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		if !found {
 			bad = why
 			break
 		}
+		l.logger.Warn("store: skipping a corrupt record; the records after it are kept",
+			"segment", path, "offset", at, "bytes_skipped", next-at, "next_record", next, "reason", why)
+		seg.holes = append(seg.holes, hole{at, next})
+		r.off = next
 	}
 	seg.end = r.off
 	if seg.end == size {
@@ -185,7 +248,7 @@ func (l *Log) recoverSegment(n uint32, last bool) (*segment, error) {
 		return seg, nil
 	}
 	if !last {
-		l.logger.Warn("store: corrupt record in an older segment; ignoring the rest of that segment",
+		l.logger.Warn("store: corrupt record at the end of an older segment; ignoring the rest of that segment",
 			"segment", path, "offset", seg.end, "bytes_ignored", size-seg.end, "reason", bad)
 		return seg, nil
 	}
@@ -214,16 +277,26 @@ func (l *Log) createSegment(n uint32) error {
 	if !l.noSync {
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			f.Close()
+			l.fs.Remove(path) // holds nothing; a retry creates it again
 			return err
 		}
 	}
-	l.segs = append(l.segs, &segment{num: n, f: f, end: segHeaderSize})
-	l.flushed = 0
+	l.segs = append(l.segs, &segment{num: n, f: l.pooled(path, f), end: segHeaderSize})
+	l.flushed, l.durableOff = 0, 0
 	l.buf = appendSegHeader(l.buf[:0])
 	return nil
 }
 
 func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+
+// pooled puts the file f, just opened as path, in the log's FilePool if it
+// has one.
+func (l *Log) pooled(path string, f File) File {
+	if l.files == nil {
+		return f
+	}
+	return l.files.adopt(l.fs, path, f, l.noSync)
+}
 
 // usable reports why the log cannot be written to, if it cannot. mu held.
 func (l *Log) usable() error {
@@ -233,15 +306,138 @@ func (l *Log) usable() error {
 	return l.err
 }
 
-// fail records a write or sync error; the log refuses writes from then on,
-// because after a failed write or fsync the state of the file is unknown.
-// mu held.
-func (l *Log) fail(err error) error {
+// fail records a write or sync error: the log refuses appends and syncs
+// until it has repaired itself (repair), which it tries on later calls once
+// writes may succeed again (a disk that was full has space again). mu held.
+func (l *Log) fail(kind failKind, err error) error {
 	if l.err == nil {
-		l.err = fmt.Errorf("store: log %s failed, reopen it to recover: %w", l.dir, err)
-		l.logger.Error("store: log failed", "err", err)
+		l.err = fmt.Errorf("store: log %s failed: %w", l.dir, err)
+		l.failKind = kind
+		l.lastTry = time.Now()
+		l.failed.Store(true)
+		l.logger.Error("store: log failed; appends are refused until a retry succeeds", "err", err)
+	} else if kind > l.failKind {
+		l.failKind = kind
 	}
 	return l.err
+}
+
+// maybeRepair tries to repair a failed log if the retry interval has passed
+// since the last try. Called without locks.
+func (l *Log) maybeRepair() {
+	l.syncMu.Lock() // no fsync of ours in flight while the file is repaired
+	defer l.syncMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil || l.closed || l.failKind == failFatal || l.retry > 0 && time.Since(l.lastTry) < l.retry {
+		return
+	}
+	l.lastTry = time.Now()
+	if err := l.repairLocked(); err != nil {
+		if l.failKind == failFatal {
+			l.logger.Error("store: log cannot be repaired; it stays failed until it is reopened", "err", err)
+		} else {
+			l.logger.Debug("store: log still failing", "err", err)
+		}
+		return
+	}
+	l.logger.Warn("store: log repaired; appends continue", "was", l.err)
+	l.err, l.failKind = nil, failNone
+	l.failed.Store(false)
+}
+
+// repairLocked brings a failed log back to the state it would have had
+// without the failure, losing nothing that was appended before it:
+//   - after a failed write, the file holds what was written before it and
+//     the buffer is intact: cut the partial write, write the buffer again;
+//   - after a failed fsync, the kernel may have marked the dirty pages
+//     clean without writing them (a later fsync would then succeed without
+//     making them durable). So the bytes of the active segment past the last
+//     good fsync are read back and verified record by record: if they are
+//     all intact (the pages are still cached, as they are unless memory
+//     pressure evicted them), they are written again, with the buffer, and
+//     synced. If one is not, records that were appended are gone: the log
+//     fails for good (failFatal) rather than continue with a hole that a
+//     Sync would not report; reopening it recovers what is on disk;
+//   - a roll that could not create the next segment creates it.
+//
+// Positions stay valid in every case. syncMu and mu held.
+func (l *Log) repairLocked() error {
+	a := l.active()
+	switch l.failKind {
+	case failWrite:
+		if err := a.f.Truncate(l.flushed); err != nil {
+			return err
+		}
+		if len(l.buf) > 0 {
+			if _, err := a.f.WriteAt(l.buf, l.flushed); err != nil {
+				return err
+			}
+			l.flushed += int64(len(l.buf))
+			a.size = l.flushed
+			l.buf = l.buf[:0]
+		}
+		return nil
+	case failSync:
+		from := l.durableOff
+		if from < segHeaderSize {
+			from = 0
+		}
+		data := make([]byte, l.flushed-from)
+		if _, err := a.f.ReadAt(data, from); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if !validWritten(data, from == 0) {
+			l.failKind = failFatal
+			return fmt.Errorf("store: records written to %s since its last good fsync (offset %d) no longer read back intact", segName(a.num), from)
+		}
+		if err := a.f.Truncate(l.flushed); err != nil {
+			return err
+		}
+		if _, err := a.f.WriteAt(data, from); err != nil {
+			return err
+		}
+		if _, err := a.f.WriteAt(l.buf, l.flushed); err != nil {
+			return err
+		}
+		if !l.noSync {
+			if err := a.f.Sync(); err != nil {
+				return err
+			}
+		}
+		l.flushed += int64(len(l.buf))
+		a.size = l.flushed
+		l.buf = l.buf[:0]
+		l.synced, l.durableOff = l.appended, l.flushed
+		return nil
+	case failCreate:
+		return l.createSegment(a.num + 1)
+	case failFatal:
+		return l.err
+	}
+	return nil
+}
+
+// validWritten reports whether b, bytes of a segment from a record boundary
+// (from its start if header), holds whole records that pass their checksums.
+func validWritten(b []byte, header bool) bool {
+	if header && len(b) > 0 {
+		if !validSegHeader(b) {
+			return false
+		}
+		b = b[segHeaderSize:]
+	}
+	for len(b) > 0 {
+		if len(b) < recHeaderSize {
+			return false
+		}
+		n := int(le32(b[0:4]))
+		if n > len(b)-recHeaderSize || recordCRC(b[8:recHeaderSize+n]) != le32(b[4:8]) {
+			return false
+		}
+		b = b[recHeaderSize+n:]
+	}
+	return true
 }
 
 // Append adds a record and returns its position. The record is buffered in
@@ -252,6 +448,9 @@ func (l *Log) fail(err error) error {
 func (l *Log) Append(typ byte, payload []byte) (Pos, error) {
 	if len(payload) > MaxPayload {
 		return Pos{}, ErrTooLarge
+	}
+	if l.failed.Load() {
+		l.maybeRepair()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -290,7 +489,7 @@ func (l *Log) flushLocked() error {
 	}
 	a := l.active()
 	if _, err := a.f.WriteAt(l.buf, l.flushed); err != nil {
-		return l.fail(err)
+		return l.fail(failWrite, err)
 	}
 	l.flushed += int64(len(l.buf))
 	a.size = l.flushed
@@ -310,12 +509,13 @@ func (l *Log) rollLocked() error {
 	a := l.active()
 	if !l.noSync {
 		if err := a.f.Sync(); err != nil {
-			return l.fail(err)
+			return l.fail(failSync, err)
 		}
 	}
 	l.synced = l.appended
+	l.durableOff = l.flushed
 	if err := l.createSegment(a.num + 1); err != nil {
-		return l.fail(err)
+		return l.fail(failCreate, err)
 	}
 	return nil
 }
@@ -324,6 +524,9 @@ func (l *Log) rollLocked() error {
 // appended so far can be removed with RemoveSegmentsBefore (for example when
 // the owner purges everything). It is a no-op if the active segment is empty.
 func (l *Log) Roll() error {
+	if l.failed.Load() {
+		l.maybeRepair()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.usable(); err != nil {
@@ -337,9 +540,11 @@ func (l *Log) Roll() error {
 
 // Sync makes every record appended before Sync was called durable. Appends
 // may continue while it waits for the disk. Concurrent Syncs share fsyncs.
-// If it fails, the log is failed: every later Append and Sync returns an
-// error and the owner must Close and reopen the log, which recovers what is
-// on disk.
+// If it fails, the log is failed: later Appends and Syncs return an error
+// until the log has repaired itself (see repairLocked), which it tries at
+// most once per Options.RetryInterval, on an Append, Roll or Sync. The
+// repair loses no record, so a Sync after it covers the records appended
+// before the failure too.
 func (l *Log) Sync() error {
 	_, err := l.sync()
 	return err
@@ -347,6 +552,9 @@ func (l *Log) Sync() error {
 
 // sync is Sync; fsynced reports whether it called fsync.
 func (l *Log) sync() (fsynced bool, err error) {
+	if l.failed.Load() {
+		l.maybeRepair()
+	}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
@@ -382,7 +590,8 @@ func (l *Log) sync() (fsynced bool, err error) {
 		return false, err
 	}
 	upTo := l.appended
-	f := l.active().f
+	a := l.active()
+	f, off := a.f, l.flushed
 	l.mu.Unlock()
 
 	if !l.noSync {
@@ -393,9 +602,17 @@ func (l *Log) sync() (fsynced bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
-		return true, l.fail(err)
+		if l.active() != a {
+			// A roll sealed the segment meanwhile, reporting its own
+			// fsync good; the error may have been ours to see only.
+			return true, l.fail(failFatal, err)
+		}
+		return true, l.fail(failSync, err)
 	}
 	l.synced = max(l.synced, upTo)
+	if l.active() == a {
+		l.durableOff = max(l.durableOff, off)
+	}
 	return true, nil
 }
 
@@ -487,8 +704,9 @@ func (l *Log) Scan(fn func(p Pos, typ byte, payload []byte) error) error {
 // wrapping ErrCorrupt.
 func (l *Log) ScanFrom(from Pos, fn func(p Pos, typ byte, payload []byte) error) error {
 	type span struct {
-		num uint32
-		end int64
+		num   uint32
+		end   int64
+		holes []hole
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -502,7 +720,7 @@ func (l *Log) ScanFrom(from Pos, fn func(p Pos, typ byte, payload []byte) error)
 	var spans []span
 	for _, s := range l.segs {
 		if s.num >= from.Seg {
-			spans = append(spans, span{s.num, s.end})
+			spans = append(spans, span{s.num, s.end, s.holes})
 		}
 	}
 	l.mu.Unlock()
@@ -513,7 +731,7 @@ func (l *Log) ScanFrom(from Pos, fn func(p Pos, typ byte, payload []byte) error)
 		if sp.num == from.Seg && int64(from.Off) > start {
 			start = int64(from.Off)
 		}
-		r = segReader{f: segFileReader{l, sp.num}, buf: r.buf[:0], limit: sp.end, off: start}
+		r = segReader{f: segFileReader{l, sp.num}, buf: r.buf[:0], limit: sp.end, off: start, holes: sp.holes}
 		for r.off < sp.end {
 			off, typ, payload, ok, bad, err := r.next()
 			if errors.Is(err, errSegRemoved) {
@@ -620,9 +838,10 @@ func (l *Log) Size() int64 {
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
 
-// Close writes and syncs buffered records (unless the log has failed) and
-// closes the files. It waits for concurrent ReadAt calls. Close is
-// idempotent; calls other than Close return ErrClosed afterwards.
+// Close writes and syncs buffered records (unless the log has failed and
+// cannot repair itself now) and closes the files. It waits for concurrent
+// ReadAt calls. Close is idempotent; calls other than Close return
+// ErrClosed afterwards.
 func (l *Log) Close() error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
@@ -634,10 +853,18 @@ func (l *Log) Close() error {
 		return nil
 	}
 	var err error
+	if l.err != nil && l.failKind != failFatal {
+		// Space may have come back since the last try: the buffered
+		// records are worth one more.
+		if l.repairLocked() == nil {
+			l.err, l.failKind = nil, failNone
+			l.failed.Store(false)
+		}
+	}
 	if l.err == nil {
 		if err = l.flushLocked(); err == nil && l.synced < l.appended {
 			if err = l.active().f.Sync(); err != nil {
-				err = l.fail(err)
+				err = l.fail(failSync, err)
 			}
 		}
 	}

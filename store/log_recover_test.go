@@ -78,35 +78,110 @@ func TestRecovery(t *testing.T) {
 			fileSize: func(all []rec) int { return recEnd(all[18]) },
 		},
 		{
-			// Blocks written back out of order: a hole, then good records.
-			// Those must be cut too, or a later recovery could resurrect them
-			// behind new records.
+			// Blocks written back out of order before a crash: a hole, then
+			// good records. The hole is skipped, the records after it are
+			// kept (they were appended; nothing after them is cut).
 			name: "zeroed hole before good records in the last segment",
 			damage: func(t *testing.T, fs *MemFS, all []rec) {
 				edit(t, fs, 3, func(b []byte) []byte { clear(b[all[16].pos.Off : all[16].pos.Off+20]); return b })
 			},
-			want:     func(all []rec) []rec { return all[:16] },
-			warn:     "cutting torn or corrupt tail",
-			fileSize: func(all []rec) int { return int(all[16].pos.Off) },
+			want:     func(all []rec) []rec { return without(all, func(r rec) bool { return r.pos == all[16].pos }) },
+			warn:     "skipping a corrupt record",
+			fileSize: func(all []rec) int { return recEnd(all[19]) },
 		},
 		{
-			name: "torn segment header of the last segment",
-			damage: func(t *testing.T, fs *MemFS, all []rec) {
-				edit(t, fs, 3, func(b []byte) []byte { return b[:5] })
-			},
-			want:     func(all []rec) []rec { return without(all, func(r rec) bool { return r.pos.Seg == 3 }) },
-			warn:     "torn or bad header",
-			fileSize: func(all []rec) int { return segHeaderSize },
-		},
-		{
+			// Issue 11 item 8: four bytes of one body changed, its length
+			// intact. Only that record is lost, in an older segment ...
 			name: "corrupt record in an older segment",
 			damage: func(t *testing.T, fs *MemFS, all []rec) {
 				edit(t, fs, 1, func(b []byte) []byte { b[all[7].pos.Off+recHeaderSize+3] ^= 0x40; return b })
 			},
-			want: func(all []rec) []rec {
-				return without(all, func(r rec) bool { return r.pos.Seg == 1 && !r.pos.Less(all[7].pos) })
+			want: func(all []rec) []rec { return without(all, func(r rec) bool { return r.pos == all[7].pos }) },
+			warn: "skipping a corrupt record",
+		},
+		{
+			// ... and in the last (active) segment.
+			name: "corrupt body in the middle of the last segment",
+			damage: func(t *testing.T, fs *MemFS, all []rec) {
+				edit(t, fs, 3, func(b []byte) []byte {
+					o := all[16].pos.Off + recHeaderSize + 10
+					for i := range 4 {
+						b[o+uint32(i)] ^= 0xFF
+					}
+					return b
+				})
 			},
-			warn: "corrupt record in an older segment",
+			want:     func(all []rec) []rec { return without(all, func(r rec) bool { return r.pos == all[16].pos }) },
+			warn:     "skipping a corrupt record",
+			fileSize: func(all []rec) int { return recEnd(all[19]) },
+		},
+		{
+			// A damaged length field: the record boundary is lost, the scan
+			// for the next record finds it.
+			name: "corrupt length in the middle of the last segment",
+			damage: func(t *testing.T, fs *MemFS, all []rec) {
+				edit(t, fs, 3, func(b []byte) []byte { b[all[16].pos.Off+1] ^= 0x01; return b })
+			},
+			want:     func(all []rec) []rec { return without(all, func(r rec) bool { return r.pos == all[16].pos }) },
+			warn:     "skipping a corrupt record",
+			fileSize: func(all []rec) int { return recEnd(all[19]) },
+		},
+		{
+			name: "two damaged records in a row",
+			damage: func(t *testing.T, fs *MemFS, all []rec) {
+				edit(t, fs, 1, func(b []byte) []byte {
+					b[all[6].pos.Off+recHeaderSize] ^= 1
+					b[all[7].pos.Off+recHeaderSize] ^= 1
+					return b
+				})
+			},
+			want: func(all []rec) []rec {
+				return without(all, func(r rec) bool { return r.pos == all[6].pos || r.pos == all[7].pos })
+			},
+			warn: "skipping a corrupt record",
+		},
+		{
+			// The last record of an older segment: nothing follows it in
+			// its segment, so the rest of the segment (that record) goes.
+			name: "corrupt last record of an older segment",
+			damage: func(t *testing.T, fs *MemFS, all []rec) {
+				edit(t, fs, 1, func(b []byte) []byte { b[all[9].pos.Off+recHeaderSize+3] ^= 0x40; return b })
+			},
+			want: func(all []rec) []rec { return without(all, func(r rec) bool { return r.pos == all[9].pos }) },
+			warn: "corrupt record at the end of an older segment",
+		},
+		{
+			// Damage in the middle and a torn tail: the damage is skipped,
+			// the tail cut.
+			name: "damaged record and a torn tail in the last segment",
+			damage: func(t *testing.T, fs *MemFS, all []rec) {
+				edit(t, fs, 3, func(b []byte) []byte {
+					b[all[16].pos.Off+recHeaderSize+3] ^= 0x40
+					return b[:len(b)-10]
+				})
+			},
+			want: func(all []rec) []rec {
+				return without(all, func(r rec) bool { return r.pos == all[16].pos || r.pos == all[19].pos })
+			},
+			warn:     "cutting torn or corrupt tail",
+			fileSize: func(all []rec) int { return recEnd(all[18]) },
+		},
+		{
+			// Garbage after the last record (a torn write of random bytes)
+			// holds no pair of valid records: it is a tail, and cut.
+			name: "garbage tail in the last segment",
+			damage: func(t *testing.T, fs *MemFS, all []rec) {
+				edit(t, fs, 3, func(b []byte) []byte {
+					g := make([]byte, 300)
+					for i := range g {
+						g[i] = byte(i*7 + 3)
+					}
+					return append(b, g...)
+				})
+			},
+			want:     func(all []rec) []rec { return all },
+			warn:     "cutting torn or corrupt tail",
+			fileSize: func(all []rec) int { return recEnd(all[19]) },
 		},
 		{
 			name: "bad header of an older segment",
@@ -143,6 +218,19 @@ func TestRecovery(t *testing.T) {
 			l := mustOpen(t, "/q", opts)
 			want := tt.want(all)
 			checkRecords(t, scanAll(t, l), want)
+			checkReadAt(t, l, want)
+			// ScanFrom each kept record (after a skipped range too) sees
+			// the rest.
+			for i, r := range want {
+				var got []rec
+				if err := l.ScanFrom(r.pos, func(p Pos, typ byte, payload []byte) error {
+					got = append(got, rec{p, typ, bytes.Clone(payload)})
+					return nil
+				}); err != nil {
+					t.Fatalf("ScanFrom(%v): %v", r.pos, err)
+				}
+				checkRecords(t, got, want[i:])
+			}
 			out := strings.Join(rep.lines, "\n")
 			if tt.warn != "" && !strings.Contains(out, tt.warn) {
 				t.Errorf("log output %q does not report %q", out, tt.warn)

@@ -395,7 +395,8 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 func TestFailedSyncFailsTheLog(t *testing.T) {
 	mem := NewMemFS()
 	ffs := &faultFS{FS: mem}
-	l := mustOpen(t, "/q", Options{FS: ffs, Logger: testLogger(t)})
+	// No repair within the test (see log_fault_test.go for repairs).
+	l := mustOpen(t, "/q", Options{FS: ffs, Logger: testLogger(t), RetryInterval: time.Hour})
 	good := mustAppend(t, l, 1, []byte("synced"))
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
@@ -432,7 +433,7 @@ func TestFailedSyncFailsTheLog(t *testing.T) {
 
 func TestFailedWriteFailsTheLog(t *testing.T) {
 	ffs := &faultFS{FS: NewMemFS()}
-	l := mustOpen(t, "/q", Options{FS: ffs})
+	l := mustOpen(t, "/q", Options{FS: ffs, RetryInterval: time.Hour})
 	defer l.Close()
 	mustAppend(t, l, 1, []byte("a"))
 	eio := errors.New("injected ENOSPC")

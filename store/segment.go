@@ -117,11 +117,16 @@ func appendRecord(b []byte, typ byte, payload []byte) []byte {
 // allocates more than the bytes that exist below limit.
 type segReader struct {
 	f     io.ReaderAt
-	limit int64 // bytes of the file that may hold records
-	off   int64 // offset of the next record
+	limit int64  // bytes of the file that may hold records
+	off   int64  // offset of the next record
+	holes []hole // damaged ranges recovery skips, in order (see resync)
 	buf   []byte
 	bufAt int64 // file offset of buf[0]
 }
+
+// hole is a damaged range [from, to) of a segment that recovery skipped: a
+// record that failed its checksum or framing, up to the next valid record.
+type hole struct{ from, to int64 }
 
 const scanChunk = 256 << 10
 
@@ -157,6 +162,12 @@ func (r *segReader) window(off int64, n int) ([]byte, bool, error) {
 // which, with a reason). err is an I/O error. payload is valid until the next
 // call.
 func (r *segReader) next() (p uint32, typ byte, payload []byte, ok bool, bad string, err error) {
+	for len(r.holes) > 0 && r.off >= r.holes[0].from {
+		if r.off == r.holes[0].from {
+			r.off = r.holes[0].to
+		}
+		r.holes = r.holes[1:]
+	}
 	h, ok, err := r.window(r.off, recHeaderSize)
 	if err != nil || !ok {
 		if err == nil && r.off < r.limit {
@@ -181,4 +192,64 @@ func (r *segReader) next() (p uint32, typ byte, payload []byte, ok bool, bad str
 	p = uint32(r.off)
 	r.off += recHeaderSize + int64(n)
 	return p, typ, payload, true, "", nil
+}
+
+// resyncBudget bounds the bytes resync checksums while it looks for the next
+// record, so that a segment full of plausible-looking lengths (a payload of
+// small integers) cannot make recovery quadratic.
+const resyncBudget = 256 << 20
+
+// resync looks for the first record after a bad one at offset at: the first
+// offset c > at where a record with a valid checksum starts and is followed
+// either by the end of the valid range (limit) or by another record with a
+// valid checksum. Two checksummed records in a row (or one ending exactly at
+// the end of the file) do not appear by chance in damaged or torn bytes, so
+// the records found this way were written by the log; the damaged range
+// [at, c) is what is lost. The bad record's own length field is tried first
+// (the usual damage: a payload changed, the length intact). found is false if
+// no such record exists (a torn tail: garbage up to the end) or the search
+// ran out of budget.
+func (r *segReader) resync(at int64) (c int64, found bool, err error) {
+	budget := int64(resyncBudget)
+	// valid reports whether a record with a good checksum starts at c and
+	// returns its end.
+	valid := func(c int64) (int64, bool, error) {
+		h, ok, err := r.window(c, recHeaderSize)
+		if err != nil || !ok {
+			return 0, false, err
+		}
+		n, sum := int64(binary.LittleEndian.Uint32(h[0:4])), binary.LittleEndian.Uint32(h[4:8])
+		if n > MaxPayload || c+recHeaderSize+n > r.limit {
+			return 0, false, nil
+		}
+		budget -= recHeaderSize + n
+		rec, ok, err := r.window(c, recHeaderSize+int(n))
+		if err != nil || !ok || recordCRC(rec[8:]) != sum {
+			return 0, false, err
+		}
+		return c + recHeaderSize + n, true, nil
+	}
+	accept := func(c int64) (bool, error) {
+		end, ok, err := valid(c)
+		if err != nil || !ok || end == r.limit {
+			return ok, err
+		}
+		_, ok, err = valid(end)
+		return ok, err
+	}
+	if h, ok, err := r.window(at, recHeaderSize); err != nil {
+		return 0, false, err
+	} else if ok {
+		if n := int64(binary.LittleEndian.Uint32(h[0:4])); n <= MaxPayload && at+recHeaderSize+n < r.limit {
+			if ok, err := accept(at + recHeaderSize + n); err != nil || ok {
+				return at + recHeaderSize + n, ok, err
+			}
+		}
+	}
+	for c := at + 1; c+recHeaderSize <= r.limit && budget > 0; c++ {
+		if ok, err := accept(c); err != nil || ok {
+			return c, ok, err
+		}
+	}
+	return 0, false, nil
 }
