@@ -68,6 +68,7 @@ type conn struct {
 	done       chan struct{} // closed when the reader stops
 	writerDone chan struct{}
 	blocked    bool // connection.blocked sent (reader goroutine only)
+	released   bool // release ran (reader goroutine only)
 	// readPaused is set while the reader waits out a resource alarm: it
 	// reads nothing then, so missed heartbeats are not counted (as
 	// RabbitMQ pauses its heartbeat monitor).
@@ -112,12 +113,59 @@ func (c *conn) run() {
 		c.nc.SetDeadline(time.Time{})
 		err = c.readLoop()
 	}
+	if errors.Is(err, errClientClose) {
+		// The client asked to close: release everything first (as
+		// RabbitMQ does, so that its exclusive queues are gone once it
+		// sees close-ok), answer, and leave closing the socket to the
+		// client (issue 11 item 13).
+		c.release()
+		c.sendMethod(0, &amqp.ConnectionCloseOk{})
+		c.s.removeConn(c)
+		c.linger()
+		err = nil
+	}
 	c.teardown(err)
 }
 
-// teardown releases everything the connection holds: unacked messages go
-// back to their queues, consumers are cancelled, exclusive queues deleted.
-func (c *conn) teardown(err error) {
+// closeLinger bounds how long a connection waits, after its close-ok, for
+// the client to close the socket: RabbitMQ's CLOSING_TIMEOUT, or the
+// heartbeat timeout when it is shorter.
+const closeLinger = 30 * time.Second
+
+// linger waits until the client closes the socket after close-ok, as
+// RabbitMQ does: a client such as amqp091-go that sees the socket close
+// before it has taken in the close-ok reports an error (501 "EOF") for a
+// clean close. Whatever the client sends meanwhile is discarded. Server
+// shutdown ends the wait.
+func (c *conn) linger() {
+	d := closeLinger
+	if hb := c.heartbeatInterval(); hb > 0 && hb < d {
+		d = hb
+	}
+	c.nc.SetReadDeadline(time.Now().Add(d))
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-c.s.done():
+			c.nc.SetReadDeadline(time.Now())
+		case <-c.writerDone: // the writer failed: the socket is gone
+			c.nc.SetReadDeadline(time.Now())
+		case <-stop:
+		}
+	}()
+	buf := make([]byte, 512)
+	for {
+		if _, err := c.nc.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
+// release frees everything the connection holds: unacked messages go back
+// to their queues, consumers are cancelled, exclusive queues deleted. It
+// runs on the reader goroutine and is idempotent.
+func (c *conn) release() {
 	for _, ch := range c.channels {
 		ch.shutdown()
 	}
@@ -125,9 +173,16 @@ func (c *conn) teardown(err error) {
 	c.channels = nil
 	c.lastCh = nil
 	c.chMu.Unlock()
-	if c.vhost != nil {
+	if c.vhost != nil && !c.released {
 		c.vhost.DeleteExclusive(c.id)
 	}
+	c.released = true
+}
+
+// teardown releases what the connection holds and stops the writer once
+// it has flushed the output.
+func (c *conn) teardown(err error) {
+	c.release()
 	close(c.done)
 	select {
 	case <-c.writerDone:
@@ -245,14 +300,25 @@ func (c *conn) readMethod() (amqp.Method, error) {
 	}
 }
 
+// protocolHeader09 is the AMQP 0-9 header ("AMQP", class 1, instance 1,
+// version 0-9) that some long-lived clients send; RabbitMQ answers it
+// with 0-9-1's connection.start and speaks 0-9-1.
+const protocolHeader09 = "AMQP\x01\x01\x00\x09"
+
 func (c *conn) handshake() error {
-	if _, err := c.r.ReadProtocolHeader(); err != nil {
+	if h, err := c.r.ReadProtocolHeader(); err != nil {
 		if !errors.Is(err, amqp.ErrProtocolHeader) {
 			return err
 		}
-		// Answer any other header with the version we speak, then close.
-		c.send(func(b []byte) []byte { return append(b, amqp.ProtocolHeader...) })
-		return errors.New("bad protocol header")
+		if string(h[:]) != protocolHeader09 {
+			// Answer any other header with the version we speak, then
+			// close, as RabbitMQ. (RabbitMQ also speaks 0-8 to
+			// "AMQP 1 1 8 0" and "AMQP 1 1 9 1"; Warren does not, and
+			// answers those with the 0-9-1 header too.)
+			c.send(func(b []byte) []byte { return append(b, amqp.ProtocolHeader...) })
+			return errors.New("bad protocol header")
+		}
+		// The 0-9 header: RabbitMQ treats it as 0-9-1, and so does Warren.
 	}
 	c.sendMethod(0, &amqp.ConnectionStart{
 		VersionMajor:     0,
@@ -492,6 +558,9 @@ func (c *conn) readLoop() error {
 			if errors.Is(err, errClosed) {
 				return nil
 			}
+			if errors.Is(err, errClientClose) {
+				return err
+			}
 			var ae *amqp.Error
 			if errors.As(err, &ae) {
 				if ae.Hard {
@@ -505,6 +574,10 @@ func (c *conn) readLoop() error {
 }
 
 var errClosed = errors.New("connection closed")
+
+// errClientClose is the client's connection.close: the reader stops, and
+// run answers close-ok once the connection's resources are released.
+var errClientClose = errors.New("connection closed by the client")
 
 func (c *conn) flushConfirms() {
 	for _, ch := range c.channels {
@@ -587,8 +660,7 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 func (c *conn) handleConnMethod(m amqp.Method) error {
 	switch m.(type) {
 	case *amqp.ConnectionClose:
-		c.sendMethod(0, &amqp.ConnectionCloseOk{})
-		return errClosed
+		return errClientClose
 	case *amqp.ConnectionCloseOk:
 		return errClosed
 	case *amqp.ConnectionBlocked, *amqp.ConnectionUnblocked:
