@@ -477,22 +477,56 @@ func (ch *channel) handleContent(f amqp.Frame) error {
 		if size == 0 {
 			return ch.finishPublish()
 		}
-		ch.msg.Body = make([]byte, 0, size)
+		// The body is allocated as its frames arrive, not at the size the
+		// header announces: a header costs a client a few bytes, and 100
+		// connections announcing 128 MiB used to take 12.8 GiB and raise
+		// the memory alarm for every publisher (issue 11 item 5).
 		ch.inContent = 2
+		ch.contentThrottle()
 		return nil
 	case f.Type == amqp.FrameBody && ch.inContent == 2:
-		if len(ch.msg.Body)+len(f.Payload) > ch.bodySize {
+		n := len(ch.msg.Body) + len(f.Payload)
+		if n > ch.bodySize {
 			return amqp.ConnErrorf(amqp.FrameError, "content body exceeds the declared size %d", ch.bodySize).WithMethod(60, 40)
 		}
+		if n > cap(ch.msg.Body) {
+			ch.msg.Body = growBody(ch.msg.Body, n, ch.bodySize)
+		}
 		ch.msg.Body = append(ch.msg.Body, f.Payload...)
-		if len(ch.msg.Body) == ch.bodySize {
+		if n == ch.bodySize {
 			return ch.finishPublish()
 		}
+		ch.contentThrottle()
 		return nil
 	case ch.inContent != 0:
 		return ch.contentExpected()
 	}
 	return amqp.ConnErrorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")
+}
+
+// growBody returns b with room for at least need bytes: the whole body
+// when one frame completes it (one allocation of the exact size, as for
+// every single-frame message), else double the capacity, never more than
+// the announced size. A body in progress thus takes at most about twice
+// the bytes received.
+func growBody(b []byte, need, size int) []byte {
+	c := need
+	if need < size {
+		c = min(max(2*cap(b), need, 4096), size)
+	}
+	nb := make([]byte, len(b), c)
+	copy(nb, b)
+	return nb
+}
+
+// contentThrottle blocks a connection in the middle of a message's content
+// while a resource alarm is raised, as RabbitMQ blocks a connection that
+// publishes: a publisher sending a large body is not exempt from the
+// memory alarm its body may have raised.
+func (ch *channel) contentThrottle() {
+	if ch.c.s.alarmed.Load() {
+		ch.c.waitAlarm()
+	}
 }
 
 // contentExpected is RabbitMQ's error for a frame that interrupts a
