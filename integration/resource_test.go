@@ -8,6 +8,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -341,6 +342,118 @@ func TestDescriptorFloodThenAcceptAgain(t *testing.T) {
 	}
 	if got := len(getBodies(t, pub.ch, "hB-flood-durable")); got != 20 {
 		t.Fatalf("durable queue holds %d messages after the flood, want 20", got)
+	}
+	p.mustRun()
+}
+
+// TestNonReadingClientOutputBounded: issue 11 item 9. A client in
+// confirm mode publishes mandatory, unroutable 64 KiB messages and never
+// reads its socket. Each publish owes it a basic.return with the body and
+// a confirm; the broker used to buffer them all (8,000 publishes: RSS from
+// 34 MB to 2 GB). Now it stops reading from that client while its output
+// is over the cap, as RabbitMQ's flow control does: the client's writes
+// stall, the broker's RSS stays within 64 MiB of where it was, other
+// connections keep publishing and consuming, and once the client reads,
+// every return and confirm it is owed arrives.
+func TestNonReadingClientOutputBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the warren binary")
+	}
+	const n, size = 3000, 64 << 10
+	p := startProc(t, t.TempDir())
+	other := newConfirmedPublisher(t, p.URL(), "hB-other", false)
+	other.publish()
+	before := p.rss()
+
+	c := rawDial(t, p.Addr)
+	must(t, c.handshake(0, 131072))
+	must(t, c.openChannel(1))
+	must(t, c.sendMethod(1, &amqp.ConfirmSelect{}))
+	if _, m, err := c.readMethod(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := m.(*amqp.ConfirmSelectOk); !ok {
+		t.Fatalf("got %s, want confirm.select-ok", m.Name())
+	}
+	key := "hB-nowhere-" + randomSuffix()
+	block := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: key, Mandatory: true})
+	block = amqp.AppendHeaderFrame(block, 1, 60, size, &amqp.Properties{})
+	block = amqp.AppendBodyFrames(block, 1, make([]byte, size), 131072)
+
+	// Publish without reading until the broker stops taking input (a
+	// write stalls for 2 s) or all n are sent.
+	written := 0
+	stalled := false
+	for range n {
+		c.nc.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		k, err := c.nc.Write(block)
+		written += k
+		if err != nil {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("publishing: %v", err)
+			}
+			stalled = true
+			break
+		}
+	}
+	p.mustRun()
+	during := p.rss()
+	published := (written + len(block) - 1) / len(block)
+	t.Logf("%d publishes written (stalled: %v); RSS %d MiB before, %d MiB while the client does not read", published, stalled, before>>20, during>>20)
+	if during-before >= 64<<20 {
+		t.Errorf("RSS rose by %d MiB for a client that does not read, want under 64 MiB", (during-before)>>20)
+	}
+
+	// Other connections keep working meanwhile.
+	for range 10 {
+		other.publish()
+	}
+	if got := len(getBodies(t, other.ch, "hB-other")); got != 11 {
+		t.Errorf("other connection: %d messages in its queue, want 11", got)
+	}
+
+	// The client reads: everything it is owed arrives. A publish cut by
+	// the stalled write is completed first.
+	wrote := make(chan error, 1)
+	go func() {
+		c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		_, err := c.nc.Write(block[written%len(block):][:(len(block)-written%len(block))%len(block)])
+		wrote <- err
+	}()
+	returns, bodyBytes, acked := 0, 0, uint64(0)
+	for returns < published || acked < uint64(published) {
+		c.nc.SetReadDeadline(time.Now().Add(waitTimeout))
+		f, err := c.r.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading what is owed: %v (%d of %d returns, acked up to %d)", err, returns, published, acked)
+		}
+		switch f.Type {
+		case amqp.FrameBody:
+			bodyBytes += len(f.Payload)
+		case amqp.FrameMethod:
+			m, err := amqp.DecodeMethod(f.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *amqp.BasicReturn:
+				if m.ReplyCode != 312 || m.RoutingKey != key {
+					t.Fatalf("unexpected return %+v", m)
+				}
+				returns++
+			case *amqp.BasicAck:
+				acked = m.DeliveryTag
+			default:
+				t.Fatalf("unexpected %s", m.Name())
+			}
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("completing the cut publish: %v", err)
+	}
+	if returns != published || bodyBytes != published*size || acked != uint64(published) {
+		t.Errorf("got %d returns with %d body bytes, acked up to %d; want %d returns, %d bytes, acked up to %d",
+			returns, bodyBytes, acked, published, published*size, published)
 	}
 	p.mustRun()
 }

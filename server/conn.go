@@ -17,6 +17,9 @@ import (
 
 // Output buffering: deliveries stop being appended to a connection's
 // output once this much is pending, and resume once the writer drained it.
+// Other output (replies, returns, confirms) is bounded by the reader: it
+// stops reading from the client while this much output is pending, as
+// RabbitMQ's flow control does, and resumes once the writer took it.
 const outHighWater = 1 << 20
 
 // Version is the server version advertised in connection.start.
@@ -58,6 +61,8 @@ type conn struct {
 	outMu        sync.Mutex
 	out          []byte
 	outSignal    chan struct{}
+	outFull      atomic.Bool     // len(out) >= outHighWater after a send; cleared by the writer (under outMu)
+	outDrained   chan struct{}   // signalled when the writer clears outFull
 	kicks        []*broker.Queue // queues to Dispatch once output drained
 	confirmDirty []*channel      // channels with sync completions to confirm (confirms.go)
 	writerErr    error
@@ -78,7 +83,7 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	return &conn{s: s, nc: nc, id: s.nextConn.Add(1), channels: map[uint16]*channel{}, connectedAt: time.Now(),
-		outSignal: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}), closeCh: make(chan struct{}),
+		outSignal: make(chan struct{}, 1), outDrained: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}), closeCh: make(chan struct{}),
 		frameMax: s.cfg.FrameMax, channelMax: s.cfg.ChannelMax}
 }
 
@@ -86,8 +91,31 @@ func newConn(s *Server, nc net.Conn) *conn {
 func (c *conn) send(fn func([]byte) []byte) {
 	c.outMu.Lock()
 	c.out = fn(c.out)
+	if len(c.out) >= outHighWater && !c.outFull.Load() {
+		c.outFull.Store(true)
+	}
 	c.outMu.Unlock()
 	c.wake()
+}
+
+// waitOutput holds the reader while the connection's output is over
+// outHighWater (issue 11 item 9): a client that does not read what it
+// causes (basic.return of unroutable mandatory publishes, confirms,
+// replies) is not read from either, so its output stays bounded instead
+// of growing with every frame it sends. Reading resumes once the writer
+// took the output; heartbeats are not counted meanwhile.
+func (c *conn) waitOutput() {
+	c.readPaused.Store(true)
+	defer c.readPaused.Store(false)
+	for c.outFull.Load() {
+		select {
+		case <-c.outDrained:
+		case <-c.writerDone:
+			return
+		case <-c.closeCh: // a forced close: go read the close-ok
+			return
+		}
+	}
 }
 
 func (c *conn) wake() {
@@ -233,6 +261,13 @@ func (c *conn) writeLoop() {
 		c.out = spare[:0]
 		kicks := c.kicks
 		c.kicks = nil
+		if c.outFull.Load() {
+			c.outFull.Store(false)
+			select {
+			case c.outDrained <- struct{}{}:
+			default:
+			}
+		}
 		c.outMu.Unlock()
 		if len(buf) > 0 && c.writerErr == nil {
 			c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
@@ -543,6 +578,9 @@ func (c *conn) readLoop() error {
 				frames = 0
 			}
 			c.flushConfirms()
+		}
+		if c.outFull.Load() {
+			c.waitOutput()
 		}
 		f, err := c.r.ReadFrame()
 		if err != nil {
