@@ -140,12 +140,11 @@ func (ch *channel) closeWith(e *amqp.Error) {
 	ch.c.sendMethod(ch.id, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: truncate(e.Text), FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
 }
 
-// shutdown releases the channel's consumers and requeues its unacked
-// messages. It is idempotent.
-func (ch *channel) shutdown() {
-	ch.flushConfirms()
-	ch.closeConfirms()
+// takeAll removes the channel's consumers and unacked deliveries, and
+// stops deliveries to it.
+func (ch *channel) takeAll() ([]*consumer, []unackedMsg) {
 	ch.mu.Lock()
+	defer ch.mu.Unlock()
 	cons := make([]*consumer, 0, len(ch.consumers))
 	for _, cs := range ch.consumers {
 		cons = append(cons, cs)
@@ -153,7 +152,15 @@ func (ch *channel) shutdown() {
 	ch.consumers = map[string]*consumer{}
 	pending := ch.takeUnackedLocked(func(*unackedMsg) bool { return true })
 	ch.flowActive = false
-	ch.mu.Unlock()
+	return cons, pending
+}
+
+// shutdown releases the channel's consumers and requeues its unacked
+// messages. It is idempotent.
+func (ch *channel) shutdown() {
+	ch.flushConfirms()
+	ch.closeConfirms()
+	cons, pending := ch.takeAll()
 	for _, cs := range cons {
 		if cs.bc.Queue != nil { // nil for the direct reply-to consumer
 			cs.bc.Queue.RemoveConsumer(cs.bc)
@@ -174,6 +181,9 @@ func (ch *channel) shutdown() {
 }
 
 func (ch *channel) dispatch(m amqp.Method) error {
+	if testHookMethod != nil {
+		testHookMethod(m)
+	}
 	switch m := m.(type) {
 	case *amqp.BasicPublish:
 		return ch.startPublish(m)
@@ -589,6 +599,9 @@ func (ch *channel) finishPublish() error {
 }
 
 func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) error {
+	if testHookPublish != nil {
+		testHookPublish(exchange, m)
+	}
 	res, err := ch.vhost().Publish(&ch.router, exchange, m)
 	if err != nil {
 		return err
@@ -661,7 +674,7 @@ func (ch *channel) txCommit() error {
 		for _, l := range ch.txWait {
 			if err := syncer.Wait(context.Background(), l); err != nil {
 				ch.txWait = ch.txWait[:0]
-				return amqp.ConnErrorf(amqp.InternalError, "INTERNAL_ERROR - message store: %v", err)
+				return amqp.ConnErrorf(amqp.InternalError, "message store: %v", err)
 			}
 		}
 	}
@@ -808,6 +821,7 @@ func (ch *channel) get(m *amqp.BasicGet) error {
 		return nil
 	}
 	ch.mu.Lock()
+	defer ch.mu.Unlock()
 	ch.stats.countGet(m.NoAck, d.Redelivered)
 	ch.nextTag++
 	tag := ch.nextTag
@@ -821,7 +835,6 @@ func (ch *channel) get(m *amqp.BasicGet) error {
 		b = amqp.AppendHeaderFrame(b, ch.id, 60, uint64(len(d.Msg.Body)), &d.Msg.Props)
 		return amqp.AppendBodyFrames(b, ch.id, d.Msg.Body, ch.c.frameMax)
 	})
-	ch.mu.Unlock()
 	return nil
 }
 
@@ -866,27 +879,35 @@ func (ch *channel) findTagLocked(tag uint64) int {
 	return -1
 }
 
-func (ch *channel) applySettle(tag uint64, multiple bool, kind int, requeue bool) error {
+// takeSettled removes the deliveries a settle names (ch.mu released by a
+// defer).
+func (ch *channel) takeSettled(tag uint64, multiple bool, kind int, requeue bool) ([]unackedMsg, error) {
 	ch.mu.Lock()
+	defer ch.mu.Unlock()
 	var taken []unackedMsg
 	if multiple {
 		// tag 0 with multiple means every outstanding delivery.
 		taken = ch.takeUpToLocked(tag)
 		if len(taken) == 0 && tag != 0 {
-			ch.mu.Unlock()
-			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+			return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
 		}
 	} else {
 		i := ch.findTagLocked(tag)
 		if i < 0 || ch.unacked[i].done {
-			ch.mu.Unlock()
-			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+			return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
 		}
 		taken = []unackedMsg{ch.unacked[i]}
 		ch.markDoneLocked(i)
 	}
 	ch.stats.countSettle(kind, requeue, len(taken))
-	ch.mu.Unlock()
+	return taken, nil
+}
+
+func (ch *channel) applySettle(tag uint64, multiple bool, kind int, requeue bool) error {
+	taken, err := ch.takeSettled(tag, multiple, kind, requeue)
+	if err != nil {
+		return err
+	}
 	switch {
 	case kind == settleAck:
 		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Ack(ds) })

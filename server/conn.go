@@ -66,14 +66,17 @@ type conn struct {
 	kicks        []*broker.Queue // queues to Dispatch once output drained
 	confirmDirty []*channel      // channels with sync completions to confirm (confirms.go)
 	writerErr    error
+	writerPanics int // writer goroutine only
 
 	closing    atomic.Bool // connection.close sent; waiting for close-ok
+	panicked   atomic.Bool // a panic was recovered (panics.go)
 	closeSent  atomic.Bool
 	readFrames atomic.Uint64
 	done       chan struct{} // closed when the reader stops
 	writerDone chan struct{}
 	blocked    bool // connection.blocked sent (reader goroutine only)
 	released   bool // release ran (reader goroutine only)
+	releasing  bool // release started (reader goroutine only)
 	// readPaused is set while the reader waits out a resource alarm: it
 	// reads nothing then, so missed heartbeats are not counted (as
 	// RabbitMQ pauses its heartbeat monitor).
@@ -89,13 +92,19 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 // send appends frames to the output under the output lock and wakes the writer.
 func (c *conn) send(fn func([]byte) []byte) {
+	c.appendOut(fn)
+	c.wake()
+}
+
+// appendOut appends to the output under outMu (released by a defer: fn
+// encodes frames, and a panic in it must not leave the lock held).
+func (c *conn) appendOut(fn func([]byte) []byte) {
 	c.outMu.Lock()
+	defer c.outMu.Unlock()
 	c.out = fn(c.out)
 	if len(c.out) >= outHighWater && !c.outFull.Load() {
 		c.outFull.Store(true)
 	}
-	c.outMu.Unlock()
-	c.wake()
 }
 
 // waitOutput holds the reader while the connection's output is over
@@ -136,17 +145,17 @@ func (c *conn) run() {
 	c.r = amqp.NewFrameReader(countingReader{c.nc, &c.recvOct}, 64<<10)
 	c.nc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
 	go c.writeLoop()
-	err := c.handshake()
+	err := c.handshakeSafe()
 	if err == nil {
 		c.nc.SetDeadline(time.Time{})
-		err = c.readLoop()
+		err = c.readLoopSafe()
 	}
 	if errors.Is(err, errClientClose) {
 		// The client asked to close: release everything first (as
 		// RabbitMQ does, so that its exclusive queues are gone once it
 		// sees close-ok), answer, and leave closing the socket to the
 		// client (issue 11 item 13).
-		c.release()
+		c.releaseSafe()
 		c.sendMethod(0, &amqp.ConnectionCloseOk{})
 		c.s.removeConn(c)
 		c.linger()
@@ -210,7 +219,7 @@ func (c *conn) release() {
 // teardown releases what the connection holds and stops the writer once
 // it has flushed the output.
 func (c *conn) teardown(err error) {
-	c.release()
+	c.releaseSafe()
 	close(c.done)
 	select {
 	case <-c.writerDone:
@@ -223,6 +232,31 @@ func (c *conn) teardown(err error) {
 
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
+	for c.writeLoopSafe() {
+	}
+}
+
+// writeLoopSafe runs the writer and recovers a panic in it: the first one
+// closes the connection with 541 and restarts the writer so that the
+// connection.close goes out; a second one drops the socket. It reports
+// whether the writer is to run again.
+func (c *conn) writeLoopSafe() (again bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			e := c.recovered("writer", r)
+			if c.writerPanics++; c.writerPanics == 1 {
+				c.closeConn(e)
+				again = true
+				return
+			}
+			c.nc.Close()
+		}
+	}()
+	c.writeLoopBody()
+	return false
+}
+
+func (c *conn) writeLoopBody() {
 	var spare []byte
 	var tick <-chan time.Time
 	if c.s.cfg.Heartbeat > 0 {
@@ -269,6 +303,9 @@ func (c *conn) writeLoop() {
 			}
 		}
 		c.outMu.Unlock()
+		if testHookWrite != nil && len(buf) > 0 {
+			testHookWrite(c.clientName)
+		}
 		if len(buf) > 0 && c.writerErr == nil {
 			c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
 			c.sendOct.Add(uint64(len(buf)))
@@ -592,7 +629,7 @@ func (c *conn) readLoop() error {
 			return err
 		}
 		frames++
-		if err := c.handleFrame(f); err != nil {
+		if err := c.handleFrameSafe(f); err != nil {
 			if errors.Is(err, errClosed) {
 				return nil
 			}
