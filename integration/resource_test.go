@@ -191,14 +191,14 @@ func TestAnnouncedBodiesReserveNoMemory(t *testing.T) {
 	if u := rabbitURL(t); u != "" {
 		targets = append(targets, newRabbitTarget(t, u).addr)
 	}
+	b := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: "hB-ordinary"})
+	b = amqp.AppendHeaderFrame(b, 1, 60, announced+1, &amqp.Properties{})
+	b = amqp.AppendBodyFrames(b, 1, make([]byte, announced+1), 131072)
 	for _, addr := range targets {
 		c := rawDial(t, addr)
 		c.nc.SetDeadline(time.Now().Add(60 * time.Second))
 		must(t, c.handshake(0, 131072))
 		must(t, c.openChannel(1))
-		b := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: "hB-ordinary"})
-		b = amqp.AppendHeaderFrame(b, 1, 60, announced+1, &amqp.Properties{})
-		b = amqp.AppendBodyFrames(b, 1, make([]byte, announced+1), 131072)
 		go c.write(b)
 		got := c.awaitClose()
 		for i := 0; i < 10 && got.Level == "dropped" && strings.Contains(got.String(), "timeout"); i++ {
