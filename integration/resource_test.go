@@ -457,3 +457,69 @@ func TestNonReadingClientOutputBounded(t *testing.T) {
 	}
 	p.mustRun()
 }
+
+// TestDirectReplyToNonReadingClientBounded: issue 11 item 9, output a
+// client causes through others. Replies sent to the direct reply-to
+// address of a client that does not read used to be buffered without
+// limit. Once 16 MiB of output are pending for it, further replies are
+// refused like replies to a consumer that is gone: a mandatory publisher
+// gets them back as basic.return (312 NO_ROUTE). When the client reads,
+// it receives every reply that was accepted.
+func TestDirectReplyToNonReadingClientBounded(t *testing.T) {
+	e := newEnv(t)
+	e.warren()
+	const n, size = 800, 64 << 10
+	r := dialRaw(t, e.addr(), 0, 0)
+	r.openChannel(1)
+	r.send(1, &amqp.BasicConsume{Queue: "amq.rabbitmq.reply-to", NoAck: true})
+	if _, ok := r.expect(1).(*amqp.BasicConsumeOk); !ok {
+		t.Fatal("want basic.consume-ok")
+	}
+	// The server learns the reply address from a request.
+	srv := e.channel()
+	q := e.queue(srv, "", nil)
+	reqs := consume(t, srv, q, "", true, nil)
+	b := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: q})
+	b = amqp.AppendHeaderFrame(b, 1, 60, 3, &amqp.Properties{Flags: amqp.FlagReplyTo, ReplyTo: "amq.rabbitmq.reply-to"})
+	r.write(amqp.AppendBodyFrames(b, 1, []byte("req"), r.frameMax))
+	replyTo := recv(t, reqs).ReplyTo
+
+	returns := srv.NotifyReturn(make(chan amqp091.Return, n))
+	must(t, srv.Confirm(false))
+	confirms := srv.NotifyPublish(make(chan amqp091.Confirmation, n))
+	body := make([]byte, size)
+	for range n {
+		must(t, srv.Publish("", replyTo, true, false, amqp091.Publishing{Body: body}))
+	}
+	for i := range n {
+		select {
+		case <-confirms:
+		case <-time.After(waitTimeout):
+			t.Fatalf("confirm %d of %d not received", i+1, n)
+		}
+	}
+	returned := len(returns)
+	t.Logf("%d of %d replies refused while the client did not read", returned, n)
+	if returned == 0 {
+		t.Fatalf("all %d replies (%d MiB) accepted for a client that does not read, want them refused past 16 MiB pending", n, n*size>>20)
+	}
+	for i := range returned {
+		if ret := <-returns; ret.ReplyCode != 312 {
+			t.Fatalf("return %d: %d %s, want 312 NO_ROUTE", i, ret.ReplyCode, ret.ReplyText)
+		}
+	}
+	got := 0
+	for got < n-returned {
+		f := r.frame()
+		if f.Type != amqp.FrameMethod {
+			continue
+		}
+		m, err := amqp.DecodeMethod(f.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(*amqp.BasicDeliver); ok {
+			got++
+		}
+	}
+}

@@ -96,6 +96,21 @@ func (c *conn) send(fn func([]byte) []byte) {
 	c.wake()
 }
 
+// appendBounded is appendOut unless limit bytes of output are pending
+// already; it reports whether it appended.
+func (c *conn) appendBounded(limit int, fn func([]byte) []byte) bool {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if len(c.out) >= limit {
+		return false
+	}
+	c.out = fn(c.out)
+	if len(c.out) >= outHighWater && !c.outFull.Load() {
+		c.outFull.Store(true)
+	}
+	return true
+}
+
 // appendOut appends to the output under outMu (released by a defer: fn
 // encodes frames, and a panic in it must not leave the lock held).
 func (c *conn) appendOut(fn func([]byte) []byte) {

@@ -115,10 +115,21 @@ func (cs *consumer) DeliverReply(m *broker.Message) (ok bool) {
 	if ch.consumers[cs.bc.Tag] != cs {
 		return false
 	}
-	ch.nextTag++
-	tag := ch.nextTag
-	ch.c.send(func(b []byte) []byte {
-		return appendDelivery(b, ch.id, cs.bc.Tag, tag, false, m, ch.c.frameMax)
-	})
+	// Replies come from other connections, so the reader's flow control
+	// cannot bound them: a reply for a client with replyHighWater of
+	// output pending is refused, as for a reply consumer that is gone
+	// (unroutable: returned to a mandatory publisher).
+	if !ch.c.appendBounded(replyHighWater, func(b []byte) []byte {
+		ch.nextTag++
+		return appendDelivery(b, ch.id, cs.bc.Tag, ch.nextTag, false, m, ch.c.frameMax)
+	}) {
+		return false
+	}
+	ch.c.wake()
 	return true
 }
+
+// replyHighWater bounds the output pending for a direct reply-to consumer
+// (issue 11 item 9): a client that does not read its replies cannot make
+// the broker hold them without limit.
+const replyHighWater = 16 * outHighWater
