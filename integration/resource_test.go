@@ -22,6 +22,8 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/server"
+	"github.com/warrenmq/warren/warrentest"
 )
 
 // rss is the resident set of the process, in bytes.
@@ -522,4 +524,44 @@ func TestDirectReplyToNonReadingClientBounded(t *testing.T) {
 			got++
 		}
 	}
+}
+
+// TestAlarmBlocksPublisherMidContent: issue 11 item 5, the other half. A
+// publisher in the middle of a large message's content is blocked by a
+// resource alarm like any publisher (connection.blocked, nothing read
+// until the alarm clears), as RabbitMQ blocks a publishing connection; it
+// used to be blocked only once its message was complete, so the sender of
+// an endless body was never held. The message completes once the alarm
+// clears.
+func TestAlarmBlocksPublisherMidContent(t *testing.T) {
+	e := newEnv(t, warrentest.WithConfig(func(c *server.Config) {
+		c.MemoryHighWatermark, c.DiskFreeLimit = -1, -1 // alarms set by the test only
+	}))
+	srv := e.warren().Server()
+	ch := e.channel()
+	q := e.queue(ch, "", nil)
+	r := dialRaw(t, e.addr(), 0, 0)
+	r.openChannel(1)
+	const size = 4 * 100 << 10
+	body := make([]byte, size)
+	chunk := func(b []byte) []byte { return frameBytes(amqp.FrameBody, 1, b) }
+	b := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: q})
+	b = amqp.AppendHeaderFrame(b, 1, 60, size, &amqp.Properties{})
+	r.write(append(b, chunk(body[:100<<10])...))
+	srv.SetAlarm("memory", true)
+	r.write(chunk(body[100<<10 : 200<<10]))
+	if m, ok := r.expect(0).(*amqp.ConnectionBlocked); !ok {
+		t.Fatalf("got %v, want connection.blocked for a publisher in the middle of a message", m)
+	}
+	srv.SetAlarm("memory", false)
+	if _, ok := r.expect(0).(*amqp.ConnectionUnblocked); !ok {
+		t.Fatal("want connection.unblocked once the alarm cleared")
+	}
+	r.write(append(chunk(body[200<<10:300<<10]), chunk(body[300<<10:])...))
+	e.waitMessages(q, 1)
+}
+
+// frameBytes is one frame of the given type.
+func frameBytes(typ uint8, ch uint16, payload []byte) []byte {
+	return frame(typ, ch, payload, amqp.FrameEnd)
 }
