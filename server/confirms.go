@@ -22,7 +22,24 @@ type confirmWait struct {
 // confirmPublish records the outcome of publish number seq (reader
 // goroutine).
 func (ch *channel) confirmPublish(res broker.PublishResult) {
+	seq, wait := ch.recordPublish(res)
+	if !wait {
+		return
+	}
+	syncer := ch.c.s.syncer()
+	for _, l := range res.Wait {
+		if err := syncer.Request(l, func(err error) { ch.diskDone(seq, err) }); err != nil {
+			ch.diskDone(seq, err)
+		}
+	}
+}
+
+// recordPublish numbers a publish and confirms it at once when it need
+// not wait for the disk (confMu released by a defer). It returns the
+// publish's number and whether it waits for a sync.
+func (ch *channel) recordPublish(res broker.PublishResult) (uint64, bool) {
 	ch.confMu.Lock()
+	defer ch.confMu.Unlock()
 	ch.publishSeq++
 	seq := ch.publishSeq
 	nack := res.Rejected || res.Failed
@@ -40,49 +57,50 @@ func (ch *channel) confirmPublish(res broker.PublishResult) {
 				ch.flushConfirmsLocked()
 			}
 		}
-		ch.confMu.Unlock()
-		return
+		return seq, false
 	}
 	w := confirmWait{seq: seq, nack: nack}
 	if wait {
 		w.left = int32(len(res.Wait))
 	}
 	ch.waits = append(ch.waits, w)
-	ch.confMu.Unlock()
-	if !wait {
-		return
-	}
-	for _, l := range res.Wait {
-		if err := syncer.Request(l, func(err error) { ch.diskDone(seq, err) }); err != nil {
-			ch.diskDone(seq, err)
-		}
-	}
+	return seq, wait
 }
 
 // diskDone is a sync completion for publish seq (store goroutine). The
 // confirms it makes answerable are sent by the connection's writer, once
 // per write, so that a group commit of many publishes costs one ack.
 func (ch *channel) diskDone(seq uint64, err error) {
+	// This runs on the message store's goroutine: a panic closes the
+	// channel's connection, not the broker (panics.go).
+	defer func() {
+		if r := recover(); r != nil {
+			ch.c.sinkPanic("confirming a synced publish", r)
+		}
+	}()
+	if ch.syncedFront(seq, err) {
+		ch.c.queueConfirmFlush(ch)
+	}
+}
+
+// syncedFront counts one sync done for publish seq and reports whether the
+// oldest waiting publish is now answerable (confMu released by a defer).
+func (ch *channel) syncedFront(seq uint64, err error) bool {
 	ch.confMu.Lock()
+	defer ch.confMu.Unlock()
 	if ch.confClosed || len(ch.waits) == ch.whead {
-		ch.confMu.Unlock()
-		return
+		return false
 	}
 	i := ch.whead + int(seq-ch.waits[ch.whead].seq)
 	if i < ch.whead || i >= len(ch.waits) {
-		ch.confMu.Unlock()
-		return
+		return false
 	}
 	w := &ch.waits[i]
 	w.left--
 	if err != nil {
 		w.nack = true
 	}
-	front := i == ch.whead && w.left == 0
-	ch.confMu.Unlock()
-	if front {
-		ch.c.queueConfirmFlush(ch)
-	}
+	return i == ch.whead && w.left == 0
 }
 
 // flushConfirms sends the answerable publisher confirms as one basic.ack
@@ -92,8 +110,8 @@ func (ch *channel) diskDone(seq uint64, err error) {
 // after sync completions.
 func (ch *channel) flushConfirms() {
 	ch.confMu.Lock()
+	defer ch.confMu.Unlock()
 	ch.flushConfirmsLocked()
-	ch.confMu.Unlock()
 }
 
 func (ch *channel) flushConfirmsLocked() {

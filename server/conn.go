@@ -17,6 +17,9 @@ import (
 
 // Output buffering: deliveries stop being appended to a connection's
 // output once this much is pending, and resume once the writer drained it.
+// Other output (replies, returns, confirms) is bounded by the reader: it
+// stops reading from the client while this much output is pending, as
+// RabbitMQ's flow control does, and resumes once the writer took it.
 const outHighWater = 1 << 20
 
 // Version is the server version advertised in connection.start.
@@ -58,16 +61,22 @@ type conn struct {
 	outMu        sync.Mutex
 	out          []byte
 	outSignal    chan struct{}
+	outFull      atomic.Bool     // len(out) >= outHighWater after a send; cleared by the writer (under outMu)
+	outDrained   chan struct{}   // signalled when the writer clears outFull
 	kicks        []*broker.Queue // queues to Dispatch once output drained
 	confirmDirty []*channel      // channels with sync completions to confirm (confirms.go)
 	writerErr    error
+	writerPanics int // writer goroutine only
 
 	closing    atomic.Bool // connection.close sent; waiting for close-ok
+	panicked   atomic.Bool // a panic was recovered (panics.go)
 	closeSent  atomic.Bool
 	readFrames atomic.Uint64
 	done       chan struct{} // closed when the reader stops
 	writerDone chan struct{}
 	blocked    bool // connection.blocked sent (reader goroutine only)
+	released   bool // release ran (reader goroutine only)
+	releasing  bool // release started (reader goroutine only)
 	// readPaused is set while the reader waits out a resource alarm: it
 	// reads nothing then, so missed heartbeats are not counted (as
 	// RabbitMQ pauses its heartbeat monitor).
@@ -77,16 +86,60 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	return &conn{s: s, nc: nc, id: s.nextConn.Add(1), channels: map[uint16]*channel{}, connectedAt: time.Now(),
-		outSignal: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}), closeCh: make(chan struct{}),
+		outSignal: make(chan struct{}, 1), outDrained: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}), closeCh: make(chan struct{}),
 		frameMax: s.cfg.FrameMax, channelMax: s.cfg.ChannelMax}
 }
 
 // send appends frames to the output under the output lock and wakes the writer.
 func (c *conn) send(fn func([]byte) []byte) {
-	c.outMu.Lock()
-	c.out = fn(c.out)
-	c.outMu.Unlock()
+	c.appendOut(fn)
 	c.wake()
+}
+
+// appendBounded is appendOut unless limit bytes of output are pending
+// already; it reports whether it appended.
+func (c *conn) appendBounded(limit int, fn func([]byte) []byte) bool {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if len(c.out) >= limit {
+		return false
+	}
+	c.out = fn(c.out)
+	if len(c.out) >= outHighWater && !c.outFull.Load() {
+		c.outFull.Store(true)
+	}
+	return true
+}
+
+// appendOut appends to the output under outMu (released by a defer: fn
+// encodes frames, and a panic in it must not leave the lock held).
+func (c *conn) appendOut(fn func([]byte) []byte) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	c.out = fn(c.out)
+	if len(c.out) >= outHighWater && !c.outFull.Load() {
+		c.outFull.Store(true)
+	}
+}
+
+// waitOutput holds the reader while the connection's output is over
+// outHighWater (issue 11 item 9): a client that does not read what it
+// causes (basic.return of unroutable mandatory publishes, confirms,
+// replies) is not read from either, so its output stays bounded instead
+// of growing with every frame it sends. Reading resumes once the writer
+// took the output; heartbeats are not counted meanwhile.
+func (c *conn) waitOutput() {
+	c.readPaused.Store(true)
+	defer c.readPaused.Store(false)
+	for c.outFull.Load() {
+		select {
+		case <-c.outDrained:
+		case <-c.writerDone:
+			return
+		case <-c.closeCh: // a forced close: go read the close-ok
+			return
+		}
+	}
 }
 
 func (c *conn) wake() {
@@ -107,17 +160,64 @@ func (c *conn) run() {
 	c.r = amqp.NewFrameReader(countingReader{c.nc, &c.recvOct}, 64<<10)
 	c.nc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
 	go c.writeLoop()
-	err := c.handshake()
+	err := c.handshakeSafe()
 	if err == nil {
 		c.nc.SetDeadline(time.Time{})
-		err = c.readLoop()
+		err = c.readLoopSafe()
+	}
+	if errors.Is(err, errClientClose) {
+		// The client asked to close: release everything first (as
+		// RabbitMQ does, so that its exclusive queues are gone once it
+		// sees close-ok), answer, and leave closing the socket to the
+		// client (issue 11 item 13).
+		c.releaseSafe()
+		c.sendMethod(0, &amqp.ConnectionCloseOk{})
+		c.s.removeConn(c)
+		c.linger()
+		err = nil
 	}
 	c.teardown(err)
 }
 
-// teardown releases everything the connection holds: unacked messages go
-// back to their queues, consumers are cancelled, exclusive queues deleted.
-func (c *conn) teardown(err error) {
+// closeLinger bounds how long a connection waits, after its close-ok, for
+// the client to close the socket: RabbitMQ's CLOSING_TIMEOUT, or the
+// heartbeat timeout when it is shorter.
+const closeLinger = 30 * time.Second
+
+// linger waits until the client closes the socket after close-ok, as
+// RabbitMQ does: a client such as amqp091-go that sees the socket close
+// before it has taken in the close-ok reports an error (501 "EOF") for a
+// clean close. Whatever the client sends meanwhile is discarded. Server
+// shutdown ends the wait.
+func (c *conn) linger() {
+	d := closeLinger
+	if hb := c.heartbeatInterval(); hb > 0 && hb < d {
+		d = hb
+	}
+	c.nc.SetReadDeadline(time.Now().Add(d))
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-c.s.done():
+			c.nc.SetReadDeadline(time.Now())
+		case <-c.writerDone: // the writer failed: the socket is gone
+			c.nc.SetReadDeadline(time.Now())
+		case <-stop:
+		}
+	}()
+	buf := make([]byte, 512)
+	for {
+		if _, err := c.nc.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
+// release frees everything the connection holds: unacked messages go back
+// to their queues, consumers are cancelled, exclusive queues deleted. It
+// runs on the reader goroutine and is idempotent.
+func (c *conn) release() {
 	for _, ch := range c.channels {
 		ch.shutdown()
 	}
@@ -125,9 +225,16 @@ func (c *conn) teardown(err error) {
 	c.channels = nil
 	c.lastCh = nil
 	c.chMu.Unlock()
-	if c.vhost != nil {
+	if c.vhost != nil && !c.released {
 		c.vhost.DeleteExclusive(c.id)
 	}
+	c.released = true
+}
+
+// teardown releases what the connection holds and stops the writer once
+// it has flushed the output.
+func (c *conn) teardown(err error) {
+	c.releaseSafe()
 	close(c.done)
 	select {
 	case <-c.writerDone:
@@ -140,6 +247,31 @@ func (c *conn) teardown(err error) {
 
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
+	for c.writeLoopSafe() {
+	}
+}
+
+// writeLoopSafe runs the writer and recovers a panic in it: the first one
+// closes the connection with 541 and restarts the writer so that the
+// connection.close goes out; a second one drops the socket. It reports
+// whether the writer is to run again.
+func (c *conn) writeLoopSafe() (again bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			e := c.recovered("writer", r)
+			if c.writerPanics++; c.writerPanics == 1 {
+				c.closeConn(e)
+				again = true
+				return
+			}
+			c.nc.Close()
+		}
+	}()
+	c.writeLoopBody()
+	return false
+}
+
+func (c *conn) writeLoopBody() {
 	var spare []byte
 	var tick <-chan time.Time
 	if c.s.cfg.Heartbeat > 0 {
@@ -178,7 +310,17 @@ func (c *conn) writeLoop() {
 		c.out = spare[:0]
 		kicks := c.kicks
 		c.kicks = nil
+		if c.outFull.Load() {
+			c.outFull.Store(false)
+			select {
+			case c.outDrained <- struct{}{}:
+			default:
+			}
+		}
 		c.outMu.Unlock()
+		if testHookWrite != nil && len(buf) > 0 {
+			testHookWrite(c.clientName)
+		}
 		if len(buf) > 0 && c.writerErr == nil {
 			c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
 			c.sendOct.Add(uint64(len(buf)))
@@ -245,14 +387,25 @@ func (c *conn) readMethod() (amqp.Method, error) {
 	}
 }
 
+// protocolHeader09 is the AMQP 0-9 header ("AMQP", class 1, instance 1,
+// version 0-9) that some long-lived clients send; RabbitMQ answers it
+// with 0-9-1's connection.start and speaks 0-9-1.
+const protocolHeader09 = "AMQP\x01\x01\x00\x09"
+
 func (c *conn) handshake() error {
-	if _, err := c.r.ReadProtocolHeader(); err != nil {
+	if h, err := c.r.ReadProtocolHeader(); err != nil {
 		if !errors.Is(err, amqp.ErrProtocolHeader) {
 			return err
 		}
-		// Answer any other header with the version we speak, then close.
-		c.send(func(b []byte) []byte { return append(b, amqp.ProtocolHeader...) })
-		return errors.New("bad protocol header")
+		if string(h[:]) != protocolHeader09 {
+			// Answer any other header with the version we speak, then
+			// close, as RabbitMQ. (RabbitMQ also speaks 0-8 to
+			// "AMQP 1 1 8 0" and "AMQP 1 1 9 1"; Warren does not, and
+			// answers those with the 0-9-1 header too.)
+			c.send(func(b []byte) []byte { return append(b, amqp.ProtocolHeader...) })
+			return errors.New("bad protocol header")
+		}
+		// The 0-9 header: RabbitMQ treats it as 0-9-1, and so does Warren.
 	}
 	c.sendMethod(0, &amqp.ConnectionStart{
 		VersionMajor:     0,
@@ -478,6 +631,9 @@ func (c *conn) readLoop() error {
 			}
 			c.flushConfirms()
 		}
+		if c.outFull.Load() {
+			c.waitOutput()
+		}
 		f, err := c.r.ReadFrame()
 		if err != nil {
 			var ae *amqp.Error
@@ -488,9 +644,12 @@ func (c *conn) readLoop() error {
 			return err
 		}
 		frames++
-		if err := c.handleFrame(f); err != nil {
+		if err := c.handleFrameSafe(f); err != nil {
 			if errors.Is(err, errClosed) {
 				return nil
+			}
+			if errors.Is(err, errClientClose) {
+				return err
 			}
 			var ae *amqp.Error
 			if errors.As(err, &ae) {
@@ -505,6 +664,10 @@ func (c *conn) readLoop() error {
 }
 
 var errClosed = errors.New("connection closed")
+
+// errClientClose is the client's connection.close: the reader stops, and
+// run answers close-ok once the connection's resources are released.
+var errClientClose = errors.New("connection closed by the client")
 
 func (c *conn) flushConfirms() {
 	for _, ch := range c.channels {
@@ -587,8 +750,7 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 func (c *conn) handleConnMethod(m amqp.Method) error {
 	switch m.(type) {
 	case *amqp.ConnectionClose:
-		c.sendMethod(0, &amqp.ConnectionCloseOk{})
-		return errClosed
+		return errClientClose
 	case *amqp.ConnectionCloseOk:
 		return errClosed
 	case *amqp.ConnectionBlocked, *amqp.ConnectionUnblocked:

@@ -17,10 +17,21 @@ type consumer struct {
 // Deliver implements broker.Sink. It runs with the queue's lock held; it
 // takes the channel lock, then the connection's output lock, so that
 // delivery tags reach the socket in order.
-func (cs *consumer) Deliver(bc *broker.Consumer, d broker.Delivery) bool {
+func (cs *consumer) Deliver(bc *broker.Consumer, d broker.Delivery) (ok bool) {
 	ch := cs.ch
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
+	defer func() {
+		ch.mu.Unlock()
+		// A panic here must not reach the queue, which holds its lock
+		// (panics.go): the message stays in the queue.
+		if r := recover(); r != nil {
+			ok = false
+			ch.c.sinkPanic("delivering", r)
+		}
+	}()
+	if testHookDeliver != nil {
+		testHookDeliver(bc.Tag)
+	}
 	if !ch.flowActive || ch.consumers[bc.Tag] != cs {
 		return false
 	}
@@ -33,15 +44,10 @@ func (cs *consumer) Deliver(bc *broker.Consumer, d broker.Delivery) bool {
 		}
 	}
 	c := ch.c
-	c.outMu.Lock()
-	if c.backloggedLocked(d.Queue) {
-		c.outMu.Unlock()
+	tag, ok := ch.appendDeliveryOut(bc, d)
+	if !ok {
 		return false
 	}
-	ch.nextTag++
-	tag := ch.nextTag
-	c.out = appendDelivery(c.out, ch.id, bc.Tag, tag, d.Redelivered, d.Msg, c.frameMax)
-	c.outMu.Unlock()
 	ch.stats.countDeliver(bc.NoAck, d.Redelivered) // under ch.mu
 	c.wake()
 	if !bc.NoAck {
@@ -50,6 +56,20 @@ func (cs *consumer) Deliver(bc *broker.Consumer, d broker.Delivery) bool {
 		cs.unacked++
 	}
 	return true
+}
+
+// appendDeliveryOut numbers a delivery and appends it to the output
+// unless the output is backlogged (ch.mu held; outMu released by a defer).
+func (ch *channel) appendDeliveryOut(bc *broker.Consumer, d broker.Delivery) (uint64, bool) {
+	c := ch.c
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.backloggedLocked(d.Queue) {
+		return 0, false
+	}
+	ch.nextTag++
+	c.out = appendDelivery(c.out, ch.id, bc.Tag, ch.nextTag, d.Redelivered, d.Msg, c.frameMax)
+	return ch.nextTag, true
 }
 
 func appendDelivery(b []byte, chID uint16, ctag string, tag uint64, redelivered bool, m *broker.Message, frameMax uint32) []byte {
@@ -62,30 +82,54 @@ func appendDelivery(b []byte, chID uint16, ctag string, tag uint64, redelivered 
 // told with basic.cancel if it declared consumer_cancel_notify.
 func (cs *consumer) Cancelled(bc *broker.Consumer) {
 	ch := cs.ch
-	ch.mu.Lock()
-	if ch.consumers[bc.Tag] != cs {
-		ch.mu.Unlock()
-		return
-	}
-	ch.removeConsumerLocked(cs)
-	ch.mu.Unlock()
-	if ch.c.clientCap("consumer_cancel_notify") {
+	defer func() {
+		if r := recover(); r != nil {
+			ch.c.sinkPanic("cancelling a consumer", r)
+		}
+	}()
+	removed := func() bool {
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+		if ch.consumers[bc.Tag] != cs {
+			return false
+		}
+		ch.removeConsumerLocked(cs)
+		return true
+	}()
+	if removed && ch.c.clientCap("consumer_cancel_notify") {
 		ch.c.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: bc.Tag, NoWait: true})
 	}
 }
 
 // DeliverReply implements broker.ReplyTarget for direct reply-to.
-func (cs *consumer) DeliverReply(m *broker.Message) bool {
+func (cs *consumer) DeliverReply(m *broker.Message) (ok bool) {
 	ch := cs.ch
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
+	defer func() {
+		ch.mu.Unlock()
+		if r := recover(); r != nil {
+			ok = false
+			ch.c.sinkPanic("delivering a direct reply", r)
+		}
+	}()
 	if ch.consumers[cs.bc.Tag] != cs {
 		return false
 	}
-	ch.nextTag++
-	tag := ch.nextTag
-	ch.c.send(func(b []byte) []byte {
-		return appendDelivery(b, ch.id, cs.bc.Tag, tag, false, m, ch.c.frameMax)
-	})
+	// Replies come from other connections, so the reader's flow control
+	// cannot bound them: a reply for a client with replyHighWater of
+	// output pending is refused, as for a reply consumer that is gone
+	// (unroutable: returned to a mandatory publisher).
+	if !ch.c.appendBounded(replyHighWater, func(b []byte) []byte {
+		ch.nextTag++
+		return appendDelivery(b, ch.id, cs.bc.Tag, ch.nextTag, false, m, ch.c.frameMax)
+	}) {
+		return false
+	}
+	ch.c.wake()
 	return true
 }
+
+// replyHighWater bounds the output pending for a direct reply-to consumer
+// (issue 11 item 9): a client that does not read its replies cannot make
+// the broker hold them without limit.
+const replyHighWater = 16 * outHighWater

@@ -131,6 +131,8 @@ type Server struct {
 	mu        sync.Mutex
 	ln        net.Listener
 	tlsLn     net.Listener
+	lnDown    bool // the listener's accept loop ended while the server is open
+	tlsLnDown bool
 	conns     map[*conn]struct{}
 	started   bool
 	closed    bool
@@ -268,43 +270,69 @@ func (s *Server) go_(f func()) {
 	}()
 }
 
-// Addr is the AMQP listener's address (nil before Start).
+// Addr is the AMQP listener's address: nil before Start, and nil when the
+// listener stopped accepting for good while the server is open (the
+// management API's port-listener and protocol-listener health checks then
+// fail).
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
+	if s.ln == nil || s.lnDown {
 		return nil
 	}
 	return s.ln.Addr()
 }
 
-// TLSAddr is the AMQPS listener's address, or nil.
+// TLSAddr is the AMQPS listener's address, or nil (as Addr).
 func (s *Server) TLSAddr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tlsLn == nil {
+	if s.tlsLn == nil || s.tlsLnDown {
 		return nil
 	}
 	return s.tlsLn.Addr()
 }
 
+// serve accepts connections on ln until the server closes. Accept errors
+// (EMFILE when descriptors run out, ECONNABORTED, ENOBUFS...) are retried
+// with a backoff, as net/http does: 5 ms doubling to 1 s, logged at most
+// once per acceptLogEvery. Only a listener closed under it (net.ErrClosed
+// while the server is open) ends the loop for good; the listener is then
+// marked down, and Addr reports nil so the health checks fail.
 func (s *Server) serve(ln net.Listener) {
 	var delay time.Duration
+	var lastLog time.Time
+	var failed int // accept errors since the last log line
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.isClosed() {
 				return
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				s.log.Error("AMQP listener closed; no new connections are accepted", "addr", ln.Addr().String(), "err", err)
+				s.listenerDown(ln)
+				return
 			}
-			return
+			failed++
+			if now := time.Now(); now.Sub(lastLog) >= acceptLogEvery {
+				s.log.Error("accepting an AMQP connection failed; retrying", "addr", ln.Addr().String(), "err", err, "failures", failed)
+				lastLog, failed = now, 0
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-s.done():
+				t.Stop()
+				return
+			}
+			continue
 		}
-		delay = 0
+		if delay != 0 {
+			s.log.Info("accepting AMQP connections again", "addr", ln.Addr().String())
+			delay = 0
+		}
 		c := newConn(s, nc)
 		s.mu.Lock()
 		if s.closed {
@@ -315,6 +343,21 @@ func (s *Server) serve(ln net.Listener) {
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		s.go_(c.run)
+	}
+}
+
+// acceptLogEvery rate-limits the log lines of a failing accept loop.
+const acceptLogEvery = 10 * time.Second
+
+// listenerDown records that ln stopped accepting for good.
+func (s *Server) listenerDown(ln net.Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == ln {
+		s.lnDown = true
+	}
+	if s.tlsLn == ln {
+		s.tlsLnDown = true
 	}
 }
 
