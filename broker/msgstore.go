@@ -3,7 +3,6 @@ package broker
 import (
 	"container/heap"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -113,7 +112,7 @@ func OpenMsgStore(dir string, logger *slog.Logger) (*MsgStore, error) {
 		b, err := os.ReadFile(filepath.Join(p, "meta"))
 		var m qmeta
 		if err == nil {
-			err = json.Unmarshal(b, &m)
+			err = decodeRecord(b, &m, false) // names byte for byte (persist.go)
 		}
 		if err != nil || m.ID == 0 || strconv.FormatUint(m.ID, 16) != e.Name() {
 			// Created, but the crash came before its meta was written: it
@@ -352,7 +351,10 @@ func (d *qdisk) create() error {
 		if d.exchange {
 			meta = qmeta{VHost: d.vhost, Exchange: d.name, ID: d.id}
 		}
-		b, _ := json.Marshal(meta)
+		b, err := encodeRecord(meta) // names byte for byte (persist.go)
+		if err != nil {
+			return err
+		}
 		tmp := filepath.Join(d.dir, "meta.tmp")
 		if err := writeSynced(tmp, b); err != nil {
 			return err

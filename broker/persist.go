@@ -196,9 +196,20 @@ func decodeArgs(b []byte) (amqp.Table, error) {
 
 // putOp encodes rec (a record struct) as the value of key.
 func putOp(kind, key string, rec any) defOp {
-	v, err := json.Marshal(rec)
+	v, err := encodeRecord(rec)
 	if err != nil {
 		return defOp{kind: kind, key: key, err: err}
+	}
+	return defOp{kind: kind, key: key, value: v}
+}
+
+// encodeRecord encodes rec (a struct) as JSON, with its top-level strings
+// that are not valid UTF-8 kept byte for byte under "exact"; decodeRecord
+// reads it back. The message store's queue meta files use it too.
+func encodeRecord(rec any) ([]byte, error) {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
 	}
 	exact := map[string][]byte{}
 	if rv := reflect.Indirect(reflect.ValueOf(rec)); rv.Kind() == reflect.Struct {
@@ -211,7 +222,7 @@ func putOp(kind, key string, rec any) defOp {
 	if len(exact) > 0 && len(v) >= 2 && v[len(v)-1] == '}' {
 		e, err := json.Marshal(exact)
 		if err != nil {
-			return defOp{kind: kind, key: key, err: err}
+			return nil, err
 		}
 		v = v[:len(v)-1]
 		if v[len(v)-1] != '{' {
@@ -219,7 +230,7 @@ func putOp(kind, key string, rec any) defOp {
 		}
 		v = append(append(append(v, `"exact":`...), e...), '}')
 	}
-	return defOp{kind: kind, key: key, value: v}
+	return v, nil
 }
 
 // stringFields calls fn with the JSON name and value of each exported
