@@ -39,7 +39,7 @@ package broker
 // Keys: name for vhosts and users; vhost + "\x00" + name for vhost-scoped
 // kinds (permissions: vhost + "\x00" + user); bindings add the
 // destination kind, destination, routing key and the hex of their
-// encoded arguments. Names may hold any byte, NUL included (RabbitMQ
+// encoded arguments (of their SHA-256 past 256 bytes). Names may hold any byte, NUL included (RabbitMQ
 // accepts "a\x00b" as a queue name), so each part of a key is escaped
 // (keyPart: \x01 -> \x01\x01, \x00 -> \x01\x02) and "\x00" only ever
 // separates parts: vhost "a" and vhost "a\x00b" do not share a prefix,
@@ -68,6 +68,7 @@ package broker
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -314,9 +315,20 @@ func bindingKey(vhost string, bd *Binding) string {
 	return bindingKeyOf(vhost, bd.Source.Name, dt, bd.dest.name(), bd.RoutingKey, bd.id.args)
 }
 
+// bindingKeyOf is a binding's key. Its arguments are in it as hex, or,
+// past maxArgsInKey bytes, as the hex of their SHA-256: arguments can be
+// as large as a frame, and bbolt keys cannot exceed 32 KiB (a binding
+// with 16 KiB of arguments could not be stored, a 541 for the client).
 func bindingKeyOf(vhost, source, destType, dest, key, args string) string {
-	return defKey(vhost, source, destType, dest, key, hex.EncodeToString([]byte(args)))
+	a := hex.EncodeToString([]byte(args))
+	if len(args) > maxArgsInKey {
+		sum := sha256.Sum256([]byte(args))
+		a = "sha256-" + hex.EncodeToString(sum[:])
+	}
+	return defKey(vhost, source, destType, dest, key, a)
 }
+
+const maxArgsInKey = 256
 
 func queueOp(v *VHost, q *Queue) defOp {
 	durable := q.Durable
