@@ -151,4 +151,3 @@ func checkNonFiniteClose(t *testing.T, tg *target, what string, got closeResult,
 		t.Errorf("[warren] %s: got %s, want connection.close 501 cannot decode (%d.%d)", what, got, class, method)
 	}
 }
-
