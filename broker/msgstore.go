@@ -127,7 +127,7 @@ func OpenMsgStore(dir string, logger *slog.Logger) (*MsgStore, error) {
 		}
 		k := scopedKey(m.VHost, m.Queue)
 		if m.Exchange != "" {
-			k = scopedKey(m.VHost, "exchange\x00"+m.Exchange)
+			k = delayedKey(m.VHost, m.Exchange)
 		}
 		ms.found[k] = append(ms.found[k], foundDir{id: m.ID, path: p})
 		ms.lastID = max(ms.lastID, m.ID)

@@ -161,6 +161,12 @@ func defKey(parts ...string) string {
 	return b.String()
 }
 
+// delayedKey is the message store's key for a delayed exchange's log:
+// three parts, so that no queue name (one part, NUL escaped) can equal it
+// (a durable queue "exchange\x00d" took the log of delayed exchange "d"
+// at a restart and removed it as its own older incarnation).
+func delayedKey(vhost, exchange string) string { return defKey(vhost, "exchange", exchange) }
+
 // keyPart escapes one part of a store key so that it holds no "\x00".
 func keyPart(s string) string {
 	if strings.IndexByte(s, 0) < 0 && strings.IndexByte(s, 1) < 0 {
