@@ -39,8 +39,9 @@ package broker
 // Keys: name for vhosts and users; vhost + "\x00" + name for vhost-scoped
 // kinds (permissions: vhost + "\x00" + user); bindings add the
 // destination kind, destination, routing key and the hex of their
-// encoded arguments (of their SHA-256 past 256 bytes). Names may hold any byte, NUL included (RabbitMQ
-// accepts "a\x00b" as a queue name), so each part of a key is escaped
+// encoded arguments (of their SHA-256 past 256 bytes). Names may hold
+// any byte, NUL included (RabbitMQ accepts "a\x00b" as a queue name),
+// so each part of a key is escaped
 // (keyPart: \x01 -> \x01\x01, \x00 -> \x01\x02) and "\x00" only ever
 // separates parts: vhost "a" and vhost "a\x00b" do not share a prefix,
 // and two bindings cannot share a key. A part without those bytes is
