@@ -157,3 +157,50 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestPersistOldKeysMoved: a record written under a key of the form used
+// before names were escaped (a name with NUL) is moved to its new key at
+// recovery, so that deleting the entity deletes its record (issue 11
+// item 3).
+func TestPersistOldKeysMoved(t *testing.T) {
+	s := newMemStore()
+	b := bootT(t, s)
+	must(t, b.VHost("/").DeclareExchange(ExchangeSpec{Name: "x", Kind: KindDirect, Durable: true}, false))
+	if _, _, _, err := b.VHost("/").DeclareQueue(QueueSpec{Name: "nul\x00q", Durable: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	must(t, b.VHost("/").Bind("x", "nul\x00q", false, "k\x00", nil, 0))
+	// Rewrite the records under the old keys (parts joined, not escaped).
+	old := map[string]string{
+		DefKindQueues:   "/\x00nul\x00q",
+		DefKindBindings: strings.Join([]string{"/", "x", "q", "nul\x00q", "k\x00", ""}, "\x00"),
+	}
+	for kind, ok := range old {
+		var keys []string
+		for k := range s.data[kind] {
+			keys = append(keys, k)
+		}
+		if len(keys) != 1 || keys[0] == ok {
+			t.Fatalf("%s: keys %q", kind, keys)
+		}
+		v := s.data[kind][keys[0]]
+		delete(s.data[kind], keys[0])
+		s.data[kind][ok] = v
+	}
+	b2 := bootT(t, s)
+	if b2.VHost("/").Queue("nul\x00q") == nil || len(b2.VHost("/").Exchange("x").bindings) != 1 {
+		t.Fatal("records under old keys not recovered")
+	}
+	for kind, ok := range old {
+		if _, still := s.data[kind][ok]; still {
+			t.Errorf("%s: record still under its old key", kind)
+		}
+	}
+	if _, err := b2.VHost("/").DeleteQueue("nul\x00q", 0, false, false); err != nil {
+		t.Fatal(err)
+	}
+	b3 := bootT(t, s)
+	if b3.VHost("/").Queue("nul\x00q") != nil || len(b3.VHost("/").Exchange("x").bindings) != 0 {
+		t.Error("a deleted queue or its binding came back from a record under an old key")
+	}
+}
