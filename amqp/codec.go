@@ -62,6 +62,20 @@ func DecodeMethod(payload []byte) (Method, error) {
 	return m, nil
 }
 
+// DecodeMethod0 decodes a method frame received on channel 0. It is
+// DecodeMethod, except that an error naming no method (a shortstr that is
+// not UTF-8) names the frame's method: RabbitMQ's reader does that for
+// the connection methods it decodes itself (observed: connection.open
+// with a malformed vhost name gives 501 "FRAME_ERROR - Malformed UTF-8 in
+// shortstr" naming 10/40, the same on channel 1 names 0/0).
+func DecodeMethod0(payload []byte) (Method, error) {
+	m, err := DecodeMethod(payload)
+	if e, ok := err.(*Error); ok && e.ClassID == 0 && e.MethodID == 0 && len(payload) >= 4 {
+		err = e.WithMethod(binary.BigEndian.Uint16(payload), binary.BigEndian.Uint16(payload[2:]))
+	}
+	return m, err
+}
+
 // decodeError is RabbitMQ's error for method arguments it cannot parse:
 // connection.close 501 "FRAME_ERROR - cannot decode <<...>>" naming the
 // method.
@@ -174,6 +188,14 @@ func erlBinary(b []byte, max int) string {
 type decoder struct {
 	b   []byte
 	bad bool
+	// badUTF8 is set by a shortstr that RabbitMQ refuses as malformed
+	// UTF-8 (see validUTF8).
+	badUTF8 bool
+	// nonFinite is set (with bad) by a table holding a float or double
+	// NaN or infinity, which RabbitMQ cannot parse; lenient decoders
+	// (messages read back from the store) accept them.
+	nonFinite bool
+	lenient   bool
 }
 
 func (d *decoder) octet() uint8 {
@@ -243,6 +265,60 @@ func (d *decoder) shortstrBytes() []byte {
 func (d *decoder) shortstr() string { return string(d.shortstrBytes()) }
 func (d *decoder) skipShortstr()    { d.shortstrBytes() }
 
+// shortstrUTF8 reads a shortstr that must be UTF-8 as RabbitMQ checks it.
+func (d *decoder) shortstrUTF8() string {
+	b := d.shortstrBytes()
+	if !validUTF8(b) {
+		d.badUTF8 = true
+	}
+	return string(b)
+}
+
+func (d *decoder) skipShortstrUTF8() { d.shortstrUTF8() }
+
+// validUTF8 reports whether RabbitMQ 3.10 accepts b as a UTF-8 shortstr
+// (rabbit_binary_parser:assert_utf8, which decodes with xmerl_ucs): every
+// sequence of one to four bytes in the shortest form is accepted,
+// surrogates (U+D800-U+DFFF) and code points up to U+1FFFFF included; a
+// stray continuation byte, a truncated or overlong sequence and the five
+// and six byte forms (0xF8-0xFF) are refused. Go's utf8.Valid is stricter
+// (no surrogates, nothing above U+10FFFF), so names that RabbitMQ accepts
+// may still be invalid for Go.
+func validUTF8(b []byte) bool {
+	for i := 0; i < len(b); {
+		c := b[i]
+		var n int
+		var cp, min uint32
+		switch {
+		case c < 0x80:
+			i++
+			continue
+		case c&0xE0 == 0xC0:
+			n, cp, min = 1, uint32(c&0x1F), 0x80
+		case c&0xF0 == 0xE0:
+			n, cp, min = 2, uint32(c&0x0F), 0x800
+		case c&0xF8 == 0xF0:
+			n, cp, min = 3, uint32(c&0x07), 0x10000
+		default:
+			return false
+		}
+		if i+n >= len(b) {
+			return false // truncated
+		}
+		for _, cc := range b[i+1 : i+1+n] {
+			if cc&0xC0 != 0x80 {
+				return false
+			}
+			cp = cp<<6 | uint32(cc&0x3F)
+		}
+		if cp < min {
+			return false
+		}
+		i += 1 + n
+	}
+	return true
+}
+
 func (d *decoder) longstrBytes() []byte {
 	if len(d.b) < 4 {
 		d.bad = true
@@ -273,9 +349,10 @@ func (d *decoder) table() Table {
 		d.b = d.b[4:]
 		return nil
 	}
-	t, n, err := decodeTable(d.b, 0)
+	t, n, err := decodeTable(d.b, 0, !d.lenient)
 	if err != nil {
 		d.bad = true
+		d.nonFinite = err == errNonFinite
 		d.b = nil
 		return nil
 	}
@@ -283,9 +360,17 @@ func (d *decoder) table() Table {
 	return t
 }
 
+// finish reports what went wrong decoding a method's arguments: a
+// malformed field (or a table with a non-finite float, where RabbitMQ's
+// reader crashes and resets the socket) as 501 "cannot decode"; a
+// shortstr that is not UTF-8 as RabbitMQ's 501 "Malformed UTF-8 in
+// shortstr".
 func (d *decoder) finish(classID, methodID uint16, args []byte) error {
 	if d.bad || len(d.b) != 0 {
 		return decodeError(classID, methodID, args)
+	}
+	if d.badUTF8 {
+		return ConnErrorf(FrameError, "Malformed UTF-8 in shortstr")
 	}
 	return nil
 }

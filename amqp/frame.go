@@ -20,10 +20,19 @@ package amqp
 //	access.request 30.10, empty args      501 "FRAME_ERROR - cannot decode <<>>" (RabbitMQ's framing still knows the 0-8
 //	                                      access class). Warren has no access class: 540 as for any unknown method.
 //	unknown field-table type 'Z'          none: crash and reset. Warren: 501 "FRAME_ERROR - cannot decode <<...>>".
+//	float/double NaN or +-Inf in method   none: crash and reset (queue.declare, exchange.declare, queue.bind,
+//	  arguments, nested or not            basic.consume, ...; connection.start-ok: socket closed after 3 s).
+//	                                      Warren: 501 "FRAME_ERROR - cannot decode <<...>>", as for 'Z'.
+//	shortstr not UTF-8 in a method        501 "FRAME_ERROR - Malformed UTF-8 in shortstr" (class 0, method 0), for
+//	  without content                     every shortstr of such a method (names, routing keys, consumer tags,
+//	                                      vhost, mechanism, reply texts...); basic.publish is not checked.
+//	                                      UTF-8 as xmerl_ucs reads it: surrogates and up to U+1FFFFF pass.
 //	header payload < 12 bytes             501 "FRAME_ERROR - type 2, all octets = <<0,60,0>>: unknown_frame" (DecodeHeader)
 //	header property flags with 0x0001     541 "INTERNAL_ERROR" (channel process crash). Warren: 501 "cannot decode".
 //	header property flags with 0x0002     accepted. Warren: accepted, bit dropped.
 //	truncated or missing header props     541 "INTERNAL_ERROR". Warren: 501 "FRAME_ERROR - cannot decode <<...>>".
+//	float/double NaN or +-Inf in headers  541 "INTERNAL_ERROR" (channel crash, every publish decodes its headers).
+//	                                      Warren: the same (DecodeHeader).
 //
 // Errors that depend on connection state are the broker's to produce, not
 // this package's; RabbitMQ's texts for reference:

@@ -127,7 +127,8 @@ func AppendHeaderFrame(dst []byte, channel, classID uint16, bodySize uint64, p *
 // body size gives RabbitMQ's FRAME_ERROR "type 2, all octets = <<...>>:
 // unknown_frame" (observed);
 // malformed properties give FRAME_ERROR "cannot decode <<...>>" (both hard,
-// 501). The class id is returned as is: checking that it matches the
+// 501); headers holding a float or double NaN or infinity give RabbitMQ's
+// bare 541 "INTERNAL_ERROR" (hard, no class or method). The class id is returned as is: checking that it matches the
 // method is the caller's business (RabbitMQ answers 505 UNEXPECTED_FRAME
 // "expected content header for class 60, got one for class 50 instead").
 func DecodeHeader(payload []byte) (classID uint16, bodySize uint64, p Properties, err error) {
@@ -136,7 +137,7 @@ func DecodeHeader(payload []byte) (classID uint16, bodySize uint64, p Properties
 	}
 	classID = binary.BigEndian.Uint16(payload)
 	bodySize = binary.BigEndian.Uint64(payload[4:])
-	err = DecodeProperties(payload[12:], &p)
+	err = decodeProperties(payload[12:], &p, true)
 	return classID, bodySize, p, err
 }
 
@@ -148,7 +149,14 @@ func DecodeHeader(payload []byte) (classID uint16, bodySize uint64, p Properties
 // INTERNAL_ERROR), as are missing flags and truncated or trailing bytes;
 // the error is a hard 501 FRAME_ERROR *Error. The unused bit 0x0002 is
 // ignored and not kept in p.Flags, as RabbitMQ accepts it.
+//
+// Headers are decoded leniently: a float or double NaN or infinity is
+// kept (DecodeHeader, which reads what a client sends, refuses them).
 func DecodeProperties(b []byte, p *Properties) error {
+	return decodeProperties(b, p, false)
+}
+
+func decodeProperties(b []byte, p *Properties, strict bool) error {
 	*p = Properties{}
 	if len(b) < 2 {
 		return cannotDecode(b)
@@ -159,7 +167,7 @@ func DecodeProperties(b []byte, p *Properties) error {
 	}
 	f &= flagsKnown
 	p.Flags = f
-	d := decoder{b: b[2:]}
+	d := decoder{b: b[2:], lenient: !strict}
 	if f&FlagContentType != 0 {
 		p.ContentType = d.shortstr()
 	}
@@ -201,6 +209,13 @@ func DecodeProperties(b []byte, p *Properties) error {
 	}
 	if f&FlagClusterID != 0 {
 		p.ClusterID = d.shortstr()
+	}
+	if d.nonFinite {
+		// RabbitMQ's channel crashes on such headers when it decodes
+		// them (which it does for every publish) and the connection is
+		// closed with a bare 541 (observed on 3.10.8).
+		*p = Properties{}
+		return &Error{Code: InternalError, Text: "INTERNAL_ERROR", Hard: true}
 	}
 	if d.bad || len(d.b) != 0 {
 		*p = Properties{}

@@ -68,9 +68,9 @@ func (*ConnectionStartOk) HasContent() bool { return false }
 func (m *ConnectionStartOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ClientProperties = d.table()
-	m.Mechanism = d.shortstr()
+	m.Mechanism = d.shortstrUTF8()
 	m.Response = d.longstr()
-	m.Locale = d.shortstr()
+	m.Locale = d.shortstrUTF8()
 	return d.finish(10, 11, args)
 }
 
@@ -210,8 +210,8 @@ func (*ConnectionOpen) HasContent() bool { return false }
 // the class and method ids.
 func (m *ConnectionOpen) Decode(args []byte) error {
 	d := decoder{b: args}
-	m.VirtualHost = d.shortstr()
-	d.skipShortstr()
+	m.VirtualHost = d.shortstrUTF8()
+	d.skipShortstrUTF8()
 	d.octet()
 	return d.finish(10, 40, args)
 }
@@ -238,7 +238,7 @@ func (*ConnectionOpenOk) HasContent() bool { return false }
 // the class and method ids.
 func (m *ConnectionOpenOk) Decode(args []byte) error {
 	d := decoder{b: args}
-	d.skipShortstr()
+	d.skipShortstrUTF8()
 	return d.finish(10, 41, args)
 }
 
@@ -267,7 +267,7 @@ func (*ConnectionClose) HasContent() bool { return false }
 func (m *ConnectionClose) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ReplyCode = d.short()
-	m.ReplyText = d.shortstr()
+	m.ReplyText = d.shortstrUTF8()
 	m.FailingClassID = d.short()
 	m.FailingMethodID = d.short()
 	return d.finish(10, 50, args)
@@ -320,7 +320,7 @@ func (*ConnectionBlocked) HasContent() bool { return false }
 // the class and method ids.
 func (m *ConnectionBlocked) Decode(args []byte) error {
 	d := decoder{b: args}
-	m.Reason = d.shortstr()
+	m.Reason = d.shortstrUTF8()
 	return d.finish(10, 60, args)
 }
 
@@ -370,7 +370,7 @@ func (*ConnectionUpdateSecret) HasContent() bool { return false }
 func (m *ConnectionUpdateSecret) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.NewSecret = d.longstr()
-	m.Reason = d.shortstr()
+	m.Reason = d.shortstrUTF8()
 	return d.finish(10, 70, args)
 }
 
@@ -418,7 +418,7 @@ func (*ChannelOpen) HasContent() bool { return false }
 // the class and method ids.
 func (m *ChannelOpen) Decode(args []byte) error {
 	d := decoder{b: args}
-	d.skipShortstr()
+	d.skipShortstrUTF8()
 	return d.finish(20, 10, args)
 }
 
@@ -539,7 +539,7 @@ func (*ChannelClose) HasContent() bool { return false }
 func (m *ChannelClose) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ReplyCode = d.short()
-	m.ReplyText = d.shortstr()
+	m.ReplyText = d.shortstrUTF8()
 	m.FailingClassID = d.short()
 	m.FailingMethodID = d.short()
 	return d.finish(20, 40, args)
@@ -600,8 +600,8 @@ func (*ExchangeDeclare) HasContent() bool { return false }
 func (m *ExchangeDeclare) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Exchange = d.shortstr()
-	m.Type = d.shortstr()
+	m.Exchange = d.shortstrUTF8()
+	m.Type = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.Passive = bits&1 != 0
@@ -683,7 +683,7 @@ func (*ExchangeDelete) HasContent() bool { return false }
 func (m *ExchangeDelete) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Exchange = d.shortstr()
+	m.Exchange = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.IfUnused = bits&1 != 0
@@ -752,9 +752,9 @@ func (*ExchangeBind) HasContent() bool { return false }
 func (m *ExchangeBind) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Destination = d.shortstr()
-	m.Source = d.shortstr()
-	m.RoutingKey = d.shortstr()
+	m.Destination = d.shortstrUTF8()
+	m.Source = d.shortstrUTF8()
+	m.RoutingKey = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.NoWait = bits&1 != 0
@@ -823,9 +823,9 @@ func (*ExchangeUnbind) HasContent() bool { return false }
 func (m *ExchangeUnbind) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Destination = d.shortstr()
-	m.Source = d.shortstr()
-	m.RoutingKey = d.shortstr()
+	m.Destination = d.shortstrUTF8()
+	m.Source = d.shortstrUTF8()
+	m.RoutingKey = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.NoWait = bits&1 != 0
@@ -896,7 +896,7 @@ func (*QueueDeclare) HasContent() bool { return false }
 func (m *QueueDeclare) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Queue = d.shortstr()
+	m.Queue = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.Passive = bits&1 != 0
@@ -953,7 +953,7 @@ func (*QueueDeclareOk) HasContent() bool { return false }
 // the class and method ids.
 func (m *QueueDeclareOk) Decode(args []byte) error {
 	d := decoder{b: args}
-	m.Queue = d.shortstr()
+	m.Queue = d.shortstrUTF8()
 	m.MessageCount = d.long()
 	m.ConsumerCount = d.long()
 	return d.finish(50, 11, args)
@@ -987,9 +987,9 @@ func (*QueueBind) HasContent() bool { return false }
 func (m *QueueBind) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Queue = d.shortstr()
-	m.Exchange = d.shortstr()
-	m.RoutingKey = d.shortstr()
+	m.Queue = d.shortstrUTF8()
+	m.Exchange = d.shortstrUTF8()
+	m.RoutingKey = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.NoWait = bits&1 != 0
@@ -1055,7 +1055,7 @@ func (*QueuePurge) HasContent() bool { return false }
 func (m *QueuePurge) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Queue = d.shortstr()
+	m.Queue = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.NoWait = bits&1 != 0
@@ -1121,7 +1121,7 @@ func (*QueueDelete) HasContent() bool { return false }
 func (m *QueueDelete) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Queue = d.shortstr()
+	m.Queue = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.IfUnused = bits&1 != 0
@@ -1195,9 +1195,9 @@ func (*QueueUnbind) HasContent() bool { return false }
 func (m *QueueUnbind) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Queue = d.shortstr()
-	m.Exchange = d.shortstr()
-	m.RoutingKey = d.shortstr()
+	m.Queue = d.shortstrUTF8()
+	m.Exchange = d.shortstrUTF8()
+	m.RoutingKey = d.shortstrUTF8()
 	m.Arguments = d.table()
 	return d.finish(50, 50, args)
 }
@@ -1320,8 +1320,8 @@ func (*BasicConsume) HasContent() bool { return false }
 func (m *BasicConsume) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Queue = d.shortstr()
-	m.ConsumerTag = d.shortstr()
+	m.Queue = d.shortstrUTF8()
+	m.ConsumerTag = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.NoLocal = bits&1 != 0
@@ -1373,7 +1373,7 @@ func (*BasicConsumeOk) HasContent() bool { return false }
 // the class and method ids.
 func (m *BasicConsumeOk) Decode(args []byte) error {
 	d := decoder{b: args}
-	m.ConsumerTag = d.shortstr()
+	m.ConsumerTag = d.shortstrUTF8()
 	return d.finish(60, 21, args)
 }
 
@@ -1399,7 +1399,7 @@ func (*BasicCancel) HasContent() bool { return false }
 // the class and method ids.
 func (m *BasicCancel) Decode(args []byte) error {
 	d := decoder{b: args}
-	m.ConsumerTag = d.shortstr()
+	m.ConsumerTag = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.NoWait = bits&1 != 0
@@ -1435,7 +1435,7 @@ func (*BasicCancelOk) HasContent() bool { return false }
 // the class and method ids.
 func (m *BasicCancelOk) Decode(args []byte) error {
 	d := decoder{b: args}
-	m.ConsumerTag = d.shortstr()
+	m.ConsumerTag = d.shortstrUTF8()
 	return d.finish(60, 31, args)
 }
 
@@ -1589,7 +1589,7 @@ func (*BasicGet) HasContent() bool { return false }
 func (m *BasicGet) Decode(args []byte) error {
 	d := decoder{b: args}
 	d.short()
-	m.Queue = d.shortstr()
+	m.Queue = d.shortstrUTF8()
 	{
 		bits := d.octet()
 		m.NoAck = bits&1 != 0
@@ -1671,7 +1671,7 @@ func (*BasicGetEmpty) HasContent() bool { return false }
 // the class and method ids.
 func (m *BasicGetEmpty) Decode(args []byte) error {
 	d := decoder{b: args}
-	d.skipShortstr()
+	d.skipShortstrUTF8()
 	return d.finish(60, 72, args)
 }
 

@@ -133,18 +133,32 @@ func appendValue(dst []byte, v any, depth int) []byte {
 // included) and returns it with the number of bytes consumed. Strings and
 // byte arrays are copied. Malformed input gives a hard 501 FRAME_ERROR
 // *Error. An empty table decodes as an empty, non-nil Table. A key that
-// occurs twice keeps its last value.
+// occurs twice keeps its last value. Floats and doubles are taken as they
+// come, NaN and infinities included (method arguments and content headers
+// read from a client are stricter, see errNonFinite).
 func DecodeTable(b []byte) (Table, int, error) {
-	return decodeTable(b, 0)
+	return decodeTable(b, 0, false)
 }
 
 // DecodeArray decodes a field array at the start of b (the uint32 length
 // included, no type octet) and returns it with the bytes consumed.
 func DecodeArray(b []byte) ([]any, int, error) {
-	return decodeArray(b, 0)
+	return decodeArray(b, 0, false)
 }
 
-func decodeTable(b []byte, depth int) (Table, int, error) {
+// errNonFinite is what a strict decode of a table returns for a float
+// ('f') or double ('d') that is NaN or an infinity, anywhere in it.
+// RabbitMQ 3.10 cannot parse those (Erlang has no such floats): in method
+// arguments (queue.declare, exchange.declare, queue.bind, basic.consume,
+// connection.start-ok, ...) its reader process crashes and the socket is
+// reset, where Warren answers 501 "FRAME_ERROR - cannot decode" as for
+// any table it cannot parse; in a published message's headers its channel
+// crashes and the connection is closed with 541 INTERNAL_ERROR, which
+// Warren sends too (DecodeHeader). Nothing else reaches the broker, so no
+// definition, message or client property ever holds such a value.
+var errNonFinite = &Error{Code: FrameError, Text: "FRAME_ERROR - non-finite float in a field table", Hard: true}
+
+func decodeTable(b []byte, depth int, strict bool) (Table, int, error) {
 	if depth >= MaxTableDepth || len(b) < 4 {
 		return nil, 0, cannotDecode(b)
 	}
@@ -161,9 +175,9 @@ func decodeTable(b []byte, depth int) (Table, int, error) {
 		}
 		key := string(body[1 : 1+kl])
 		body = body[1+kl:]
-		v, used, ok := decodeValue(body, depth)
-		if !ok {
-			return nil, 0, cannotDecode(b)
+		v, used, st := decodeValue(body, depth, strict)
+		if st != valueOK {
+			return nil, 0, st.err(b)
 		}
 		body = body[used:]
 		t[key] = v
@@ -171,7 +185,7 @@ func decodeTable(b []byte, depth int) (Table, int, error) {
 	return t, 4 + int(n), nil
 }
 
-func decodeArray(b []byte, depth int) ([]any, int, error) {
+func decodeArray(b []byte, depth int, strict bool) ([]any, int, error) {
 	if depth >= MaxTableDepth || len(b) < 4 {
 		return nil, 0, cannotDecode(b)
 	}
@@ -182,9 +196,9 @@ func decodeArray(b []byte, depth int) ([]any, int, error) {
 	body := b[4 : 4+n]
 	a := []any{}
 	for len(body) > 0 {
-		v, used, ok := decodeValue(body, depth)
-		if !ok {
-			return nil, 0, cannotDecode(b)
+		v, used, st := decodeValue(body, depth, strict)
+		if st != valueOK {
+			return nil, 0, st.err(b)
 		}
 		body = body[used:]
 		a = append(a, v)
@@ -196,13 +210,47 @@ func decodeArray(b []byte, depth int) ([]any, int, error) {
 // Decode returns the value a RawValue encodes (tables and arrays
 // included); ok is false when it is malformed.
 func (r RawValue) Decode() (v any, ok bool) {
-	v, n, ok := decodeValue(r, 0)
-	return v, ok && n == len(r)
+	v, n, st := decodeValue(r, 0, false)
+	return v, st == valueOK && n == len(r)
 }
 
-func decodeValue(b []byte, depth int) (v any, n int, ok bool) {
+// valueStatus is the outcome of decoding one field value.
+type valueStatus uint8
+
+const (
+	valueOK        valueStatus = iota
+	valueMalformed             // truncated, unknown type, too deep
+	valueNonFinite             // NaN or infinity, in a strict decode
+)
+
+// err is the error a table or array holding the value b gives.
+func (st valueStatus) err(b []byte) error {
+	if st == valueNonFinite {
+		return errNonFinite
+	}
+	return cannotDecode(b)
+}
+
+func decodeValue(b []byte, depth int, strict bool) (v any, n int, st valueStatus) {
+	v, n, st = decodeValue1(b, depth, strict)
+	if strict && st == valueOK {
+		switch f := v.(type) {
+		case float32:
+			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+				return nil, 0, valueNonFinite
+			}
+		case float64:
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				return nil, 0, valueNonFinite
+			}
+		}
+	}
+	return v, n, st
+}
+
+func decodeValue1(b []byte, depth int, strict bool) (v any, n int, st valueStatus) {
 	if len(b) < 1 {
-		return nil, 0, false
+		return nil, 0, valueMalformed
 	}
 	typ, p := b[0], b[1:]
 	need := 0
@@ -218,59 +266,66 @@ func decodeValue(b []byte, depth int) (v any, n int, ok bool) {
 	case 'l', 'd', 'T':
 		need = 8
 	case 'V':
-		return nil, 1, true
+		return nil, 1, valueOK
 	default:
-		return nil, 0, false
+		return nil, 0, valueMalformed
 	}
 	if len(p) < need {
-		return nil, 0, false
+		return nil, 0, valueMalformed
 	}
 	switch typ {
 	case 't':
-		return p[0] != 0, 2, true
+		return p[0] != 0, 2, valueOK
 	case 'b':
-		return int8(p[0]), 2, true
+		return int8(p[0]), 2, valueOK
 	case 'B':
-		return p[0], 2, true
+		return p[0], 2, valueOK
 	case 's':
-		return int16(binary.BigEndian.Uint16(p)), 3, true
+		return int16(binary.BigEndian.Uint16(p)), 3, valueOK
 	case 'u':
-		return binary.BigEndian.Uint16(p), 3, true
+		return binary.BigEndian.Uint16(p), 3, valueOK
 	case 'I':
-		return int32(binary.BigEndian.Uint32(p)), 5, true
+		return int32(binary.BigEndian.Uint32(p)), 5, valueOK
 	case 'i':
-		return binary.BigEndian.Uint32(p), 5, true
+		return binary.BigEndian.Uint32(p), 5, valueOK
 	case 'f':
-		return math.Float32frombits(binary.BigEndian.Uint32(p)), 5, true
+		return math.Float32frombits(binary.BigEndian.Uint32(p)), 5, valueOK
 	case 'D':
-		return Decimal{Scale: p[0], Value: int32(binary.BigEndian.Uint32(p[1:]))}, 6, true
+		return Decimal{Scale: p[0], Value: int32(binary.BigEndian.Uint32(p[1:]))}, 6, valueOK
 	case 'l':
-		return int64(binary.BigEndian.Uint64(p)), 9, true
+		return int64(binary.BigEndian.Uint64(p)), 9, valueOK
 	case 'd':
-		return math.Float64frombits(binary.BigEndian.Uint64(p)), 9, true
+		return math.Float64frombits(binary.BigEndian.Uint64(p)), 9, valueOK
 	case 'T':
-		return time.Unix(int64(binary.BigEndian.Uint64(p)), 0).UTC(), 9, true
+		return time.Unix(int64(binary.BigEndian.Uint64(p)), 0).UTC(), 9, valueOK
 	case 'S', 'x':
 		l := binary.BigEndian.Uint32(p)
 		if uint64(l) > uint64(len(p)-4) {
-			return nil, 0, false
+			return nil, 0, valueMalformed
 		}
 		if typ == 'S' {
-			return string(p[4 : 4+l]), 5 + int(l), true
+			return string(p[4 : 4+l]), 5 + int(l), valueOK
 		}
-		return append([]byte{}, p[4:4+l]...), 5 + int(l), true
+		return append([]byte{}, p[4:4+l]...), 5 + int(l), valueOK
 	case 'A':
-		a, used, err := decodeArray(p, depth+1)
+		a, used, err := decodeArray(p, depth+1, strict)
 		if err != nil {
-			return nil, 0, false
+			return nil, 0, statusOf(err)
 		}
-		return a, 1 + used, true
+		return a, 1 + used, valueOK
 	case 'F':
-		t, used, err := decodeTable(p, depth+1)
+		t, used, err := decodeTable(p, depth+1, strict)
 		if err != nil {
-			return nil, 0, false
+			return nil, 0, statusOf(err)
 		}
-		return t, 1 + used, true
+		return t, 1 + used, valueOK
 	}
-	return nil, 0, false
+	return nil, 0, valueMalformed
+}
+
+func statusOf(err error) valueStatus {
+	if err == errNonFinite {
+		return valueNonFinite
+	}
+	return valueMalformed
 }

@@ -510,12 +510,31 @@ func fieldToJSON(v any) any {
 	case amqp.Decimal:
 		return float64(x.Value) / math.Pow10(int(x.Scale))
 	case float32:
-		return float64(x)
+		return floatJSON(float64(x))
+	case float64:
+		return floatJSON(x)
 	}
 	if n, ok := IntArg(v); ok {
 		return n
 	}
 	return v
+}
+
+// floatJSON is f, or for a value JSON cannot carry (NaN, an infinity:
+// RabbitMQ cannot hold one, Warren's AMQP decoder refuses them, only a
+// caller of the Go API can set one) the strings "NaN", "Infinity" and
+// "-Infinity", as the management API renders them, so that encoding never
+// fails.
+func floatJSON(f float64) any {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return f
 }
 
 // ExportDefinitions writes the broker's definitions as RabbitMQ's

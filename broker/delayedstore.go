@@ -88,7 +88,7 @@ func (d *delayedState) released(done []heldEntry, logs []*store.Log) {
 // recoverDelayed loads the held messages of a durable delayed exchange.
 func (ms *MsgStore) recoverDelayed(x *Exchange, now time.Time) {
 	d := x.delayed
-	k := scopedKey(x.vhost.Name, "exchange\x00"+x.Name)
+	k := delayedKey(x.vhost.Name, x.Name)
 	fds := ms.found[k]
 	delete(ms.found, k)
 	if len(fds) == 0 {

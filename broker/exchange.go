@@ -64,13 +64,17 @@ type Exchange struct {
 	Internal   bool
 	Args       amqp.Table
 
-	bindings map[bindingID]*Binding // outgoing
-	inbound  map[bindingID]*Binding // bindings that have this exchange as destination
-	direct   map[string][]dest
-	fanout   []dest
-	topic    *topicTrie[dest]
-	headers  []*Binding
-	deleted  bool
+	bindings map[bindingID]*Binding // outgoing, by destination, key and arguments
+	// inbound holds the bindings that have this exchange as destination.
+	// They are kept by identity: a bindingID does not name its source, so
+	// two sources binding here with the same key and arguments would
+	// share one (issue 11 item 7).
+	inbound map[*Binding]struct{}
+	direct  map[string][]dest
+	fanout  []dest
+	topic   *topicTrie[dest]
+	headers []*Binding
+	deleted bool
 
 	// route is the type that routes: Kind, or for a delayed exchange its
 	// x-delayed-type. delayed holds a delayed exchange's messages.
@@ -80,7 +84,7 @@ type Exchange struct {
 
 func newExchange(v *VHost, name, kind string, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
 	x := &Exchange{vhost: v, Name: name, Kind: kind, Durable: durable, AutoDelete: autoDelete, Internal: internal, Args: args,
-		bindings: map[bindingID]*Binding{}, inbound: map[bindingID]*Binding{}, route: kind}
+		bindings: map[bindingID]*Binding{}, inbound: map[*Binding]struct{}{}, route: kind}
 	if kind == KindDelayed {
 		x.route, _ = delayedType(args)
 		x.delayed = newDelayedState(x)

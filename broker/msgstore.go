@@ -3,7 +3,6 @@ package broker
 import (
 	"container/heap"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -143,7 +142,7 @@ func OpenMsgStoreWith(dir string, o MsgStoreOptions) (*MsgStore, error) {
 		b, err := os.ReadFile(filepath.Join(p, "meta"))
 		var m qmeta
 		if err == nil {
-			err = json.Unmarshal(b, &m)
+			err = decodeRecord(b, &m, false) // names byte for byte (persist.go)
 		}
 		if err != nil || m.ID == 0 || strconv.FormatUint(m.ID, 16) != e.Name() {
 			// Created, but the crash came before its meta was written: it
@@ -158,7 +157,7 @@ func OpenMsgStoreWith(dir string, o MsgStoreOptions) (*MsgStore, error) {
 		}
 		k := scopedKey(m.VHost, m.Queue)
 		if m.Exchange != "" {
-			k = scopedKey(m.VHost, "exchange\x00"+m.Exchange)
+			k = delayedKey(m.VHost, m.Exchange)
 		}
 		ms.found[k] = append(ms.found[k], foundDir{id: m.ID, path: p})
 		ms.lastID = max(ms.lastID, m.ID)
@@ -418,7 +417,10 @@ func (d *qdisk) create() error {
 		if d.exchange {
 			meta = qmeta{VHost: d.vhost, Exchange: d.name, ID: d.id}
 		}
-		b, _ := json.Marshal(meta)
+		b, err := encodeRecord(meta) // names byte for byte (persist.go)
+		if err != nil {
+			return err
+		}
 		tmp := filepath.Join(d.dir, "meta.tmp")
 		if err := writeSynced(tmp, b); err != nil {
 			return err

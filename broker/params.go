@@ -14,7 +14,7 @@ import (
 // one).
 
 func paramKey(vhost, component, name string) string {
-	return scopedKey(vhost, component+"\x00"+name)
+	return defKey(vhost, component, name)
 }
 
 // SetParameter stores a runtime parameter, replacing one of the same

@@ -20,7 +20,15 @@ package broker
 // deleted vhost or user).
 //
 // Records are JSON, in the shapes of RabbitMQ's definitions document
-// (DefVHost, DefUser, ...), so that they can be read by eye. Arguments
+// (DefVHost, DefUser, ...), so that they can be read by eye. JSON strings
+// are UTF-8, and Go's encoder replaces what is not (issue 11 item 3: two
+// durable queues "bad\xff" and "bad\xfe", created over HTTP, came back as
+// one "bad\uFFFD"; RabbitMQ also accepts names it cannot print, over AMQP
+// those with surrogates or code points above U+10FFFF, see amqp's
+// validUTF8). So a record whose top-level string fields (name, vhost,
+// user, source, destination, routing_key, ...) are not valid UTF-8 also
+// holds them byte for byte under "exact" (JSON name -> base64 bytes),
+// and reading the record puts them back. Arguments
 // are kept twice: as JSON for the eye, and as the AMQP field-table
 // encoding (AMQPArgs, base64 in the JSON) from which they are restored,
 // so that their types survive exactly (a long-int x-max-length stays
@@ -31,7 +39,19 @@ package broker
 // Keys: name for vhosts and users; vhost + "\x00" + name for vhost-scoped
 // kinds (permissions: vhost + "\x00" + user); bindings add the
 // destination kind, destination, routing key and the hex of their
-// encoded arguments.
+// encoded arguments (of their SHA-256 past 256 bytes). Names may hold
+// any byte, NUL included (RabbitMQ accepts "a\x00b" as a queue name),
+// so each part of a key is escaped
+// (keyPart: \x01 -> \x01\x01, \x00 -> \x01\x02) and "\x00" only ever
+// separates parts: vhost "a" and vhost "a\x00b" do not share a prefix,
+// and two bindings cannot share a key. A part without those bytes is
+// unchanged, so stores written before keep their keys; Recover moves a
+// record found under a key of the old form to its new key.
+//
+// Writing a record never panics: a record that cannot be encoded (a
+// non-finite float from a caller of the Go API; AMQP and HTTP cannot
+// carry one) is not written, and the change returns a 541 internal
+// error.
 //
 // Ordering and locks: a change is applied in memory first, then written,
 // and the call that made it returns only after the write (so a
@@ -48,11 +68,15 @@ package broker
 // is lost at the next restart.
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/warrenmq/warren/amqp"
 )
@@ -93,11 +117,13 @@ var vhostScopedKinds = []string{DefKindPermissions, DefKindExchanges, DefKindQue
 // guest stays deleted.
 const metaInitialized = "initialized"
 
-// defOp is one store change; del deletes key.
+// defOp is one store change; del deletes key. err is why the record
+// could not be encoded (then nothing is written).
 type defOp struct {
 	kind, key string
 	value     []byte
 	del       bool
+	err       error
 }
 
 // queueRecord, exchangeRecord and bindingRecord add the exact encoded
@@ -117,7 +143,49 @@ type bindingRecord struct {
 	AMQPArgs []byte `json:"amqp_arguments,omitempty"`
 }
 
-func scopedKey(vhost, name string) string { return vhost + "\x00" + name }
+func scopedKey(vhost, name string) string { return defKey(vhost, name) }
+
+// defKey joins the escaped parts of a store key with "\x00".
+func defKey(parts ...string) string {
+	n := len(parts)
+	for _, p := range parts {
+		n += len(p)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(0)
+		}
+		b.WriteString(keyPart(p))
+	}
+	return b.String()
+}
+
+// delayedKey is the message store's key for a delayed exchange's log:
+// three parts, so that no queue name (one part, NUL escaped) can equal it
+// (a durable queue "exchange\x00d" took the log of delayed exchange "d"
+// at a restart and removed it as its own older incarnation).
+func delayedKey(vhost, exchange string) string { return defKey(vhost, "exchange", exchange) }
+
+// keyPart escapes one part of a store key so that it holds no "\x00".
+func keyPart(s string) string {
+	if strings.IndexByte(s, 0) < 0 && strings.IndexByte(s, 1) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case 0:
+			b.WriteString("\x01\x02")
+		case 1:
+			b.WriteString("\x01\x01")
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
 
 func encodeArgs(t amqp.Table) []byte {
 	if len(t) == 0 {
@@ -134,14 +202,94 @@ func decodeArgs(b []byte) (amqp.Table, error) {
 	return t, err
 }
 
+// putOp encodes rec (a record struct) as the value of key.
 func putOp(kind, key string, rec any) defOp {
-	v, err := json.Marshal(rec)
+	v, err := encodeRecord(rec)
 	if err != nil {
-		// Records are plain structs of strings, numbers and maps of
-		// decoded AMQP values; this cannot happen short of a bug.
-		panic(fmt.Sprintf("broker: encoding a %s record: %v", kind, err))
+		return defOp{kind: kind, key: key, err: err}
 	}
 	return defOp{kind: kind, key: key, value: v}
+}
+
+// encodeRecord encodes rec (a struct) as JSON, with its top-level strings
+// that are not valid UTF-8 kept byte for byte under "exact"; decodeRecord
+// reads it back. The message store's queue meta files use it too.
+func encodeRecord(rec any) ([]byte, error) {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	exact := map[string][]byte{}
+	if rv := reflect.Indirect(reflect.ValueOf(rec)); rv.Kind() == reflect.Struct {
+		stringFields(rv, func(name string, f reflect.Value) {
+			if s := f.String(); !utf8.ValidString(s) {
+				exact[name] = []byte(s)
+			}
+		})
+	}
+	if len(exact) > 0 && len(v) >= 2 && v[len(v)-1] == '}' {
+		e, err := json.Marshal(exact)
+		if err != nil {
+			return nil, err
+		}
+		v = v[:len(v)-1]
+		if v[len(v)-1] != '{' {
+			v = append(v, ',')
+		}
+		v = append(append(append(v, `"exact":`...), e...), '}')
+	}
+	return v, nil
+}
+
+// stringFields calls fn with the JSON name and value of each exported
+// string field of the struct v, those of embedded structs included.
+func stringFields(v reflect.Value, fn func(name string, f reflect.Value)) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+			stringFields(v.Field(i), fn)
+			continue
+		}
+		if !sf.IsExported() || sf.Type.Kind() != reflect.String {
+			continue
+		}
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		fn(name, v.Field(i))
+	}
+}
+
+// decodeRecord reads a record written by putOp into rec (a pointer to
+// its struct), its exact strings included. useNumber keeps JSON numbers
+// as json.Number.
+func decodeRecord(data []byte, rec any, useNumber bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if useNumber {
+		dec.UseNumber()
+	}
+	if err := dec.Decode(rec); err != nil {
+		return err
+	}
+	var ex struct {
+		Exact map[string][]byte `json:"exact"`
+	}
+	if err := json.Unmarshal(data, &ex); err != nil {
+		return err
+	}
+	if len(ex.Exact) > 0 {
+		stringFields(reflect.ValueOf(rec).Elem(), func(name string, f reflect.Value) {
+			if b, ok := ex.Exact[name]; ok {
+				f.SetString(string(b))
+			}
+		})
+	}
+	return nil
 }
 
 func delOp(kind, key string) defOp { return defOp{kind: kind, key: key, del: true} }
@@ -171,8 +319,23 @@ func bindingKey(vhost string, bd *Binding) string {
 	if bd.dest.q == nil {
 		dt = "e"
 	}
-	return strings.Join([]string{vhost, bd.Source.Name, dt, bd.dest.name(), bd.RoutingKey, hex.EncodeToString([]byte(bd.id.args))}, "\x00")
+	return bindingKeyOf(vhost, bd.Source.Name, dt, bd.dest.name(), bd.RoutingKey, bd.id.args)
 }
+
+// bindingKeyOf is a binding's key. Its arguments are in it as hex, or,
+// past maxArgsInKey bytes, as the hex of their SHA-256: arguments can be
+// as large as a frame, and bbolt keys cannot exceed 32 KiB (a binding
+// with 16 KiB of arguments could not be stored, a 541 for the client).
+func bindingKeyOf(vhost, source, destType, dest, key, args string) string {
+	a := hex.EncodeToString([]byte(args))
+	if len(args) > maxArgsInKey {
+		sum := sha256.Sum256([]byte(args))
+		a = "sha256-" + hex.EncodeToString(sum[:])
+	}
+	return defKey(vhost, source, destType, dest, key, a)
+}
+
+const maxArgsInKey = 256
 
 func queueOp(v *VHost, q *Queue) defOp {
 	durable := q.Durable
@@ -238,7 +401,7 @@ func topicPermissionOp(vhost, user string, p TopicPermission) defOp {
 }
 
 func topicPermissionKey(vhost, user, exchange string) string {
-	return scopedKey(vhost, user+"\x00"+exchange)
+	return defKey(vhost, user, exchange)
 }
 
 // persisting reports whether changes are written now: there is a store
@@ -252,7 +415,9 @@ func (b *Broker) writeOpsLocked(ops []defOp) error {
 	var first error
 	for _, op := range ops {
 		var err error
-		if op.del {
+		if op.err != nil {
+			err = fmt.Errorf("encoding the record: %w", op.err)
+		} else if op.del {
 			err = b.store.Delete(op.kind, op.key)
 		} else {
 			err = b.store.Put(op.kind, op.key, op.value)
@@ -329,7 +494,7 @@ func (b *Broker) dropVHostLocked(name string) error {
 	b.persistMu.Lock()
 	defer b.persistMu.Unlock()
 	ops := []defOp{delOp(DefKindVHosts, name)}
-	prefix := name + "\x00"
+	prefix := keyPart(name) + "\x00"
 	for _, kind := range vhostScopedKinds {
 		err := b.store.ForEach(kind, func(k, _ []byte) error {
 			if strings.HasPrefix(string(k), prefix) {
@@ -422,8 +587,8 @@ func (b *Broker) Recover() error {
 	}
 
 	b.loading.Store(true)
-	var orphans []defOp
-	b.applyRecords(recs, &orphans)
+	var orphans, moves []defOp
+	b.applyRecords(recs, &orphans, &moves)
 	b.loading.Store(false)
 	if b.msgs != nil {
 		if err := b.msgs.recover(b); err != nil {
@@ -434,6 +599,12 @@ func (b *Broker) Recover() error {
 	if len(orphans) > 0 {
 		b.log.Warn("definition store: removing records of vhosts that no longer exist", "count", len(orphans))
 		if err := b.persist(orphans...); err != nil {
+			return err
+		}
+	}
+	if len(moves) > 0 {
+		b.log.Info("definition store: moving records to escaped keys", "count", len(moves)/2)
+		if err := b.persist(moves...); err != nil {
 			return err
 		}
 	}
@@ -451,9 +622,16 @@ func (b *Broker) Recover() error {
 	return nil
 }
 
-func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) {
+func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]defOp) {
 	skip := func(kind, key string, err error) {
 		b.log.Error("definition store: record skipped", "kind", kind, "key", strings.ReplaceAll(key, "\x00", "/"), "err", err)
+	}
+	// rekey notes a record stored under a key of the old form (a name
+	// with NUL or \x01 bytes; see keyPart) to be moved to want.
+	rekey := func(kind string, r storedRecord, want string) {
+		if want != r.key {
+			*moves = append(*moves, defOp{kind: kind, key: want, value: r.value}, delOp(kind, r.key))
+		}
 	}
 	// vhostOf returns the record's vhost, or nil (and notes an orphan).
 	vhostOf := func(kind, key, name string) *VHost {
@@ -465,7 +643,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 	}
 	for _, r := range recs[DefKindVHosts] {
 		var d DefVHost
-		if err := json.Unmarshal(r.value, &d); err != nil || d.Name == "" {
+		if err := decodeRecord(r.value, &d, false); err != nil || d.Name == "" {
 			skip(DefKindVHosts, r.key, err)
 			continue
 		}
@@ -478,7 +656,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 	}
 	for _, r := range recs[DefKindUsers] {
 		var d DefUser
-		if err := json.Unmarshal(r.value, &d); err != nil || d.Name == "" {
+		if err := decodeRecord(r.value, &d, false); err != nil || d.Name == "" {
 			skip(DefKindUsers, r.key, err)
 			continue
 		}
@@ -491,20 +669,21 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 	}
 	for _, r := range recs[DefKindPermissions] {
 		var d DefPermission
-		if err := json.Unmarshal(r.value, &d); err != nil {
+		if err := decodeRecord(r.value, &d, false); err != nil {
 			skip(DefKindPermissions, r.key, err)
 			continue
 		}
 		if vhostOf(DefKindPermissions, r.key, d.VHost) == nil {
 			continue
 		}
+		rekey(DefKindPermissions, r, scopedKey(d.VHost, d.User))
 		if err := b.SetPermissions(d.VHost, d.User, Permission{Configure: d.Configure, Write: d.Write, Read: d.Read}); err != nil {
 			skip(DefKindPermissions, r.key, err)
 		}
 	}
 	for _, r := range recs[DefKindParameters] {
 		var d DefParameter
-		if err := json.Unmarshal(r.value, &d); err != nil {
+		if err := decodeRecord(r.value, &d, false); err != nil {
 			skip(DefKindParameters, r.key, err)
 			continue
 		}
@@ -512,19 +691,21 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 		if vhostOf(DefKindParameters, r.key, d.VHost) == nil {
 			continue
 		}
+		rekey(DefKindParameters, r, paramKey(d.VHost, d.Component, d.Name))
 		if err := b.SetParameter(d.VHost, d.Component, d.Name, value); err != nil {
 			skip(DefKindParameters, r.key, err)
 		}
 	}
 	for _, r := range recs[DefKindTopicPermissions] {
 		var d DefTopicPermission
-		if err := json.Unmarshal(r.value, &d); err != nil {
+		if err := decodeRecord(r.value, &d, false); err != nil {
 			skip(DefKindTopicPermissions, r.key, err)
 			continue
 		}
 		if vhostOf(DefKindTopicPermissions, r.key, d.VHost) == nil {
 			continue
 		}
+		rekey(DefKindTopicPermissions, r, topicPermissionKey(d.VHost, d.User, d.Exchange))
 		if err := b.SetTopicPermission(d.VHost, d.User, d.TopicPermission); err != nil {
 			skip(DefKindTopicPermissions, r.key, err)
 		}
@@ -532,9 +713,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 	for _, kind := range []string{DefKindPolicies, DefKindOperatorPolicies} {
 		for _, r := range recs[kind] {
 			var d DefPolicy
-			dec := json.NewDecoder(strings.NewReader(string(r.value)))
-			dec.UseNumber()
-			if err := dec.Decode(&d); err != nil {
+			if err := decodeRecord(r.value, &d, true); err != nil {
 				skip(kind, r.key, err)
 				continue
 			}
@@ -542,6 +721,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 			if v == nil {
 				continue
 			}
+			rekey(kind, r, scopedKey(d.VHost, d.Name))
 			prio, err := defPriority(d.Priority)
 			if err == nil {
 				p := Policy{Name: d.Name, Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: prio, Definition: d.Definition}
@@ -558,7 +738,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 	}
 	for _, r := range recs[DefKindExchanges] {
 		var d exchangeRecord
-		if err := json.Unmarshal(r.value, &d); err != nil {
+		if err := decodeRecord(r.value, &d, false); err != nil {
 			skip(DefKindExchanges, r.key, err)
 			continue
 		}
@@ -566,6 +746,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 		if v == nil {
 			continue
 		}
+		rekey(DefKindExchanges, r, scopedKey(d.VHost, d.Name))
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
 			err = v.DeclareExchange(ExchangeSpec{Name: d.Name, Kind: d.Type, Durable: boolOr(d.Durable, true),
@@ -577,7 +758,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 	}
 	for _, r := range recs[DefKindQueues] {
 		var d queueRecord
-		if err := json.Unmarshal(r.value, &d); err != nil {
+		if err := decodeRecord(r.value, &d, false); err != nil {
 			skip(DefKindQueues, r.key, err)
 			continue
 		}
@@ -585,6 +766,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 		if v == nil {
 			continue
 		}
+		rekey(DefKindQueues, r, scopedKey(d.VHost, d.Name))
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
 			_, _, _, err = v.DeclareQueue(QueueSpec{Name: d.Name, Durable: boolOr(d.Durable, true), AutoDelete: d.AutoDelete,
@@ -596,7 +778,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 	}
 	for _, r := range recs[DefKindBindings] {
 		var d bindingRecord
-		if err := json.Unmarshal(r.value, &d); err != nil {
+		if err := decodeRecord(r.value, &d, false); err != nil {
 			skip(DefKindBindings, r.key, err)
 			continue
 		}
@@ -604,6 +786,11 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans *[]defOp) 
 		if v == nil {
 			continue
 		}
+		dt := "q"
+		if d.DestinationType == "exchange" {
+			dt = "e"
+		}
+		rekey(DefKindBindings, r, bindingKeyOf(d.VHost, d.Source, dt, d.Destination, d.RoutingKey, string(d.AMQPArgs)))
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
 			err = v.Bind(d.Source, d.Destination, d.DestinationType == "exchange", d.RoutingKey, args, 0)

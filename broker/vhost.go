@@ -189,7 +189,7 @@ func (v *VHost) deleteExchangeLocked(x *Exchange) {
 	for _, b := range x.bindings {
 		v.unlinkLocked(b)
 	}
-	for _, b := range x.inbound {
+	for b := range x.inbound {
 		v.unlinkLocked(b)
 	}
 }
@@ -204,7 +204,7 @@ func (v *VHost) unlinkLocked(b *Binding) {
 	if b.dest.q != nil {
 		delete(b.dest.q.bindings, b)
 	} else {
-		delete(b.dest.x.inbound, b.id)
+		delete(b.dest.x.inbound, b)
 	}
 	if src := b.Source; src.AutoDelete && len(src.bindings) == 0 && !src.deleted {
 		v.deleteExchangeLocked(src)
@@ -431,7 +431,7 @@ func (v *VHost) Bind(source, destination string, toExchange bool, key string, ar
 	if d.q != nil {
 		d.q.bindings[b] = struct{}{}
 	} else {
-		d.x.inbound[id] = b
+		d.x.inbound[b] = struct{}{}
 	}
 	if b.persisted() {
 		v.recordLocked(bindingOp(v, b))

@@ -383,7 +383,7 @@ func (c *conn) readMethod() (amqp.Method, error) {
 		if f.Type != amqp.FrameMethod || f.Channel != 0 {
 			return nil, amqp.ConnErrorf(amqp.CommandInvalid, "expected a method frame on channel 0 during the handshake")
 		}
-		return amqp.DecodeMethod(f.Payload)
+		return amqp.DecodeMethod0(f.Payload)
 	}
 }
 
@@ -725,7 +725,11 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 				return ch.handleMethod(&ch.pubScratch)
 			}
 		}
-		m, err := amqp.DecodeMethod(f.Payload)
+		decode := amqp.DecodeMethod
+		if f.Channel == 0 {
+			decode = amqp.DecodeMethod0
+		}
+		m, err := decode(f.Payload)
 		if err != nil {
 			return err
 		}

@@ -327,17 +327,25 @@ func generate(s *spec) ([]byte, error) {
 					i = j
 					continue
 				}
+				// RabbitMQ checks that every shortstr of a method
+				// without content is UTF-8 (the methods with content,
+				// basic.publish and the ones the server sends with a
+				// message, are not checked).
+				wire := f.wire
+				if wire == "shortstr" && g.m.Content != 1 {
+					wire = "shortstrUTF8"
+				}
 				if f.goName == "" {
 					switch f.wire {
 					case "shortstr":
-						p("d.skipShortstr()\n")
+						p("d.skip%s()\n", goName(wire))
 					case "longstr":
 						p("d.skipLongstr()\n")
 					default:
 						p("d.%s()\n", f.wire)
 					}
 				} else {
-					p("m.%s = d.%s()\n", f.goName, f.wire)
+					p("m.%s = d.%s()\n", f.goName, wire)
 				}
 				i++
 			}
