@@ -229,8 +229,34 @@ func (r *segReader) resync(at int64) (c int64, found bool, err error) {
 		}
 		return c + recHeaderSize + n, true, nil
 	}
+	// plausible reports whether a record header at c claims a length
+	// that fits the valid range: a check that costs no checksum.
+	plausible := func(c int64) (int64, bool, error) {
+		h, ok, err := r.window(c, recHeaderSize)
+		if err != nil || !ok {
+			return 0, false, err
+		}
+		n := int64(binary.LittleEndian.Uint32(h[0:4]))
+		if n > MaxPayload || c+recHeaderSize+n > r.limit {
+			return 0, false, nil
+		}
+		return c + recHeaderSize + n, true, nil
+	}
 	accept := func(c int64) (bool, error) {
-		end, ok, err := valid(c)
+		// Both headers must be plausible before either record is
+		// checksummed: damaged bytes rarely hold two lengths in a row
+		// that fit, so the scan checksums few candidates and its
+		// budget is not spent on the first plausible length it meets.
+		end, ok, err := plausible(c)
+		if err != nil || !ok {
+			return false, err
+		}
+		if end != r.limit {
+			if _, ok, err := plausible(end); err != nil || !ok {
+				return false, err
+			}
+		}
+		end, ok, err = valid(c)
 		if err != nil || !ok || end == r.limit {
 			return ok, err
 		}
