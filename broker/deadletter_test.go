@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -182,5 +183,69 @@ func TestDeathsTableWireForm(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("history %+v:\n got %x\nwant %x", h, got, want)
 		}
+	}
+}
+
+// R3.11: dead letters leave in the order they left their queue, even when
+// two goroutines dead-letter from one queue at once. Here a reject's
+// publishing is held up after it took m1 from the outbox; a second reject
+// of m2 meanwhile must not overtake it. (Seen under load as TTL expiries
+// run by two timer goroutines reaching the DLQ in reverse order.)
+func TestDeadLettersKeepOrderAcrossGoroutines(t *testing.T) {
+	v := pagingVHost(t, 0)
+	dlq, _, _, err := v.DeclareQueue(QueueSpec{Name: "dlq"}, false)
+	noErr(t, err)
+	q, _, _, err := v.DeclareQueue(QueueSpec{Name: "src", Args: amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}}, false)
+	noErr(t, err)
+	var r Router
+	for _, body := range []string{"m1", "m2"} {
+		_, err := v.Publish(&r, "", &Message{RoutingKey: "src", Body: []byte(body)})
+		noErr(t, err)
+	}
+	d1, _, ok1 := q.Get(false)
+	d2, _, ok2 := q.Get(false)
+	if !ok1 || !ok2 {
+		t.Fatal("get: the queue does not hold m1 and m2")
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	first := true
+	q.mu.Lock()
+	q.dlHook = func() {
+		if first { // only the first batch's publisher runs the hook first
+			first = false
+			close(entered)
+			<-release
+		}
+	}
+	q.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		q.Reject([]Delivery{d1})
+	}()
+	<-entered
+	rejected := make(chan struct{})
+	go func() {
+		defer close(rejected)
+		q.Reject([]Delivery{d2})
+	}()
+	select {
+	case <-rejected:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a reject waited for another goroutine's dead-lettering")
+	}
+	close(release)
+	<-done
+	var got []string
+	for {
+		d, _, ok := dlq.Get(true)
+		if !ok {
+			break
+		}
+		got = append(got, string(d.Msg.Body))
+	}
+	if !slices.Equal(got, []string{"m1", "m2"}) {
+		t.Fatalf("dead-letter queue holds %q, want [m1 m2] (R3.11)", got)
 	}
 }

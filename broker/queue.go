@@ -107,6 +107,8 @@ type Queue struct {
 	sac         bool
 	stats       QueueStats
 	outbox      []dlBatch         // dead letters to publish once mu is released
+	dlFlushing  bool              // a goroutine is publishing this queue's outbox (unlock)
+	dlHook      func()            // tests: runs before each outbox batch is published
 	disk        *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
 	spill       spillState        // messages on disk only (spill.go)
 	held        map[uint64]bool   // dead letters moving in, not yet visible (dlmove.go)
@@ -462,19 +464,45 @@ type dlItem struct {
 
 // unlock releases q.mu and then publishes, in order, the dead letters
 // queued while it was held: dead-lettering routes into other queues (or
-// this one), so it never runs under the lock (R3.11 keeps the order).
+// this one), so it never runs under the lock. One goroutine at a time
+// publishes a queue's dead letters: a goroutine that finds another
+// publishing leaves its batches in the outbox, and the publisher takes
+// them after its own. Otherwise two goroutines (a consumer's reject and
+// the expiry timer, say) could each take a batch and publish them in the
+// reverse order (R3.11 keeps the order). Nobody waits for the
+// publisher, so dead-lettering back into this queue, or round a cycle of
+// queues, cannot deadlock.
 func (q *Queue) unlock() {
-	if len(q.outbox) == 0 {
+	if len(q.outbox) == 0 || q.dlFlushing {
 		q.mu.Unlock()
 		return
 	}
-	out := q.outbox
-	q.outbox = nil
-	dlx, dlrk := q.eff.DLX, q.eff.DLRK
-	q.mu.Unlock()
-	for _, b := range out {
-		q.deadLetterAs(b.items, b.reason, dlx, dlrk)
+	q.dlFlushing = true
+	done := false
+	defer func() {
+		if !done { // a panic while publishing: let the next unlock take over
+			q.mu.Lock()
+			q.dlFlushing = false
+			q.mu.Unlock()
+		}
+	}()
+	for len(q.outbox) > 0 {
+		out := q.outbox
+		q.outbox = nil
+		dlx, dlrk := q.eff.DLX, q.eff.DLRK
+		hook := q.dlHook
+		q.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
+		for _, b := range out {
+			q.deadLetterAs(b.items, b.reason, dlx, dlrk)
+		}
+		q.mu.Lock()
 	}
+	q.dlFlushing = false
+	done = true
+	q.mu.Unlock()
 }
 
 // Dispatch delivers ready messages to consumers that can take them. Sinks
