@@ -17,7 +17,8 @@ import (
 // known bug, so that a run can look past it for new ones; the default (and
 // CI) runs all of them.
 const (
-	fzTagNaN        = "nan"        // NaN and ±Inf floats and doubles anywhere in a field table (issue 11 items 1, 2)
+	fzTagNaN        = "nan"        // NaN and ±Inf floats and doubles in arguments of durable declarations and bindings (issue 11 item 1)
+	fzTagNaNElse    = "nan-else"   // NaN and ±Inf elsewhere: client properties, transient queues, headers, consume arguments (item 2)
 	fzTagUTF8       = "utf8"       // invalid UTF-8 in names, keys and strings (item 3)
 	fzTagHugeBody   = "hugebody"   // content headers announcing huge bodies that never come (item 5)
 	fzTagE2E        = "e2e"        // the same key bound from two sources into one exchange (item 7)
@@ -29,20 +30,29 @@ const (
 	fzTagLong       = "long"       // long strings (1 to 30 KB) in field tables, binding arguments included
 )
 
-var fzAllTags = []string{fzTagNaN, fzTagUTF8, fzTagHugeBody, fzTagE2E, fzTagNoRead, fzTagCleanClose, fzTagHdr09, fzTagNUL, fzTagDeep, fzTagLong}
+var fzAllTags = []string{fzTagNaN, fzTagNaNElse, fzTagUTF8, fzTagHugeBody, fzTagE2E, fzTagNoRead, fzTagCleanClose, fzTagHdr09, fzTagNUL, fzTagDeep, fzTagLong}
 
 // fzGen draws inputs from one worker's random stream.
 type fzGen struct {
-	rng  *rand.Rand
-	skip map[string]bool
+	rng     *rand.Rand
+	skip    map[string]bool
+	durable bool // values are for a durable declaration or a binding
 }
 
 func (g *fzGen) on(tag string) bool { return !g.skip[tag] }
 
 func (g *fzGen) chance(n int) bool { return g.rng.IntN(n) == 0 }
 
+// nan reports whether a float may be NaN or ±Inf here.
+func (g *fzGen) nan() bool {
+	if g.durable {
+		return g.on(fzTagNaN)
+	}
+	return g.on(fzTagNaNElse)
+}
+
 func (g *fzGen) float64() float64 {
-	if g.on(fzTagNaN) && g.chance(3) {
+	if g.nan() && g.chance(3) {
 		return []float64{math.NaN(), math.Inf(1), math.Inf(-1)}[g.rng.IntN(3)]
 	}
 	return []float64{0, math.Copysign(0, -1), 1.5, -2.25, math.MaxFloat64, -math.MaxFloat64, math.SmallestNonzeroFloat64,
@@ -50,7 +60,7 @@ func (g *fzGen) float64() float64 {
 }
 
 func (g *fzGen) float32() float32 {
-	if g.on(fzTagNaN) && g.chance(3) {
+	if g.nan() && g.chance(3) {
 		return []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}[g.rng.IntN(3)]
 	}
 	return []float32{0, float32(math.Copysign(0, -1)), 0.5, math.MaxFloat32, math.SmallestNonzeroFloat32, float32(g.rng.NormFloat64())}[g.rng.IntN(6)]
@@ -188,8 +198,10 @@ func (g *fzGen) deep(d int) amqp.RawValue {
 // queueArgs are declaration arguments: RabbitMQ's x- arguments with right
 // and wrong types, and arbitrary keys with values of every type. Tracked
 // (durable) queues never get x-expires, which would delete them behind
-// the model's back.
-func (g *fzGen) queueArgs(tracked bool) amqp.Table {
+// the model's back. durable: the queue is stored (durable, not exclusive).
+func (g *fzGen) queueArgs(tracked, durable bool) amqp.Table {
+	g.durable = durable
+	defer func() { g.durable = false }()
 	t := amqp.Table{}
 	if g.chance(3) {
 		return nil
@@ -231,7 +243,9 @@ func (g *fzGen) exchangeType() string {
 }
 
 // exchangeArgs: alternate-exchange, x-delayed-type and arbitrary keys.
-func (g *fzGen) exchangeArgs() amqp.Table {
+func (g *fzGen) exchangeArgs(durable bool) amqp.Table {
+	g.durable = durable
+	defer func() { g.durable = false }()
 	if g.chance(3) {
 		return nil
 	}
@@ -249,12 +263,18 @@ func (g *fzGen) exchangeArgs() amqp.Table {
 	return t
 }
 
-// bindArgs: x-match for headers exchanges and arbitrary keys.
+// bindArgs: x-match for headers exchanges and arbitrary keys. Bindings
+// to tracked objects are durable.
 func (g *fzGen) bindArgs() amqp.Table {
 	if g.chance(2) {
 		return nil
 	}
+	g.durable = true
+	defer func() { g.durable = false }()
 	t := g.table(1, 3)
+	if g.on(fzTagLong) && g.chance(8) {
+		t["hG-long"] = strings.Repeat("B", 10000+g.rng.IntN(20000))
+	}
 	if g.chance(3) {
 		t["x-match"] = []any{"all", "any", "all-with-x", g.value(0)}[g.rng.IntN(4)]
 	}
