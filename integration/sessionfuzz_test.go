@@ -93,6 +93,7 @@ type fzRun struct {
 	failures  []string
 	stats     map[string]int
 	maxRSS    []int64 // per life
+	fds       []int   // open descriptors when quiet, per life that ends quietly
 	keepConf  map[uint64]bool
 	keepNext  atomic.Uint64
 	witnessOK atomic.Int64
@@ -266,6 +267,7 @@ func (r *fzRun) runLife(life int, length time.Duration, mode string) {
 	}
 	if mode != "sigkill-busy" {
 		// Quiet: every fuzzing connection has finished.
+		r.checkFDs(life)
 		before := r.verify(fmt.Sprintf("life %d, before the %s", life, mode), nil)
 		if mode == "end" {
 			r.drainKeep()
@@ -350,8 +352,8 @@ func (r *fzRun) summary() {
 	for i, v := range r.maxRSS {
 		rss[i] = strconv.FormatInt(v>>20, 10)
 	}
-	r.t.Logf("session fuzzer: %d lives, witness round trips %d, confirmed persistent messages %d, max RSS per life (MiB) [%s]\n%s",
-		len(r.maxRSS), r.witnessOK.Load(), len(r.keepConf), strings.Join(rss, " "), b.String())
+	r.t.Logf("session fuzzer: %d lives, witness round trips %d, confirmed persistent messages %d, max RSS per life (MiB) [%s], descriptors when quiet %v\n%s",
+		len(r.maxRSS), r.witnessOK.Load(), len(r.keepConf), strings.Join(rss, " "), r.fds, b.String())
 }
 
 // scanLog looks for panics in the output of the life that just ended.
@@ -404,6 +406,25 @@ func (r *fzRun) watchRSS(life, pid int, stop <-chan struct{}, wg *sync.WaitGroup
 				r.fail("life %d: broker RSS %d MiB, over the bound of %d MiB (WARREN_FUZZ_RSS_MB)", life, rss>>20, r.rssLimit>>20)
 			}
 		}
+	}
+}
+
+// fzFDLimit bounds the broker's open descriptors once every fuzzing
+// connection has gone: a few per durable queue, the stores and listeners.
+const fzFDLimit = 2000
+
+// checkFDs counts the broker's open descriptors while no client is
+// connected (a leak grows from life to life).
+func (r *fzRun) checkFDs(life int) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", r.p.cmd.Process.Pid))
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	r.fds = append(r.fds, len(ents))
+	r.mu.Unlock()
+	if len(ents) > fzFDLimit {
+		r.fail("life %d: the broker holds %d descriptors with no client connected (bound %d)", life, len(ents), fzFDLimit)
 	}
 }
 
@@ -1114,7 +1135,14 @@ func (s *fzRaw) await(ch uint16, want func(amqp.Method) bool, timeout time.Durat
 				}
 				s.r.fail("raw session %d: no reply within %v after: %s", s.id, timeout, s.trace())
 			default:
-				s.r.count("dropped")
+				last := "handshake"
+				if len(s.steps) > 0 {
+					last = s.steps[len(s.steps)-1]
+					if i := strings.IndexByte(last, ':'); i >= 0 && !strings.HasPrefix(last, "invalid") {
+						last = last[i+1:]
+					}
+				}
+				s.r.count(fmt.Sprintf("dropped without a close, after %.40s", last))
 			}
 			s.dead = true
 			return fzLost
@@ -1295,7 +1323,10 @@ func (r *fzRun) rawDial(g *fzGen, id int) *fzRaw {
 	s.frameMax = tune.FrameMax
 	hb := uint16(0)
 	if g.chance(10) {
+		// The broker closes the connection when the session is quiet
+		// for two intervals: a drop without a close is then expected.
 		hb = uint16(1 + g.rng.IntN(3))
+		s.steps = append(s.steps, fmt.Sprintf("heartbeat %d s", hb))
 	}
 	s.write(amqp.AppendMethodFrame(nil, 0, &amqp.ConnectionTuneOk{ChannelMax: tune.ChannelMax, FrameMax: tune.FrameMax, Heartbeat: hb}))
 	s.rc.r.SetMaxFrameSize(0)
@@ -1664,13 +1695,20 @@ func (s *fzRaw) noRead(stop <-chan struct{}) {
 		return
 	}
 	s.steps = append(s.steps, fmt.Sprintf("%d:mandatory unroutable publishes, not reading", ch))
+	// Small socket buffers on this side (which also stops the kernel
+	// growing them), so that what the broker reads is bounded by its own
+	// buffers once it stops.
+	if tc, ok := s.nc.(*net.TCPConn); ok {
+		tc.SetReadBuffer(256 << 10)
+		tc.SetWriteBuffer(256 << 10)
+	}
 	body := make([]byte, 64<<10)
 	one := amqp.AppendMethodFrame(nil, ch, &amqp.BasicPublish{RoutingKey: "hG-nowhere", Mandatory: true})
 	one = amqp.AppendHeaderFrame(one, ch, 60, uint64(len(body)), &amqp.Properties{})
 	one = amqp.AppendBodyFrames(one, ch, body, s.frameMax)
 	batch := slices.Concat(one, one, one, one, one, one, one, one)
 	written := 0
-	end := time.Now().Add(time.Duration(1500+s.g.rng.IntN(1500)) * time.Millisecond)
+	end := time.Now().Add(time.Duration(2500+s.g.rng.IntN(1500)) * time.Millisecond)
 	for written < fzNoReadLimit && time.Now().Before(end) && !fzStopped(stop) {
 		s.nc.SetWriteDeadline(end)
 		n, err := s.nc.Write(batch)
@@ -1685,10 +1723,13 @@ func (s *fzRaw) noRead(stop <-chan struct{}) {
 	s.dead = true
 }
 
-// fzNoReadLimit is how much a client that never reads may write: socket
-// buffers in both directions and the broker's output cap hold about 20
-// MiB of it.
-const fzNoReadLimit = 48 << 20
+// fzNoReadLimit is how much a client that never reads may write. Once
+// the broker stops reading, what it has read is bounded by the returns in
+// its output cap and send buffer (4 MiB at most here) and this side's
+// small receive buffer, and what is written but unread by its receive
+// buffer (up to tcp_rmem's 32 MiB, autotuned) and this side's small send
+// buffer: about 40 MiB in all.
+const fzNoReadLimit = 64 << 20
 
 // pick is a binding of the model whose destination starts with prefix.
 func (m *fzModel) pick(prefix string, rng *rand.Rand) (fzBinding, bool) {
