@@ -1425,8 +1425,8 @@ func (s *fzRaw) step(stop <-chan struct{}) {
 		name := s.untrackedName("q")
 		if tracked {
 			name = s.trackedName("q")
-		} else if g.chance(4) {
-			name = ""
+		} else if g.chance(4) && (excl || !durable) {
+			name = "" // server-named; gone with the connection or the restart
 		}
 		passive := g.chance(6)
 		args := g.queueArgs(tracked, durable && !excl)
