@@ -29,7 +29,9 @@ package integration
 //	go test -count=1 -run TestSessionFuzz -v ./integration
 //	WARREN_FUZZ_SEED=N WARREN_FUZZ_DURATION=10m go test -count=1 -timeout 0 -run TestSessionFuzz -v ./integration
 //
-// WARREN_FUZZ_CONNS sets the concurrent fuzzing connections (default 10).
+// WARREN_FUZZ_CONNS sets the concurrent fuzzing connections (default 10);
+// WARREN_FUZZ_BROKER_ARGS adds flags to the broker's command line (such
+// as --log-level debug); WARREN_FUZZ_LOGDIR keeps each life's log there.
 // WARREN_FUZZ_SKIP=nan,utf8,... switches generators off (the fzTag
 // constants, each naming the issue 11 item it finds) to look past a known
 // bug for new ones; the default, and CI, runs all of them. Without -short
@@ -182,7 +184,11 @@ func TestSessionFuzz(t *testing.T) {
 	t.Logf("session fuzzer: %s", r.replay)
 
 	r.httpAddr = freePort(t)
-	r.p = startProc(t, t.TempDir(), "--http-addr", r.httpAddr)
+	args := []string{"--http-addr", r.httpAddr}
+	if s := os.Getenv("WARREN_FUZZ_BROKER_ARGS"); s != "" {
+		args = append(args, strings.Fields(s)...)
+	}
+	r.p = startProc(t, t.TempDir(), args...)
 	r.start = time.Now()
 	r.setupKeep()
 	rng := rand.New(rand.NewPCG(seed, 0x5e55))
@@ -360,6 +366,9 @@ func (r *fzRun) summary() {
 func (r *fzRun) scanLog(life int) { r.scanOutput(life, r.p.Output()) }
 
 func (r *fzRun) scanOutput(life int, out string) {
+	if dir := os.Getenv("WARREN_FUZZ_LOGDIR"); dir != "" {
+		os.WriteFile(fmt.Sprintf("%s/life-%03d.log", dir, life), []byte(out), 0o644)
+	}
 	lines := strings.Split(out, "\n")
 	for i, l := range lines {
 		for _, m := range fzPanicMarkers {
