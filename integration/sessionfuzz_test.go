@@ -22,9 +22,18 @@ package integration
 //     there, identical (names byte for byte by passive declares; flags and
 //     arguments through /api/definitions), before and after each restart,
 //     and the deleted ones stay deleted;
-//   - no confirmed persistent message in a durable queue is lost.
+//   - no confirmed persistent message in a durable queue is lost;
+//   - with no client connected the broker holds under fzFDLimit
+//     descriptors.
 //
-// Run it alone; the seed is printed at the start and in every failure:
+// A definitions diff lists the fuzzer's recent changes to the names
+// involved; "lost" there means no answer came (the connection dropped,
+// or the broker was killed under load).
+//
+// Run it alone; the seed is printed at the start and in every failure. A
+// seed replays every worker's choices, not the interleaving of the
+// connections, so a replay finds the same kind of failure, not always at
+// the same moment:
 //
 //	go test -count=1 -run TestSessionFuzz -v ./integration
 //	WARREN_FUZZ_SEED=N WARREN_FUZZ_DURATION=10m go test -count=1 -timeout 0 -run TestSessionFuzz -v ./integration
