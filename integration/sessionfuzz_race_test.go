@@ -1,0 +1,6 @@
+//go:build race
+
+package integration
+
+// fzRace shortens the session fuzzer's default run under the race detector.
+const fzRace = true
