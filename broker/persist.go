@@ -597,7 +597,7 @@ func (b *Broker) Recover() error {
 	}
 
 	if len(orphans) > 0 {
-		b.log.Warn("definition store: removing records of vhosts that no longer exist", "count", len(orphans))
+		b.log.Warn("definition store: removing records whose vhost, source or destination no longer exists", "count", len(orphans))
 		if err := b.persist(orphans...); err != nil {
 			return err
 		}
@@ -736,6 +736,9 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 			}
 		}
 	}
+	// stored holds the exchanges ("e") and queues ("q") that have a record,
+	// applied or not, by vhost and name.
+	stored := map[[3]string]bool{}
 	for _, r := range recs[DefKindExchanges] {
 		var d exchangeRecord
 		if err := decodeRecord(r.value, &d, false); err != nil {
@@ -747,6 +750,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 			continue
 		}
 		rekey(DefKindExchanges, r, scopedKey(d.VHost, d.Name))
+		stored[[3]string{"e", d.VHost, d.Name}] = true
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
 			err = v.DeclareExchange(ExchangeSpec{Name: d.Name, Kind: d.Type, Durable: boolOr(d.Durable, true),
@@ -767,6 +771,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 			continue
 		}
 		rekey(DefKindQueues, r, scopedKey(d.VHost, d.Name))
+		stored[[3]string{"q", d.VHost, d.Name}] = true
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
 			_, _, _, err = v.DeclareQueue(QueueSpec{Name: d.Name, Durable: boolOr(d.Durable, true), AutoDelete: d.AutoDelete,
@@ -789,6 +794,21 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 		dt := "q"
 		if d.DestinationType == "exchange" {
 			dt = "e"
+		}
+		// A binding whose source or destination has neither a record nor a
+		// built-in exchange was left by a crash between the deletion's
+		// writes (each record is its own transaction): it is removed, as
+		// RabbitMQ drops bindings to missing objects at recovery, and
+		// must not come back when an object of that name is declared
+		// again. An object whose record exists but was refused keeps its
+		// bindings' records.
+		if d.Source != "" && v.Exchange(d.Source) == nil && !stored[[3]string{"e", d.VHost, d.Source}] ||
+			dt == "e" && v.Exchange(d.Destination) == nil && !stored[[3]string{"e", d.VHost, d.Destination}] ||
+			dt == "q" && v.Queue(d.Destination) == nil && !stored[[3]string{"q", d.VHost, d.Destination}] {
+			b.log.Warn("definition store: removing a binding whose source or destination is gone",
+				"vhost", d.VHost, "source", d.Source, "destination", d.Destination, "destination_type", d.DestinationType)
+			*orphans = append(*orphans, delOp(DefKindBindings, r.key))
+			continue
 		}
 		rekey(DefKindBindings, r, bindingKeyOf(d.VHost, d.Source, dt, d.Destination, d.RoutingKey, string(d.AMQPArgs)))
 		args, err := decodeArgs(d.AMQPArgs)

@@ -315,3 +315,49 @@ func TestPersistOrderUnderRace(t *testing.T) {
 		t.Fatalf("queue in memory %v, in store %v", inMem, inStore)
 	}
 }
+
+// A crash between a deletion's writes (each record is its own store
+// transaction) can leave binding records whose source or destination
+// record is gone. Recovery removes them, so that they do not come back
+// once an object of that name is declared again (found by the session
+// fuzzer, issue 11: amq.topic -> X listed again after X was deleted,
+// re-declared and the broker restarted). Bindings to an object whose
+// record exists are kept.
+func TestRecoverDropsOrphanBindings(t *testing.T) {
+	s := newMemStore()
+	b := bootT(t, s)
+	v := b.VHost("/")
+	for _, x := range []string{"x", "kept"} {
+		if err := v.DeclareExchange(ExchangeSpec{Name: x, Kind: KindDirect, Durable: true}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, _, err := v.DeclareQueue(QueueSpec{Name: "q", Durable: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, bind := range []struct {
+		src, dst string
+		toExchange bool
+	}{{"amq.topic", "x", true}, {"x", "q", false}, {"amq.topic", "kept", true}} {
+		if err := v.Bind(bind.src, bind.dst, bind.toExchange, "k", nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a crash after the first write of exchange.delete x leaves.
+	if err := s.Delete(DefKindExchanges, scopedKey("/", "x")); err != nil {
+		t.Fatal(err)
+	}
+	b2 := bootT(t, s)
+	if got := s.keys(DefKindBindings); len(got) != 1 {
+		t.Fatalf("binding records after recovery: %q, want only amq.topic -> kept", got)
+	}
+	if err := b2.VHost("/").DeclareExchange(ExchangeSpec{Name: "x", Kind: KindDirect, Durable: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	b3 := bootT(t, s)
+	for _, bi := range b3.VHost("/").Bindings() {
+		if bi.Source == "x" || bi.Destination == "x" {
+			t.Errorf("binding %s -> %s came back after x was re-declared and the broker restarted", bi.Source, bi.Destination)
+		}
+	}
+}
