@@ -336,7 +336,7 @@ func TestRecoverDropsOrphanBindings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bind := range []struct {
-		src, dst string
+		src, dst   string
 		toExchange bool
 	}{{"amq.topic", "x", true}, {"x", "q", false}, {"amq.topic", "kept", true}} {
 		if err := v.Bind(bind.src, bind.dst, bind.toExchange, "k", nil, 0); err != nil {
