@@ -76,6 +76,30 @@ func DecodeMethod0(payload []byte) (Method, error) {
 	return m, err
 }
 
+// DecodeServerMethod decodes a method frame that a server sent. It is
+// DecodeMethod, except that shortstrs need not be UTF-8: RabbitMQ checks
+// the shortstrs it receives, not those it sends (reply texts, and
+// basic.return and basic.deliver carry exchange names and routing keys as
+// a publisher gave them, unchecked), and clients such as amqp091-go take
+// them as they are.
+func DecodeServerMethod(payload []byte) (Method, error) {
+	cid, mid, args, err := SplitMethod(payload)
+	if err != nil {
+		return nil, err
+	}
+	m := NewMethod(cid, mid)
+	if m == nil {
+		return nil, ConnErrorf(NotImplemented, "{unknown_method_id,{%d,%d}}", cid, mid).WithMethod(cid, mid)
+	}
+	// Decode fills in every field before it reports a malformed shortstr.
+	if err := m.Decode(args); err != nil {
+		if e, ok := err.(*Error); !ok || !e.badUTF8 {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
 // decodeError is RabbitMQ's error for method arguments it cannot parse:
 // connection.close 501 "FRAME_ERROR - cannot decode <<...>>" naming the
 // method.
@@ -370,7 +394,7 @@ func (d *decoder) finish(classID, methodID uint16, args []byte) error {
 		return decodeError(classID, methodID, args)
 	}
 	if d.badUTF8 {
-		return ConnErrorf(FrameError, "Malformed UTF-8 in shortstr")
+		return &Error{Code: FrameError, Text: "FRAME_ERROR - Malformed UTF-8 in shortstr", Hard: true, badUTF8: true}
 	}
 	return nil
 }

@@ -91,3 +91,24 @@ func TestNonFiniteFloats(t *testing.T) {
 		}
 	}
 }
+
+// A server's methods may carry shortstrs that are not UTF-8 (RabbitMQ
+// puts a publisher's unchecked exchange name in its NOT_FOUND reply
+// text): DecodeServerMethod takes them, DecodeMethod refuses them.
+func TestDecodeServerMethodTakesAnyShortstr(t *testing.T) {
+	sent := &ChannelClose{ReplyCode: NotFound, ReplyText: "NOT_FOUND - no exchange 'x\xff' in vhost '/'", FailingClassID: 60, FailingMethodID: 40}
+	payload := sent.Append(nil)
+	if _, err := DecodeMethod(payload); err == nil {
+		t.Fatal("DecodeMethod took a reply text that is not UTF-8")
+	}
+	m, err := DecodeServerMethod(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := m.(*ChannelClose); !ok || *got != *sent {
+		t.Fatalf("got %#v, want %#v", m, sent)
+	}
+	if _, err := DecodeServerMethod(payload[:len(payload)-1]); err == nil {
+		t.Error("DecodeServerMethod took a truncated method")
+	}
+}

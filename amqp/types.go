@@ -184,6 +184,8 @@ type Error struct {
 	MethodID uint16
 	// Hard is true for connection errors, false for channel errors.
 	Hard bool
+
+	badUTF8 bool // a shortstr was not UTF-8 (see DecodeServerMethod)
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("amqp %d: %s", e.Code, e.Text) }

@@ -146,7 +146,7 @@ func headerOutcome(t *testing.T, addr string, hdr []byte) string {
 	if err != nil {
 		return fmt.Sprintf("bad frame (%v)", err)
 	}
-	m, err := amqp.DecodeMethod(f.Payload)
+	m, err := amqp.DecodeServerMethod(f.Payload)
 	if err != nil {
 		// RabbitMQ's 0-8 connection.start decodes as 0-9-1's: same
 		// class and method ids, same fields.

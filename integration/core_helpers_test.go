@@ -432,7 +432,7 @@ func (c *rawClient) expect(ch uint16) wire.Method {
 	if f.Type != wire.FrameMethod || f.Channel != ch {
 		c.t.Fatalf("got frame type %d on channel %d, want a method on channel %d", f.Type, f.Channel, ch)
 	}
-	m, err := wire.DecodeMethod(f.Payload)
+	m, err := wire.DecodeServerMethod(f.Payload)
 	if err != nil {
 		c.t.Fatalf("decode: %v", err)
 	}

@@ -201,7 +201,7 @@ func (c *rawConn) readMethod() (uint16, amqp.Method, error) {
 		if f.Type != amqp.FrameMethod {
 			continue
 		}
-		m, err := amqp.DecodeMethod(f.Payload)
+		m, err := amqp.DecodeServerMethod(f.Payload)
 		return f.Channel, m, err
 	}
 }

@@ -385,7 +385,7 @@ func TestNonReadingClientOutputBounded(t *testing.T) {
 		case amqp.FrameBody:
 			bodyBytes += len(f.Payload)
 		case amqp.FrameMethod:
-			m, err := amqp.DecodeMethod(f.Payload)
+			m, err := amqp.DecodeServerMethod(f.Payload)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -468,7 +468,7 @@ func TestDirectReplyToNonReadingClientBounded(t *testing.T) {
 		if f.Type != amqp.FrameMethod {
 			continue
 		}
-		m, err := amqp.DecodeMethod(f.Payload)
+		m, err := amqp.DecodeServerMethod(f.Payload)
 		if err != nil {
 			t.Fatal(err)
 		}

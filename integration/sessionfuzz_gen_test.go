@@ -5,6 +5,7 @@ package integration
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -332,16 +333,24 @@ func (g *fzGen) properties() *amqp.Properties {
 }
 
 // publish is a basic.publish with its content on channel ch; the body is
-// split into frames of at most frameMax octets.
-func (g *fzGen) publish(ch uint16, exchange, key string, frameMax uint32) []byte {
+// split into frames of at most frameMax octets. refused says the content
+// header is one RabbitMQ answers with its bare connection.close 541
+// INTERNAL_ERROR (headers with NaN or ±Inf, flags without their fields):
+// a close the broker owes, not a crash.
+func (g *fzGen) publish(ch uint16, exchange, key string, frameMax uint32) (b []byte, refused bool) {
 	m := &amqp.BasicPublish{Exchange: exchange, RoutingKey: key, Mandatory: g.chance(3)}
 	body := make([]byte, []int{0, 1, 100, 5000, 200_000}[g.rng.IntN(5)])
 	for i := range body {
 		body[i] = byte(i)
 	}
-	b := amqp.AppendMethodFrame(nil, ch, m)
+	b = amqp.AppendMethodFrame(nil, ch, m)
+	n := len(b)
 	b = amqp.AppendHeaderFrame(b, ch, 60, uint64(len(body)), g.properties())
-	return amqp.AppendBodyFrames(b, ch, body, frameMax)
+	var e *amqp.Error
+	if _, _, _, err := amqp.DecodeHeader(b[n+7 : len(b)-1]); errors.As(err, &e) && e.Code == amqp.InternalError {
+		refused = true
+	}
+	return amqp.AppendBodyFrames(b, ch, body, frameMax), refused
 }
 
 // fzRawFrame writes a frame with the given type, channel and payload.

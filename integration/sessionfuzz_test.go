@@ -1094,6 +1094,7 @@ type fzRaw struct {
 	closed   []uint16 // channels closed in this session, for reuse
 	dead     bool
 	steps    []string // what was sent, for failure messages
+	owed541  bool     // a content header was sent that RabbitMQ closes the connection for with 541
 }
 
 type fzResult int
@@ -1125,6 +1126,9 @@ func (s *fzRaw) write(b []byte) bool {
 func (s *fzRaw) checkClose(level string, code uint16, text string) {
 	s.r.count(fmt.Sprintf("close %s %d", level, code))
 	switch {
+	case code == 541 && level == "connection" && text == "INTERNAL_ERROR" && s.owed541:
+		// RabbitMQ's answer to the content header this session sent; a
+		// crash would also leave its stack in the log, which is checked.
 	case code == 541:
 		s.r.fail("raw session %d: %s.close 541 %q: an internal error (a crash inside the connection?) after: %s", s.id, level, text, s.trace())
 	case !fzValidCodes[code]:
@@ -1551,12 +1555,18 @@ func (s *fzRaw) step(stop <-chan struct{}) {
 			}
 		}
 	case 8, 9, 10: // publish, with a heartbeat inside the content now and then
-		b := g.publish(ch, s.source(), g.shortName(), s.frameMax)
+		x := s.source()
+		b, refused := g.publish(ch, x, g.shortName(), s.frameMax)
 		if g.chance(4) {
 			n := len(amqp.AppendMethodFrame(nil, ch, &amqp.BasicPublish{}))
 			b = append(append(b[:n:n], amqp.AppendHeartbeat(nil)...), b[n:]...)
 		}
-		s.steps = append(s.steps, fmt.Sprintf("%d:basic.publish", ch))
+		step := fmt.Sprintf("%d:basic.publish(%q)", ch, x)
+		if refused {
+			s.owed541 = true
+			step += " (header owed 541)"
+		}
+		s.steps = append(s.steps, step)
 		s.write(b)
 	case 11: // consume with arguments, or cancel
 		if g.chance(3) {
@@ -1708,10 +1718,15 @@ func (s *fzRaw) hugeBodies(stop <-chan struct{}) {
 // buffer the returns without limit.
 func (s *fzRaw) noRead(stop <-chan struct{}) {
 	s.r.count("non-reading publisher")
-	ch, ok := s.channel()
-	if !ok {
+	// A channel of its own, open for sure: one this session used before
+	// may be closing on the broker's side (a publish refused with no reply
+	// awaited), and a broker rightly reads and drops whatever comes on a
+	// closing channel, without replies to hold it back.
+	ch := s.unusedChannel()
+	if s.sync(ch, &amqp.ChannelOpen{}, fzIs[*amqp.ChannelOpenOk]) != fzOK {
 		return
 	}
+	s.open[ch] = true
 	s.steps = append(s.steps, fmt.Sprintf("%d:mandatory unroutable publishes, not reading", ch))
 	// Small socket buffers on this side (which also stops the kernel
 	// growing them), so that what the broker reads is bounded by its own

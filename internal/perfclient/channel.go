@@ -650,7 +650,7 @@ func (ch *Channel) method(p []byte) error {
 		}
 		return nil
 	}
-	m, err := amqp.DecodeMethod(p)
+	m, err := amqp.DecodeServerMethod(p)
 	if err != nil {
 		return err
 	}

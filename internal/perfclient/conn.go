@@ -250,7 +250,7 @@ func (c *Conn) readMethod() (amqp.Method, error) {
 		if f.Type != amqp.FrameMethod || f.Channel != 0 {
 			return nil, fmt.Errorf("unexpected frame type %d on channel %d", f.Type, f.Channel)
 		}
-		m, err := amqp.DecodeMethod(f.Payload)
+		m, err := amqp.DecodeServerMethod(f.Payload)
 		if err != nil {
 			return nil, err
 		}
@@ -496,7 +496,7 @@ func (c *Conn) readFrames() error {
 // connMethod handles a method on channel 0; done reports the end of the
 // connection.
 func (c *Conn) connMethod(payload []byte) (done bool, err error) {
-	m, err := amqp.DecodeMethod(payload)
+	m, err := amqp.DecodeServerMethod(payload)
 	if err != nil {
 		return true, err
 	}
