@@ -48,6 +48,10 @@ func SplitMethod(payload []byte) (classID, methodID uint16, args []byte, err err
 // To decode without allocating the method struct, use SplitMethod and the
 // Decode method of a reused struct.
 func DecodeMethod(payload []byte) (Method, error) {
+	return decodeMethod(payload, false)
+}
+
+func decodeMethod(payload []byte, anyShortstr bool) (Method, error) {
 	cid, mid, args, err := SplitMethod(payload)
 	if err != nil {
 		return nil, err
@@ -56,8 +60,11 @@ func DecodeMethod(payload []byte) (Method, error) {
 	if m == nil {
 		return nil, ConnErrorf(NotImplemented, "{unknown_method_id,{%d,%d}}", cid, mid).WithMethod(cid, mid)
 	}
+	// Decode fills in every field before it reports a malformed shortstr.
 	if err := m.Decode(args); err != nil {
-		return nil, err
+		if e, ok := err.(*Error); !ok || !e.badUTF8 || !anyShortstr {
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -83,21 +90,7 @@ func DecodeMethod0(payload []byte) (Method, error) {
 // a publisher gave them, unchecked), and clients such as amqp091-go take
 // them as they are.
 func DecodeServerMethod(payload []byte) (Method, error) {
-	cid, mid, args, err := SplitMethod(payload)
-	if err != nil {
-		return nil, err
-	}
-	m := NewMethod(cid, mid)
-	if m == nil {
-		return nil, ConnErrorf(NotImplemented, "{unknown_method_id,{%d,%d}}", cid, mid).WithMethod(cid, mid)
-	}
-	// Decode fills in every field before it reports a malformed shortstr.
-	if err := m.Decode(args); err != nil {
-		if e, ok := err.(*Error); !ok || !e.badUTF8 {
-			return nil, err
-		}
-	}
-	return m, nil
+	return decodeMethod(payload, true)
 }
 
 // decodeError is RabbitMQ's error for method arguments it cannot parse:
