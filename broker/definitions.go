@@ -510,9 +510,9 @@ func fieldToJSON(v any) any {
 	case amqp.Decimal:
 		return float64(x.Value) / math.Pow10(int(x.Scale))
 	case float32:
-		return floatJSON(float64(x))
+		return FloatJSON(float64(x))
 	case float64:
-		return floatJSON(x)
+		return FloatJSON(x)
 	}
 	if n, ok := IntArg(v); ok {
 		return n
@@ -520,12 +520,12 @@ func fieldToJSON(v any) any {
 	return v
 }
 
-// floatJSON is f, or for a value JSON cannot carry (NaN, an infinity:
+// FloatJSON is f, or for a value JSON cannot carry (NaN, an infinity:
 // RabbitMQ cannot hold one, Warren's AMQP decoder refuses them, only a
 // caller of the Go API can set one) the strings "NaN", "Infinity" and
 // "-Infinity", as the management API renders them, so that encoding never
 // fails.
-func floatJSON(f float64) any {
+func FloatJSON(f float64) any {
 	switch {
 	case math.IsNaN(f):
 		return "NaN"

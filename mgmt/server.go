@@ -403,7 +403,7 @@ func encodeJSON(v any) ([]byte, error) {
 
 // finite returns a copy of v in which every non-finite float held in an
 // interface (a map[string]any value, a []any element, an any field) is
-// its string (nonFinite). The copy shares nothing mutable with v, so the
+// its string (broker.FloatJSON). The copy shares nothing mutable with v, so the
 // broker's own maps are never changed. A non-finite float in a field of
 // float type stays, and then fails to encode.
 func finite(v reflect.Value) reflect.Value {
@@ -422,7 +422,7 @@ func finite(v reflect.Value) reflect.Value {
 		return out
 	case reflect.Float32, reflect.Float64:
 		if f := v.Float(); math.IsNaN(f) || math.IsInf(f, 0) {
-			return reflect.ValueOf(nonFinite(f))
+			return reflect.ValueOf(broker.FloatJSON(f))
 		}
 		return v
 	case reflect.Pointer:
@@ -480,17 +480,6 @@ func same(cleaned, orig reflect.Value, t reflect.Type) reflect.Value {
 		return cleaned
 	}
 	return orig
-}
-
-// nonFinite names a non-finite float as JavaScript does.
-func nonFinite(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case f > 0:
-		return "Infinity"
-	}
-	return "-Infinity"
 }
 
 func (s *Server) writeError(w http.ResponseWriter, err error) {
