@@ -26,20 +26,21 @@ type Browsed struct {
 func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	total = q.ready.n + q.spill.n
+	total = q.readyLocked()
 	i := 0
-	for l := len(q.ready.levels) - 1; l >= 0; l-- {
-		d := &q.ready.levels[l]
-		for j := 0; j < d.Len(); j++ {
-			e := d.Ptr(j)
-			if e.dead {
-				continue
-			}
-			if i >= offset && !fn(Browsed{Msg: e.msg, Redelivered: e.redelivered || e.acquired > 0, ExpiresAt: e.expiresAt}) {
-				return total
+	stop := false
+	for l := q.m.Levels() - 1; l >= 0 && !stop; l-- {
+		q.m.Walk(l, 0, func(e *qentry) bool {
+			if i >= offset && !fn(Browsed{Msg: e.Msg, Redelivered: e.Redelivered || e.Acquired > 0, ExpiresAt: e.ExpiresAt}) {
+				stop = true
+				return false
 			}
 			i++
-		}
+			return true
+		})
+	}
+	if stop {
+		return total
 	}
 	s := &q.spill
 	if !s.active || q.disk == nil || q.disk.log == nil {
@@ -83,32 +84,14 @@ func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
 func (q *Queue) Return(ds []Delivery, redelivered bool) {
 	q.mu.Lock()
 	defer q.unlock()
-	var inSpill []bool
-	if len(q.taken) > 0 {
-		inSpill = make([]bool, len(ds))
-		for i := range ds {
-			inSpill[i] = q.untakeLocked(&ds[i], redelivered)
+	for i := range ds {
+		inSpill := len(q.taken) > 0 && q.untakeLocked(&ds[i], redelivered)
+		if h := ds[i].holder; h != nil {
+			q.m.Untake(h, ds[i].Seq, redelivered, inSpill)
 		}
 	}
 	q.settledLocked(ds)
-	if q.deleted {
-		return
-	}
-	for i := range ds {
-		if q.stats.Get > 0 {
-			q.stats.Get--
-		}
-		if inSpill != nil && inSpill[i] {
-			continue
-		}
-		e := ds[i].entry()
-		e.redelivered = redelivered || ds[i].Redelivered && e.acquired == 0
-		q.ready.putBack(e)
-		if e.expiresAt != 0 {
-			q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
-		}
-	}
-	q.dispatchLocked()
+	q.m.Dispatch(q.clockMs(nil))
 	q.armLocked()
 }
 
@@ -191,32 +174,32 @@ func (q *Queue) Take(cur *TakeCursor, limit, budget int, upto uint64, match func
 	}
 	now := q.nowMs()
 	if !cur.started {
-		cur.started, cur.level = true, len(q.ready.levels)-1
+		cur.started, cur.level = true, q.m.Levels()-1
 	}
 	examined := 0
 	full := func() bool { return limit > 0 && len(ds) >= limit }
 	for ; cur.level >= 0; cur.level, cur.seq = cur.level-1, 0 {
-		d := &q.ready.levels[cur.level]
-		i := sort.Search(d.Len(), func(i int) bool { return d.At(i).seq > cur.seq })
-		for ; i < d.Len(); i++ {
+		stopped := false
+		q.m.Walk(cur.level, cur.seq, func(e *qentry) bool {
 			if full() || examined >= budget {
-				return ds, false
+				stopped = true
+				return false
 			}
-			e := d.Ptr(i)
-			cur.seq = e.seq
-			if e.dead || e.seq > upto {
-				continue
+			cur.seq = e.Seq
+			if e.Seq > upto {
+				return true
 			}
 			examined++
-			if e.expiresAt != 0 && e.expiresAt <= now || !match(e.msg) {
+			if e.ExpiresAt != 0 && e.ExpiresAt <= now || !match(e.Msg) {
 				cur.Skipped++
-				continue
+				return true
 			}
-			x := *e
-			q.ready.kill(e)
-			e.msg = nil // the tombstone need not keep the body
-			q.tookLocked(&x, false, true)
-			ds = append(ds, q.delivery(&x, ""))
+			x := q.m.TakeEntry(e)
+			ds = append(ds, q.delivery(&x, "", q.m.Holder()))
+			return true
+		})
+		if stopped {
+			return ds, false
 		}
 		if cur.level == 0 {
 			break // level 0 is walked again on every call, from cur.seq
@@ -263,20 +246,21 @@ func (q *Queue) Take(cur *TakeCursor, limit, budget int, upto uint64, match func
 			cur.Skipped++
 			return nil
 		}
-		e := entry{seq: h.seq, msg: m, expiresAt: h.expiresAt, deliveryCount: h.deliveryCount, acquired: h.acquired,
-			redelivered: h.redelivered || !q.disk.dirtyUpTo.Less(p), ondisk: true, seg: p.Seg}
+		e := qentry{Seq: h.seq, Msg: m, ExpiresAt: h.expiresAt, DeliveryCount: h.deliveryCount, Acquired: h.acquired,
+			Redelivered: h.redelivered || !q.disk.dirtyUpTo.Less(p), OnDisk: true, Seg: p.Seg,
+			Size: uint32(m.Size()), Persistent: m.persistent()}
 		if c, ok := s.counts[h.seq]; ok {
-			e.deliveryCount, e.acquired, e.redelivered = c.dc, c.acq, true
+			e.DeliveryCount, e.Acquired, e.Redelivered = c.dc, c.acq, true
 			delete(s.counts, h.seq) // untakeLocked puts them back
 		}
 		s.skip.add(h.seq)
-		q.unspillLocked(p.Seg, m.Size(), m.persistent())
 		if q.taken == nil {
 			q.taken = map[uint64]uint64{}
 		}
 		q.taken[h.seq] = p.Uint64()
-		q.tookLocked(&e, false, true)
-		ds = append(ds, q.delivery(&e, ""))
+		q.m.TakePaged(e)
+		q.unspilledLocked(p.Seg)
+		ds = append(ds, q.delivery(&e, "", q.m.Holder()))
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStopScan) {
@@ -290,7 +274,7 @@ func (q *Queue) Take(cur *TakeCursor, limit, budget int, upto uint64, match func
 func (q *Queue) LastSeq() uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.nextSeq
+	return q.m.LastSeq()
 }
 
 // untakeLocked puts a spilled message that Take took back on disk only,
@@ -307,12 +291,8 @@ func (q *Queue) untakeLocked(d *Delivery, redelivered bool) bool {
 		q.memTop = max(q.memTop, pos) // its record is behind a message in memory now
 		return false
 	}
-	m := d.queued()
 	s.skip.remove(d.Seq)
-	s.n++
-	s.bytes += int64(m.Size())
-	s.persist.add(m.persistent(), m.Size(), 1)
-	s.segs.add(d.seg, 1)
+	s.segs.add(d.seg, 1) // the machine counts it back (Untake)
 	if redelivered || d.Redelivered || d.AcquiredCount > 0 || d.DeliveryCount > 0 {
 		// Marked redelivered (counts in s.counts are) when read back.
 		if s.counts == nil {

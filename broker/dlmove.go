@@ -34,7 +34,7 @@ type dlMove struct {
 
 type heldDL struct {
 	t   *Queue
-	e   entry
+	e   qentry
 	pos store.Pos
 }
 
@@ -64,8 +64,7 @@ func (q *Queue) planMove(r *Router, p *pendingDL) *dlMove {
 			mv = &dlMove{seq: p.src.seq, seg: p.src.seg, msg: p.msg}
 		}
 		t.mu.Lock()
-		t.nextSeq++
-		mv.tseqs = append(mv.tseqs, t.nextSeq)
+		mv.tseqs = append(mv.tseqs, t.m.Reserve())
 		t.mu.Unlock()
 		mv.targets = append(mv.targets, t)
 	}
@@ -109,7 +108,7 @@ func (q *Queue) moveToTargets(moves []*dlMove) {
 				continue
 			}
 			mv.held = append(mv.held, heldDL{t, e, pos})
-			if e.ondisk {
+			if e.OnDisk {
 				if l := t.disk.log; !slices.Contains(logs, l) {
 					logs = append(logs, l)
 				}
@@ -156,24 +155,24 @@ func (q *Queue) finishMoves(moves []*dlMove) {
 // holdMovedIn takes a dead letter into t at the reserved position seq
 // without making it visible: it is appended to t's log as D (step 2). ok is
 // false if t refused it (deleted, or full under reject-publish).
-func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq, seq uint64) (e entry, p store.Pos, ok bool) {
+func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq, seq uint64) (e qentry, p store.Pos, ok bool) {
 	t.mu.Lock()
 	defer t.unlock()
 	if t.deleted || t.rejectsLocked(m) {
-		return entry{}, p, false
+		return qentry{}, p, false
 	}
-	e = t.newEntryLocked(seq, m)
+	e = t.newEntryLocked(t.clockMs(m), seq, m)
 	if t.disk != nil {
 		var pre [16]byte
 		binary.LittleEndian.PutUint64(pre[:], srcID)
 		binary.LittleEndian.PutUint64(pre[8:], srcSeq)
 		var err error
-		if p, err = t.disk.appendMsg(recMovedIn, pre[:], msgHeader{seq: e.seq, expiresAt: e.expiresAt}, m); err == nil {
-			e.ondisk, e.seg = true, p.Seg
+		if p, err = t.disk.appendMsg(recMovedIn, pre[:], msgHeader{seq: e.Seq, expiresAt: e.ExpiresAt}, m); err == nil {
+			e.OnDisk, e.Seg = true, p.Seg
 			if t.held == nil {
 				t.held = map[uint64]bool{}
 			}
-			t.held[e.seq] = true
+			t.held[e.Seq] = true
 		}
 	}
 	return e, p, true
@@ -184,24 +183,25 @@ func (t *Queue) holdMovedIn(m *Message, srcID, srcSeq, seq uint64) (e entry, p s
 // window is full and no message in memory has a later record (then the
 // spill starts at it, as a publish's would: a DLQ that only dead-lettering
 // fills is paged out like any other).
-func (t *Queue) releaseHeld(e entry, p store.Pos) {
+func (t *Queue) releaseHeld(e qentry, p store.Pos) {
 	t.mu.Lock()
 	defer t.unlock()
-	delete(t.held, e.seq)
+	delete(t.held, e.Seq)
 	if t.deleted {
 		return
 	}
-	starts := e.ondisk && !t.spill.active && t.memTop < p.Uint64() && t.spillsLocked()
-	if starts || e.ondisk && t.spill.active && !p.Less(t.spill.cursor) {
-		t.stats.Published++
+	starts := e.OnDisk && !t.spill.active && t.memTop < p.Uint64() && t.spillsLocked()
+	if starts || e.OnDisk && t.spill.active && !p.Less(t.spill.cursor) {
 		t.spillLocked(e, p)
-		if t.overflow() == "drop-head" {
-			t.trimLocked()
-		}
 		return
 	}
-	if e.ondisk {
+	if e.OnDisk {
 		t.memTop = max(t.memTop, p.Uint64())
 	}
-	t.placeLocked(e)
+	now := t.clockMs(e.Msg)
+	if e.ExpiresAt != 0 {
+		now = t.nowMs()
+	}
+	t.m.Place(now, e)
+	t.armLocked()
 }

@@ -77,8 +77,8 @@ func (f *moveFixture) stage(t *testing.T, dTargets ...string) {
 	v := f.b.VHost("/")
 	src := v.Queue("src")
 	src.mu.Lock()
-	e := src.ready.pop() // the message leaves the source's memory, as in deadLocked
-	b := binary.LittleEndian.AppendUint64(nil, e.seq)
+	e, _, _ := src.m.Get(0, false) // the message leaves the source's ready messages, as in deadLocked
+	b := binary.LittleEndian.AppendUint64(nil, e.Seq)
 	for _, n := range []string{"t1", "t2"} {
 		b = binary.LittleEndian.AppendUint64(b, v.Queue(n).disk.id)
 	}
@@ -86,15 +86,15 @@ func (f *moveFixture) stage(t *testing.T, dTargets ...string) {
 		t.Fatal(err)
 	}
 	src.mu.Unlock()
-	cp := deadLetterCopy(e.msg, "src", ReasonRejected, "dlx", nil, time.Unix(1700000000, 0))
+	cp := deadLetterCopy(e.Msg, "src", ReasonRejected, "dlx", nil, time.Unix(1700000000, 0))
 	for _, n := range dTargets {
 		tq := v.Queue(n)
 		tq.mu.Lock()
-		tq.nextSeq++
+		seq := tq.m.Reserve()
 		var pre [16]byte
 		binary.LittleEndian.PutUint64(pre[:], src.disk.id)
-		binary.LittleEndian.PutUint64(pre[8:], e.seq)
-		if _, err := tq.disk.appendMsg(recMovedIn, pre[:], msgHeader{seq: tq.nextSeq}, cp); err != nil {
+		binary.LittleEndian.PutUint64(pre[8:], e.Seq)
+		if _, err := tq.disk.appendMsg(recMovedIn, pre[:], msgHeader{seq: seq}, cp); err != nil {
 			t.Fatal(err)
 		}
 		tq.mu.Unlock()
@@ -227,7 +227,7 @@ func TestWindowShrinksUnderMemoryPressure(t *testing.T) {
 	inMemory := func() int {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		return q.ready.n
+		return q.m.ReadyN()
 	}
 	for i := range 100 {
 		pub(i)

@@ -44,12 +44,8 @@ type Delivery struct {
 	// seg and ondisk locate the message's record in the queue's log.
 	seg    uint32
 	ondisk bool
-}
-
-// entry is the queue entry d was made from.
-func (d *Delivery) entry() entry {
-	return entry{seq: d.Seq, msg: d.queued(), expiresAt: d.ExpiresAt, deliveryCount: d.DeliveryCount,
-		acquired: d.AcquiredCount, seg: d.seg, ondisk: d.ondisk}
+	// holder is the queue machine's record of who holds the message.
+	holder *mconsumer
 }
 
 // queued returns the message as the queue holds it.

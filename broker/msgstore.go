@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren/broker/machine"
 	"github.com/warrenmq/warren/store"
 )
 
@@ -359,7 +359,7 @@ func (ms *MsgStore) newDisk(q *Queue, id uint64, dir string) *qdisk {
 		id = ms.newID()
 		dir = filepath.Join(ms.dir, strconv.FormatUint(id, 16))
 	}
-	return &qdisk{ms: ms, q: q, vhost: q.vhost.Name, name: q.Name, lock: &q.mu, id: id, dir: dir}
+	return &qdisk{ms: ms, q: q, vhost: q.vhost.Name, name: q.Name, lock: (*diskLock)(q), id: id, dir: dir}
 }
 
 // newXDisk is newDisk for the held messages of a delayed exchange.
@@ -917,10 +917,9 @@ func (ms *MsgStore) completeMoves(states []*recState, byID map[uint64]*recState)
 // many.
 func (st *recState) pass2(clean bool, now int64) (int, error) {
 	q, d := st.q, st.d
-	canSpill := len(q.ready.levels) == 1
+	canSpill := q.m.Levels() == 1
 	wm, wb := q.vhost.b.window()
-	var es []entry
-	var delayed []delayedEntry
+	var rec restored
 	var memBytes int64
 	var sp spillState
 	var last store.Pos
@@ -948,13 +947,16 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 		if inMemory && sp.active {
 			sp.skip.add(h.seq)
 		}
-		if !inMemory && canSpill && (sp.active || len(es) >= wm || memBytes >= wb) {
+		if !inMemory && canSpill && (sp.active || len(rec.ready) >= wm || memBytes >= wb) {
 			if !sp.active {
 				sp.active, sp.cursor = true, p
 			}
-			sp.n++
-			sp.bytes += int64(h.bodyLen)
-			sp.persist.add(h.persistent, int(h.bodyLen), 1)
+			rec.paged.All.N++
+			rec.paged.All.Bytes += int64(h.bodyLen)
+			if h.persistent {
+				rec.paged.Persistent.N++
+				rec.paged.Persistent.Bytes += int64(h.bodyLen)
+			}
 			sp.segs.add(p.Seg, 1)
 			if requeued {
 				if sp.counts == nil {
@@ -963,7 +965,7 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 				sp.counts[seq] = r
 			}
 			if h.expiresAt != 0 {
-				q.expiries = append(q.expiries, timed{at: h.expiresAt, seq: seq, pos: p.Uint64()})
+				rec.pagedDeadlines = append(rec.pagedDeadlines, machine.Timed{At: h.expiresAt, Seq: seq, Pos: p.Uint64()})
 			}
 			return nil
 		}
@@ -972,39 +974,27 @@ func (st *recState) pass2(clean bool, now int64) (int, error) {
 			q.vhost.b.log.Error("message store: undecodable message skipped", "queue", q.Name, "pos", p.String(), "err", err)
 			return nil
 		}
-		e := entry{seq: seq, msg: m, expiresAt: h.expiresAt, deliveryCount: h.deliveryCount, acquired: h.acquired,
-			redelivered: h.redelivered || !clean, ondisk: true, seg: p.Seg}
+		e := qentry{Seq: seq, Msg: m, ExpiresAt: h.expiresAt, DeliveryCount: h.deliveryCount, Acquired: h.acquired,
+			Redelivered: h.redelivered || !clean, OnDisk: true, Seg: p.Seg,
+			Size: uint32(m.Size()), Persistent: m.persistent(), Level: m.Props.Priority}
 		if requeued {
-			e.deliveryCount, e.acquired, e.redelivered = r.dc, r.acq, true
+			e.DeliveryCount, e.Acquired, e.Redelivered = r.dc, r.acq, true
 			if r.delayUntil > now {
-				delayed = append(delayed, delayedEntry{at: r.delayUntil, e: e})
+				rec.delayed = append(rec.delayed, e)
+				rec.delays = append(rec.delays, r.delayUntil)
 				return nil
 			}
 		}
-		es = append(es, e)
+		rec.ready = append(rec.ready, e)
 		memBytes += int64(m.Size())
 		return nil
 	})
-	sort.SliceStable(es, func(i, j int) bool { return es[i].seq < es[j].seq })
-	q.mu.Lock()
+	sort.SliceStable(rec.ready, func(i, j int) bool { return rec.ready[i].Seq < rec.ready[j].Seq })
+	rec.spill, rec.lastSeq = sp, st.maxSeq
 	if !clean {
-		d.dirtyUpTo = last
+		rec.dirtyUpTo = last
 	}
-	q.nextSeq = max(q.nextSeq, st.maxSeq)
-	for _, e := range es {
-		q.ready.push(e)
-		if e.expiresAt != 0 {
-			q.expiries = append(q.expiries, timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
-		}
-	}
-	heap.Init(&q.expiries)
-	q.spill = sp
-	for _, de := range delayed {
-		q.delayed = append(q.delayed, de)
-	}
-	heap.Init(&q.delayed)
-	q.armLocked()
-	q.mu.Unlock()
+	q.restore(&rec)
 	return n, err
 }
 
@@ -1019,23 +1009,15 @@ func (q *Queue) purgeDiskLocked() {
 		q.disk.ack(seqs, segs)
 		seqs, segs = seqs[:0], segs[:0]
 	}
-	add := func(e *entry) {
-		if e.ondisk && !e.dead {
-			seqs, segs = append(seqs, e.seq), append(segs, e.seg)
+	add := func(e *qentry) {
+		if e.OnDisk {
+			seqs, segs = append(seqs, e.Seq), append(segs, e.Seg)
 			if len(seqs) == 8192 {
 				flush()
 			}
 		}
 	}
-	for i := range q.ready.levels {
-		d := &q.ready.levels[i]
-		for j := 0; j < d.Len(); j++ {
-			add(d.Ptr(j))
-		}
-	}
-	for i := range q.delayed {
-		add(&q.delayed[i].e)
-	}
+	q.m.EachQueued(add)
 	flush()
 	q.ackSeqs, q.ackSegs = seqs[:0], segs[:0]
 }

@@ -1,13 +1,13 @@
 package broker
 
 import (
-	"container/heap"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker/machine"
 	"github.com/warrenmq/warren/internal/clock"
+	"github.com/warrenmq/warren/store"
 )
 
 // Sink receives deliveries for consumers. The server's channels implement it.
@@ -34,6 +34,8 @@ type Consumer struct {
 	Sink      Sink
 	// Owner identifies the connection that created the consumer.
 	Owner uint64
+	// m is the consumer in its queue's machine.
+	m *mconsumer
 }
 
 // QueueStats are a queue's counters. The dead-letter, expiry and drop
@@ -71,8 +73,12 @@ type QueueStats struct {
 	PagedOutBytes   int64
 }
 
-// Queue is a FIFO of messages (per priority level) with consumers.
-// Declaration fields are immutable; the rest is guarded by mu.
+// Queue is a FIFO of messages (per priority level) with consumers: the
+// shell of a queue machine (package machine, issue 12). The machine holds
+// the queue's state and semantics; the shell holds the lock, the disk
+// (the queue's log, spill.go), the sinks, the timer and the dead-letter
+// outbox, feeds commands into the machine and executes its effects
+// (qeffects). Declaration fields are immutable; the rest is guarded by mu.
 type Queue struct {
 	vhost      *VHost
 	Name       string
@@ -88,31 +94,19 @@ type Queue struct {
 	// bindings is guarded by the vhost's lock.
 	bindings map[*Binding]struct{}
 
-	mu          sync.Mutex
-	eff         QueueArgs // Config combined with policies (R1.12)
-	ready       readyList
-	expiries    timedHeap   // per-message deadlines of ready messages
-	delayed     delayedHeap // returned messages waiting out a retry delay
-	timer       clock.Timer // one timer for the earliest expiry or delay
-	timerAt     int64
-	expiresAt   int64 // x-expires deadline while unused; 0 = none
-	nextSeq     uint64
-	consumers   []*Consumer
-	rr          int
-	unacked     int
-	unackedB    int64        // body bytes of the unacked messages
-	unackedP    persistCount // the persistent ones among them
-	deleted     bool
-	hadConsumer bool
-	sac         bool
-	stats       QueueStats
-	outbox      []dlBatch         // dead letters to publish once mu is released
-	dlFlushing  bool              // a goroutine is publishing this queue's outbox (unlock)
-	dlHook      func()            // tests: runs before each outbox batch is published
-	disk        *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
-	spill       spillState        // messages on disk only (spill.go)
-	held        map[uint64]bool   // dead letters moving in, not yet visible (dlmove.go)
-	taken       map[uint64]uint64 // spilled messages taken in place by Take: seq -> log position (browse.go)
+	mu         sync.Mutex
+	eff        QueueArgs // Config combined with policies (R1.12)
+	m          *qmachine
+	timer      clock.Timer // one timer for the machine's next deadline
+	timerAt    int64
+	nextCID    uint64
+	outbox     []dlBatch         // dead letters to publish once mu is released
+	dlFlushing bool              // a goroutine is publishing this queue's outbox (unlock)
+	dlHook     func()            // tests: runs before each outbox batch is published
+	disk       *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
+	spill      spillState        // where the paged-out messages sit in the log (spill.go)
+	held       map[uint64]bool   // dead letters moving in, not yet visible (dlmove.go)
+	taken      map[uint64]uint64 // spilled messages taken in place by Take: seq -> log position (browse.go)
 	// memTop is the log position (store.Pos.Uint64) of the newest record
 	// whose message this run placed in memory: a spill may start at a
 	// later record only (releaseHeld).
@@ -121,8 +115,22 @@ type Queue struct {
 	ackSegs    []uint32
 	dlxPending []pendingDL // at-least-once dead letters not yet taken (R1.14)
 	dlxTimer   clock.Timer
-	deadStats  [4]uint64 // by reason index
-	dropStats  [4]uint64
+	deleted    bool
+}
+
+// The queue machine as the broker instantiates it: messages are
+// *Message, consumers *Consumer.
+type (
+	qmachine  = machine.Machine[*Message, *Consumer]
+	mconsumer = machine.Consumer[*Message, *Consumer]
+	qentry    = machine.Entry[*Message]
+)
+
+// entry locates a message's record in the queue's log.
+type entry struct {
+	seq    uint64
+	seg    uint32
+	ondisk bool
 }
 
 func newQueue(v *VHost, spec QueueSpec) *Queue {
@@ -132,16 +140,41 @@ func newQueue(v *VHost, spec QueueSpec) *Queue {
 	if spec.Exclusive {
 		q.Owner = spec.Owner
 	}
-	levels := 1
-	if q.Config.MaxPriority > 0 {
-		levels = q.Config.MaxPriority + 1
-	}
-	q.ready.levels = make([]deque[entry], levels)
-	q.sac = q.Config.SingleActive
+	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
 	q.mu.Lock()
 	q.touchLocked()
 	q.mu.Unlock()
 	return q
+}
+
+// machineConfig is the machine's form of the effective settings.
+func (q *Queue) machineConfig() machine.Config {
+	e := &q.eff
+	opt := func(p *int64) int64 {
+		if p == nil {
+			return -1
+		}
+		return *p
+	}
+	c := machine.Config{Quorum: e.Type == "quorum", Levels: q.Config.MaxPriority + 1, SingleActive: q.Config.SingleActive,
+		DLX: e.DLX != nil, MessageTTL: opt(e.MessageTTL), Expires: opt(e.Expires), MaxLength: opt(e.MaxLength),
+		MaxLengthBytes: opt(e.MaxLengthBytes), DeliveryLimit: q.deliveryLimit(), CountDeliveries: q.countsDeliveries(),
+		RetryMin: opt(e.DelayedRetryMin), RetryMax: opt(e.DelayedRetryMax)}
+	switch q.overflow() {
+	case "reject-publish":
+		c.Overflow = machine.RejectPublish
+	case "reject-publish-dlx":
+		c.Overflow = machine.RejectPublishDLX
+	}
+	switch e.DelayedRetryType {
+	case "all":
+		c.RetryType = machine.RetryAll
+	case "failed":
+		c.RetryType = machine.RetryFailed
+	case "returned":
+		c.RetryType = machine.RetryReturned
+	}
+	return c
 }
 
 var reasons = [4]string{ReasonRejected, ReasonExpired, ReasonMaxLen, ReasonDeliveryLimit}
@@ -173,10 +206,8 @@ func (q *Queue) Effective() QueueArgs {
 func (q *Queue) SetEffective(e QueueArgs) {
 	q.mu.Lock()
 	q.eff = e
-	if q.overflow() == "drop-head" {
-		q.trimLocked()
-	}
-	q.touchLocked()
+	q.m.SetConfig(q.nowMs(), q.machineConfig())
+	q.armLocked()
 	q.unlock()
 }
 
@@ -216,42 +247,41 @@ func (q *Queue) countsDeliveries() bool {
 	return q.eff.Type == "quorum" || q.eff.DeliveryLimit != nil
 }
 
-// countsReturn reports whether a return bumps the delivery count, the
-// counter x-delivery-limit is checked against and x-delivery-count shows.
-// Quorum queues keep RabbitMQ 4.3's rule: only failed deliveries count
-// (basic.reject with requeue, channel or connection loss), basic.nack
-// with requeue and basic.recover do not (R5.3). Classic queues have no
-// delivery limit in RabbitMQ, so Warren's own limit there counts every
-// return, whatever the kind: basic.nack and basic.reject with requeue,
-// basic.recover, and the messages a channel or connection still held
-// when it closed (also after basic.cancel, which leaves them unacked).
-// Otherwise the seed's poison handler, basicNack(tag, false, true), would
-// spin forever on a queue whose limit was set to stop it (issue 11 item
-// 15).
-func (q *Queue) countsReturn(failed bool) bool {
-	return failed || q.eff.Type != "quorum"
-}
+// Which returns count toward the delivery limit is the machine's
+// (machine.Config.countsReturn): on quorum queues only failed deliveries
+// (basic.reject with requeue, channel or connection loss; RabbitMQ 4.3,
+// R5.3); on classic queues, which have no delivery limit in RabbitMQ,
+// Warren's own limit counts every return, whatever the kind: basic.nack
+// and basic.reject with requeue, basic.recover, and the messages a channel
+// or connection still held when it closed (also after basic.cancel, which
+// leaves them unacked). Otherwise the seed's poison handler,
+// basicNack(tag, false, true), would spin forever on a queue whose limit
+// was set to stop it (issue 11 item 15).
 
 // Stats returns a snapshot of the queue's counters.
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	s := q.stats
-	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes, s.Delayed = q.ready.n+q.spill.n, q.unacked, len(q.consumers), q.ready.bytes+q.spill.bytes, len(q.delayed)
-	s.UnackedBytes = q.unackedB
+	l := q.m.Lengths()
+	ms := q.m.Stats()
+	s := QueueStats{Published: ms.Published, Redelivered: ms.Redelivered, Deliver: ms.Deliver, DeliverNoAck: ms.DeliverNoAck,
+		Get: ms.Get, GetNoAck: ms.GetNoAck, GetEmpty: ms.GetEmpty, Acked: ms.Acked, Requeued: ms.Requeued, Rejected: ms.Rejected}
+	s.Ready, s.ReadyBytes = l.Ready.All.N+l.Paged.All.N, l.Ready.All.Bytes+l.Paged.All.Bytes
+	s.Unacked, s.UnackedBytes = l.Unacked.All.N, l.Unacked.All.Bytes
+	s.Consumers, s.Delayed = len(q.m.Consumers()), l.Delayed
 	s.DeadLetterPending = len(q.dlxPending)
-	s.PagedOut, s.PagedOutBytes = q.spill.n, q.spill.bytes
+	s.PagedOut, s.PagedOutBytes = l.Paged.All.N, l.Paged.All.Bytes
 	switch {
 	case q.eff.Type == "quorum": // keeps all: the counts by delivery mode do not apply
 		s.Persistent, s.PersistentBytes = s.Ready+s.Unacked, s.ReadyBytes+s.UnackedBytes
 	case q.Durable:
-		s.Persistent = q.ready.persist.n + q.spill.persist.n + q.unackedP.n
-		s.PersistentBytes = q.ready.persist.bytes + q.spill.persist.bytes + q.unackedP.bytes
+		s.Persistent = l.Ready.Persistent.N + l.Paged.Persistent.N + l.Unacked.Persistent.N
+		s.PersistentBytes = l.Ready.Persistent.Bytes + l.Paged.Persistent.Bytes + l.Unacked.Persistent.Bytes
 	}
 	s.DeadLettered, s.Dropped = map[string]uint64{}, map[string]uint64{}
 	for i, r := range reasons {
-		s.DeadLettered[r] = q.deadStats[i]
-		s.Dropped[r] = q.dropStats[i]
+		s.DeadLettered[r] = ms.DeadLettered[i]
+		s.Dropped[r] = ms.Dropped[i]
 	}
 	return s
 }
@@ -261,10 +291,52 @@ func (q *Queue) Stats() QueueStats {
 func (q *Queue) Counts() (messages, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.ready.n + q.spill.n + len(q.delayed), len(q.consumers)
+	return q.m.Messages(), len(q.m.Consumers())
+}
+
+// restored is what message-store recovery found for a queue
+// (recState.pass2): ready messages in sequence order, delayed retries
+// with their due times, and the paged-out tail (counts, deadlines, and
+// where it sits in the log).
+type restored struct {
+	ready, delayed []qentry
+	delays         []int64
+	paged          machine.Counts
+	pagedDeadlines []machine.Timed
+	spill          spillState
+	lastSeq        uint64
+	dirtyUpTo      store.Pos // records up to here come back redelivered; zero after a clean stop
+}
+
+// restore hands recovered messages to the queue's machine.
+func (q *Queue) restore(r *restored) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if r.dirtyUpTo != (store.Pos{}) {
+		q.disk.dirtyUpTo = r.dirtyUpTo
+	}
+	q.m.Restore(r.ready, r.delays, r.delayed, r.paged, r.pagedDeadlines, r.lastSeq)
+	q.spill = r.spill
+	q.armLocked()
+}
+
+// readyLocked is the number of ready messages, in memory or paged out.
+func (q *Queue) readyLocked() int {
+	l := q.m.Lengths()
+	return l.Ready.All.N + l.Paged.All.N
 }
 
 func (q *Queue) nowMs() int64 { return q.vhost.b.clock.Now().UnixMilli() }
+
+// clockMs is the time for a command that needs it only when the machine
+// holds deadlines or the message has a TTL: 0 otherwise, which saves the
+// clock read on the hot path (no deadline compares with 0).
+func (q *Queue) clockMs(m *Message) int64 {
+	if m != nil && m.HasTTL || q.m.Timed() {
+		return q.nowMs()
+	}
+	return 0
+}
 
 // enqueueResult is what a queue did with a published message.
 type enqueueResult uint8
@@ -298,26 +370,22 @@ func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 	if q.rejectsLocked(m) {
 		return rejectedOverflow
 	}
-	q.nextSeq++
-	e := q.newEntryLocked(q.nextSeq, m)
+	now := q.clockMs(m)
+	e := q.newEntryLocked(now, 0, m)
 	spill := q.spillsLocked()
 	if spill {
 		q.pagingDiskLocked()
 	}
 	durable := q.disk != nil && !q.disk.paging && q.keeps(m)
 	if durable || spill {
-		p, err := q.disk.appendMsg(recMessage, nil, msgHeader{seq: e.seq, expiresAt: e.expiresAt}, m)
+		p, err := q.disk.appendMsg(recMessage, nil, msgHeader{seq: e.Seq, expiresAt: e.ExpiresAt}, m)
 		if err == nil {
-			e.ondisk, e.seg = true, p.Seg
+			e.OnDisk, e.Seg = true, p.Seg
 			if durable && r != nil {
 				r.addLog(q.disk.log)
 			}
 			if spill {
-				q.stats.Published++
 				q.spillLocked(e, p)
-				if q.overflow() == "drop-head" {
-					q.trimLocked()
-				}
 				return enqueued
 			}
 			q.memTop = max(q.memTop, p.Uint64())
@@ -325,114 +393,35 @@ func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 			r.failed = true
 		}
 	}
-	q.placeLocked(e)
+	q.m.Place(now, e)
+	q.armLocked()
 	return enqueued
 }
 
 // rejectsLocked applies reject-publish(-dlx) (R4.5, R4.6): it reports
 // whether m is refused, dead-lettering it under reject-publish-dlx.
 func (q *Queue) rejectsLocked(m *Message) bool {
-	ov := q.overflow()
-	if ov == "drop-head" || !q.overLimitWith(m) {
-		return false
-	}
-	q.stats.Rejected++
-	if ov == "reject-publish-dlx" {
-		q.deadLocked(&entry{msg: m}, ReasonMaxLen)
-	}
-	return true
+	q.m.SetDeadLettersOwed(len(q.dlxPending))
+	return q.m.Rejects(m, uint32(m.Size()), m.persistent())
 }
 
-// newEntryLocked is m as a queue entry with sequence number seq and its
-// TTL deadline; a TTL of 0 has a deadline of now.
-func (q *Queue) newEntryLocked(seq uint64, m *Message) entry {
-	e := entry{seq: seq, msg: m}
-	if ttl := q.ttlFor(m); ttl >= 0 {
-		e.expiresAt = q.nowMs() + ttl
-	}
-	return e
-}
-
-// placeLocked makes a new entry ready (in sequence order), delivers it if
-// a consumer can take it and applies TTL and drop-head.
-func (q *Queue) placeLocked(e entry) {
-	q.stats.Published++
-	if e.expiresAt != 0 && e.expiresAt <= q.nowMs() {
-		// R2.5: delivered if a consumer takes it now, else it expires on
-		// arrival; its deadline has passed if it is ever requeued.
-		if q.ready.n == 0 && len(q.delayed) == 0 && q.offerLocked(&e) {
-			return
-		}
-		q.deadLocked(&e, ReasonExpired)
-		return
-	}
-	q.ready.putBack(e)
-	if e.expiresAt != 0 {
-		q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
-	}
-	q.dispatchLocked()
-	if q.overflow() == "drop-head" {
-		q.trimLocked()
-	}
-	q.armLocked()
-}
-
-// ttlFor is the effective TTL of m in ms: min(queue TTL, message TTL), -1
-// for none (R2.2).
-func (q *Queue) ttlFor(m *Message) int64 {
+// newEntryLocked is m as a queue entry with sequence number seq (0: the
+// next) and its TTL deadline; a TTL of 0 has a deadline of now.
+func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
 	ttl := int64(-1)
 	if m.HasTTL {
 		ttl = m.TTL
 	}
-	if q.eff.MessageTTL != nil && (ttl < 0 || *q.eff.MessageTTL < ttl) {
-		ttl = *q.eff.MessageTTL
+	if seq == 0 {
+		return q.m.NewEntry(now, m, uint32(m.Size()), m.Props.Priority, m.persistent(), ttl)
 	}
-	return ttl
+	return q.m.EntryAt(now, seq, m, uint32(m.Size()), m.Props.Priority, m.persistent(), ttl)
 }
 
-// overLimitWith reports whether adding m would exceed a length limit.
-// Only ready messages count (R4.1), delayed retries too (R5.5).
-func (q *Queue) overLimitWith(m *Message) bool {
-	n := int64(q.ready.n + q.spill.n + len(q.delayed) + len(q.dlxPending))
-	if q.eff.MaxLength != nil && n+1 > *q.eff.MaxLength {
-		return true
-	}
-	return q.eff.MaxLengthBytes != nil && q.ready.bytes+q.spill.bytes+int64(m.Size()) > *q.eff.MaxLengthBytes
-}
-
-func (q *Queue) overLimit() bool {
-	if q.eff.MaxLength != nil && int64(q.ready.n+q.spill.n+len(q.delayed)) > *q.eff.MaxLength {
-		return true
-	}
-	return q.eff.MaxLengthBytes != nil && q.ready.bytes+q.spill.bytes > *q.eff.MaxLengthBytes
-}
-
-// trimLocked drops head messages while the queue is over a limit (R4.2),
-// dead-lettering them with reason maxlen.
-func (q *Queue) trimLocked() {
-	for q.overLimit() {
-		if q.ready.n == 0 {
-			q.refillLocked(true)
-			if q.ready.n == 0 {
-				return
-			}
-		}
-		e := q.ready.pop()
-		q.deadLocked(&e, ReasonMaxLen)
-	}
-}
-
-// deadLocked counts e leaving the queue for reason and, when the queue has
-// a dead-letter exchange, queues it to be dead-lettered once the lock is
-// released (see unlock); without one it is dropped.
-func (q *Queue) deadLocked(e *entry, reason string) {
-	if q.eff.DLX == nil {
-		q.dropStats[reasonIndex(reason)]++
-		q.goneLocked(e)
-		return
-	}
-	q.deadStats[reasonIndex(reason)]++
-	it := dlItem{msg: e.msg, seq: e.seq, seg: e.seg, ondisk: e.ondisk}
+// deadLocked queues e to be dead-lettered for reason once the lock is
+// released (see unlock).
+func (q *Queue) deadLocked(e *qentry, reason string) {
+	it := dlItem{msg: e.Msg, seq: e.Seq, seg: e.Seg, ondisk: e.OnDisk}
 	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason {
 		q.outbox[n-1].items = append(q.outbox[n-1].items, it)
 		return
@@ -446,6 +435,57 @@ func (q *Queue) goneLocked(e *entry) {
 		q.disk.ack1(e.seq, e.seg)
 	}
 }
+
+// gone is goneLocked for a machine entry.
+func (q *Queue) gone(e *qentry) {
+	if e.OnDisk && q.disk != nil {
+		q.disk.ack1(e.Seq, e.Seg)
+	}
+}
+
+// qeffects is a Queue as the executor of its machine's effects
+// (machine.Effects). Its methods run with q.mu held, from within a
+// machine command.
+type qeffects Queue
+
+// Deliver offers e to consumer c through its sink (Sink.Deliver).
+func (f *qeffects) Deliver(c *mconsumer, e *qentry) bool {
+	q := (*Queue)(f)
+	k := c.Ref
+	return k.Sink.Deliver(k, q.delivery(e, k.Tag, c))
+}
+
+// DeadLetter queues e for the outbox (published once the lock is released).
+func (f *qeffects) DeadLetter(e *qentry, r machine.Reason) { (*Queue)(f).deadLocked(e, reasons[r]) }
+
+// Drop records that e left the queue without a dead-letter exchange.
+func (f *qeffects) Drop(e *qentry, r machine.Reason) { (*Queue)(f).gone(e) }
+
+// Settled records that e, delivered without acknowledgement, is gone.
+func (f *qeffects) Settled(e *qentry) { (*Queue)(f).gone(e) }
+
+// Requeued records a return's new counts (and seq, retry time) in the log.
+func (f *qeffects) Requeued(e *qentry, seq uint64, delayUntil int64) {
+	q := (*Queue)(f)
+	if e.OnDisk && q.disk != nil {
+		q.disk.requeue(e.Seq, seq, e.DeliveryCount, e.Acquired, delayUntil)
+	}
+}
+
+// PageIn reads paged-out messages back (spill.go).
+func (f *qeffects) PageIn(force bool) { (*Queue)(f).refillLocked(force) }
+
+// ExpirePaged dead-letters a paged-out message whose deadline passed, if
+// it is still paged out.
+func (f *qeffects) ExpirePaged(t machine.Timed) {
+	q := (*Queue)(f)
+	if q.isSpilledLocked(t) {
+		q.expireSpilledLocked(t)
+	}
+}
+
+// IsPaged reports whether the deadline t is of a message still paged out.
+func (f *qeffects) IsPaged(t machine.Timed) bool { return (*Queue)(f).isSpilledLocked(t) }
 
 // dlBatch is dead letters of one reason, in the order they left the queue.
 type dlBatch struct {
@@ -509,46 +549,16 @@ func (q *Queue) unlock() {
 // call it when they can take messages again.
 func (q *Queue) Dispatch() {
 	q.mu.Lock()
-	q.dispatchLocked()
+	q.m.Dispatch(q.clockMs(nil))
+	q.armLocked()
 	q.unlock()
 }
 
-// dispatchLocked hands ready messages to consumers while they take them.
-// An expired message reaching the head is dead-lettered, never delivered
-// (R2.4), and dispatch goes on with the next.
-func (q *Queue) dispatchLocked() {
-	if len(q.consumers) == 0 {
-		return
-	}
-	q.refillLocked(false)
-	now := int64(-1)
-	for q.ready.n > 0 && len(q.consumers) > 0 {
-		if q.spill.active {
-			q.refillLocked(false)
-		}
-		e := q.ready.head().Ptr(0)
-		if e.expiresAt != 0 {
-			if now < 0 {
-				now = q.nowMs()
-			}
-			if e.expiresAt <= now {
-				x := q.ready.pop()
-				q.deadLocked(&x, ReasonExpired)
-				continue
-			}
-		}
-		if !q.offerLocked(e) {
-			return
-		}
-		q.ready.pop()
-	}
-}
-
-func (q *Queue) delivery(e *entry, tag string) Delivery {
-	d := Delivery{Queue: q, Msg: e.msg, Seq: e.seq, Redelivered: e.redelivered || e.acquired > 0, ConsumerTag: tag,
-		ExpiresAt: e.expiresAt, DeliveryCount: e.deliveryCount, AcquiredCount: e.acquired, seg: e.seg, ondisk: e.ondisk}
-	if e.acquired > 0 && q.countsDeliveries() {
-		d.Msg, d.Original = withCounts(e.msg, e.deliveryCount, e.acquired), e.msg
+func (q *Queue) delivery(e *qentry, tag string, h *mconsumer) Delivery {
+	d := Delivery{Queue: q, Msg: e.Msg, Seq: e.Seq, Redelivered: e.Redelivered || e.Acquired > 0, ConsumerTag: tag,
+		ExpiresAt: e.ExpiresAt, DeliveryCount: e.DeliveryCount, AcquiredCount: e.Acquired, seg: e.Seg, ondisk: e.OnDisk, holder: h}
+	if e.Acquired > 0 && q.countsDeliveries() {
+		d.Msg, d.Original = withCounts(e.Msg, e.DeliveryCount, e.Acquired), e.Msg
 	}
 	return d
 }
@@ -571,65 +581,6 @@ func withCounts(m *Message, failures, acquired uint32) *Message {
 	return &c
 }
 
-// offerLocked offers e to the consumers: the highest priority group first,
-// round-robin within a group; with single active consumer only to the
-// first consumer. It reports whether one took it; the caller removes it.
-func (q *Queue) offerLocked(e *entry) bool {
-	if len(q.consumers) == 0 {
-		return false
-	}
-	if q.sac {
-		c := q.consumers[0]
-		if !c.Sink.Deliver(c, q.delivery(e, c.Tag)) {
-			return false
-		}
-		q.tookLocked(e, c.NoAck, false)
-		return true
-	}
-	n := len(q.consumers)
-	for i := 0; i < n; {
-		j := i + 1
-		for j < n && q.consumers[j].Priority == q.consumers[i].Priority {
-			j++
-		}
-		size := j - i
-		for k := 0; k < size; k++ {
-			c := q.consumers[i+(q.rr+k)%size]
-			if c.Sink.Deliver(c, q.delivery(e, c.Tag)) {
-				q.rr += k + 1
-				q.tookLocked(e, c.NoAck, false)
-				return true
-			}
-		}
-		i = j
-	}
-	return false
-}
-
-// tookLocked counts e taken by a consumer or, when get, by basic.get.
-func (q *Queue) tookLocked(e *entry, noAck, get bool) {
-	switch {
-	case get && noAck:
-		q.stats.GetNoAck++
-	case get:
-		q.stats.Get++
-	case noAck:
-		q.stats.DeliverNoAck++
-	default:
-		q.stats.Deliver++
-	}
-	if e.redelivered || e.acquired > 0 {
-		q.stats.Redelivered++
-	}
-	if !noAck {
-		q.unacked++
-		q.unackedB += int64(e.msg.Size())
-		q.unackedP.add(e.msg.persistent(), e.msg.Size(), 1)
-	} else {
-		q.goneLocked(e)
-	}
-}
-
 // Delivered counts the messages handed out by consumers and basic.get
 // (RabbitMQ's deliver_get).
 func (s *QueueStats) Delivered() uint64 {
@@ -641,89 +592,18 @@ func (s *QueueStats) Delivered() uint64 {
 func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 	q.mu.Lock()
 	defer q.unlock()
-	q.refillLocked(false)
-	q.expireHeadsLocked(q.nowMs())
-	q.touchLocked()
-	if q.ready.n == 0 {
-		q.refillLocked(true)
-		q.expireHeadsLocked(q.nowMs())
-	}
-	if q.ready.n == 0 || q.deleted {
-		q.stats.GetEmpty++
+	e, remaining, ok := q.m.Get(q.nowMs(), noAck)
+	q.armLocked()
+	if !ok {
 		return Delivery{}, 0, false
 	}
-	e := q.ready.pop()
-	q.tookLocked(&e, noAck, true)
-	return q.delivery(&e, ""), q.ready.n + q.spill.n, true
+	return q.delivery(&e, "", q.m.Holder()), remaining, true
 }
 
-// expireHeadsLocked dead-letters expired messages at the heads of the
-// priority levels (the timer finds the others).
-func (q *Queue) expireHeadsLocked(now int64) {
-	for i := range q.ready.levels {
-		d := &q.ready.levels[i]
-		for d.Len() > 0 {
-			e := d.Ptr(0)
-			if e.dead {
-				d.PopFront()
-				continue
-			}
-			if e.expiresAt == 0 || e.expiresAt > now {
-				break
-			}
-			q.ready.kill(e)
-			x := *e
-			d.PopFront()
-			q.deadLocked(&x, ReasonExpired)
-		}
-	}
-}
-
-// expireLocked dead-letters every ready message whose deadline has
-// passed, wherever it sits (Warren's answer to R2.4), keeping the order of
-// the others, and moves delayed retries that are due to ready.
-func (q *Queue) expireLocked(now int64) {
-	for len(q.delayed) > 0 && q.delayed[0].at <= now {
-		de := heap.Pop(&q.delayed).(delayedEntry)
-		q.ready.putBack(de.e)
-		if de.e.expiresAt != 0 {
-			q.expiries.add(timed{at: de.e.expiresAt, seq: de.e.seq, level: q.ready.level(de.e.msg)})
-		}
-	}
-	for len(q.expiries) > 0 && q.expiries[0].at <= now {
-		t := q.expiries.popMin()
-		e := q.ready.find(t.level, t.seq)
-		if e == nil && q.isSpilledLocked(t) {
-			q.expireSpilledLocked(t)
-			continue
-		}
-		if e == nil || e.expiresAt != t.at {
-			continue // delivered, removed or requeued since
-		}
-		q.ready.kill(e)
-		q.deadLocked(e, ReasonExpired)
-	}
-}
-
-// armLocked keeps one timer for the earliest expiry or delayed retry.
+// armLocked keeps one timer for the machine's next deadline: the earliest
+// expiry, delayed retry or x-expires.
 func (q *Queue) armLocked() {
-	next := int64(0)
-	// Drop stale heap tops so a burst of acked messages does not keep
-	// waking the timer.
-	for len(q.expiries) > 0 {
-		t := q.expiries[0]
-		if e := q.ready.find(t.level, t.seq); e != nil && e.expiresAt == t.at || e == nil && q.isSpilledLocked(t) {
-			next = t.at
-			break
-		}
-		q.expiries.popMin()
-	}
-	if len(q.delayed) > 0 && (next == 0 || q.delayed[0].at < next) {
-		next = q.delayed[0].at
-	}
-	if q.expiresAt != 0 && (next == 0 || q.expiresAt < next) {
-		next = q.expiresAt
-	}
+	next := q.m.NextDeadline()
 	if next == 0 || q.deleted {
 		return
 	}
@@ -746,29 +626,21 @@ func (q *Queue) onTimer() {
 		return
 	}
 	now := q.nowMs()
-	if q.expiresAt != 0 && now >= q.expiresAt && len(q.consumers) == 0 {
+	if q.m.Unused(now) {
 		// x-expires: unused for its whole lifetime; deleted without
 		// dead-lettering (R2.7).
 		q.mu.Unlock()
 		q.vhost.deleteQueue(q, false, false)
 		return
 	}
-	q.expireLocked(now)
-	q.dispatchLocked()
-	if q.overflow() == "drop-head" {
-		q.trimLocked() // due delayed retries count again
-	}
+	q.m.Tick(now)
 	q.armLocked()
 	q.unlock()
 }
 
 // touchLocked restarts the x-expires clock: the queue was used.
 func (q *Queue) touchLocked() {
-	if q.eff.Expires == nil || len(q.consumers) > 0 {
-		q.expiresAt = 0
-		return
-	}
-	q.expiresAt = q.nowMs() + *q.eff.Expires
+	q.m.Touch(q.nowMs())
 	q.armLocked()
 }
 
@@ -779,18 +651,12 @@ func (q *Queue) Touch() {
 	q.mu.Unlock()
 }
 
-// settledLocked takes deliveries out of the unacked counts.
+// settledLocked forgets the Take records of settled deliveries.
 func (q *Queue) settledLocked(ds []Delivery) {
-	q.unacked -= len(ds)
 	if len(q.taken) > 0 {
 		for i := range ds {
 			delete(q.taken, ds[i].Seq)
 		}
-	}
-	for i := range ds {
-		m := ds[i].Msg
-		q.unackedB -= int64(m.Size())
-		q.unackedP.add(m.persistent(), m.Size(), -1)
 	}
 }
 
@@ -799,7 +665,11 @@ func (q *Queue) Ack(ds []Delivery) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.settledLocked(ds)
-	q.stats.Acked += uint64(len(ds))
+	for i := range ds {
+		if h := ds[i].holder; h != nil {
+			q.m.Ack(h, ds[i].Seq)
+		}
+	}
 	if q.disk == nil {
 		return
 	}
@@ -820,8 +690,9 @@ func (q *Queue) Reject(ds []Delivery) {
 	q.mu.Lock()
 	q.settledLocked(ds)
 	for i := range ds {
-		e := ds[i].entry()
-		q.deadLocked(&e, ReasonRejected)
+		if h := ds[i].holder; h != nil {
+			q.m.Reject(h, ds[i].Seq)
+		}
 	}
 	q.unlock()
 }
@@ -829,97 +700,22 @@ func (q *Queue) Reject(ds []Delivery) {
 // Requeue returns deliveries to the queue, marked redelivered (R5.1).
 // failed says whether the return is a failed delivery (basic.reject with
 // requeue, channel or connection loss) rather than a plain return
-// (basic.nack with requeue, basic.recover). Which returns count toward
-// the delivery limit and x-delivery-count depends on the queue type (see
-// countsReturn): on quorum queues only failed ones (R5.3, RabbitMQ 4.3),
-// on other queues every return. A message over the delivery limit is
-// dead-lettered with reason delivery_limit, or dropped without a DLX. Classic queues put messages back at their
-// original position; quorum queues serve returns first while a delivery
-// limit is set and put them at the back otherwise (R5.4). With a delayed
-// retry type, returns wait before becoming ready (R5.5). A requeue that
-// pushes a drop-head queue over its limit trims the head (R4.4); the
-// deadline of a message does not change (R2.3).
+// (basic.nack with requeue, basic.recover). The machine applies the
+// delivery limit and x-delivery-count (R5.3), the position (R5.4), the
+// delayed retry (R5.5), the deadline (R2.3) and drop-head (R4.4): see
+// machine.Machine.Requeue.
 func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	q.mu.Lock()
 	defer q.unlock()
 	q.settledLocked(ds)
-	if q.deleted {
-		return
-	}
 	now := q.nowMs()
-	limit := q.deliveryLimit()
-	for _, d := range ds {
-		e := d.entry()
-		e.redelivered = true
-		e.acquired++
-		if q.countsReturn(failed) {
-			e.deliveryCount++
-		}
-		q.stats.Requeued++
-		if limit >= 0 && int64(e.deliveryCount) > limit {
-			q.deadLocked(&e, ReasonDeliveryLimit)
-			continue
-		}
-		if e.expiresAt != 0 && e.expiresAt <= now {
-			q.deadLocked(&e, ReasonExpired)
-			continue
-		}
-		if delay := q.retryDelay(e, failed); delay > 0 {
-			if e.ondisk && q.disk != nil {
-				q.disk.requeue(e.seq, e.seq, e.deliveryCount, e.acquired, now+delay)
-			}
-			heap.Push(&q.delayed, delayedEntry{at: now + delay, e: e})
-			continue
-		}
-		if q.eff.Type == "quorum" && limit < 0 {
-			q.nextSeq++
-			if e.ondisk && q.disk != nil {
-				q.disk.requeue(e.seq, q.nextSeq, e.deliveryCount, e.acquired, 0)
-			}
-			e.seq = q.nextSeq
-			q.ready.push(e)
-		} else {
-			if e.ondisk && q.disk != nil {
-				q.disk.requeue(e.seq, e.seq, e.deliveryCount, e.acquired, 0)
-			}
-			q.ready.putBack(e)
-		}
-		if e.expiresAt != 0 {
-			q.expiries.add(timed{at: e.expiresAt, seq: e.seq, level: q.ready.level(e.msg)})
+	for i := range ds {
+		if h := ds[i].holder; h != nil {
+			q.m.Requeue(now, h, ds[i].Seq, failed)
 		}
 	}
-	q.dispatchLocked()
-	if q.overflow() == "drop-head" {
-		q.trimLocked()
-	}
+	q.m.Returned(now)
 	q.armLocked()
-}
-
-// retryDelay is the delay before a returned message is ready again under
-// x-delayed-retry-type (R5.5): min(min × delivery count, max) ms.
-func (q *Queue) retryDelay(e entry, failed bool) int64 {
-	switch q.eff.DelayedRetryType {
-	case "all":
-	case "failed":
-		if !failed {
-			return 0
-		}
-	case "returned":
-		if failed {
-			return 0
-		}
-	default:
-		return 0
-	}
-	if q.eff.DelayedRetryMin == nil {
-		return 0
-	}
-	n := int64(max(e.deliveryCount, 1))
-	d := *q.eff.DelayedRetryMin * n
-	if q.eff.DelayedRetryMax != nil && d > *q.eff.DelayedRetryMax {
-		d = *q.eff.DelayedRetryMax
-	}
-	return d
 }
 
 // Purge drops all ready and delayed messages and returns how many there
@@ -928,12 +724,10 @@ func (q *Queue) Purge() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.purgeDiskLocked()
-	n := q.purgeSpillLocked() + q.ready.clear() + len(q.delayed)
-	q.delayed = nil
-	q.expiries = nil
+	q.purgeSpillLocked()
 	// RabbitMQ 4.3 purge also drops pending at-least-once dead letters.
 	q.dlxPending = nil
-	return n
+	return q.m.Purge()
 }
 
 // AddConsumer subscribes c. It fails with 403 if the queue has an exclusive
@@ -950,25 +744,18 @@ func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 		q.mu.Unlock()
 		return notFoundQueue(q.Name, q.vhost.Name)
 	}
-	if len(q.consumers) > 0 && (c.Exclusive || q.consumers[0].Exclusive) {
+	q.nextCID++
+	mc := &mconsumer{ID: q.nextCID, Ref: c, Priority: c.Priority, Exclusive: c.Exclusive, NoAck: c.NoAck}
+	if err := q.m.AddConsumer(mc); err != nil {
 		q.mu.Unlock()
 		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name, q.vhost.Name)
 	}
-	c.Queue = q
-	if q.sac {
-		q.consumers = append(q.consumers, c)
-	} else {
-		i := sort.Search(len(q.consumers), func(i int) bool { return q.consumers[i].Priority < c.Priority })
-		q.consumers = append(q.consumers, nil)
-		copy(q.consumers[i+1:], q.consumers[i:])
-		q.consumers[i] = c
-	}
-	q.hadConsumer = true
-	q.expiresAt = 0
+	c.Queue, c.m = q, mc
 	if added != nil {
 		added()
 	}
-	q.dispatchLocked()
+	q.m.Dispatch(q.clockMs(nil))
+	q.armLocked()
 	q.unlock()
 	return nil
 }
@@ -977,18 +764,17 @@ func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 // last consumer, the queue is deleted.
 func (q *Queue) RemoveConsumer(c *Consumer) {
 	q.mu.Lock()
-	for i, o := range q.consumers {
-		if o == c {
-			q.consumers = append(q.consumers[:i], q.consumers[i+1:]...)
-			break
-		}
+	if c.m == nil || c.Queue != q {
+		q.mu.Unlock()
+		return
 	}
-	autoDelete := q.AutoDelete && q.hadConsumer && len(q.consumers) == 0 && !q.deleted
+	q.m.RemoveConsumer(q.nowMs(), c.m)
+	autoDelete := q.AutoDelete && q.m.HadConsumer() && len(q.m.Consumers()) == 0 && !q.deleted
 	if !autoDelete {
-		if q.sac {
-			q.dispatchLocked() // the next consumer may have become active
+		if q.m.Config().SingleActive {
+			q.m.Dispatch(q.clockMs(nil)) // the next consumer may have become active
 		}
-		q.touchLocked()
+		q.armLocked()
 	}
 	q.unlock()
 	if autoDelete {
@@ -1000,14 +786,23 @@ func (q *Queue) RemoveConsumer(c *Consumer) {
 func (q *Queue) ConsumerCount() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.consumers)
+	return len(q.m.Consumers())
 }
 
 // Consumers returns a snapshot of the consumers.
 func (q *Queue) Consumers() []*Consumer {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return append([]*Consumer(nil), q.consumers...)
+	return q.consumersLocked()
+}
+
+func (q *Queue) consumersLocked() []*Consumer {
+	mcs := q.m.Consumers()
+	cs := make([]*Consumer, len(mcs))
+	for i, c := range mcs {
+		cs[i] = c.Ref
+	}
+	return cs
 }
 
 // Deleted reports whether the queue has been deleted.
@@ -1026,9 +821,10 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	if q.disk != nil {
 		q.disk.close(true)
 	}
-	messages = q.ready.clear() + len(q.delayed) + q.spill.n
+	cs = q.consumersLocked()
+	messages, _ = q.m.Delete()
 	q.spill = spillState{}
-	q.delayed, q.expiries, q.dlxPending = nil, nil, nil
+	q.dlxPending = nil
 	if q.dlxTimer != nil {
 		q.dlxTimer.Stop()
 		q.dlxTimer = nil
@@ -1037,8 +833,6 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 		q.timer.Stop()
 		q.timer = nil
 	}
-	cs = q.consumers
-	q.consumers = nil
 	return messages, cs
 }
 
@@ -1065,3 +859,11 @@ func IntArg(v any) (int64, bool) {
 	}
 	return 0, false
 }
+
+// diskLock is a Queue as the lock its disk takes for store maintenance
+// (MsgStore.Close, reclaim): the queue locks itself, the disk holds no
+// pointer into it.
+type diskLock Queue
+
+func (l *diskLock) Lock()   { (*Queue)(l).mu.Lock() }
+func (l *diskLock) Unlock() { (*Queue)(l).mu.Unlock() }

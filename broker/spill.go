@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 
+	"github.com/warrenmq/warren/broker/machine"
 	"github.com/warrenmq/warren/store"
 )
 
@@ -42,28 +43,26 @@ func (b *Broker) SetMemoryPressure(on bool) {
 	}
 }
 
-// spillState is the part of a queue that lives only on disk: messages at
-// or after cursor in the queue's log, in order.
+// spillState is where the paged-out messages of a queue sit: at or after
+// cursor in the queue's log, in order. The machine counts them
+// (machine.Machine.PageOut); the shell knows where they are.
 type spillState struct {
-	active  bool
-	n       int
-	bytes   int64
-	persist persistCount
-	cursor  store.Pos // the first record not yet read back
-	segs    segCounts // spilled messages by segment (for a purge)
-	skip    seqSet    // spilled messages removed in place (expired)
-	counts  map[uint64]reqInfo
+	active bool
+	cursor store.Pos // the first record not yet read back
+	segs   segCounts // spilled messages by segment (for a purge)
+	skip   seqSet    // spilled messages removed in place (expired)
+	counts map[uint64]reqInfo
 }
 
 var errStopScan = errors.New("broker: stop scan")
 
 // spillsLocked reports whether a new message must go to disk only.
 func (q *Queue) spillsLocked() bool {
-	if len(q.ready.levels) != 1 || q.vhost.b.msgs == nil {
+	if q.m.Levels() != 1 || q.vhost.b.msgs == nil {
 		return false
 	}
 	wm, wb := q.vhost.b.window()
-	return q.spill.active || q.ready.n >= wm || q.ready.bytes >= wb
+	return q.spill.active || q.m.ReadyN() >= wm || q.m.ReadyBytes() >= wb
 }
 
 // pagingDiskLocked gives a queue without a message log a paging log.
@@ -74,67 +73,62 @@ func (q *Queue) pagingDiskLocked() {
 	}
 }
 
-// spillLocked counts e, appended at p, as on disk only.
-func (q *Queue) spillLocked(e entry, p store.Pos) {
+// spillLocked pages e, appended at p, out: on disk only.
+func (q *Queue) spillLocked(e qentry, p store.Pos) {
 	s := &q.spill
 	if !s.active {
 		s.active, s.cursor = true, p
 	}
-	s.n++
-	s.bytes += int64(e.msg.Size())
-	s.persist.add(e.msg.persistent(), e.msg.Size(), 1)
 	s.segs.add(p.Seg, 1)
-	if e.expiresAt != 0 {
-		q.expiries.add(timed{at: e.expiresAt, seq: e.seq, pos: p.Uint64()})
+	q.m.PageOut(e, p.Uint64())
+	if e.ExpiresAt != 0 {
 		q.armLocked()
 	}
 }
 
-// unspillLocked counts a spilled message of segment seg and body size
-// bytes back out of the spill.
-func (q *Queue) unspillLocked(seg uint32, bytes int, persistent bool) {
-	s := &q.spill
-	s.n--
-	s.bytes -= int64(bytes)
-	s.persist.add(persistent, bytes, -1)
-	s.segs.sub(seg, 1)
-	if s.n <= 0 {
+// unspilledLocked notes that a paged-out message of segment seg left the
+// disk-only tail (the machine has counted it out).
+func (q *Queue) unspilledLocked(seg uint32) {
+	q.spill.segs.sub(seg, 1)
+	if q.m.PagedN() <= 0 {
 		q.spill = spillState{}
 	}
 }
 
 // isSpilledLocked reports whether the deadline t is that of a message
 // still on disk only.
-func (q *Queue) isSpilledLocked(t timed) bool {
-	return t.pos != 0 && q.spill.active && !store.PosFromUint64(t.pos).Less(q.spill.cursor) && !q.spill.skip.has(t.seq)
+func (q *Queue) isSpilledLocked(t machine.Timed) bool {
+	return t.Pos != 0 && q.spill.active && !store.PosFromUint64(t.Pos).Less(q.spill.cursor) && !q.spill.skip.has(t.Seq)
 }
 
 // expireSpilledLocked dead-letters a spilled message whose deadline passed,
 // reading it from the log where it sits.
-func (q *Queue) expireSpilledLocked(t timed) {
-	p := store.PosFromUint64(t.pos)
-	q.spill.skip.add(t.seq)
-	e := entry{seq: t.seq, seg: p.Seg, ondisk: true}
+func (q *Queue) expireSpilledLocked(t machine.Timed) {
+	p := store.PosFromUint64(t.Pos)
+	q.spill.skip.add(t.Seq)
+	e := qentry{Seq: t.Seq, Seg: p.Seg, OnDisk: true, ExpiresAt: t.At}
 	typ, pl, err := q.disk.log.ReadAt(p)
 	var h msgHeader
 	var rest []byte
 	if err == nil {
 		var ok bool
-		if h, rest, ok = msgRecord(typ, pl); !ok || h.seq != t.seq {
+		if h, rest, ok = msgRecord(typ, pl); !ok || h.seq != t.Seq {
 			err = errBadRecord
 		}
 	}
 	if err == nil {
-		e.msg, err = decodeMessage(rest)
+		e.Msg, err = decodeMessage(rest)
 	}
 	if err != nil {
 		q.vhost.b.log.Error("message store: an expired message could not be read; dropped", "queue", q.Name, "pos", p.String(), "err", err)
-		q.unspillLocked(p.Seg, int(h.bodyLen), h.persistent)
-		q.goneLocked(&e)
+		e.Size, e.Persistent, e.Msg = h.bodyLen, h.persistent, nil
+		q.m.LostPaged(e)
+		q.unspilledLocked(p.Seg)
 		return
 	}
-	q.unspillLocked(p.Seg, e.msg.Size(), e.msg.persistent())
-	q.deadLocked(&e, ReasonExpired)
+	e.Size, e.Persistent = uint32(e.Msg.Size()), e.Msg.persistent()
+	q.m.ExpiredPaged(e)
+	q.unspilledLocked(p.Seg)
 }
 
 // refillLocked reads spilled messages back into memory once the window is
@@ -145,10 +139,10 @@ func (q *Queue) refillLocked(force bool) {
 		return
 	}
 	wm, wb := q.vhost.b.window()
-	if !force && (q.ready.n >= wm/2 || q.ready.bytes >= wb/2) {
+	if !force && (q.m.ReadyN() >= wm/2 || q.m.ReadyBytes() >= wb/2) {
 		return
 	}
-	want := max(wm-q.ready.n, 1)
+	want := max(wm-q.m.ReadyN(), 1)
 	loaded := 0
 	err := q.disk.log.ScanFrom(s.cursor, func(p store.Pos, typ byte, pl []byte) error {
 		if typ != recMessage && typ != recMovedIn {
@@ -157,7 +151,7 @@ func (q *Queue) refillLocked(force bool) {
 		if !s.active {
 			return errStopScan
 		}
-		if loaded >= want || q.ready.bytes >= wb && loaded > 0 {
+		if loaded >= want || q.m.ReadyBytes() >= wb && loaded > 0 {
 			s.cursor = p
 			return errStopScan
 		}
@@ -172,39 +166,41 @@ func (q *Queue) refillLocked(force bool) {
 		m, err := decodeMessage(rest)
 		if err != nil {
 			q.vhost.b.log.Error("message store: undecodable spilled message dropped", "queue", q.Name, "pos", p.String(), "err", err)
-			q.unspillLocked(p.Seg, int(h.bodyLen), h.persistent)
-			q.goneLocked(&entry{seq: h.seq, seg: p.Seg, ondisk: true})
+			q.m.LostPaged(qentry{Seq: h.seq, Seg: p.Seg, OnDisk: true, Size: h.bodyLen, Persistent: h.persistent})
+			q.unspilledLocked(p.Seg)
 			return nil
 		}
-		e := entry{seq: h.seq, msg: m, expiresAt: h.expiresAt, deliveryCount: h.deliveryCount, acquired: h.acquired,
-			redelivered: h.redelivered || !q.disk.dirtyUpTo.Less(p), ondisk: true, seg: p.Seg}
+		e := qentry{Seq: h.seq, Msg: m, ExpiresAt: h.expiresAt, DeliveryCount: h.deliveryCount, Acquired: h.acquired,
+			Redelivered: h.redelivered || !q.disk.dirtyUpTo.Less(p), OnDisk: true, Seg: p.Seg,
+			Size: uint32(m.Size()), Persistent: m.persistent()}
 		if c, ok := s.counts[h.seq]; ok {
-			e.deliveryCount, e.acquired, e.redelivered = c.dc, c.acq, true
+			e.DeliveryCount, e.Acquired, e.Redelivered = c.dc, c.acq, true
 			delete(s.counts, h.seq)
 		}
-		q.unspillLocked(p.Seg, m.Size(), m.persistent())
-		q.ready.putBack(e)
+		q.m.PageIn(e)
+		q.unspilledLocked(p.Seg)
 		q.memTop = max(q.memTop, p.Uint64())
 		loaded++
 		return nil
 	})
 	q.disk.ms.reads.Add(uint64(loaded))
 	if err == nil && s.active {
-		q.vhost.b.log.Error("message store: spilled messages missing from the queue log", "queue", q.Name, "missing", s.n)
+		q.vhost.b.log.Error("message store: spilled messages missing from the queue log", "queue", q.Name, "missing", q.m.PagedN())
+		q.m.ForgetPaged()
 		q.spill = spillState{}
 	} else if err != nil && !errors.Is(err, errStopScan) {
 		q.vhost.b.log.Error("message store: reading spilled messages", "queue", q.Name, "err", err)
 	}
 }
 
-// purgeSpillLocked drops every spilled message (Purge): a P record covers
-// the log from the cursor to itself, except moves still held.
-func (q *Queue) purgeSpillLocked() int {
+// purgeSpillLocked drops every spilled message from the log (Purge; the
+// machine counts them): a P record covers the log from the cursor to
+// itself, except moves still held.
+func (q *Queue) purgeSpillLocked() {
 	s := &q.spill
 	if !s.active {
-		return 0
+		return
 	}
-	n := s.n
 	var except []uint64
 	for seq := range q.held {
 		except = append(except, seq)
@@ -217,5 +213,4 @@ func (q *Queue) purgeSpillLocked() int {
 		q.disk.dropLive(c.seg, c.n)
 	}
 	q.spill = spillState{}
-	return n
 }

@@ -25,7 +25,7 @@ func TestTake(t *testing.T) {
 		_, err := v.Publish(&r, "", m)
 		noErr(t, err)
 	}
-	spilled := func() int { q.mu.Lock(); defer q.mu.Unlock(); return q.spill.n }
+	spilled := func() int { q.mu.Lock(); defer q.mu.Unlock(); return q.m.PagedN() }
 	if spilled() < 80 {
 		t.Fatalf("%d of 100 spilled with a window of 16", spilled())
 	}

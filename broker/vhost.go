@@ -368,12 +368,12 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 		return 0, nil
 	}
 	q.mu.Lock()
-	if ifUnused && len(q.consumers) > 0 {
+	if ifUnused && len(q.m.Consumers()) > 0 {
 		q.mu.Unlock()
 		v.mu.Unlock()
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, v.Name)
 	}
-	if ifEmpty && q.ready.n+q.spill.n > 0 {
+	if ifEmpty && q.readyLocked() > 0 {
 		q.mu.Unlock()
 		v.mu.Unlock()
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, v.Name)

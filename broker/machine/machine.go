@@ -280,6 +280,9 @@ func (m *Machine[M, C]) Repage(size uint32, persistent bool) {
 	countIn(&m.paged, &e, 1)
 }
 
+// ForgetPaged counts every paged-out message out: the shell lost them.
+func (m *Machine[M, C]) ForgetPaged() { m.paged = Counts{} }
+
 // ExpiredPaged dead-letters a paged-out message whose deadline passed.
 func (m *Machine[M, C]) ExpiredPaged(e Entry[M]) {
 	countIn(&m.paged, &e, -1)
@@ -344,12 +347,10 @@ func (m *Machine[M, C]) dead(e *Entry[M], r Reason) {
 	m.fx.DeadLetter(e, r)
 }
 
-// OweDeadLetters counts n at-least-once dead letters still owed to their
-// targets (R1.14); PaidDeadLetters counts n of them delivered.
-func (m *Machine[M, C]) OweDeadLetters(n int) { m.dlxPending += n }
-
-// PaidDeadLetters: see OweDeadLetters.
-func (m *Machine[M, C]) PaidDeadLetters(n int) { m.dlxPending = max(m.dlxPending-n, 0) }
+// SetDeadLettersOwed records how many at-least-once dead letters are
+// still owed to their targets (R1.14): they count toward the length
+// limit.
+func (m *Machine[M, C]) SetDeadLettersOwed(n int) { m.dlxPending = n }
 
 // ---- consumers and dispatch ----
 
@@ -772,11 +773,11 @@ func (m *Machine[M, C]) expire(now int64) {
 	}
 	for len(m.expiries) > 0 && m.expiries[0].At <= now {
 		t := m.expiries.popMin()
-		if t.Pos != 0 {
+		e := m.ready.find(t.Level, t.Seq)
+		if e == nil && t.Pos != 0 {
 			m.fx.ExpirePaged(t)
 			continue
 		}
-		e := m.ready.find(t.Level, t.Seq)
 		if e == nil || e.ExpiresAt != t.At {
 			continue // delivered, removed or requeued since
 		}
@@ -797,11 +798,9 @@ func (m *Machine[M, C]) NextDeadline() int64 {
 	next := int64(0)
 	for len(m.expiries) > 0 {
 		t := m.expiries[0]
-		if t.Pos != 0 && m.fx.IsPaged(t) {
-			next = t.At
-			break
-		}
-		if e := m.ready.find(t.Level, t.Seq); t.Pos == 0 && e != nil && e.ExpiresAt == t.At {
+		// A paged-out message keeps its deadline once paged in (found
+		// by seq at level 0).
+		if e := m.ready.find(t.Level, t.Seq); e != nil && e.ExpiresAt == t.At || e == nil && t.Pos != 0 && m.fx.IsPaged(t) {
 			next = t.At
 			break
 		}
@@ -886,6 +885,16 @@ func (m *Machine[M, C]) Lengths() Lengths {
 	return Lengths{Ready: m.ready.c, Paged: m.paged, Unacked: m.unacked, Delayed: len(m.delayed), DLXPending: m.dlxPending}
 }
 
+// PagedN is the number of paged-out messages.
+func (m *Machine[M, C]) PagedN() int { return m.paged.All.N }
+
+// Timed reports whether the time matters to the next command: the
+// machine holds deadlines, delayed retries or a message TTL. A shell may
+// pass 0 as the time otherwise.
+func (m *Machine[M, C]) Timed() bool {
+	return len(m.expiries) > 0 || len(m.delayed) > 0 || m.cfg.MessageTTL >= 0
+}
+
 // ReadyN is the number of ready messages in memory.
 func (m *Machine[M, C]) ReadyN() int { return m.ready.c.All.N }
 
@@ -940,8 +949,10 @@ func (m *Machine[M, C]) EachCheckedOut(fn func(c *Consumer[M, C], e *Entry[M])) 
 }
 
 // Restore loads recovered messages into an empty machine (the shell's
-// recovery): ready entries in sequence order, delayed retries with their
-// due time, and the sequence number to continue from.
+// recovery): ready entries in sequence order and delayed retries with
+// their due times (their Level holding the message priority), the
+// paged-out tail's counts and deadlines, and the sequence number to
+// continue from.
 func (m *Machine[M, C]) Restore(ready []Entry[M], delays []int64, delayedEs []Entry[M], paged Counts, pagedDeadlines []Timed, lastSeq uint64) {
 	m.nextSeq = max(m.nextSeq, lastSeq)
 	for _, e := range ready {
@@ -955,6 +966,7 @@ func (m *Machine[M, C]) Restore(ready []Entry[M], delays []int64, delayedEs []En
 	hinit(m.expiries, timedLess)
 	m.paged = paged
 	for i, e := range delayedEs {
+		e.Level = m.Level(e.Level)
 		m.delayed = append(m.delayed, delayed[M]{at: delays[i], e: e})
 	}
 	hinit(m.delayed, delayedLess[M])
