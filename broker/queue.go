@@ -449,23 +449,23 @@ func (q *Queue) gone(e *qentry) {
 type qeffects Queue
 
 // Deliver offers e to consumer c through its sink (Sink.Deliver).
-func (f *qeffects) Deliver(c *mconsumer, e *qentry) bool {
+func (f *qeffects) Deliver(c *mconsumer, e qentry) bool {
 	q := (*Queue)(f)
 	k := c.Ref
-	return k.Sink.Deliver(k, q.delivery(e, k.Tag, c))
+	return k.Sink.Deliver(k, q.delivery(&e, k.Tag, c))
 }
 
 // DeadLetter queues e for the outbox (published once the lock is released).
-func (f *qeffects) DeadLetter(e *qentry, r machine.Reason) { (*Queue)(f).deadLocked(e, reasons[r]) }
+func (f *qeffects) DeadLetter(e qentry, r machine.Reason) { (*Queue)(f).deadLocked(&e, reasons[r]) }
 
 // Drop records that e left the queue without a dead-letter exchange.
-func (f *qeffects) Drop(e *qentry, r machine.Reason) { (*Queue)(f).gone(e) }
+func (f *qeffects) Drop(e qentry, r machine.Reason) { (*Queue)(f).gone(&e) }
 
 // Settled records that e, delivered without acknowledgement, is gone.
-func (f *qeffects) Settled(e *qentry) { (*Queue)(f).gone(e) }
+func (f *qeffects) Settled(e qentry) { (*Queue)(f).gone(&e) }
 
 // Requeued records a return's new counts (and seq, retry time) in the log.
-func (f *qeffects) Requeued(e *qentry, seq uint64, delayUntil int64) {
+func (f *qeffects) Requeued(e qentry, seq uint64, delayUntil int64) {
 	q := (*Queue)(f)
 	if e.OnDisk && q.disk != nil {
 		q.disk.requeue(e.Seq, seq, e.DeliveryCount, e.Acquired, delayUntil)

@@ -24,18 +24,18 @@ type Effects[M, C any] interface {
 	// e, when c cannot take a message now: that answer is part of the
 	// command's input (a Refuse of c at this point): the entry stays
 	// where it was and c is not offered anything more in this dispatch.
-	Deliver(c *Consumer[M, C], e *Entry[M]) bool
+	Deliver(c *Consumer[M, C], e Entry[M]) bool
 	// DeadLetter is e leaving the queue for reason r with a dead-letter
 	// exchange set: the shell publishes it (at most or at least once).
-	DeadLetter(e *Entry[M], r Reason)
+	DeadLetter(e Entry[M], r Reason)
 	// Drop is e leaving the queue for r without a dead-letter exchange.
-	Drop(e *Entry[M], r Reason)
+	Drop(e Entry[M], r Reason)
 	// Settled is e delivered without acknowledgement (no-ack) and gone.
-	Settled(e *Entry[M])
+	Settled(e Entry[M])
 	// Requeued is e returned to the queue under seq (a quorum queue's
 	// returns take a new one), ready at delayUntil when not 0: the shell
 	// records the new counts in its log.
-	Requeued(e *Entry[M], seq uint64, delayUntil int64)
+	Requeued(e Entry[M], seq uint64, delayUntil int64)
 	// PageIn asks the shell to page messages back in (PageIn commands)
 	// because memory has room, or, when force, because none is ready in
 	// memory.
@@ -292,7 +292,7 @@ func (m *Machine[M, C]) ExpiredPaged(e Entry[M]) {
 // LostPaged drops a paged-out message the shell could not read back.
 func (m *Machine[M, C]) LostPaged(e Entry[M]) {
 	countIn(&m.paged, &e, -1)
-	m.fx.Drop(&e, Expired)
+	m.fx.Drop(e, Expired)
 }
 
 // ---- limits ----
@@ -340,11 +340,11 @@ func (m *Machine[M, C]) trim() {
 func (m *Machine[M, C]) dead(e *Entry[M], r Reason) {
 	if !m.cfg.DLX {
 		m.stats.Dropped[r]++
-		m.fx.Drop(e, r)
+		m.fx.Drop(*e, r)
 		return
 	}
 	m.stats.DeadLettered[r]++
-	m.fx.DeadLetter(e, r)
+	m.fx.DeadLetter(*e, r)
 }
 
 // SetDeadLettersOwed records how many at-least-once dead letters are
@@ -469,7 +469,7 @@ func (m *Machine[M, C]) offer(e *Entry[M]) bool {
 }
 
 func (m *Machine[M, C]) tryDeliver(c *Consumer[M, C], e *Entry[M]) bool {
-	if c.Prefetch > 0 && c.outN >= c.Prefetch || !m.fx.Deliver(c, e) {
+	if c.Prefetch > 0 && c.outN >= c.Prefetch || !m.fx.Deliver(c, *e) {
 		c.blocked = true
 		return false
 	}
@@ -493,7 +493,7 @@ func (m *Machine[M, C]) took(c *Consumer[M, C], e *Entry[M], noAck, get bool) {
 		m.stats.Redelivered++
 	}
 	if noAck {
-		m.fx.Settled(e)
+		m.fx.Settled(*e)
 		return
 	}
 	countIn(&m.unacked, e, 1)
@@ -675,17 +675,17 @@ func (m *Machine[M, C]) Requeue(now int64, c *Consumer[M, C], seq uint64, failed
 		return true
 	}
 	if delay := m.cfg.retryDelay(e.DeliveryCount, failed); delay > 0 {
-		m.fx.Requeued(&e, e.Seq, now+delay)
+		m.fx.Requeued(e, e.Seq, now+delay)
 		hpush(&m.delayed, delayed[M]{at: now + delay, e: e}, delayedLess[M])
 		return true
 	}
 	if m.cfg.Quorum && m.cfg.DeliveryLimit < 0 {
 		m.nextSeq++
-		m.fx.Requeued(&e, m.nextSeq, 0)
+		m.fx.Requeued(e, m.nextSeq, 0)
 		e.Seq = m.nextSeq
 		m.ready.push(e)
 	} else {
-		m.fx.Requeued(&e, e.Seq, 0)
+		m.fx.Requeued(e, e.Seq, 0)
 		m.ready.putBack(e)
 	}
 	if e.ExpiresAt != 0 {

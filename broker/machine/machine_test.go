@@ -90,7 +90,8 @@ func (h *harness) fail(f string, args ...any) {
 	h.failures = append(h.failures, fmt.Sprintf(f, args...))
 }
 
-func (h *harness) Deliver(c *tc, e *ten) bool {
+func (h *harness) Deliver(c *tc, ev ten) bool {
+	e := &ev
 	if h.sink[c.Ref] {
 		return false
 	}
@@ -109,7 +110,7 @@ func (h *harness) Deliver(c *tc, e *ten) bool {
 		d := &h.m.ready.levels[l]
 		for j := 0; j < d.Len(); j++ {
 			x := d.Ptr(j)
-			if x.Dead || x == e {
+			if x.Dead || x.Seq == e.Seq && x.Msg == e.Msg {
 				continue
 			}
 			if uint8(l) > e.Level || uint8(l) == e.Level && x.Seq < e.Seq {
@@ -142,10 +143,10 @@ func (h *harness) setFate(id uint64, f fate, what string) {
 	h.fates[id] = f
 }
 
-func (h *harness) DeadLetter(e *ten, r Reason) { h.setFate(e.Msg, deadLettered, "dead-lettered") }
-func (h *harness) Drop(e *ten, r Reason)       { h.setFate(e.Msg, dropped, "dropped") }
-func (h *harness) Settled(e *ten)              { h.setFate(e.Msg, settled, "settled") }
-func (h *harness) Requeued(e *ten, seq uint64, at int64) {
+func (h *harness) DeadLetter(e ten, r Reason) { h.setFate(e.Msg, deadLettered, "dead-lettered") }
+func (h *harness) Drop(e ten, r Reason)       { h.setFate(e.Msg, dropped, "dropped") }
+func (h *harness) Settled(e ten)              { h.setFate(e.Msg, settled, "settled") }
+func (h *harness) Requeued(e ten, seq uint64, at int64) {
 	if at != 0 && at <= h.now {
 		h.fail("retry delay in the past")
 	}
