@@ -764,11 +764,11 @@ func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 // last consumer, the queue is deleted.
 func (q *Queue) RemoveConsumer(c *Consumer) {
 	q.mu.Lock()
-	if c.m == nil || c.Queue != q {
-		q.mu.Unlock()
-		return
+	if c.m != nil && c.Queue == q {
+		q.m.RemoveConsumer(q.nowMs(), c.m)
+	} else {
+		q.m.Touch(q.nowMs())
 	}
-	q.m.RemoveConsumer(q.nowMs(), c.m)
 	autoDelete := q.AutoDelete && q.m.HadConsumer() && len(q.m.Consumers()) == 0 && !q.deleted
 	if !autoDelete {
 		if q.m.Config().SingleActive {
