@@ -593,7 +593,9 @@ func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 	q.mu.Lock()
 	defer q.unlock()
 	e, remaining, ok := q.m.Get(q.nowMs(), noAck)
-	q.armLocked()
+	if q.eff.Expires != nil {
+		q.armLocked() // Get restarted the unused clock
+	}
 	if !ok {
 		return Delivery{}, 0, false
 	}

@@ -1,6 +1,7 @@
 package machine
 
-// deque is a growable ring buffer. The zero value is an empty deque.
+// deque is a growable ring buffer whose size is a power of two (indexes
+// wrap with a mask, not a division). The zero value is an empty deque.
 type deque[T any] struct {
 	buf  []T
 	head int
@@ -16,7 +17,7 @@ func (d *deque[T]) grow() {
 	}
 	nb := make([]T, size)
 	for i := 0; i < d.n; i++ {
-		nb[i] = d.buf[(d.head+i)%len(d.buf)]
+		nb[i] = d.buf[(d.head+i)&(len(d.buf)-1)]
 	}
 	d.buf, d.head = nb, 0
 }
@@ -25,7 +26,7 @@ func (d *deque[T]) PushBack(v T) {
 	if d.n == len(d.buf) {
 		d.grow()
 	}
-	d.buf[(d.head+d.n)%len(d.buf)] = v
+	d.buf[(d.head+d.n)&(len(d.buf)-1)] = v
 	d.n++
 }
 
@@ -33,16 +34,16 @@ func (d *deque[T]) PushFront(v T) {
 	if d.n == len(d.buf) {
 		d.grow()
 	}
-	d.head = (d.head - 1 + len(d.buf)) % len(d.buf)
+	d.head = (d.head - 1) & (len(d.buf) - 1)
 	d.buf[d.head] = v
 	d.n++
 }
 
 // At returns the i'th element from the front; i must be in [0, Len).
-func (d *deque[T]) At(i int) T { return d.buf[(d.head+i)%len(d.buf)] }
+func (d *deque[T]) At(i int) T { return d.buf[(d.head+i)&(len(d.buf)-1)] }
 
 // Ptr returns a pointer to the i'th element, valid until the next mutation.
-func (d *deque[T]) Ptr(i int) *T { return &d.buf[(d.head+i)%len(d.buf)] }
+func (d *deque[T]) Ptr(i int) *T { return &d.buf[(d.head+i)&(len(d.buf)-1)] }
 
 func (d *deque[T]) Front() T { return d.buf[d.head] }
 
@@ -50,7 +51,7 @@ func (d *deque[T]) PopFront() T {
 	var zero T
 	v := d.buf[d.head]
 	d.buf[d.head] = zero
-	d.head = (d.head + 1) % len(d.buf)
+	d.head = (d.head + 1) & (len(d.buf) - 1)
 	d.n--
 	if d.n == 0 {
 		d.head = 0
@@ -60,7 +61,7 @@ func (d *deque[T]) PopFront() T {
 
 func (d *deque[T]) PopBack() T {
 	var zero T
-	i := (d.head + d.n - 1) % len(d.buf)
+	i := (d.head + d.n - 1) & (len(d.buf) - 1)
 	v := d.buf[i]
 	d.buf[i] = zero
 	d.n--

@@ -233,11 +233,22 @@ func (m *Machine[M, C]) Place(now int64, e Entry[M]) {
 		m.dead(&e, Expired)
 		return
 	}
-	m.ready.putBack(e)
-	if e.ExpiresAt != 0 {
+	if m.ready.c.All.N == 0 && m.paged.All.N == 0 && len(m.consumers) > 0 {
+		// The fast path of an idle queue: e would be the head, so a
+		// dispatch would offer it first; a consumer that takes it
+		// leaves the queue as empty as it was.
+		m.unblock()
+		if m.offer(&e) {
+			return
+		}
+		m.ready.putBack(e)
+	} else {
+		m.ready.putBack(e)
+		m.Dispatch(now)
+	}
+	if e.ExpiresAt != 0 && m.ready.find(e.Level, e.Seq) != nil {
 		m.expiries.add(Timed{At: e.ExpiresAt, Seq: e.Seq, Level: e.Level})
 	}
-	m.Dispatch(now)
 	if m.cfg.Overflow == DropHead {
 		m.trim()
 	}
@@ -250,7 +261,7 @@ func (m *Machine[M, C]) PageOut(e Entry[M], pos uint64) {
 		return
 	}
 	m.stats.Published++
-	countIn(&m.paged, &e, 1)
+	m.paged.add(e.Size, e.Persistent, 1)
 	if e.ExpiresAt != 0 {
 		m.expiries.add(Timed{At: e.ExpiresAt, Seq: e.Seq, Pos: pos})
 	}
@@ -262,7 +273,7 @@ func (m *Machine[M, C]) PageOut(e Entry[M], pos uint64) {
 // PageIn makes a paged-out message ready in memory again, in sequence
 // order.
 func (m *Machine[M, C]) PageIn(e Entry[M]) {
-	countIn(&m.paged, &e, -1)
+	m.paged.add(e.Size, e.Persistent, -1)
 	e.Level = 0
 	m.ready.putBack(e)
 }
@@ -270,14 +281,12 @@ func (m *Machine[M, C]) PageIn(e Entry[M]) {
 // Unpage counts a paged-out message out (it was taken, lost, or
 // purged with the paged tail); the shell deals with its record.
 func (m *Machine[M, C]) Unpage(size uint32, persistent bool) {
-	e := Entry[M]{Size: size, Persistent: persistent}
-	countIn(&m.paged, &e, -1)
+	m.paged.add(size, persistent, -1)
 }
 
 // Repage counts a message back as paged out (a Take undone where it sat).
 func (m *Machine[M, C]) Repage(size uint32, persistent bool) {
-	e := Entry[M]{Size: size, Persistent: persistent}
-	countIn(&m.paged, &e, 1)
+	m.paged.add(size, persistent, 1)
 }
 
 // ForgetPaged counts every paged-out message out: the shell lost them.
@@ -285,13 +294,13 @@ func (m *Machine[M, C]) ForgetPaged() { m.paged = Counts{} }
 
 // ExpiredPaged dead-letters a paged-out message whose deadline passed.
 func (m *Machine[M, C]) ExpiredPaged(e Entry[M]) {
-	countIn(&m.paged, &e, -1)
+	m.paged.add(e.Size, e.Persistent, -1)
 	m.dead(&e, Expired)
 }
 
 // LostPaged drops a paged-out message the shell could not read back.
 func (m *Machine[M, C]) LostPaged(e Entry[M]) {
-	countIn(&m.paged, &e, -1)
+	m.paged.add(e.Size, e.Persistent, -1)
 	m.fx.Drop(e, Expired)
 }
 
@@ -434,7 +443,7 @@ func (m *Machine[M, C]) Dispatch(now int64) {
 		if !m.offer(e) {
 			return
 		}
-		m.ready.pop()
+		m.ready.popLevel(e.Level)
 	}
 }
 
@@ -496,7 +505,7 @@ func (m *Machine[M, C]) took(c *Consumer[M, C], e *Entry[M], noAck, get bool) {
 		m.fx.Settled(*e)
 		return
 	}
-	countIn(&m.unacked, e, 1)
+	m.unacked.add(e.Size, e.Persistent, 1)
 	if c.outN == 0 {
 		c.sorted = true
 		if c.out.Len() > 0 {
@@ -611,7 +620,7 @@ func (m *Machine[M, C]) checkin(c *Consumer[M, C], seq uint64) (Entry[M], bool) 
 			m.dropHolder(c)
 		}
 	}
-	countIn(&m.unacked, &e, -1)
+	m.unacked.add(e.Size, e.Persistent, -1)
 	return e, true
 }
 
@@ -717,7 +726,7 @@ func (m *Machine[M, C]) Untake(c *Consumer[M, C], seq uint64, redelivered, paged
 		m.stats.Get--
 	}
 	if paged {
-		countIn(&m.paged, &e, 1)
+		m.paged.add(e.Size, e.Persistent, 1)
 		return true
 	}
 	e.Redelivered = redelivered || e.Redelivered
@@ -742,7 +751,7 @@ func (m *Machine[M, C]) TakeEntry(e *Entry[M]) Entry[M] {
 // TakePaged takes a paged-out message (read by the shell) into the get
 // holder.
 func (m *Machine[M, C]) TakePaged(e Entry[M]) {
-	countIn(&m.paged, &e, -1)
+	m.paged.add(e.Size, e.Persistent, -1)
 	m.took(&m.get, &e, false, true)
 }
 

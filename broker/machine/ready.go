@@ -40,10 +40,11 @@ type Counts struct {
 	All, Persistent Count
 }
 
-func countIn[M any](c *Counts, e *Entry[M], d int) {
-	c.All.add(e.Size, d)
-	if e.Persistent {
-		c.Persistent.add(e.Size, d)
+// add counts a message of size bytes in (d = 1) or out (d = -1).
+func (c *Counts) add(size uint32, persistent bool, d int) {
+	c.All.add(size, d)
+	if persistent {
+		c.Persistent.add(size, d)
 	}
 }
 
@@ -59,7 +60,7 @@ type readyList[M any] struct {
 
 func (r *readyList[M]) push(e Entry[M]) {
 	r.levels[e.Level].PushBack(e)
-	countIn(&r.c, &e, 1)
+	r.c.add(e.Size, e.Persistent, 1)
 }
 
 // putBack returns a message to its position by sequence number.
@@ -71,7 +72,7 @@ func (r *readyList[M]) putBack(e Entry[M]) {
 		i := sort.Search(d.Len(), func(i int) bool { return d.Ptr(i).Seq > e.Seq })
 		d.Insert(i, e)
 	}
-	countIn(&r.c, &e, 1)
+	r.c.add(e.Size, e.Persistent, 1)
 }
 
 // head returns the front of the highest non-empty level, dropping
@@ -101,8 +102,14 @@ func (r *readyList[M]) head() *Entry[M] {
 func (r *readyList[M]) pop() Entry[M] {
 	h := r.head()
 	e := r.levels[h.Level].PopFront()
-	countIn(&r.c, &e, -1)
+	r.c.add(e.Size, e.Persistent, -1)
 	return e
+}
+
+// popLevel removes the front of level l, the head found by head.
+func (r *readyList[M]) popLevel(l uint8) {
+	e := r.levels[l].PopFront()
+	r.c.add(e.Size, e.Persistent, -1)
 }
 
 // find returns the live entry seq of level l, or nil.
@@ -123,7 +130,7 @@ func (r *readyList[M]) find(l uint8, seq uint64) *Entry[M] {
 // kill tombstones a live entry.
 func (r *readyList[M]) kill(e *Entry[M]) {
 	e.Dead = true
-	countIn(&r.c, e, -1)
+	r.c.add(e.Size, e.Persistent, -1)
 }
 
 func (r *readyList[M]) clear() int {

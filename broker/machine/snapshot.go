@@ -304,7 +304,7 @@ func Decode[M, C any](b []byte, fx Effects[M, C], decM func([]byte) (M, []byte, 
 			}
 			c.out.PushBack(e)
 			c.outN++
-			countIn(&m.unacked, &e, 1)
+			m.unacked.add(e.Size, e.Persistent, 1)
 		}
 	}
 	consumer := func(removed bool) *Consumer[M, C] {
