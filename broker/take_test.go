@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/clock"
 )
 
 // Take walks a queue in delivery order, in memory and on disk, budget by
@@ -178,4 +180,31 @@ func pagingVHost(t *testing.T, window int) *VHost {
 	b := New(Config{Store: newMemStore(), Messages: ms, QueueWindow: window})
 	noErr(t, b.Recover())
 	return b.VHost("/")
+}
+
+// TestTakeReturnExpires: a message taken in place and returned still
+// expires on time, wherever it sits (issue 12: the machine's property
+// tests found that its tombstone hid the returned entry from the expiry
+// timer, which then left it to expire only once at the head).
+func TestTakeReturnExpires(t *testing.T) {
+	c := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	v := New(Config{Clock: c}).VHost("/")
+	q, _, _, err := v.DeclareQueue(QueueSpec{Name: "ttl", Args: amqp.Table{"x-message-ttl": int64(1000)}}, false)
+	noErr(t, err)
+	var r Router
+	for _, b := range []string{"a", "b", "c"} {
+		_, err := v.Publish(&r, "", &Message{RoutingKey: "ttl", Body: []byte(b)})
+		noErr(t, err)
+	}
+	var cur TakeCursor
+	ds, _ := q.Take(&cur, 0, 100, q.LastSeq(), func(m *Message) bool { return string(m.Body) == "b" })
+	if len(ds) != 1 {
+		t.Fatalf("took %d, want 1", len(ds))
+	}
+	q.Return(ds, false)
+	c.Advance(1001 * time.Millisecond)
+	s := q.Stats()
+	if s.Ready != 0 || s.Dropped[ReasonExpired] != 3 {
+		t.Fatalf("after the TTL: %d ready, %d expired; want 0 and 3", s.Ready, s.Dropped[ReasonExpired])
+	}
 }

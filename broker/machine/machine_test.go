@@ -48,6 +48,9 @@ const (
 	opPurge
 	opConfig
 	opDLX
+	opTake
+	opReserve
+	opPlaceReserved
 	nOps
 )
 
@@ -82,6 +85,7 @@ type harness struct {
 	idOf      map[uint64]uint64 // seq -> message id, for publishes
 	seen      map[uint64]bool   // handed out before (delivered or got)
 	trims     bool              // the last command trims a drop-head queue
+	reserved  []uint64          // sequence numbers reserved for messages moving in
 	pubSeq    uint64
 	failures  []string
 }
@@ -230,7 +234,7 @@ func newHarness(t testing.TB, rng *rand.Rand) *harness {
 
 func genCmd(rng *rand.Rand) cmd {
 	// publishes and settlements dominate
-	w := []int{30, 5, 3, 12, 10, 5, 5, 3, 8, 3, 4, 1, 1, 1}
+	w := []int{30, 5, 3, 12, 10, 5, 5, 3, 8, 3, 4, 1, 1, 1, 3, 2, 2}
 	total := 0
 	for _, x := range w {
 		total += x
@@ -294,7 +298,7 @@ func (h *harness) idFor(c *tc, seq uint64) uint64 {
 
 func (h *harness) apply(x cmd) {
 	m := h.m
-	h.trims = x.op == opPublish || x.op == opTick || x.op == opConfig || x.op == opRequeue
+	h.trims = x.op == opPublish || x.op == opTick || x.op == opConfig || x.op == opRequeue || x.op == opPlaceReserved
 	switch x.op {
 	case opPublish:
 		h.nextID++
@@ -433,6 +437,43 @@ func (h *harness) apply(x cmd) {
 		cfg := m.cfg
 		cfg.DLX = !cfg.DLX
 		m.SetConfig(h.now, cfg)
+	case opTake:
+		// Take (the replay's filter): the k-th ready message of a level
+		// into the get holder, leaving the others where they are.
+		l := int(x.a) % m.Levels()
+		k := int(x.b % 5)
+		m.Walk(l, 0, func(e *ten) bool {
+			if k > 0 {
+				k--
+				return true
+			}
+			t := m.TakeEntry(e)
+			h.seen[t.Msg] = true
+			return false
+		})
+	case opReserve:
+		h.reserved = append(h.reserved, m.Reserve())
+	case opPlaceReserved:
+		// a dead letter moving in takes its place among later publishes
+		if len(h.reserved) == 0 {
+			h.trims = false
+			return
+		}
+		i := int(x.a) % len(h.reserved)
+		seq := h.reserved[i]
+		h.reserved = slices.Delete(h.reserved, i, i+1)
+		h.nextID++
+		id := h.nextID
+		h.fates[id] = live
+		if m.Rejects(id, uint32(x.b%40), false) {
+			if h.fates[id] == live {
+				h.fates[id] = refused
+			}
+			h.trims = false
+			return
+		}
+		h.seen[id] = true // not in publish order: exempt from the first-delivery order check
+		m.Place(h.now, m.EntryAt(h.now, seq, id, uint32(x.b%40), uint8(x.c%6), false, -1))
 	}
 }
 
@@ -515,7 +556,8 @@ func (h *harness) snapshot() []byte { return h.m.Snapshot(nil, encID) }
 func (h *harness) restore(t testing.TB, snap []byte) *harness {
 	g := &harness{t: t, now: h.now, window: h.window, paged: slices.Clone(h.paged), sink: map[int]bool{}, cons: map[int]*tc{},
 		active: slices.Clone(h.active), nextC: h.nextC, fates: map[uint64]fate{}, nextID: h.nextID, counts: map[uint64][2]uint32{},
-		lastFirst: map[uint8]uint64{}, idOf: map[uint64]uint64{}, pubSeq: h.pubSeq, seen: map[uint64]bool{}}
+		lastFirst: map[uint8]uint64{}, idOf: map[uint64]uint64{}, pubSeq: h.pubSeq, seen: map[uint64]bool{},
+		reserved: slices.Clone(h.reserved)}
 	for k, v := range h.seen {
 		g.seen[k] = v
 	}

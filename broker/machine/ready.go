@@ -69,8 +69,14 @@ func (r *readyList[M]) putBack(e Entry[M]) {
 	if d.Len() == 0 || d.Ptr(d.Len()-1).Seq < e.Seq {
 		d.PushBack(e)
 	} else {
-		i := sort.Search(d.Len(), func(i int) bool { return d.Ptr(i).Seq > e.Seq })
-		d.Insert(i, e)
+		i := sort.Search(d.Len(), func(i int) bool { return d.Ptr(i).Seq >= e.Seq })
+		if i < d.Len() && d.Ptr(i).Seq == e.Seq && d.Ptr(i).Dead {
+			// Its own tombstone (taken in place, now returned): a
+			// second entry with the seq would hide it from find.
+			*d.Ptr(i) = e
+		} else {
+			d.Insert(i, e)
+		}
 	}
 	r.c.add(e.Size, e.Persistent, 1)
 }
