@@ -10,6 +10,22 @@
 // Messages on the shell's disk only (paged out) are counts here, plus a
 // deadline for those with a TTL: the shell pages them out (PageOut) and
 // back in (PageIn) as its memory window says.
+//
+// Commands (methods; the time, when it matters, is an argument):
+//
+//	publish    Duplicate (publisher id, seq), Rejects (reject-publish(-dlx)),
+//	           NewEntry or Reserve + EntryAt, then Place or PageOut
+//	paging     PageIn, ExpiredPaged, LostPaged, ForgetPaged
+//	consume    AddConsumer (priority, credit, exclusive, single active),
+//	           RemoveConsumer, Dispatch, Get, TakeEntry, TakePaged
+//	settle     Ack, Reject, Requeue (failed or plain) + Returned, Untake
+//	time       Tick (expiry, due retries, drop-head), Touch, Unused
+//	admin      SetConfig, SetDeadLettersOwed, Purge, Delete, Restore
+//
+// Effects (Effects, called synchronously inside a command): Deliver
+// (whose answer, taken or refused, is part of the command's input),
+// DeadLetter, Drop, Settled, Requeued (write the new counts), PageIn,
+// ExpirePaged; IsPaged is a query. NextDeadline is when to Tick next.
 package machine
 
 import (
@@ -22,8 +38,10 @@ import (
 type Effects[M, C any] interface {
 	// Deliver offers e to consumer c. It returns false, without taking
 	// e, when c cannot take a message now: that answer is part of the
-	// command's input (a Refuse of c at this point): the entry stays
-	// where it was and c is not offered anything more in this dispatch.
+	// command's input (a refusal by c at this point, which a log
+	// records): the entry stays where it was and c is blocked, offered
+	// nothing more until the next dispatch (Dispatch, or any command
+	// that dispatches).
 	Deliver(c *Consumer[M, C], e Entry[M]) bool
 	// DeadLetter is e leaving the queue for reason r with a dead-letter
 	// exchange set: the shell publishes it (at most or at least once).
@@ -276,17 +294,6 @@ func (m *Machine[M, C]) PageIn(e Entry[M]) {
 	m.paged.add(e.Size, e.Persistent, -1)
 	e.Level = 0
 	m.ready.putBack(e)
-}
-
-// Unpage counts a paged-out message out (it was taken, lost, or
-// purged with the paged tail); the shell deals with its record.
-func (m *Machine[M, C]) Unpage(size uint32, persistent bool) {
-	m.paged.add(size, persistent, -1)
-}
-
-// Repage counts a message back as paged out (a Take undone where it sat).
-func (m *Machine[M, C]) Repage(size uint32, persistent bool) {
-	m.paged.add(size, persistent, 1)
 }
 
 // ForgetPaged counts every paged-out message out: the shell lost them.
