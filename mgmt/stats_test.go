@@ -403,3 +403,21 @@ func TestShovelResumesAfterRestart(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// issue 12: the publishes of a replay (made by the broker's
+// ReplayDeadLetters, told to the server through broker.OnRepublish) count
+// in the exchange's message_stats as the API's own publish does.
+func TestReplayCountsInExchangeStats(t *testing.T) {
+	f := newFixture(t)
+	f.topology()
+	f.deadLetter("a", "b")
+	var r replayReply
+	if st := f.call("POST", "/api/dead-letters/%2F/orders.dlq/replay", map[string]any{}, &r); st != 200 || r.Replayed != 2 {
+		t.Fatalf("replay: %d %+v", st, r)
+	}
+	var x map[string]any
+	f.call("GET", "/api/exchanges/%2F/orders-x", nil, &x)
+	if ms, _ := x["message_stats"].(map[string]any); ms["publish_in"] != float64(4) || ms["publish_out"] != float64(4) {
+		t.Fatalf("orders-x message_stats after the replay = %v, want publish_in 4 (2 published, 2 replayed), publish_out 4", ms)
+	}
+}
