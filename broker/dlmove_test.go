@@ -48,6 +48,7 @@ func (f *moveFixture) crash(t *testing.T) {
 func newMoveFixture(t *testing.T) *moveFixture {
 	f := &moveFixture{dir: t.TempDir(), defs: newMemStore()}
 	f.open(t)
+	t.Cleanup(func() { f.ms.Close(false) }) // the store open at the end (issue 12: leak check)
 	v := f.b.VHost("/")
 	must := func(err error) {
 		t.Helper()
