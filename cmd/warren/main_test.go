@@ -16,6 +16,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/goleak"
 
 	"github.com/warrenmq/warren/internal/testutil"
 )
@@ -122,9 +123,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	// Fail the run when goroutines are left running after all the tests
+	// (issue 12).
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
 
 // buildWarren builds the binary once per test run.
