@@ -89,18 +89,32 @@ func wantCode(t *testing.T, err error, code uint16, hard bool) *Error {
 }
 
 // writeSeeds writes fuzz seed corpus files when WARREN_WRITE_SEEDS=1.
+//
+// Without WARREN_WRITE_SEEDS=1 it checks instead that the committed corpus
+// holds every seed as built now (issue 12: the Seeds tests used to return
+// silently, passing without checking anything).
 func writeSeeds(t *testing.T, fuzzName string, seeds map[string][]byte) {
-	if os.Getenv("WARREN_WRITE_SEEDS") != "1" {
-		return
-	}
+	t.Helper()
 	dir := filepath.Join("testdata", "fuzz", fuzzName)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	write := os.Getenv("WARREN_WRITE_SEEDS") == "1"
+	if write {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for name, b := range seeds {
+		path := filepath.Join(dir, "seed-"+name)
 		data := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
-		if err := os.WriteFile(filepath.Join(dir, "seed-"+name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
+		if write {
+			if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if got, err := os.ReadFile(path); err != nil {
+			t.Errorf("%v: rerun with WARREN_WRITE_SEEDS=1 and commit the seed", err)
+		} else if string(got) != data {
+			t.Errorf("%s is out of date: rerun with WARREN_WRITE_SEEDS=1 and commit it", path)
 		}
 	}
 }

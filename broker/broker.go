@@ -54,6 +54,7 @@ type Broker struct {
 	// publishes skip the topic check while there are none (topicperm.go).
 	topicPerms atomic.Int64
 	params     map[string]DefParameter // runtime parameters by vhost, component, name (params.go)
+	moves      moveState               // replays, moves and shovels (replay.go, shovel.go)
 
 	store DefinitionStore
 	msgs  *MsgStore

@@ -113,6 +113,8 @@ type DefParameter struct {
 	Component string `json:"component"`
 	Name      string `json:"name"`
 	Value     any    `json:"value"`
+	// User is the user a shovel acts for (shovel.go); never exported.
+	User string `json:"user,omitempty"`
 }
 
 // DefPolicy is a policy.

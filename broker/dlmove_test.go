@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // Crash states of a dead-letter move (dlmove.go), built record by record
@@ -47,6 +48,7 @@ func (f *moveFixture) crash(t *testing.T) {
 func newMoveFixture(t *testing.T) *moveFixture {
 	f := &moveFixture{dir: t.TempDir(), defs: newMemStore()}
 	f.open(t)
+	t.Cleanup(func() { f.ms.Close(false) }) // the store open at the end (issue 12: leak check)
 	v := f.b.VHost("/")
 	must := func(err error) {
 		t.Helper()
@@ -180,12 +182,10 @@ func TestMoveEndToEndR3_9(t *testing.T) {
 		t.Fatal("no message")
 	}
 	src.Reject([]Delivery{d})
-	deadline := time.Now().Add(5 * time.Second)
-	for f.b.VHost("/").Queue("t2").Stats().Ready != 1 || f.b.VHost("/").Queue("t1").Stats().Ready != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("dead letter did not arrive in both targets")
-		}
-		time.Sleep(time.Millisecond)
+	if !testutil.Until(5*time.Second, func() bool {
+		return f.b.VHost("/").Queue("t2").Stats().Ready == 1 && f.b.VHost("/").Queue("t1").Stats().Ready == 1
+	}) {
+		t.Fatal("dead letter did not arrive in both targets")
 	}
 	f.crash(t)
 	f.open(t)
@@ -273,10 +273,7 @@ func TestDeadLettersPageOut(t *testing.T) {
 		}
 		src.Reject([]Delivery{d})
 	}
-	waitFor := time.Now().Add(5 * time.Second)
-	for dlq.Stats().Ready < 200 && time.Now().Before(waitFor) {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Until(5*time.Second, func() bool { return dlq.Stats().Ready >= 200 })
 	if st := dlq.Stats(); st.Ready != 200 || st.PagedOut < 150 {
 		t.Fatalf("dlq: %d ready, %d paged out; want 200, most of them paged out", st.Ready, st.PagedOut)
 	}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/topic"
 )
 
 // Exchange kinds.
@@ -72,7 +73,7 @@ type Exchange struct {
 	inbound map[*Binding]struct{}
 	direct  map[string][]dest
 	fanout  []dest
-	topic   *topicTrie[dest]
+	topic   *topic.Trie[dest]
 	headers []*Binding
 	deleted bool
 
@@ -93,7 +94,7 @@ func newExchange(v *VHost, name, kind string, durable, autoDelete, internal bool
 	case KindDirect:
 		x.direct = map[string][]dest{}
 	case KindTopic:
-		x.topic = newTopicTrie[dest]()
+		x.topic = topic.New[dest]()
 	}
 	return x
 }
@@ -122,7 +123,7 @@ func (x *Exchange) addBinding(b *Binding) {
 	case KindFanout:
 		x.fanout = append(x.fanout, b.dest)
 	case KindTopic:
-		x.topic.add(b.RoutingKey, b.dest)
+		x.topic.Add(b.RoutingKey, b.dest)
 	case KindHeaders:
 		x.headers = append(x.headers, b)
 	}
@@ -141,12 +142,12 @@ func (x *Exchange) removeBinding(b *Binding) {
 	case KindFanout:
 		x.fanout = removeDest(x.fanout, b.dest)
 	case KindTopic:
-		x.topic.remove(b.RoutingKey, b.dest)
+		x.topic.Remove(b.RoutingKey, b.dest)
 		// Another binding of the same dest and key with other arguments
 		// keeps the route alive.
 		for _, o := range x.bindings {
 			if o.dest == b.dest && o.RoutingKey == b.RoutingKey {
-				x.topic.add(o.RoutingKey, o.dest)
+				x.topic.Add(o.RoutingKey, o.dest)
 				break
 			}
 		}
@@ -185,7 +186,7 @@ func (x *Exchange) match(keys []string, headers amqp.Table, fn func(dest)) {
 		}
 	case KindTopic:
 		for _, k := range keys {
-			x.topic.match(k, fn)
+			x.topic.Match(k, fn)
 		}
 	case KindHeaders:
 		for _, b := range x.headers {

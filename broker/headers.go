@@ -2,12 +2,11 @@ package broker
 
 import (
 	"math"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/erlterm"
 )
 
 // Headers exchange matching, following RabbitMQ's
@@ -128,7 +127,7 @@ func headerValueEqual(a, b any) bool {
 // typedValueEqual compares two field values nested in an array or table,
 // where RabbitMQ keeps the type tag: {signedint, 1} != {long, 1}.
 func typedValueEqual(a, b any) bool {
-	ta, tb := fieldTypeName(a), fieldTypeName(b)
+	ta, tb := erlterm.FieldType(a), erlterm.FieldType(b)
 	return ta != "" && ta == tb && headerValueEqual(a, b)
 }
 
@@ -162,33 +161,13 @@ func erlClass(v any) erlTermClass {
 	return erlOther
 }
 
+// fieldTypeName is erlterm.FieldType.
+func fieldTypeName(v any) string { return erlterm.FieldType(v) }
+
 // erlNumberOf returns v as an integer (isInt) or a float.
 func erlNumberOf(v any) (i int64, f float64, isInt bool) {
-	switch x := v.(type) {
-	case int8:
-		return int64(x), 0, true
-	case uint8:
-		return int64(x), 0, true
-	case int16:
-		return int64(x), 0, true
-	case uint16:
-		return int64(x), 0, true
-	case int32:
-		return int64(x), 0, true
-	case uint32:
-		return int64(x), 0, true
-	case int64:
-		return x, 0, true
-	case int:
-		return int64(x), 0, true
-	case time.Time:
-		return x.Unix(), 0, true
-	case float32:
-		return 0, float64(x), false
-	case float64:
-		return 0, x, false
-	}
-	return 0, 0, false
+	i, f, isInt, _ = erlterm.Number(v)
+	return i, f, isInt
 }
 
 // erlNumberEqual compares numbers exactly, as Erlang's == does: an integer
@@ -294,48 +273,6 @@ func asTable(v any) amqp.Table {
 	return nil
 }
 
-// fieldTypeName returns RabbitMQ's name for the AMQP field type of v
-// (rabbit_binary_parser), or "" for values of no field type.
-func fieldTypeName(v any) string {
-	switch v.(type) {
-	case bool:
-		return "bool"
-	case int8:
-		return "byte"
-	case uint8:
-		return "unsignedbyte"
-	case int16:
-		return "short"
-	case uint16:
-		return "unsignedshort"
-	case int32:
-		return "signedint"
-	case uint32:
-		return "unsignedint"
-	case int64, int:
-		return "long"
-	case float32:
-		return "float"
-	case float64:
-		return "double"
-	case amqp.Decimal:
-		return "decimal"
-	case string:
-		return "longstr"
-	case []any:
-		return "array"
-	case time.Time:
-		return "timestamp"
-	case amqp.Table, map[string]any:
-		return "table"
-	case nil:
-		return "void"
-	case []byte:
-		return "binary"
-	}
-	return ""
-}
-
 // validateHeadersBinding returns the 406 PRECONDITION_FAILED error RabbitMQ gives for an invalid x-match value, or nil.
 //
 // The texts are RabbitMQ's validate_binding, formatted with ~tp. Probed
@@ -370,192 +307,13 @@ func validateHeadersBinding(args amqp.Table) *amqp.Error {
 		}
 		return amqp.Errorf(amqp.PreconditionFailed,
 			"Invalid x-match field value %s; expected all, any, all-with-x, or any-with-x",
-			erlFormatBinary(nil, []byte(s)))
+			erlterm.AppendBinary(nil, []byte(s)))
 	}
-	typ := fieldTypeName(v)
+	typ := erlterm.FieldType(v)
 	if typ == "" {
 		typ = "unknown" // not a field value; cannot come off the wire
 	}
 	return amqp.Errorf(amqp.PreconditionFailed,
 		"Invalid x-match field type %s (value %s); expected longstr",
-		typ, erlFormatValue(nil, v))
-}
-
-// erlFormatValue appends the Erlang term RabbitMQ decodes for a field value,
-// as ~tp prints it on one line.
-func erlFormatValue(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case bool:
-		return strconv.AppendBool(b, x)
-	case int8, uint8, int16, uint16, int32, uint32, int64, int, time.Time:
-		i, _, _ := erlNumberOf(x)
-		return strconv.AppendInt(b, i, 10)
-	case float32:
-		return erlFormatFloat(b, float64(x))
-	case float64:
-		return erlFormatFloat(b, x)
-	case amqp.Decimal:
-		// RabbitMQ decodes the value as unsigned: {0,4294967293} for -3.
-		b = append(b, '{')
-		b = strconv.AppendUint(b, uint64(x.Scale), 10)
-		b = append(b, ',')
-		b = strconv.AppendUint(b, uint64(uint32(x.Value)), 10)
-		return append(b, '}')
-	case string:
-		return erlFormatBinary(b, []byte(x))
-	case []byte:
-		return erlFormatBinary(b, x)
-	case nil:
-		return append(b, "undefined"...)
-	case []any:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '{')
-			b = append(b, fieldTypeName(e)...)
-			b = append(b, ',')
-			b = erlFormatValue(b, e)
-			b = append(b, '}')
-		}
-		return append(b, ']')
-	case amqp.Table, map[string]any:
-		t := asTable(x)
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '[')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '{')
-			b = erlFormatBinary(b, []byte(k))
-			b = append(b, ',')
-			b = append(b, fieldTypeName(t[k])...)
-			b = append(b, ',')
-			b = erlFormatValue(b, t[k])
-			b = append(b, '}')
-		}
-		return append(b, ']')
-	}
-	return append(b, "undefined"...)
-}
-
-// erlFormatBinary appends a binary as ~tp prints it with Erlang's default
-// latin1 printable range: <<"text">> when every byte is a printable latin1
-// character (32-126, 160-255, or one of \n \r \t \v \b \f \e), with the
-// bytes copied as they are and only the escapes below; otherwise the byte
-// values, <<97,1,98>>. Probed: "héllo" as UTF-8 prints as the raw bytes
-// <<"h\xc3\xa9llo">>; "日本" prints as <<230,151,165,230,156,172>> because
-// 0x97 is not printable latin1; "a\x1bb" prints as <<"a\eb">>.
-func erlFormatBinary(b, bin []byte) []byte {
-	printable := true
-	for _, c := range bin {
-		if !(c >= 32 && c <= 126 || c >= 160 || strings.IndexByte("\n\r\t\v\b\f\x1b", c) >= 0) {
-			printable = false
-			break
-		}
-	}
-	b = append(b, "<<"...)
-	if !printable {
-		for i, c := range bin {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendUint(b, uint64(c), 10)
-		}
-		return append(b, ">>"...)
-	}
-	if len(bin) == 0 {
-		return append(b, ">>"...)
-	}
-	b = append(b, '"')
-	for _, c := range bin {
-		switch c {
-		case '"':
-			b = append(b, `\"`...)
-		case '\\':
-			b = append(b, `\\`...)
-		case '\n':
-			b = append(b, `\n`...)
-		case '\r':
-			b = append(b, `\r`...)
-		case '\t':
-			b = append(b, `\t`...)
-		case '\v':
-			b = append(b, `\v`...)
-		case '\b':
-			b = append(b, `\b`...)
-		case '\f':
-			b = append(b, `\f`...)
-		case 0x1b:
-			b = append(b, `\e`...)
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, `">>`...)
-}
-
-// erlFormatFloat appends f as Erlang's ~p prints a float
-// (io_lib_format:fwrite_g): the shortest digits that read back as f, in
-// plain notation unless the exponent form is shorter. Probed: 5.0, 1.5,
-// 0.1, 0.001, 0.0001, 100.0, 123456789.0, 123.456, -2.5, 0.0, -0.0, 1.0e3,
-// 1.0e15, 1.0e20, 1.0e-7, 5.0e-324, and float32 1.1 as 1.100000023841858.
-func erlFormatFloat(b []byte, f float64) []byte {
-	if math.Signbit(f) {
-		b = append(b, '-')
-		f = -f
-	}
-	if f == 0 {
-		return append(b, "0.0"...)
-	}
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		// Not representable in Erlang; RabbitMQ rejects such frames.
-		return strconv.AppendFloat(b, f, 'g', -1, 64)
-	}
-	e := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX
-	mant, exp, _ := strings.Cut(e, "e")
-	digits := strings.Replace(mant, ".", "", 1)
-	x, _ := strconv.Atoi(exp)
-	place := x + 1 // digits before the decimal point
-	n := len(digits)
-	switch {
-	case place == 0:
-		return append(append(b, "0."...), digits...)
-	case place > 0 && place < n:
-		b = append(b, digits[:place]...)
-		b = append(b, '.')
-		return append(b, digits[place:]...)
-	}
-	expStr := strconv.Itoa(place - 1)
-	expDot := 1
-	if n == 1 {
-		expDot = 2
-	}
-	expCost := len(expStr) + 1 + expDot
-	if place < 0 {
-		if 2-place <= expCost {
-			b = append(b, "0."...)
-			b = append(b, strings.Repeat("0", -place)...)
-			return append(b, digits...)
-		}
-	} else if place-n+2 <= expCost {
-		b = append(b, digits...)
-		b = append(b, strings.Repeat("0", place-n)...)
-		return append(b, ".0"...)
-	}
-	b = append(b, digits[0])
-	b = append(b, '.')
-	if n == 1 {
-		b = append(b, '0')
-	} else {
-		b = append(b, digits[1:]...)
-	}
-	b = append(b, 'e')
-	return append(b, expStr...)
+		typ, erlterm.AppendField(nil, v))
 }

@@ -220,37 +220,6 @@ func TestValidateHeadersBinding(t *testing.T) {
 	}
 }
 
-// Float formats probed against RabbitMQ 3.10.8 through the x-match error
-// text (~tp of a double).
-func TestErlFormatFloat(t *testing.T) {
-	cases := map[float64]string{
-		5:                     "5.0",
-		1.5:                   "1.5",
-		-2.5:                  "-2.5",
-		0:                     "0.0",
-		math.Copysign(0, -1):  "-0.0",
-		0.1:                   "0.1",
-		0.001:                 "0.001",
-		0.0001:                "0.0001",
-		1e-7:                  "1.0e-7",
-		100:                   "100.0",
-		1000:                  "1.0e3",
-		123456789:             "123456789.0",
-		123.456:               "123.456",
-		1e15:                  "1.0e15",
-		1e16:                  "1.0e16",
-		1e20:                  "1.0e20",
-		1e300:                 "1.0e300",
-		5e-324:                "5.0e-324",
-		float64(float32(1.1)): "1.100000023841858",
-	}
-	for f, want := range cases {
-		if got := string(erlFormatFloat(nil, f)); got != want {
-			t.Errorf("erlFormatFloat(%v) = %q, want %q", f, got, want)
-		}
-	}
-}
-
 func BenchmarkHeadersMatchAll(b *testing.B) {
 	args := amqp.Table{"x-match": "all", "format": "pdf", "type": "report", "version": int32(2)}
 	hdrs := amqp.Table{"format": "pdf", "type": "report", "version": int64(2), "size": int64(1024)}

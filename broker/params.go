@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// Runtime parameters that the management API runs (the shovel moves of
-// mgmt/shovel.go): kept in the definitions store so that they resume
+// Runtime parameters that the broker runs (the shovel moves of
+// shovel.go): kept in the definitions store so that they resume
 // after a restart, deleted with their vhost. They are not part of
 // definitions exports: a move is an operation in progress, not a
 // definition (and RabbitMQ without the shovel plugin refuses to import
@@ -20,12 +20,18 @@ func paramKey(vhost, component, name string) string {
 // SetParameter stores a runtime parameter, replacing one of the same
 // component and name in the vhost; ErrNoVHost for an unknown vhost.
 func (b *Broker) SetParameter(vhost, component, name string, value map[string]any) error {
+	return b.setParameter(vhost, component, name, value, "")
+}
+
+// setParameter is SetParameter kept with the user it acts for (a
+// shovel's).
+func (b *Broker) setParameter(vhost, component, name string, value map[string]any, user string) error {
 	b.mu.Lock()
 	if b.vhosts[vhost] == nil {
 		b.mu.Unlock()
 		return ErrNoVHost
 	}
-	p := DefParameter{VHost: vhost, Component: component, Name: name, Value: maps.Clone(value)}
+	p := DefParameter{VHost: vhost, Component: component, Name: name, Value: maps.Clone(value), User: user}
 	if b.params == nil {
 		b.params = map[string]DefParameter{}
 	}

@@ -42,6 +42,7 @@ import (
 	"sync/atomic"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/erlterm"
 )
 
 // Policy apply-to values.
@@ -96,7 +97,7 @@ func intKey(min int64, what string) func(any) (any, error) {
 		if n, ok := policyInt(v); ok && n >= min {
 			return n, nil
 		}
-		return nil, policyErrorf("%s is not a valid %s", erlJSONTerm(v), what)
+		return nil, policyErrorf("%s is not a valid %s", erlterm.JSON(v), what)
 	}
 }
 
@@ -109,7 +110,7 @@ func stringKey(what string) func(any) (any, error) {
 		if s, ok := v.(string); ok {
 			return s, nil
 		}
-		return nil, policyErrorf("%s is not a valid %s", erlJSONTerm(v), what)
+		return nil, policyErrorf("%s is not a valid %s", erlterm.JSON(v), what)
 	}
 }
 
@@ -118,7 +119,7 @@ func enumKey(what string, values ...string) func(any) (any, error) {
 		if s, ok := v.(string); ok && slices.Contains(values, s) {
 			return s, nil
 		}
-		return nil, policyErrorf("%s is not a valid %s", erlJSONTerm(v), what)
+		return nil, policyErrorf("%s is not a valid %s", erlterm.JSON(v), what)
 	}
 }
 
@@ -161,14 +162,14 @@ func checkQueueVersionPolicy(v any) (any, error) {
 	if n, ok := policyInt(v); ok && (n == 1 || n == 2) {
 		return n, nil
 	}
-	return nil, policyErrorf("%s is not a valid queue-version value", erlJSONTerm(v))
+	return nil, policyErrorf("%s is not a valid queue-version value", erlterm.JSON(v))
 }
 
 func checkMaxAgePolicy(v any) (any, error) {
 	if checkMaxAgeArg(v, nil) == "" {
 		return v, nil
 	}
-	return nil, policyErrorf("%s is not a valid max age", erlJSONTerm(v))
+	return nil, policyErrorf("%s is not a valid max age", erlterm.JSON(v))
 }
 
 // maxStreamSegmentSize is RabbitMQ's ?MAX_STREAM_MAX_SEGMENT_SIZE (3 GB).
@@ -178,35 +179,35 @@ func checkSegmentSizePolicy(v any) (any, error) {
 	if n, ok := policyInt(v); ok && n >= 0 && n <= maxStreamSegmentSize {
 		return n, nil
 	}
-	return nil, policyErrorf("%s is not a valid segment size", erlJSONTerm(v))
+	return nil, policyErrorf("%s is not a valid segment size", erlterm.JSON(v))
 }
 
 func checkFilterSizePolicy(v any) (any, error) {
 	if n, ok := policyInt(v); ok && n >= 16 && n <= 255 {
 		return n, nil
 	}
-	return nil, policyErrorf("%s is not a valid filter size. Valid range is 16-255", erlJSONTerm(v))
+	return nil, policyErrorf("%s is not a valid filter size. Valid range is 16-255", erlterm.JSON(v))
 }
 
 func checkTargetGroupSizePolicy(v any) (any, error) {
 	if n, ok := policyInt(v); ok && n > 0 {
 		return n, nil
 	}
-	return nil, policyErrorf("%s is not a valid qq target count value", erlJSONTerm(v))
+	return nil, policyErrorf("%s is not a valid qq target count value", erlterm.JSON(v))
 }
 
 func checkPlacementTagPolicy(v any) (any, error) {
 	if s, ok := v.(string); ok && s != "" {
 		return s, nil
 	}
-	return nil, policyErrorf("%s is not a valid member-placement-tag value. Must be a non-empty string", erlJSONTerm(v))
+	return nil, policyErrorf("%s is not a valid member-placement-tag value. Must be a non-empty string", erlterm.JSON(v))
 }
 
 func checkDelayedRetryTypePolicy(v any) (any, error) {
 	if s, ok := v.(string); ok && slices.Contains([]string{"all", "failed", "returned", "disabled"}, s) {
 		return s, nil
 	}
-	return nil, policyErrorf("%s is not a valid delayed retry type. Must be one of: all, failed, returned, disabled", erlJSONTerm(v))
+	return nil, policyErrorf("%s is not a valid delayed retry type. Must be one of: all, failed, returned, disabled", erlterm.JSON(v))
 }
 
 func checkDelayedRetryDelayPolicy(which string) func(any) (any, error) {
@@ -214,7 +215,7 @@ func checkDelayedRetryDelayPolicy(which string) func(any) (any, error) {
 		if n, ok := policyInt(v); ok && n > 0 {
 			return n, nil
 		}
-		return nil, policyErrorf("%s is not a valid delayed retry %s delay. Must be a positive integer", erlJSONTerm(v), which)
+		return nil, policyErrorf("%s is not a valid delayed retry %s delay. Must be a positive integer", erlterm.JSON(v), which)
 	}
 }
 
@@ -242,67 +243,6 @@ func policyInt(v any) (int64, bool) {
 		return 0, false
 	}
 	return IntArg(v)
-}
-
-// ErlJSONTerm formats a JSON value as RabbitMQ prints the decoded term
-// with ~tp: strings as binaries, objects as maps, null as the atom null.
-func ErlJSONTerm(v any) string { return erlJSONTerm(v) }
-
-func erlJSONTerm(v any) string {
-	return string(appendErlJSONTerm(nil, v))
-}
-
-func appendErlJSONTerm(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case nil:
-		return append(b, "null"...)
-	case string:
-		return erlFormatBinary(b, []byte(x))
-	case bool:
-		return strconv.AppendBool(b, x)
-	case json.Number:
-		if n, err := strconv.ParseInt(string(x), 10, 64); err == nil {
-			return strconv.AppendInt(b, n, 10)
-		}
-		if f, err := x.Float64(); err == nil {
-			return erlFormatFloat(b, f)
-		}
-		return append(b, x...)
-	case float64:
-		if n, ok := policyInt(x); ok {
-			return strconv.AppendInt(b, n, 10)
-		}
-		return erlFormatFloat(b, x)
-	case []any:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendErlJSONTerm(b, e)
-		}
-		return append(b, ']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		b = append(b, "#{"...)
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = erlFormatBinary(b, []byte(k))
-			b = append(b, " => "...)
-			b = appendErlJSONTerm(b, x[k])
-		}
-		return append(b, '}')
-	}
-	if n, ok := IntArg(v); ok {
-		return strconv.AppendInt(b, n, 10)
-	}
-	return fmt.Appendf(b, "%v", v)
 }
 
 // compilePolicy validates p as RabbitMQ validates a policy (operator
@@ -340,9 +280,9 @@ func compilePolicy(p Policy, operator bool) (*Policy, error) {
 				unknown = append(unknown, ',')
 			}
 			unknown = append(unknown, '{')
-			unknown = erlFormatBinary(unknown, []byte(k))
+			unknown = erlterm.AppendBinary(unknown, []byte(k))
 			unknown = append(unknown, ',')
-			unknown = appendErlJSONTerm(unknown, p.Definition[k])
+			unknown = erlterm.AppendJSON(unknown, p.Definition[k])
 			unknown = append(unknown, '}')
 			continue
 		}
@@ -404,7 +344,7 @@ func compilePolicyPattern(pattern string) (*regexp.Regexp, error) {
 			msg = string(se.Code)
 		}
 	}
-	return nil, policyErrorf("pattern should be regular expression but is invalid: {%s,%d}", erlString(msg), len(pattern))
+	return nil, policyErrorf("pattern should be regular expression but is invalid: {%s,%d}", erlterm.Charlist(msg), len(pattern))
 }
 
 func parsePolicyDef(def map[string]any) policyDef {

@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/erlterm"
 )
 
 // Queue types (x-queue-type).
@@ -218,30 +219,16 @@ func checkServerNamed(args amqp.Table) *amqp.Error {
 
 // argTypeName is RabbitMQ's name for the field type of v.
 func argTypeName(v any) string {
-	if t := fieldTypeName(v); t != "" {
+	if t := erlterm.FieldType(v); t != "" {
 		return t
 	}
 	return "unknown"
 }
 
-// erlString formats a charlist as ~p prints it: "text" when printable,
-// else a list of integers.
-func erlString(s string) string {
-	b := erlFormatBinary(nil, []byte(s)) // <<"text">> or <<1,2>>
-	inner := string(b[2 : len(b)-2])
-	if strings.HasPrefix(inner, `"`) {
-		return inner
-	}
-	if inner == "" {
-		return `[]`
-	}
-	return "[" + inner + "]"
-}
-
 func intArgTerm(v any) (int64, string) {
 	n, ok := IntArg(v)
 	if !ok {
-		return 0, erlString("expected integer, got " + argTypeName(v))
+		return 0, erlterm.Charlist("expected integer, got " + argTypeName(v))
 	}
 	return n, ""
 }
@@ -308,7 +295,7 @@ func checkQueueVersionArg(v any, args amqp.Table) string {
 		return term
 	}
 	if n, _ := IntArg(v); n != 2 {
-		return erlString(fmt.Sprintf("unsupported queue version '%d'", n))
+		return erlterm.Charlist(fmt.Sprintf("unsupported queue version '%d'", n))
 	}
 	return ""
 }
@@ -387,7 +374,7 @@ func checkQueueTypeArg(v any, _ amqp.Table) string {
 	case "", "undefined", QueueTypeClassic, QueueTypeQuorum, QueueTypeStream:
 		return ""
 	}
-	return erlString("unsupported queue type '" + s + "'")
+	return erlterm.Charlist("unsupported queue type '" + s + "'")
 }
 
 // checkMaxAgeArg is rabbit_amqqueue:check_max_age: digits, greater than
@@ -439,7 +426,7 @@ func queueArgsEquivalent(what string, q *Queue, got amqp.Table) error {
 			if argValueEquivalent(c, g) {
 				continue
 			}
-			return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for %s: received '%s' but current is '%s'", k, what, erlArgValue(g), erlArgValue(c))
+			return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for %s: received '%s' but current is '%s'", k, what, erlterm.Val(g), erlterm.Val(c))
 		}
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for %s: received %s but current is %s", k, what, describeTypedArg(g, gok), describeTypedArg(c, cok))
 	}
@@ -463,23 +450,11 @@ func argValueEquivalent(a, b any) bool {
 	return true
 }
 
-// erlArgValue formats an argument value as rabbit_misc:val/1 does: a binary
-// as its text (~ts), anything else as ~tp prints its Erlang term.
-func erlArgValue(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return string(x)
-	}
-	return string(erlFormatValue(nil, v))
-}
-
 func describeTypedArg(v any, ok bool) string {
 	if !ok {
 		return "none"
 	}
-	return fmt.Sprintf("the value '%s' of type '%s'", erlArgValue(v), argTypeName(v))
+	return fmt.Sprintf("the value '%s' of type '%s'", erlterm.Val(v), argTypeName(v))
 }
 
 // QueueArgs is the parsed form of a queue's arguments, after validation.

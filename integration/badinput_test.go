@@ -21,6 +21,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // healthy is a well-behaved client connection that must keep working.
@@ -325,12 +326,8 @@ func TestRandomFrames(t *testing.T) {
 	wg.Wait()
 	h.check(t)
 	// Every bad connection must be torn down: only the healthy one stays.
-	deadline := time.Now().Add(5 * time.Second)
-	for warren.warren.Server().ConnectionCount() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still open after the random sessions ended, want 1", warren.warren.Server().ConnectionCount())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testutil.Until(5*time.Second, func() bool { return warren.warren.Server().ConnectionCount() == 1 }) {
+		t.Fatalf("%d connections still open after the random sessions ended, want 1", warren.warren.Server().ConnectionCount())
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/warrenmq/warren/warrentest"
 
 	wire "github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // waitTimeout bounds every wait in these tests.
@@ -276,13 +277,7 @@ func counts(t *testing.T, ch *amqp.Channel, queue string) (messages, consumers i
 // waitFor polls cond until it holds or the wait times out.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, waitTimeout, what, cond)
 }
 
 // waitMessages polls until queue holds want ready messages.
@@ -290,16 +285,11 @@ func (e *env) waitMessages(queue string, want int) {
 	e.t.Helper()
 	ch := e.channel()
 	var got int
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	if !testutil.Until(waitTimeout, func() bool {
 		got, _ = counts(e.t, ch, queue)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("queue %s: got %d ready messages, want %d", queue, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return got == want
+	}) {
+		e.t.Fatalf("queue %s: got %d ready messages, want %d", queue, got, want)
 	}
 }
 

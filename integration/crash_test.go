@@ -39,6 +39,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 const (
@@ -585,14 +587,11 @@ func TestCrashUnderLoad(t *testing.T) {
 	p.Stop()
 
 	// Every goroutine of the load (and of its connections) has ended.
-	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("goroutines leaked: %d at the start, %d after the drain (harness bug):\n%s\n%s",
-				goroutines, runtime.NumGoroutine(), buf, replay)
-			break
-		}
+	if !testutil.Until(10*time.Second, func() bool { return runtime.NumGoroutine() <= goroutines }) {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("goroutines leaked: %d at the start, %d after the drain (harness bug):\n%s\n%s",
+			goroutines, runtime.NumGoroutine(), buf, replay)
 	}
 
 	// Accounting.

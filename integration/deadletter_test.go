@@ -6,6 +6,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -45,17 +46,12 @@ func TestRejectToDeadLetterQueue(t *testing.T) {
 	}
 	must(d.Nack(false, false))
 	var dl amqp.Delivery
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !testutil.Until(5*time.Second, func() bool {
 		dl, ok, err = ch.Get("orders.dlq", true)
 		must(err)
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no dead letter in orders.dlq")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return ok
+	}) {
+		t.Fatal("no dead letter in orders.dlq")
 	}
 	if dl.Exchange != "orders.dlx" || dl.RoutingKey != "failed" || dl.Redelivered {
 		t.Errorf("got exchange %q key %q redelivered %v, want orders.dlx failed false (R3.3, R3.10)", dl.Exchange, dl.RoutingKey, dl.Redelivered)

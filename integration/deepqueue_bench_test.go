@@ -15,6 +15,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // BenchmarkDeepQueue is the "deep queue" measurement: N persistent
@@ -393,7 +395,6 @@ func deepCheck(body []byte, n int, seen []atomic.Uint64) error {
 // deepWaitCount polls a passive declare of queue until it reports n
 // messages (the broker may accept connections before it has recovered).
 func deepWaitCount(p *proc, queue string, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	var conn *amqp.Connection
 	var ch *amqp.Channel
 	defer func() {
@@ -401,46 +402,44 @@ func deepWaitCount(p *proc, queue string, n int, timeout time.Duration) error {
 			conn.Close()
 		}
 	}()
-	last := "no answer"
-	for {
+	var final error // an answer that ends the wait early
+	last := testutil.UntilNil(timeout, func() error {
 		if exited, err := p.Exited(); exited {
-			return fmt.Errorf("warren exited: %v", err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("queue does not report %d messages within %v (last: %s)", n, timeout, last)
+			final = fmt.Errorf("warren exited: %v", err)
+			return nil
 		}
 		if conn == nil {
 			c, err := amqp.Dial(p.URL())
 			if err != nil {
-				last = err.Error()
-				time.Sleep(20 * time.Millisecond)
-				continue
+				return err
 			}
 			conn = c
 		}
 		if ch == nil {
 			c, err := conn.Channel()
 			if err != nil {
-				last = err.Error()
 				conn.Close()
 				conn = nil
-				continue
+				return err
 			}
 			ch = c
 		}
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		switch {
 		case err != nil: // the channel is closed (404 before recovery?)
-			last, ch = err.Error(), nil
-		case q.Messages == n:
-			return nil
+			ch = nil
+			return err
 		case q.Messages > n:
-			return fmt.Errorf("queue reports %d messages, more than the %d published", q.Messages, n)
-		default:
-			last = fmt.Sprintf("%d messages", q.Messages)
+			final = fmt.Errorf("queue reports %d messages, more than the %d published", q.Messages, n)
+		case q.Messages != n:
+			return fmt.Errorf("%d messages", q.Messages)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if last != nil {
+		return fmt.Errorf("queue does not report %d messages within %v (last: %v)", n, timeout, last)
 	}
+	return final
 }
 
 // deepDiskUsage is the total size of the regular files under dir (0 when

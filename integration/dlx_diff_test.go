@@ -41,6 +41,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -362,22 +363,26 @@ func (s *ddSession) get(q string, autoAck bool) (amqp.Delivery, bool) {
 func (s *ddSession) getN(q string, n int, autoAck bool) []amqp.Delivery {
 	s.t.Helper()
 	var out []amqp.Delivery
-	deadline := time.Now().Add(ddWait)
-	for len(out) < n {
-		d, ok, err := s.ch.Get(q, autoAck)
-		if err != nil {
-			s.fail("basic.get "+q, err)
-			return out
-		}
-		if ok {
+	var err error
+	testutil.Until(ddWait, func() bool {
+		for len(out) < n {
+			var d amqp.Delivery
+			var ok bool
+			d, ok, err = s.ch.Get(q, autoAck)
+			if err != nil {
+				return true
+			}
+			if !ok {
+				return false
+			}
 			s.recDelivery("get", q, d)
 			out = append(out, d)
-			continue
 		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	})
+	if err != nil {
+		s.fail("basic.get "+q, err)
+		return out
 	}
 	s.get(q, autoAck)
 	return out
@@ -458,19 +463,17 @@ func (s *ddSession) countL(label, q string) {
 // records the count. A label lets an allowance find the record.
 func (s *ddSession) awaitCount(label, q string, want int, max time.Duration) {
 	s.t.Helper()
-	deadline := time.Now().Add(max)
-	for {
-		n, err := s.messages(q)
-		if err != nil {
-			s.fail("queue.declare passive "+q, err)
-			return
-		}
-		if n == want || time.Now().After(deadline) {
-			s.rec(ddRec{"kind": "count", "label": label, "queue": q, "messages": n})
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	var n int
+	var err error
+	testutil.Until(max, func() bool {
+		n, err = s.messages(q)
+		return err != nil || n == want
+	})
+	if err != nil {
+		s.fail("queue.declare passive "+q, err)
+		return
 	}
+	s.rec(ddRec{"kind": "count", "label": label, "queue": q, "messages": n})
 }
 
 // exists reports (and records) whether q exists, using a throwaway channel.

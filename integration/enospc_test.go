@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
 	"github.com/warrenmq/warren/store"
 	"github.com/warrenmq/warren/warrentest"
@@ -141,11 +142,12 @@ func TestQueueLogRecoversAfterENOSPC(t *testing.T) {
 
 			full.Store(false)
 			// Space is back. No restart: the queue's log takes writes again.
-			deadline := time.Now().Add(10 * time.Second)
-			for i := 0; !pub(fmt.Sprintf("probe-%03d", i)); i++ {
-				if time.Now().After(deadline) {
-					t.Fatalf("persistent publishes still nacked %v after space returned", 10*time.Second)
-				}
+			probe := 0
+			if !testutil.Until(10*time.Second, func() bool {
+				probe++
+				return pub(fmt.Sprintf("probe-%03d", probe-1))
+			}) {
+				t.Fatalf("persistent publishes still nacked %v after space returned", 10*time.Second)
 			}
 			for i := range 50 {
 				if !pub(fmt.Sprintf("after-%03d", i)) {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // TestRealFullDiskRecovers: issue 11 item 10 on a real file system that
@@ -88,11 +90,12 @@ func TestRealFullDiskRecovers(t *testing.T) {
 	}
 	ballast.Close()
 	rsCheck(t, "remove ballast", os.Remove(filepath.Join(mnt, "ballast")))
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; !pub(fmt.Sprintf("probe-%d", i)); i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("publishes still nacked 10 s after the disk has space again\n%s", p.Output())
-		}
+	probe := 0
+	if !testutil.Until(10*time.Second, func() bool {
+		probe++
+		return pub(fmt.Sprintf("probe-%d", probe-1))
+	}) {
+		t.Fatalf("publishes still nacked 10 s after the disk has space again\n%s", p.Output())
 	}
 	for i := range 100 {
 		if !pub(fmt.Sprintf("after-%d", i)) {

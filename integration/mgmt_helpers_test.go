@@ -51,6 +51,7 @@ import (
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -389,19 +390,8 @@ func (tg *mgmtTarget) waitQueueField(vhost, name, field string, want any) map[st
 	return last
 }
 
-// eventually polls cond every 100 ms until it holds or mgmtWait passes.
-func eventually(cond func() bool) bool {
-	deadline := time.Now().Add(mgmtWait)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds or mgmtWait passes.
+func eventually(cond func() bool) bool { return testutil.Until(mgmtWait, cond) }
 
 // jsonEqual compares two values after a JSON round trip, so that numbers
 // and strings compare as the API shows them.

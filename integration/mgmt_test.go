@@ -19,6 +19,8 @@ import (
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // amqpCount returns a queue's ready-message count over AMQP (passive
@@ -1147,12 +1149,10 @@ func TestMgmtTagRules(t *testing.T) {
 				return dig(e, "connection_details", "peer_port") != nil && dig(e, "vhost") == vh
 			})
 		}
-		r = tg.doAs(mon, mon, "GET", "/api/channels", nil)
-		for deadline := time.Now().Add(15 * time.Second); !hasChannel(r) && time.Now().Before(deadline); {
-			time.Sleep(250 * time.Millisecond)
+		if !testutil.Until(15*time.Second, func() bool {
 			r = tg.doAs(mon, mon, "GET", "/api/channels", nil)
-		}
-		if !hasChannel(r) {
+			return hasChannel(r)
+		}) {
 			t.Errorf("monitoring user GET channels: %s, want guest's channel on %s", r, vh)
 		}
 		r = tg.doAs(mon, mon, "GET", "/api/queues", nil)

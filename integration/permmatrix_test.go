@@ -38,6 +38,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // pmProfile is a permission profile on the matrix's vhost; tags apply to
@@ -160,16 +162,7 @@ func (a *pmAdmin) deadLetter(src, dlq string) {
 	}
 }
 
-func pmPoll(cond func() bool) bool {
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
+func pmPoll(cond func() bool) bool { return testutil.Until(5*time.Second, cond) }
 
 // pmUser is one matrix user on one broker.
 type pmUser struct {

@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -67,20 +68,18 @@ func polReject(t *testing.T, ch *amqp.Channel, queue string) {
 
 func polGet(t *testing.T, ch *amqp.Channel, queue string, autoAck bool) amqp.Delivery {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		d, ok, err := ch.Get(queue, autoAck)
-		if err != nil {
+	var d amqp.Delivery
+	if !testutil.Until(5*time.Second, func() bool {
+		var ok bool
+		var err error
+		if d, ok, err = ch.Get(queue, autoAck); err != nil {
 			t.Fatal(err)
 		}
-		if ok {
-			return d
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no message in %s", queue)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return ok
+	}) {
+		t.Fatalf("no message in %s", queue)
 	}
+	return d
 }
 
 func polEmpty(t *testing.T, ch *amqp.Channel, queue string) {
@@ -220,7 +219,6 @@ func TestPolicyMessageTTLNotRetroactive(t *testing.T) {
 	waitFor(t, "old enqueued", func() bool { n, _ := b.Broker().VHost("/").Queue("work").Counts(); return n == 1 })
 	polSet(t, b, broker.Policy{Name: "ttl", Pattern: "^work$", Definition: map[string]any{"message-ttl": 30}})
 	polPublish(t, ch, "work", "new", amqp.Publishing{})
-	time.Sleep(100 * time.Millisecond)
 	// "new" is behind "old" (which never expires): with head-only expiry
 	// (R2.4) it would wait; Warren expires it where it sits.
 	d := polGet(t, ch, "dlq-work", true)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 var (
@@ -120,22 +122,20 @@ func (p *proc) Start() {
 		p.exitErr = p.cmd.Wait()
 		close(p.exited)
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if !testutil.Until(60*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", p.Addr, time.Second)
 		if err == nil {
 			c.Close()
-			return
+			return true
 		}
 		select {
 		case <-p.exited:
 			p.t.Fatalf("warren exited during start-up: %v\n%s", p.exitErr, p.out)
 		default:
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("warren did not accept connections within 60 s:\n%s", p.out)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		p.t.Fatalf("warren did not accept connections within 60 s:\n%s", p.out)
 	}
 }
 

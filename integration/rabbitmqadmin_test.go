@@ -23,6 +23,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // rabbitmqadmin returns the paths of rabbitmqadmin and python3, skipping
@@ -176,17 +178,13 @@ func TestRabbitmqadminDiff(t *testing.T) {
 		{args: []string{"list", "consumers"}, wait: `hC-ra-ctag`},
 		{args: []string{"list", "consumers", "consumer_tag", "queue.name", "channel_details.user", "ack_required", "exclusive", "prefetch_count"}, wait: `hC-ra-ctag`},
 		{args: []string{"close", "connection", "name={conn}"}, before: func(t *testing.T, tg *mgmtTarget, st *adminState) {
-			deadline := time.Now().Add(mgmtWait)
-			for st.name == "" {
+			if !testutil.Until(mgmtWait, func() bool {
 				for _, c := range findBy(tg.getJSON("/api/connections"), "user", user) {
 					st.name, _ = c["name"].(string)
 				}
-				if st.name == "" {
-					if time.Now().After(deadline) {
-						t.Fatalf("[%s] connection of %s not listed", tg.kind, user)
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
+				return st.name != ""
+			}) {
+				t.Fatalf("[%s] connection of %s not listed", tg.kind, user)
 			}
 		}},
 		{args: []string{"list", "connections"}, global: true, absent: `{user}`, before: func(t *testing.T, tg *mgmtTarget, st *adminState) {
@@ -275,20 +273,14 @@ func TestRabbitmqadminDiff(t *testing.T) {
 						args = append(args, strings.ReplaceAll(repl.Replace(a), "{conn}", st.name))
 					}
 					var out string
-					deadline := time.Now().Add(mgmtWait)
-					for {
+					if !testutil.Until(mgmtWait, func() bool {
 						code, raw := drv.run(args)
 						out = fmt.Sprintf("exit %d\n%s", code, normalizeAdmin(raw, step, sfx))
 						waiting := step.wait != "" && !regexp.MustCompile("(?m)"+repl.Replace(step.wait)).MatchString(out) ||
 							step.absent != "" && regexp.MustCompile("(?m)"+repl.Replace(step.absent)).MatchString(out)
-						if !waiting {
-							break
-						}
-						if time.Now().After(deadline) {
-							t.Errorf("[%s] rabbitmqadmin %s: output never matched %q (nor stopped matching %q):\n%s", kind, strings.Join(step.args, " "), step.wait, step.absent, out)
-							break
-						}
-						time.Sleep(250 * time.Millisecond)
+						return !waiting
+					}) {
+						t.Errorf("[%s] rabbitmqadmin %s: output never matched %q (nor stopped matching %q):\n%s", kind, strings.Join(step.args, " "), step.wait, step.absent, out)
 					}
 					results[i] = append(results[i], out)
 				}

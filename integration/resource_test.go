@@ -20,6 +20,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
 	"github.com/warrenmq/warren/warrentest"
 )
@@ -276,18 +277,14 @@ func TestDescriptorFloodThenAcceptAgain(t *testing.T) {
 
 	// New connections are accepted again as descriptors free up.
 	var conn *amqp091.Connection
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := amqp091.DialConfig(p.URL(), amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
-		if err == nil {
-			conn = c
-			break
+	if err := testutil.UntilNil(20*time.Second, func() (err error) {
+		conn, err = amqp091.DialConfig(p.URL(), amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
+		if err != nil {
+			p.mustRun()
 		}
-		p.mustRun()
-		if time.Now().After(deadline) {
-			t.Fatalf("no AMQP connection accepted within 20 s of the flood closing: %v\n%s", err, p.Output())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("no AMQP connection accepted within 20 s of the flood closing: %v\n%s", err, p.Output())
 	}
 	conn.Close()
 	pub = newConfirmedPublisher(t, p.URL(), "hB-flood-durable", true)

@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/clock"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -186,7 +187,7 @@ func TestRestartKeepsDeadLettersAndXDeath(t *testing.T) {
 	d, _ := rmGet(t, ch, "rm.src")
 	rsCheck(t, "nack", d.Nack(false, false))
 	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("expired"), Expiration: "1"})
-	time.Sleep(50 * time.Millisecond)
+	waitCount(t, ch, "rm.dlq", 2) // "expired" is dead-lettered before "maxlen" is published
 	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("maxlen")})
 	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("k1")})
 	rmPublish(t, ch, "", "rm.src", amqp.Publishing{Body: []byte("k2")})
@@ -221,17 +222,14 @@ func TestRestartKeepsDeadLettersAndXDeath(t *testing.T) {
 
 func waitCount(t *testing.T, ch *amqp.Channel, q string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	var qi amqp.Queue
+	if !testutil.Until(5*time.Second, func() bool {
+		var err error
+		qi, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		rsCheck(t, "passive declare", err)
-		if qi.Messages >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s has %d messages, want %d", q, qi.Messages, n)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return qi.Messages >= n
+	}) {
+		t.Fatalf("queue %s has %d messages, want %d", q, qi.Messages, n)
 	}
 }
 
@@ -254,8 +252,7 @@ func TestRestartKeepsTTLDeadlines(t *testing.T) {
 	if got := getBodies(t, ch, "rm.ttl.dlq"); fmt.Sprint(got) != "[short]" {
 		t.Fatalf("DLQ after restart: %v, want [short]", got)
 	}
-	fake.Advance(29 * time.Second) // "long" has 1 s left
-	time.Sleep(20 * time.Millisecond)
+	fake.Advance(29 * time.Second) // "long" has 1 s left; due timers ran inside Advance
 	if qi, _ := ch.QueueDeclarePassive("rm.ttl", true, false, false, false, nil); qi.Messages != 1 {
 		t.Fatalf("rm.ttl has %d messages 59 s in, want 1", qi.Messages)
 	}
@@ -303,8 +300,7 @@ func TestRestartKeepsDeliveryCountsAndDelayedRetries(t *testing.T) {
 	if _, ok := rmGet(t, ch, "rm.delayed"); ok {
 		t.Fatal("a delayed retry was ready at once after the restart")
 	}
-	fake.Advance(6 * time.Second)
-	time.Sleep(20 * time.Millisecond)
+	fake.Advance(6 * time.Second) // the retry's timer ran inside Advance
 	d, ok = rmGet(t, ch, "rm.delayed")
 	if !ok || d.Headers["x-delivery-count"] != int64(1) {
 		t.Fatalf("delayed retry after its delay: ok=%v headers=%v", ok, d.Headers)
@@ -383,18 +379,14 @@ func TestAckedMessagesAreReclaimed(t *testing.T) {
 		d := <-ds
 		d.Ack(false)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := dirSize(t, msgs)
-		if n < 1<<20 { // the acked tail rolled away too
-			t.Logf("msgs/ shrank from %d MiB to %d KiB", full>>20, n>>10)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("msgs/ still holds %d bytes after every message was acked (was %d)", n, full)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var n int64
+	if !testutil.Until(10*time.Second, func() bool {
+		n = dirSize(t, msgs)
+		return n < 1<<20 // the acked tail rolled away too
+	}) {
+		t.Fatalf("msgs/ still holds %d bytes after every message was acked (was %d)", n, full)
 	}
+	t.Logf("msgs/ shrank from %d MiB to %d KiB", full>>20, n>>10)
 }
 
 // TestRestartKeepsDelayedExchangeMessages: a durable x-delayed-message
@@ -447,11 +439,7 @@ func TestRestartKeepsXExpires(t *testing.T) {
 		t.Fatal("queue with x-expires gone at the restart")
 	}
 	fake.Advance(61 * time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for b.Broker().VHost("/").Queue("rm.expires") != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("durable queue with x-expires did not expire after the restart")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testutil.Until(5*time.Second, func() bool { return b.Broker().VHost("/").Queue("rm.expires") == nil }) {
+		t.Fatal("durable queue with x-expires did not expire after the restart")
 	}
 }

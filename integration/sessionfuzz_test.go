@@ -70,6 +70,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // fzPanicMarkers are log substrings that mean a goroutine panicked: the
@@ -312,16 +313,13 @@ func (r *fzRun) runLife(life int, length time.Duration, mode string) {
 // restart starts the broker again and waits for its management API too.
 func (r *fzRun) restart() {
 	r.p.Start()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		code, _, err := r.mgmtGet("/api/overview")
-		if err == nil && code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("management API not up within 60 s of a restart: %d %v\n%s", code, err, r.p.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
+	var code int
+	var err error
+	if !testutil.Until(60*time.Second, func() bool {
+		code, _, err = r.mgmtGet("/api/overview")
+		return err == nil && code == 200
+	}) {
+		r.t.Fatalf("management API not up within 60 s of a restart: %d %v\n%s", code, err, r.p.Output())
 	}
 	r.disrupted.Store(false)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -315,18 +316,15 @@ func uiDeadLetter(t *testing.T, ch *amqp.Channel, bodies ...string) {
 	}
 	for range bodies {
 		var d amqp.Delivery
-		for deadline := time.Now().Add(5 * time.Second); ; {
+		if !testutil.Until(5*time.Second, func() bool {
 			var ok bool
 			var err error
 			if d, ok, err = ch.Get("orders", false); err != nil {
 				t.Fatal(err)
-			} else if ok {
-				break
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("a message never reached orders")
-			}
-			time.Sleep(10 * time.Millisecond)
+			return ok
+		}) {
+			t.Fatal("a message never reached orders")
 		}
 		if err := d.Reject(false); err != nil {
 			t.Fatal(err)
@@ -337,18 +335,14 @@ func uiDeadLetter(t *testing.T, ch *amqp.Channel, bodies ...string) {
 // uiWaitMessages waits until queue holds n messages.
 func uiWaitMessages(t *testing.T, ch *amqp.Channel, queue string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-		if err != nil {
+	var q amqp.Queue
+	if !testutil.Until(5*time.Second, func() bool {
+		var err error
+		if q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
-		if q.Messages == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %d messages, want %d", queue, q.Messages, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return q.Messages == n
+	}) {
+		t.Fatalf("%s holds %d messages, want %d", queue, q.Messages, n)
 	}
 }

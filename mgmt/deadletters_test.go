@@ -13,6 +13,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
 	"github.com/warrenmq/warren/warrentest"
 )
@@ -111,18 +112,17 @@ func (f *fixture) deadLetter(bodies ...string) {
 
 func (f *fixture) get(q string) amqp.Delivery {
 	f.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		d, ok, err := f.ch.Get(q, false)
+	var d amqp.Delivery
+	if !testutil.Until(5*time.Second, func() bool {
+		var ok bool
+		var err error
+		d, ok, err = f.ch.Get(q, false)
 		must(f.t, err)
-		if ok {
-			return d
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("no message in %s", q)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return ok
+	}) {
+		f.t.Fatalf("no message in %s", q)
 	}
+	return d
 }
 
 func (f *fixture) count(q string) int {
@@ -134,12 +134,8 @@ func (f *fixture) count(q string) int {
 
 func (f *fixture) waitCount(q string, n int) {
 	f.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.count(q) != n {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s has %d messages, want %d", q, f.count(q), n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testutil.Until(5*time.Second, func() bool { return f.count(q) == n }) {
+		f.t.Fatalf("%s has %d messages, want %d", q, f.count(q), n)
 	}
 }
 

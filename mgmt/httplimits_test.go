@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/warrentest"
 )
@@ -100,22 +101,23 @@ func TestHTTPIdleConnectionsClosed(t *testing.T) {
 
 	// The freed slots serve again.
 	cl := &http.Client{Timeout: 5 * time.Second}
-	deadline := time.Now().Add(5 * time.Second)
-	for i := 0; i < 2*max; {
-		req, _ := http.NewRequest("GET", m.URL()+"/api/overview", nil)
-		req.SetBasicAuth("guest", "guest")
-		resp, err := cl.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+	served := 0
+	if !testutil.Until(5*time.Second, func() bool {
+		for served < 2*max {
+			req, _ := http.NewRequest("GET", m.URL()+"/api/overview", nil)
+			req.SetBasicAuth("guest", "guest")
+			resp, err = cl.Do(req)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			if err != nil || resp.StatusCode != 200 {
+				return false
+			}
+			served++
 		}
-		if err == nil && resp.StatusCode == 200 {
-			i++
-			continue
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API does not answer after the idle connections closed: %v %v", err, resp)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("the API does not answer after the idle connections closed: %v %v", err, resp)
 	}
 }

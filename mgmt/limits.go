@@ -3,8 +3,7 @@ package mgmt
 import (
 	"encoding/json"
 	"fmt"
-
-	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/erlterm"
 )
 
 // Vhost and user limits (broker/limits.go), as RabbitMQ's /api/vhost-limits
@@ -89,7 +88,7 @@ func (c *call) limitValue(name string) (int64, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("%s should be a number, actually was %s", name, broker.ErlJSONTerm(b.Value))
+	return 0, fmt.Errorf("%s should be a number, actually was %s", name, erlterm.JSON(b.Value))
 }
 
 func (c *call) vhostLimitPut() error {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -357,16 +358,12 @@ func TestMetrics(t *testing.T) {
 	}
 
 	var sc *scrape
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Until(10*time.Second, func() bool { // on a timeout the checks below say what is wrong
 		sc = getMetrics(t, b.MgmtURL())
 		dlq, _ := sc.get("rabbitmq_queue_messages_ready", "vhost", "/", "queue", "work.dlq")
 		unacked, _ := sc.get("rabbitmq_queue_messages_unacked", "vhost", "/", "queue", "work")
-		if dlq == 7 && unacked == 2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return dlq == 7 && unacked == 2
+	})
 	q := func(name string) []string { return []string{"vhost", "/", "queue", name} }
 	qr := func(name, reason string) []string { return append(q(name), "reason", reason) }
 
@@ -497,14 +494,11 @@ func TestMetrics(t *testing.T) {
 	if _, err := ch.QueueDelete("work.ttl", false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(5 * time.Second)
-	for {
+	testutil.Until(5*time.Second, func() bool { // on a timeout the checks below say what is wrong
 		sc = getMetrics(t, b.MgmtURL())
-		if v, _ := sc.get("rabbitmq_channels"); v == 1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		v, _ := sc.get("rabbitmq_channels")
+		return v == 1
+	})
 	sc.want(t, 1, "rabbitmq_channels")
 	sc.want(t, 0, "rabbitmq_consumers")
 	sc.want(t, 7, "rabbitmq_queue_messages_ready", q("work")...)

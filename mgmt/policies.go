@@ -310,8 +310,8 @@ func (c *call) definitionsPost() error {
 // limits (vhost-limits "limits") and operator policies.
 func (c *call) parameters() error {
 	list := []map[string]any{}
-	for _, sh := range c.s.shovelList("") {
-		list = append(list, sh.paramJSON())
+	for _, sh := range c.s.b.Shovels("") {
+		list = append(list, shovelParamJSON(sh))
 	}
 	vs, err := c.visibleVHosts()
 	if err != nil {

@@ -86,7 +86,6 @@ type Server struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	rates   rateTable
-	shovels map[shovelKey]*shovel
 	started time.Time
 	mstate  metricsState // metrics.go
 }
@@ -126,9 +125,12 @@ func New(cfg Config) *Server {
 		host = "localhost"
 	}
 	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: "warren@" + host,
-		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), shovels: map[shovelKey]*shovel{}, started: time.Now()}
+		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), started: time.Now()}
 	s.rates.init()
 	s.routes()
+	// Replays, moves and shovels count their publishes in the exchange
+	// stats, as the API's publish does.
+	s.b.OnRepublish(s.srv.CountPublish)
 	return s
 }
 
@@ -159,7 +161,7 @@ func (s *Server) Start() error {
 		s.sampleLoop()
 	}()
 	s.log.Info("management HTTP listener started", "addr", ln.Addr().String())
-	s.resumeShovels()
+	s.b.ResumeShovels()
 	return nil
 }
 
@@ -196,9 +198,6 @@ func (s *Server) Close() error {
 	s.closed = true
 	close(s.stop)
 	hs := s.hs
-	for _, sh := range s.shovels {
-		sh.cancel() // a move stops between two messages; the rest stay put
-	}
 	s.mu.Unlock()
 	var err error
 	if hs != nil {
@@ -206,6 +205,10 @@ func (s *Server) Close() error {
 		err = hs.Shutdown(ctx)
 		cancel()
 	}
+	// The shovels it resumed (and those its users started) stop between
+	// two messages, the rest staying put; their parameters stay, so that
+	// they resume on the next Start.
+	s.b.HaltShovels()
 	s.wg.Wait()
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
 	"github.com/warrenmq/warren/warrentest"
 )
@@ -112,16 +113,11 @@ func TestChannelUncommitted(t *testing.T) {
 	}
 	must(t, d.Ack(false))
 	var chans []map[string]any
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !testutil.Until(5*time.Second, func() bool {
 		f.call("GET", "/api/channels", nil, &chans)
-		if len(chans) == 1 && chans[0]["messages_uncommitted"] == float64(2) && chans[0]["acks_uncommitted"] == float64(1) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("channels: %v, want one with 2 publishes and 1 ack uncommitted", chans)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(chans) == 1 && chans[0]["messages_uncommitted"] == float64(2) && chans[0]["acks_uncommitted"] == float64(1)
+	}) {
+		t.Fatalf("channels: %v, want one with 2 publishes and 1 ack uncommitted", chans)
 	}
 	if chans[0]["transactional"] != true {
 		t.Fatalf("transactional = %v", chans[0]["transactional"])
@@ -245,10 +241,10 @@ func TestConnectionsByUser(t *testing.T) {
 	defer conn.Close()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	var list []map[string]any
-	deadline := time.Now().Add(5 * time.Second)
-	for len(list) != 1 && time.Now().Before(deadline) {
+	testutil.Until(5*time.Second, func() bool {
 		f.callAs("app", "pw", "GET", "/api/connections/username/app", nil, &list)
-	}
+		return len(list) == 1
+	})
 	if len(list) != 1 || list[0]["user"] != "app" || list[0]["vhost"] != "/" {
 		t.Fatalf("app's own connections: %v", list)
 	}
@@ -370,10 +366,7 @@ func TestShovelResumesAfterRestart(t *testing.T) {
 		slices.Sort(names)
 		return names
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for fmt.Sprint(shovels()) != "[keep]" && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Until(5*time.Second, func() bool { return fmt.Sprint(shovels()) == "[keep]" })
 	if got := shovels(); fmt.Sprint(got) != "[keep]" {
 		t.Fatalf("shovels before the restart: %v, want [keep]", got)
 	}
@@ -387,19 +380,32 @@ func TestShovelResumesAfterRestart(t *testing.T) {
 	ch, err := conn.Channel()
 	must(t, err)
 	must(t, ch.PublishWithContext(context.Background(), "", "from", false, false, amqp.Publishing{Body: []byte("moved")}))
-	deadline = time.Now().Add(5 * time.Second)
-	for {
+	if !testutil.Until(5*time.Second, func() bool {
 		d, ok, err := ch.Get("to", true)
 		must(t, err)
-		if ok {
-			if string(d.Body) != "moved" {
-				t.Fatalf("to: %q", d.Body)
-			}
-			break
+		if ok && string(d.Body) != "moved" {
+			t.Fatalf("to: %q", d.Body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the resumed shovel did not move the message")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return ok
+	}) {
+		t.Fatal("the resumed shovel did not move the message")
+	}
+}
+
+// issue 12: the publishes of a replay (made by the broker's
+// ReplayDeadLetters, told to the server through broker.OnRepublish) count
+// in the exchange's message_stats as the API's own publish does.
+func TestReplayCountsInExchangeStats(t *testing.T) {
+	f := newFixture(t)
+	f.topology()
+	f.deadLetter("a", "b")
+	var r replayReply
+	if st := f.call("POST", "/api/dead-letters/%2F/orders.dlq/replay", map[string]any{}, &r); st != 200 || r.Replayed != 2 {
+		t.Fatalf("replay: %d %+v", st, r)
+	}
+	var x map[string]any
+	f.call("GET", "/api/exchanges/%2F/orders-x", nil, &x)
+	if ms, _ := x["message_stats"].(map[string]any); ms["publish_in"] != float64(4) || ms["publish_out"] != float64(4) {
+		t.Fatalf("orders-x message_stats after the replay = %v, want publish_in 4 (2 published, 2 replayed), publish_out 4", ms)
 	}
 }

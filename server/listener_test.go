@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -34,12 +35,8 @@ func TestDeadListenerFailsHealthCheck(t *testing.T) {
 		}
 	}
 	b.Server().KillListenerForTest()
-	deadline := time.Now().Add(5 * time.Second)
-	for b.Server().Addr() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("Addr still reports the dead listener")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testutil.Until(5*time.Second, func() bool { return b.Server().Addr() == nil }) {
+		t.Fatal("Addr still reports the dead listener")
 	}
 	for _, p := range paths {
 		if got := check(p); got != http.StatusServiceUnavailable {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -187,16 +188,8 @@ func drain(t *testing.T, ch *amqp.Channel, queue string) []amqp.Delivery {
 // management stats lag the broker by seconds; Warren's should not).
 func eventually(t *testing.T, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := testutil.UntilNil(15*time.Second, f); err != nil {
+		t.Fatal(err)
 	}
 }
 

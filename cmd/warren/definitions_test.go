@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 const testDefinitions = `{
@@ -62,16 +63,11 @@ func TestBinaryDefinitionsFlag(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
 	var conn *amqp.Connection
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if conn, err = amqp.Dial("amqp://carol:pw@" + addr + "/"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("could not connect as the imported user: %v\n%s", err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testutil.UntilNil(10*time.Second, func() (err error) {
+		conn, err = amqp.Dial("amqp://carol:pw@" + addr + "/")
+		return err
+	}); err != nil {
+		t.Fatalf("could not connect as the imported user: %v\n%s", err, out.String())
 	}
 	ch, err := conn.Channel()
 	if err != nil {

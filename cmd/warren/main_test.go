@@ -16,6 +16,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/goleak"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 func writeFile(t *testing.T, text string) string {
@@ -120,9 +123,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	// Fail the run when goroutines are left running after all the tests
+	// (issue 12).
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
 
 // buildWarren builds the binary once per test run.
@@ -196,16 +202,11 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill() })
 
 	var conn *amqp.Connection
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testutil.UntilNil(10*time.Second, func() (err error) {
+		conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/")
+		return err
+	}); err != nil {
+		t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
@@ -292,16 +293,11 @@ func TestBinaryMemoryWatermarkFlag(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
 	var conn *amqp.Connection
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testutil.UntilNil(10*time.Second, func() (err error) {
+		conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/")
+		return err
+	}); err != nil {
+		t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
 	}
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 1))
 	ch, err := conn.Channel()

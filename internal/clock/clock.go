@@ -10,7 +10,8 @@ import (
 // Clock tells the time and runs functions later.
 type Clock interface {
 	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has elapsed.
+	// AfterFunc calls f in its own goroutine once d has elapsed (Fake:
+	// in the goroutine that calls Advance, before Advance returns).
 	AfterFunc(d time.Duration, f func()) Timer
 }
 
@@ -28,7 +29,11 @@ func (Real) Now() time.Time { return time.Now() }
 func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Fake is a manually advanced clock for tests. Timers fire, in deadline
-// order, from the goroutine that calls Advance.
+// order, from the goroutine that calls Advance, and Advance returns once
+// every callback it ran has returned: a test needs no sleep after Advance
+// to see what the timers did. Callbacks run without the fake's lock, so
+// they may read the clock and arm or stop timers; one armed for a time
+// within the advance fires in the same Advance.
 type Fake struct {
 	mu     sync.Mutex
 	now    time.Time

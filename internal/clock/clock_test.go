@@ -28,3 +28,39 @@ func TestFakeRunsTimersInDeadlineOrder(t *testing.T) {
 		t.Fatalf("now: got %v, want 3s", now)
 	}
 }
+
+// issue 12: Advance returns only after the callbacks it fired returned, so
+// tests need no sleep after it; a callback may use the clock (no deadlock)
+// and a timer it arms within the advance fires in the same Advance.
+func TestFakeAdvanceRunsCallbacksBeforeReturning(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := NewFake(start)
+	var got []time.Duration
+	var rearm func()
+	rearm = func() {
+		got = append(got, c.Now().Sub(start))
+		if len(got) < 3 {
+			c.AfterFunc(time.Second, rearm)
+		}
+	}
+	c.AfterFunc(time.Second, rearm)
+	late := c.AfterFunc(10*time.Second, func() { t.Error("a timer due after the advance fired") })
+	c.Advance(5 * time.Second)
+	if len(got) != 3 || got[0] != time.Second || got[1] != 2*time.Second || got[2] != 3*time.Second {
+		t.Fatalf("after Advance(5s): callbacks at %v, want [1s 2s 3s]", got)
+	}
+	if !late.Stop() {
+		t.Fatal("the 10s timer was not pending after Advance(5s)")
+	}
+	done := make(chan struct{})
+	c.AfterFunc(0, func() {
+		time.Sleep(10 * time.Millisecond) // a slow callback: Advance must wait for it
+		close(done)
+	})
+	c.Advance(0)
+	select {
+	case <-done:
+	default:
+		t.Fatal("Advance returned before its callback finished")
+	}
+}

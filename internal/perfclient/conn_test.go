@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -286,10 +287,7 @@ func TestNackIntoDLQ(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for dead.Load() < n && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		testutil.Until(10*time.Second, func() bool { return dead.Load() >= n })
 		if dead.Load() != n {
 			t.Fatalf("dead-lettered %d of %d", dead.Load(), n)
 		}

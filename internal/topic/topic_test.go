@@ -1,4 +1,4 @@
-package broker
+package topic
 
 import (
 	"fmt"
@@ -30,15 +30,15 @@ func refTopicMatch(pattern, key []string) bool {
 }
 
 func refTopic(pattern, key string) bool {
-	return refTopicMatch(splitTopicKey(pattern), splitTopicKey(key))
+	return refTopicMatch(Split(pattern), Split(key))
 }
 
 // trieMatches binds pattern alone and reports whether key matches it.
 func trieMatches(pattern, key string) bool {
-	t := newTopicTrie[int]()
-	t.add(pattern, 1)
+	t := New[int]()
+	t.Add(pattern, 1)
 	found := false
-	t.match(key, func(int) { found = true })
+	t.Match(key, func(int) { found = true })
 	return found
 }
 
@@ -46,10 +46,10 @@ func trieMatches(pattern, key string) bool {
 func matchSet[T interface {
 	comparable
 	~int | ~string
-}](t *topicTrie[T], key string) []T {
+}](t *Trie[T], key string) []T {
 	seen := map[T]bool{}
 	var out []T
-	t.match(key, func(v T) {
+	t.Match(key, func(v T) {
 		if !seen[v] {
 			seen[v] = true
 			out = append(out, v)
@@ -185,22 +185,22 @@ func TestTopicSplit(t *testing.T) {
 		"a..b": {"a", "", "b"},
 	}
 	for k, want := range cases {
-		if got := splitTopicKey(k); !slices.Equal(got, want) {
-			t.Errorf("splitTopicKey(%q) = %q, want %q", k, got, want)
+		if got := Split(k); !slices.Equal(got, want) {
+			t.Errorf("Split(%q) = %q, want %q", k, got, want)
 		}
 	}
 }
 
 func TestTopicAddRemove(t *testing.T) {
-	tr := newTopicTrie[string]()
-	if !tr.add("a.*", "q1") || !tr.add("a.#", "q1") || !tr.add("a.*", "q2") || !tr.add("", "q3") {
+	tr := New[string]()
+	if !tr.Add("a.*", "q1") || !tr.Add("a.#", "q1") || !tr.Add("a.*", "q2") || !tr.Add("", "q3") {
 		t.Fatal("add of new pair returned false")
 	}
-	if tr.add("a.*", "q1") {
+	if tr.Add("a.*", "q1") {
 		t.Error("duplicate add returned true")
 	}
-	if tr.len() != 4 {
-		t.Errorf("len = %d, want 4", tr.len())
+	if tr.Len() != 4 {
+		t.Errorf("len = %d, want 4", tr.Len())
 	}
 	if got := matchSet(tr, "a.b"); !slices.Equal(got, []string{"q1", "q2"}) {
 		t.Errorf("match a.b = %v", got)
@@ -210,7 +210,7 @@ func TestTopicAddRemove(t *testing.T) {
 	}
 	// q1 is bound twice and both bindings match: reported twice.
 	n := 0
-	tr.match("a.b", func(v string) {
+	tr.Match("a.b", func(v string) {
 		if v == "q1" {
 			n++
 		}
@@ -218,23 +218,23 @@ func TestTopicAddRemove(t *testing.T) {
 	if n != 2 {
 		t.Errorf("q1 reported %d times, want 2", n)
 	}
-	if tr.remove("a.*", "q3") || tr.remove("a.b", "q1") || tr.remove("x", "q1") || tr.remove("a", "q1") {
+	if tr.Remove("a.*", "q3") || tr.Remove("a.b", "q1") || tr.Remove("x", "q1") || tr.Remove("a", "q1") {
 		t.Error("remove of absent pair returned true")
 	}
-	if !tr.remove("a.*", "q1") {
+	if !tr.Remove("a.*", "q1") {
 		t.Fatal("remove returned false")
 	}
-	if tr.remove("a.*", "q1") {
+	if tr.Remove("a.*", "q1") {
 		t.Error("second remove returned true")
 	}
 	if got := matchSet(tr, "a.b"); !slices.Equal(got, []string{"q1", "q2"}) {
 		t.Errorf("after remove, match a.b = %v", got)
 	}
-	tr.remove("a.#", "q1")
-	tr.remove("a.*", "q2")
-	tr.remove("", "q3")
-	if tr.len() != 0 {
-		t.Errorf("len = %d, want 0", tr.len())
+	tr.Remove("a.#", "q1")
+	tr.Remove("a.*", "q2")
+	tr.Remove("", "q3")
+	if tr.Len() != 0 {
+		t.Errorf("len = %d, want 0", tr.Len())
 	}
 	if !tr.root.empty() {
 		t.Errorf("root not pruned: %+v", tr.root)
@@ -242,25 +242,25 @@ func TestTopicAddRemove(t *testing.T) {
 }
 
 func TestTopicPrune(t *testing.T) {
-	tr := newTopicTrie[int]()
-	tr.add("a.b.c.d", 1)
-	tr.add("a.b", 2)
-	tr.add("a.*.#.x", 3)
-	tr.remove("a.b.c.d", 1)
+	tr := New[int]()
+	tr.Add("a.b.c.d", 1)
+	tr.Add("a.b", 2)
+	tr.Add("a.*.#.x", 3)
+	tr.Remove("a.b.c.d", 1)
 	b := tr.root.children["a"].children["b"]
 	if b == nil || b.children != nil {
 		t.Fatalf("a.b.c.d not pruned back to a.b: %+v", b)
 	}
-	tr.remove("a.*.#.x", 3)
+	tr.Remove("a.*.#.x", 3)
 	if tr.root.children["a"].star != nil {
 		t.Error("a.* not pruned")
 	}
-	tr.remove("a.b", 2)
+	tr.Remove("a.b", 2)
 	if !tr.root.empty() {
 		t.Error("trie not empty")
 	}
 	// Nodes stay usable after pruning and re-adding.
-	tr.add("a.b", 4)
+	tr.Add("a.b", 4)
 	if got := matchSet(tr, "a.b"); !slices.Equal(got, []int{4}) {
 		t.Errorf("match = %v", got)
 	}
@@ -269,20 +269,20 @@ func TestTopicPrune(t *testing.T) {
 // TestTopicManyValues exercises the value index kept by nodes bound by many
 // values.
 func TestTopicManyValues(t *testing.T) {
-	tr := newTopicTrie[int]()
+	tr := New[int]()
 	const n = 1000
 	for i := range n {
-		if !tr.add("#", i) {
+		if !tr.Add("#", i) {
 			t.Fatalf("add %d", i)
 		}
 	}
 	for i := range n {
-		if tr.add("#", i) {
+		if tr.Add("#", i) {
 			t.Fatalf("duplicate add %d", i)
 		}
 	}
 	for i := 0; i < n; i += 2 {
-		if !tr.remove("#", i) {
+		if !tr.Remove("#", i) {
 			t.Fatalf("remove %d", i)
 		}
 	}
@@ -296,23 +296,23 @@ func TestTopicManyValues(t *testing.T) {
 		}
 	}
 	for i := 1; i < n; i += 2 {
-		if !tr.remove("#", i) {
+		if !tr.Remove("#", i) {
 			t.Fatalf("remove %d", i)
 		}
 	}
-	if tr.len() != 0 || !tr.root.empty() {
+	if tr.Len() != 0 || !tr.root.empty() {
 		t.Fatal("trie not empty")
 	}
 }
 
 func TestTopicMultipleBindings(t *testing.T) {
-	tr := newTopicTrie[string]()
+	tr := New[string]()
 	bindings := map[string]string{
 		"a.b.c": "exact", "a.*.c": "star", "a.#": "hash", "#": "all",
 		"#.c": "endc", "*.*.*": "three", "b.#": "b", "": "empty", "#.#": "all2",
 	}
 	for k, v := range bindings {
-		tr.add(k, v)
+		tr.Add(k, v)
 	}
 	for _, key := range []string{"", "a", "a.b.c", "a.x.c", "b", "c", "x.y.z", "a.b.c.d", "..", "a..c"} {
 		var want []string
@@ -345,17 +345,17 @@ func TestTopicRandom(t *testing.T) {
 		return strings.Join(w, ".")
 	}
 	for round := 0; round < 200; round++ {
-		tr := newTopicTrie[int]()
+		tr := New[int]()
 		var pats []string
 		for i := 0; i < 1+r.IntN(40); i++ {
 			p := gen(patWords, 7)
 			pats = append(pats, p)
-			tr.add(p, i)
+			tr.Add(p, i)
 		}
 		// Remove some bindings to exercise pruning.
 		for i := range pats {
 			if r.IntN(4) == 0 {
-				if !tr.remove(pats[i], i) {
+				if !tr.Remove(pats[i], i) {
 					t.Fatalf("seed %d: remove(%q, %d) = false", seed, pats[i], i)
 				}
 				pats[i] = "\x00removed"
@@ -384,15 +384,15 @@ func TestTopicHashBlowup(t *testing.T) {
 		words[i] = "w"
 	}
 	key := strings.Join(words, ".")
-	tr := newTopicTrie[int]()
-	tr.add("#.#.#.#.#.#.#.#.#.#.x", 1)
-	tr.add("#.#.#.#.#.#.#.#.#.#.w", 2)
-	tr.add("#.*.#.*.#.*.#.*.#.*.#", 3)
-	tr.add(strings.Repeat("#.", 30)+"#", 4)
+	tr := New[int]()
+	tr.Add("#.#.#.#.#.#.#.#.#.#.x", 1)
+	tr.Add("#.#.#.#.#.#.#.#.#.#.w", 2)
+	tr.Add("#.*.#.*.#.*.#.*.#.*.#", 3)
+	tr.Add(strings.Repeat("#.", 30)+"#", 4)
 	start := time.Now()
 	calls := 0
 	got := map[int]bool{}
-	tr.match(key, func(v int) { calls++; got[v] = true })
+	tr.Match(key, func(v int) { calls++; got[v] = true })
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("match took %v", d)
 	}
@@ -403,13 +403,13 @@ func TestTopicHashBlowup(t *testing.T) {
 		t.Errorf("fn called %d times", calls)
 	}
 	// Also more '#' nodes than the inline memo holds.
-	tr2 := newTopicTrie[int]()
+	tr2 := New[int]()
 	for i := 1; i <= 40; i++ {
-		tr2.add(strings.Repeat("#.", i)+"w", i)
-		tr2.add(strings.Repeat("#.", i)+"x", -i)
+		tr2.Add(strings.Repeat("#.", i)+"w", i)
+		tr2.Add(strings.Repeat("#.", i)+"x", -i)
 	}
 	got = map[int]bool{}
-	tr2.match(key, func(v int) { got[v] = true })
+	tr2.Match(key, func(v int) { got[v] = true })
 	for i := 1; i <= 40; i++ {
 		if !got[i] || got[-i] {
 			t.Fatalf("binding %d: matched %v", i, got)
@@ -418,19 +418,19 @@ func TestTopicHashBlowup(t *testing.T) {
 }
 
 func TestTopicMatchAllocs(t *testing.T) {
-	tr := newTopicTrie[int]()
+	tr := New[int]()
 	for i := range 100 {
-		tr.add(fmt.Sprintf("stock.%d.*", i), i)
-		tr.add(fmt.Sprintf("#.%d", i), i)
+		tr.Add(fmt.Sprintf("stock.%d.*", i), i)
+		tr.Add(fmt.Sprintf("#.%d", i), i)
 	}
-	tr.add("#.#.#", 1000)
+	tr.Add("#.#.#", 1000)
 	n := 0
 	fn := func(int) { n++ }
 	allocs := testing.AllocsPerRun(100, func() {
-		tr.match("stock.42.nyse", fn)
-		tr.match("x.y.42", fn)
-		tr.match("", fn)
-		tr.match("a..b.", fn)
+		tr.Match("stock.42.nyse", fn)
+		tr.Match("x.y.42", fn)
+		tr.Match("", fn)
+		tr.Match("a..b.", fn)
 	})
 	if allocs != 0 {
 		t.Errorf("match allocates %v times per run", allocs)
@@ -438,18 +438,18 @@ func TestTopicMatchAllocs(t *testing.T) {
 }
 
 func benchTopic(b *testing.B, n int) {
-	tr := newTopicTrie[int]()
+	tr := New[int]()
 	// A mix of exact, '*' and '#' bindings as an application would use.
 	for i := range n {
 		switch i % 4 {
 		case 0:
-			tr.add(fmt.Sprintf("orders.%d.created", i), i)
+			tr.Add(fmt.Sprintf("orders.%d.created", i), i)
 		case 1:
-			tr.add(fmt.Sprintf("orders.%d.*", i), i)
+			tr.Add(fmt.Sprintf("orders.%d.*", i), i)
 		case 2:
-			tr.add(fmt.Sprintf("orders.#.%d", i), i)
+			tr.Add(fmt.Sprintf("orders.#.%d", i), i)
 		case 3:
-			tr.add(fmt.Sprintf("#.region%d.#", i), i)
+			tr.Add(fmt.Sprintf("#.region%d.#", i), i)
 		}
 	}
 	keys := []string{"orders.0.created", "orders.1.updated", "orders.eu.west.2", "logs.region3.error", "nomatch.at.all"}
@@ -458,7 +458,7 @@ func benchTopic(b *testing.B, n int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		tr.match(keys[i%len(keys)], fn)
+		tr.Match(keys[i%len(keys)], fn)
 	}
 }
 
@@ -472,25 +472,25 @@ func BenchmarkTopicHashBlowup(b *testing.B) {
 		words[i] = "w"
 	}
 	key := strings.Join(words, ".")
-	tr := newTopicTrie[int]()
-	tr.add("#.#.#.#.#.#.#.#.#.#.x", 1)
+	tr := New[int]()
+	tr.Add("#.#.#.#.#.#.#.#.#.#.x", 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		tr.match(key, func(int) {})
+		tr.Match(key, func(int) {})
 	}
 }
 
 func BenchmarkTopicAddRemove10000(b *testing.B) {
-	tr := newTopicTrie[int]()
+	tr := New[int]()
 	keys := make([]string, 10000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("orders.%d.*.#", i)
-		tr.add(keys[i], i)
+		tr.Add(keys[i], i)
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		k := i % len(keys)
-		tr.remove(keys[k], k)
-		tr.add(keys[k], k)
+		tr.Remove(keys[k], k)
+		tr.Add(keys[k], k)
 	}
 }

@@ -1,4 +1,8 @@
-package broker
+// Package topic is the trie of a topic exchange: binding keys with the
+// wildcards "*" and "#" matched against routing keys, with the semantics of
+// RabbitMQ's topic exchange. It is generic over the bound values and holds
+// no lock; package broker keeps one per topic exchange.
+package topic
 
 import "strings"
 
@@ -29,47 +33,48 @@ import "strings"
 // position, which keeps patterns such as "#.#.#.#.#.#.x" linear in the key
 // length instead of exponential.
 
-// topicTrie maps topic binding keys to sets of values of type T (typically
+// Trie maps topic binding keys to sets of values of type T (typically
 // a queue or exchange reference). It is not safe for concurrent use; the
-// caller holds the lock. match does not modify the trie, so concurrent
-// match calls are safe while nothing calls add or remove.
-type topicTrie[T comparable] struct {
-	root topicNode[T]
+// caller holds the lock. Match does not modify the trie, so concurrent
+// Match calls are safe while nothing calls Add or Remove.
+type Trie[T comparable] struct {
+	root trieNode[T]
 	n    int
 }
 
-// topicValsIndexMin is the number of values a node holds before it keeps a
-// map from value to slice position, so that add and remove stay O(1) for
+// valsIndexMin is the number of values a node holds before it keeps a
+// map from value to slice position, so that Add and Remove stay O(1) for
 // keys bound by many values (say "#" bound by thousands of queues).
-const topicValsIndexMin = 16
+const valsIndexMin = 16
 
-type topicNode[T comparable] struct {
-	parent   *topicNode[T]
+type trieNode[T comparable] struct {
+	parent   *trieNode[T]
 	word     string // edge label from parent: a literal word, "*" or "#"
-	children map[string]*topicNode[T]
-	star     *topicNode[T] // child for "*"
-	hash     *topicNode[T] // child for "#"
+	children map[string]*trieNode[T]
+	star     *trieNode[T] // child for "*"
+	hash     *trieNode[T] // child for "#"
 	vals     []T
 	idx      map[T]int // position of each value in vals; nil while small
 }
 
-func newTopicTrie[T comparable]() *topicTrie[T] {
-	return &topicTrie[T]{}
+// New returns an empty trie.
+func New[T comparable]() *Trie[T] {
+	return &Trie[T]{}
 }
 
-// len returns the number of (binding key, value) pairs in the trie.
-func (t *topicTrie[T]) len() int { return t.n }
+// Len returns the number of (binding key, value) pairs in the trie.
+func (t *Trie[T]) Len() int { return t.n }
 
-// splitTopicKey splits a key into words the way RabbitMQ does: "" has no
+// Split splits a key into words the way RabbitMQ does: "" has no
 // words, and otherwise there is one more word than there are dots.
-func splitTopicKey(key string) []string {
+func Split(key string) []string {
 	if key == "" {
 		return nil
 	}
 	return strings.Split(key, ".")
 }
 
-func (n *topicNode[T]) child(w string) *topicNode[T] {
+func (n *trieNode[T]) child(w string) *trieNode[T] {
 	switch w {
 	case "*":
 		return n.star
@@ -79,11 +84,11 @@ func (n *topicNode[T]) child(w string) *topicNode[T] {
 	return n.children[w]
 }
 
-func (n *topicNode[T]) empty() bool {
+func (n *trieNode[T]) empty() bool {
 	return len(n.vals) == 0 && len(n.children) == 0 && n.star == nil && n.hash == nil
 }
 
-func (n *topicNode[T]) find(v T) int {
+func (n *trieNode[T]) find(v T) int {
 	if n.idx != nil {
 		if i, ok := n.idx[v]; ok {
 			return i
@@ -98,14 +103,14 @@ func (n *topicNode[T]) find(v T) int {
 	return -1
 }
 
-// add binds v with bindingKey. It reports false if that pair was already
+// Add binds v with bindingKey. It reports false if that pair was already
 // present.
-func (t *topicTrie[T]) add(bindingKey string, v T) bool {
+func (t *Trie[T]) Add(bindingKey string, v T) bool {
 	n := &t.root
-	for _, w := range splitTopicKey(bindingKey) {
+	for _, w := range Split(bindingKey) {
 		c := n.child(w)
 		if c == nil {
-			c = &topicNode[T]{parent: n, word: w}
+			c = &trieNode[T]{parent: n, word: w}
 			switch w {
 			case "*":
 				n.star = c
@@ -113,7 +118,7 @@ func (t *topicTrie[T]) add(bindingKey string, v T) bool {
 				n.hash = c
 			default:
 				if n.children == nil {
-					n.children = make(map[string]*topicNode[T])
+					n.children = make(map[string]*trieNode[T])
 				}
 				n.children[w] = c
 			}
@@ -126,7 +131,7 @@ func (t *topicTrie[T]) add(bindingKey string, v T) bool {
 	n.vals = append(n.vals, v)
 	if n.idx != nil {
 		n.idx[v] = len(n.vals) - 1
-	} else if len(n.vals) > topicValsIndexMin {
+	} else if len(n.vals) > valsIndexMin {
 		n.idx = make(map[T]int, len(n.vals))
 		for i, x := range n.vals {
 			n.idx[x] = i
@@ -136,11 +141,11 @@ func (t *topicTrie[T]) add(bindingKey string, v T) bool {
 	return true
 }
 
-// remove unbinds v from bindingKey. It reports false if the pair was not
+// Remove unbinds v from bindingKey. It reports false if the pair was not
 // present. Nodes left without values or children are pruned.
-func (t *topicTrie[T]) remove(bindingKey string, v T) bool {
+func (t *Trie[T]) Remove(bindingKey string, v T) bool {
 	n := &t.root
-	for _, w := range splitTopicKey(bindingKey) {
+	for _, w := range Split(bindingKey) {
 		if n = n.child(w); n == nil {
 			return false
 		}
@@ -161,7 +166,7 @@ func (t *topicTrie[T]) remove(bindingKey string, v T) bool {
 	n.vals = n.vals[:last]
 	if n.idx != nil {
 		delete(n.idx, v)
-		if len(n.vals) <= topicValsIndexMin/2 {
+		if len(n.vals) <= valsIndexMin/2 {
 			n.idx = nil
 		}
 	}
@@ -188,12 +193,12 @@ func (t *topicTrie[T]) remove(bindingKey string, v T) bool {
 	return true
 }
 
-// match calls fn for each value bound with a binding key that matches
+// Match calls fn for each value bound with a binding key that matches
 // routingKey. A value is reported once per matching binding, and possibly
 // more than once for one binding when several '#' expansions reach it; the
 // caller deduplicates.
-func (t *topicTrie[T]) match(routingKey string, fn func(T)) {
-	m := topicMatcher[T]{key: routingKey, done: len(routingKey) + 1, fn: fn}
+func (t *Trie[T]) Match(routingKey string, fn func(T)) {
+	m := matcher[T]{key: routingKey, done: len(routingKey) + 1, fn: fn}
 	start := 0
 	if routingKey == "" {
 		start = m.done // zero words
@@ -201,29 +206,29 @@ func (t *topicTrie[T]) match(routingKey string, fn func(T)) {
 	m.visit(&t.root, start)
 }
 
-// topicMemoInline is how many '#' nodes a match tracks without allocating.
-const topicMemoInline = 16
+// memoInline is how many '#' nodes a match tracks without allocating.
+const memoInline = 16
 
-type topicMemo[T comparable] struct {
-	node *topicNode[T]
+type memoEntry[T comparable] struct {
+	node *trieNode[T]
 	low  int
 }
 
-// topicMatcher is the state of one match call. Key positions are byte
+// matcher is the state of one match call. Key positions are byte
 // offsets where a word starts; a word ends at the next '.' or at the end of
 // the key. Position len(key) is a valid position (an empty last word, as in
 // "a."), and done = len(key)+1 means all words have been consumed.
-type topicMatcher[T comparable] struct {
+type matcher[T comparable] struct {
 	key  string
 	done int
 	fn   func(T)
-	memo [topicMemoInline]topicMemo[T]
+	memo [memoInline]memoEntry[T]
 	nm   int
-	more map[*topicNode[T]]int // '#' nodes beyond the inline memo
+	more map[*trieNode[T]]int // '#' nodes beyond the inline memo
 }
 
 // next returns the word at position pos (< done) and the position after it.
-func (m *topicMatcher[T]) next(pos int) (word string, after int) {
+func (m *matcher[T]) next(pos int) (word string, after int) {
 	rest := m.key[pos:]
 	if i := strings.IndexByte(rest, '.'); i >= 0 {
 		return rest[:i], pos + i + 1
@@ -232,7 +237,7 @@ func (m *topicMatcher[T]) next(pos int) (word string, after int) {
 }
 
 // visit explores node n with the key consumed up to position pos.
-func (m *topicMatcher[T]) visit(n *topicNode[T], pos int) {
+func (m *matcher[T]) visit(n *trieNode[T], pos int) {
 	if pos == m.done {
 		for _, v := range n.vals {
 			m.fn(v)
@@ -258,7 +263,7 @@ func (m *topicMatcher[T]) visit(n *topicNode[T], pos int) {
 
 // expandHash visits the '#' node h at every position from pos to done,
 // skipping the positions already covered by an earlier expansion of h.
-func (m *topicMatcher[T]) expandHash(h *topicNode[T], pos int) {
+func (m *matcher[T]) expandHash(h *trieNode[T], pos int) {
 	low := m.done + 1 // nothing expanded yet
 	slot := -1
 	for i := 0; i < m.nm; i++ {
@@ -280,12 +285,12 @@ func (m *topicMatcher[T]) expandHash(h *topicNode[T], pos int) {
 		m.memo[slot].low = pos
 	case low <= m.done: // found in more
 		m.more[h] = pos
-	case m.nm < topicMemoInline:
-		m.memo[m.nm] = topicMemo[T]{h, pos}
+	case m.nm < memoInline:
+		m.memo[m.nm] = memoEntry[T]{h, pos}
 		m.nm++
 	default:
 		if m.more == nil {
-			m.more = make(map[*topicNode[T]]int)
+			m.more = make(map[*trieNode[T]]int)
 		}
 		m.more[h] = pos
 	}
