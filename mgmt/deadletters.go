@@ -12,7 +12,6 @@ import (
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/broker"
-	"github.com/warrenmq/warren/store"
 )
 
 // Warren's dead-letter endpoints (docs/management.md): list the DLQs with
@@ -352,7 +351,7 @@ const (
 func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queue, limit int,
 	pick func(*broker.Message) (string, *broker.Message, bool), allowed func(exchange string, m *broker.Message) error) (res transferResult) {
 	var pending []broker.Delivery
-	var waits []*store.Log
+	var waits broker.Durability
 	flush := func() bool {
 		if len(pending) == 0 {
 			return true
@@ -367,11 +366,13 @@ func (s *Server) transfer(ctx context.Context, v *broker.VHost, src *broker.Queu
 			res.failed += len(pending)
 			res.moved -= len(pending)
 			res.err = err
-			pending, waits = nil, nil
+			pending = nil
+			waits.Reset()
 			return false
 		}
 		src.Ack(pending)
-		pending, waits = pending[:0], waits[:0]
+		pending = pending[:0]
+		waits.Reset()
 		return true
 	}
 	var r broker.Router
@@ -410,11 +411,7 @@ walk:
 					res.err = fmt.Errorf("a queue bound to exchange '%s' refused the message (overflow reject-publish)", displayExchange(exchange))
 				}
 				if res.err == nil {
-					for _, l := range pr.Wait {
-						if !slices.Contains(waits, l) {
-							waits = append(waits, l)
-						}
-					}
+					waits.Add(pr.Durable)
 					pending = append(pending, d)
 					res.moved++
 					continue
