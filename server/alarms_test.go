@@ -23,13 +23,14 @@ func TestAlarmBlocksPublishers(t *testing.T) {
 	blocked := pc.NotifyBlocked(make(chan amqp.Blocking, 4))
 	pub := channel(t, pc)
 	fill(t, pub, "hB-alarm", 2)
+	fill(t, pub, "hB-held", 0)
 
 	s.SetAlarm("memory", true)
 	s.SetAlarm("disk", true)
 	if got := s.Alarms(); !slices.Equal(got, []string{"disk", "memory"}) {
 		t.Fatalf("alarms %v, want [disk memory]", got)
 	}
-	if err := pub.PublishWithContext(context.Background(), "", "hB-alarm", false, false, amqp.Publishing{Body: []byte("held")}); err != nil {
+	if err := pub.PublishWithContext(context.Background(), "", "hB-held", false, false, amqp.Publishing{Body: []byte("held")}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -40,9 +41,10 @@ func TestAlarmBlocksPublishers(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no connection.blocked")
 	}
-	// Consumers drain meanwhile.
+	// Consumers drain meanwhile; the held publish is not in its queue.
 	cc := dial(t, s)
-	d, err := channel(t, cc).Consume("hB-alarm", "", true, false, false, false, nil)
+	cch := channel(t, cc)
+	d, err := cch.Consume("hB-alarm", "", true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +52,9 @@ func TestAlarmBlocksPublishers(t *testing.T) {
 		if m := next(t, d); len(m.Body) != 1 || m.Body[0] != want {
 			t.Fatalf("got %q during the alarm, want the message %d published before it", m.Body, want)
 		}
+	}
+	if n := ready(t, cch, "hB-held"); n != 0 {
+		t.Fatalf("the publish that met the alarm was enqueued (%d ready) while the connection was blocked", n)
 	}
 	s.SetAlarm("memory", false)
 	if s.AlarmRaised("memory") || !s.AlarmRaised("disk") {
@@ -64,9 +69,7 @@ func TestAlarmBlocksPublishers(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no connection.unblocked")
 	}
-	if m := next(t, d); string(m.Body) != "held" {
-		t.Fatalf("got %q after the alarm cleared, want held", m.Body)
-	}
+	waitReady(t, cch, "hB-held", 1)
 }
 
 // TestAlarmMonitor: issue 12, server package tests (alarms). The resource

@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"bytes"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -23,13 +25,15 @@ type confirm struct {
 	nack     bool
 }
 
-// readConfirms reads confirms on channel 1 until publish n is covered.
-// It fails the test on anything out of order: tags must increase, and an
-// ack covering more than one publish must say multiple.
+// readConfirms reads confirms on channel 1 until publish n is covered
+// (continuing from where the last call stopped). It fails the test on
+// anything out of order: tags must increase, and an ack covering more
+// than one publish must say multiple.
 func readConfirms(c *rawConn, n uint64) []confirm {
 	c.t.Helper()
 	var got []confirm
-	var upto uint64
+	upto := c.confirmed
+	defer func() { c.confirmed = upto }()
 	for upto < n {
 		ch, m := c.method()
 		var cf confirm
@@ -169,10 +173,13 @@ func TestConfirmsNackOrder(t *testing.T) {
 }
 
 // failSyncFS is the real file system whose segment files fail Sync while
-// failing is set, as a disk that stopped taking writes.
+// failing is set, as a disk that stopped taking writes; with only set,
+// only the segment files of that queue fail (the queue named in the meta
+// file of their directory).
 type failSyncFS struct {
 	store.OSFS
 	failing atomic.Bool
+	only    atomic.Pointer[string]
 }
 
 func (f *failSyncFS) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
@@ -180,19 +187,27 @@ func (f *failSyncFS) OpenFile(name string, flag int, perm os.FileMode) (store.Fi
 	if err != nil {
 		return nil, err
 	}
-	return &failSyncFile{File: file, fs: f}, nil
+	return &failSyncFile{File: file, fs: f, dir: filepath.Dir(name)}, nil
 }
 
 type failSyncFile struct {
 	store.File
-	fs *failSyncFS
+	fs  *failSyncFS
+	dir string
 }
 
 func (f *failSyncFile) Sync() error {
 	if f.fs.failing.Load() {
-		return &fs.PathError{Op: "fdatasync", Path: "segment", Err: syscall.EIO}
+		if q := f.fs.only.Load(); q == nil || bytes.Contains(readMeta(f.dir), []byte(`"queue":"`+*q+`"`)) {
+			return &fs.PathError{Op: "fdatasync", Path: "segment", Err: syscall.EIO}
+		}
 	}
 	return f.File.Sync()
+}
+
+func readMeta(dir string) []byte {
+	b, _ := os.ReadFile(filepath.Join(dir, "meta"))
+	return b
 }
 
 // TestConfirmsNackOnSyncFailure: issue 12, server package tests (nack on
@@ -215,6 +230,30 @@ func TestConfirmsNackOnSyncFailure(t *testing.T) {
 		want := []confirm{{tag: 1, nack: true}, {tag: 2}}
 		if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 			t.Fatalf("confirms %+v, want %+v", got, want)
+		}
+	})
+
+	t.Run("ack-then-nack", func(t *testing.T) {
+		// Two publishes waiting for two queue logs, the second of which
+		// cannot sync: the first is acked, alone, before the nack.
+		c := confirmChannel(t, s, "hB-dur-ok", "hB-dur-bad")
+		// Both logs exist before the fault (the meta file names them).
+		c.write(appendPublish(appendPublish(nil, 1, &amqp.BasicPublish{RoutingKey: "hB-dur-ok"}, persistent, []byte("a")),
+			1, &amqp.BasicPublish{RoutingKey: "hB-dur-bad"}, persistent, []byte("b")))
+		readConfirms(c, 2)
+		bad := "hB-dur-bad"
+		ffs.only.Store(&bad)
+		ffs.failing.Store(true)
+		defer func() { ffs.failing.Store(false); ffs.only.Store(nil) }()
+		for round := uint64(0); round < 5; round++ {
+			b := appendPublish(nil, 1, &amqp.BasicPublish{RoutingKey: "hB-dur-ok"}, persistent, []byte("ok"))
+			b = appendPublish(b, 1, &amqp.BasicPublish{RoutingKey: "hB-dur-bad"}, persistent, []byte("bad"))
+			c.write(b)
+			got := readConfirms(c, 4+2*round)
+			want := []confirm{{tag: 3 + 2*round}, {tag: 4 + 2*round, nack: true}}
+			if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+				t.Fatalf("round %d: confirms %+v, want %+v", round, got, want)
+			}
 		}
 	})
 

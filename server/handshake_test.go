@@ -102,6 +102,23 @@ func TestHandshakeTuneNegotiation(t *testing.T) {
 		}
 	})
 
+	t.Run("negotiated-frame-max-accepted", func(t *testing.T) {
+		// The 4096 limit of the handshake lifts to the negotiated 8192: a
+		// 6000-byte body frame is taken.
+		c := dialRaw(t, s)
+		c.open(amqp.ConnectionTuneOk{ChannelMax: 3, FrameMax: 8192})
+		c.send(1, &amqp.QueueDeclare{Queue: "hB-big"})
+		expect[*amqp.QueueDeclareOk](c)
+		b := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: "hB-big"})
+		b = amqp.AppendHeaderFrame(b, 1, 60, 6000, &amqp.Properties{})
+		b = amqp.AppendBodyFrames(b, 1, make([]byte, 6000), 8192)
+		c.write(b)
+		c.send(1, &amqp.QueueDeclare{Queue: "hB-big", Passive: true})
+		if ok := expect[*amqp.QueueDeclareOk](c); ok.MessageCount != 1 {
+			t.Fatalf("queue holds %d messages, want the 6000-byte one", ok.MessageCount)
+		}
+	})
+
 	t.Run("lower-channel-max-enforced", func(t *testing.T) {
 		c := dialRaw(t, s)
 		c.open(amqp.ConnectionTuneOk{ChannelMax: 2, FrameMax: 8192})

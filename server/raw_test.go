@@ -51,6 +51,9 @@ type rawConn struct {
 	t  *testing.T
 	nc net.Conn
 	r  *amqp.FrameReader
+	// confirmed is the highest publish confirmed on channel 1
+	// (readConfirms).
+	confirmed uint64
 }
 
 func dialRaw(t *testing.T, s *server.Server) *rawConn {
@@ -143,8 +146,9 @@ func expect[T amqp.Method](c *rawConn) T {
 // still in flight) within 10 s.
 func (c *rawConn) expectEOF() {
 	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		f, err := c.tryFrame(10 * time.Second)
+		f, err := c.tryFrame(time.Until(deadline))
 		if err == nil {
 			if f.Type == amqp.FrameMethod {
 				m, _ := amqp.DecodeServerMethod(f.Payload)
