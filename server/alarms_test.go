@@ -78,11 +78,7 @@ func TestAlarmBlocksPublishers(t *testing.T) {
 func TestAlarmMonitor(t *testing.T) {
 	s := startServer(t, server.Config{DataDir: t.TempDir(), MemoryHighWatermark: 1, DiskFreeLimit: math.MaxInt64,
 		ResourceCheckInterval: 10 * time.Millisecond})
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.AlarmRaised("memory") || !s.AlarmRaised("disk") {
-		if time.Now().After(deadline) {
-			t.Fatalf("alarms %v, want disk and memory", s.Alarms())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "the monitor raised no disk and memory alarms", func() bool {
+		return s.AlarmRaised("memory") && s.AlarmRaised("disk")
+	})
 }

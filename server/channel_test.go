@@ -116,17 +116,11 @@ func TestQosPrefetch(t *testing.T) {
 // waitReady polls until the queue's ready count is n.
 func waitReady(t *testing.T, ch *amqp.Channel, q string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := ready(t, ch, q)
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s: %d ready, want %d", q, got, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var got int
+	waitFor(t, 10*time.Second, "queue "+q+" never had the ready count wanted", func() bool {
+		got = ready(t, ch, q)
+		return got == n
+	})
 }
 
 // TestQosGlobal: issue 12, server package tests (basic.qos prefetch
@@ -190,13 +184,8 @@ func TestQosRefusals(t *testing.T) {
 			closed := c.NotifyClose(make(chan *amqp.Error, 1))
 			ch := channel(t, c)
 			f(ch)
-			select {
-			case e := <-closed:
-				if e == nil || e.Code != 540 {
-					t.Fatalf("closed with %v, want 540 NOT_IMPLEMENTED", e)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("connection not closed")
+			if e := closedWith(t, closed); e == nil || e.Code != 540 {
+				t.Fatalf("closed with %v, want 540 NOT_IMPLEMENTED", e)
 			}
 		})
 	}
@@ -251,13 +240,8 @@ func TestSettle(t *testing.T) {
 	if err := ch.Ack(999, false); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case e := <-closed:
-		if e == nil || e.Code != 406 || e.Reason != "PRECONDITION_FAILED - unknown delivery tag 999" {
-			t.Fatalf("channel closed with %v, want 406 unknown delivery tag 999", e)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("channel not closed")
+	if e := closedWith(t, closed); e == nil || e.Code != 406 || e.Reason != "PRECONDITION_FAILED - unknown delivery tag 999" {
+		t.Fatalf("channel closed with %v, want 406 unknown delivery tag 999", e)
 	}
 	// The connection lives on.
 	if _, err := channel(t, c).QueueDeclarePassive("hB-settle", false, false, false, false, nil); err != nil {
@@ -293,7 +277,7 @@ func TestBasicGet(t *testing.T) {
 	if err := ch.Ack(2, false); err != nil {
 		t.Fatal(err)
 	}
-	e := <-closed
+	e := closedWith(t, closed)
 	var ae *amqp.Error
 	if e == nil || !errors.As(e, &ae) || ae.Code != 406 {
 		t.Fatalf("ack of an auto-acked tag: %v, want 406", e)

@@ -47,22 +47,15 @@ func TestOutputCap(t *testing.T) {
 	}()
 	defer func() { c.nc.Close(); wg.Wait() }()
 
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitFor(t, 20*time.Second, "the reader never paused on 1 MiB of output", func() bool {
 		pending, paused := s.OutputForTest()
 		// The bound: the 1 MiB high-water mark plus the one reply that
 		// crossed it.
 		if limit := 1<<20 + size + 4096; pending > limit {
 			t.Fatalf("%d bytes of output pending for a client that does not read, over %d", pending, limit)
 		}
-		if paused && pending >= 1<<20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reader never paused (output pending %d bytes)", pending)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return paused && pending >= 1<<20
+	})
 	// Now read: every publish is returned, and the writer goroutine
 	// finishes.
 	returns := 0
@@ -113,17 +106,13 @@ func TestConnectionLimits(t *testing.T) {
 	// dialAgain dials until the server has forgotten a closed connection.
 	dialAgain := func(t *testing.T) *amqp091.Connection {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			c, err := amqp091.Dial(amqpURL(s))
-			if err == nil {
-				return c
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no room after a close: %v", err)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		var c *amqp091.Connection
+		waitFor(t, 10*time.Second, "no room after a close", func() bool {
+			var err error
+			c, err = amqp091.Dial(amqpURL(s))
+			return err == nil
+		})
+		return c
 	}
 
 	t.Run("vhost-max-connections", func(t *testing.T) {
@@ -159,7 +148,7 @@ func TestConnectionLimits(t *testing.T) {
 		if _, err := c.Channel(); err == nil {
 			t.Fatal("third channel opened with max-channels 2")
 		}
-		e := <-closed
+		e := closedWith(t, closed)
 		if e == nil || e.Code != 530 || !strings.Contains(e.Reason, "maximum allowed user limit of (2)") {
 			t.Fatalf("closed with %v, want 530 user channel limit", e)
 		}

@@ -43,6 +43,19 @@ func startServer(t *testing.T, cfg server.Config) *server.Server {
 	return s
 }
 
+// waitFor polls cond every few milliseconds until it holds, failing the
+// test with what after d. It is the one polling loop of these tests.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 func amqpURL(s *server.Server) string { return "amqp://guest:guest@" + s.Addr().String() + "/" }
 
 // rawConn is an AMQP client made of frames: it sends what a test tells

@@ -121,13 +121,8 @@ func TestShutdownClean(t *testing.T) {
 	if err := s.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	select {
-	case e := <-closed:
-		if e == nil || e.Code != 320 || e.Reason != "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'" {
-			t.Fatalf("connection closed with %v, want 320 CONNECTION_FORCED", e)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("connection not closed by the shutdown")
+	if e := closedWith(t, closed); e == nil || e.Code != 320 || e.Reason != "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'" {
+		t.Fatalf("connection closed with %v, want 320 CONNECTION_FORCED", e)
 	}
 	if _, err := amqp091.Dial(amqpURL(s)); err == nil {
 		t.Fatal("dial after shutdown succeeded")
