@@ -115,7 +115,14 @@ func TestConnectionLimits(t *testing.T) {
 		return c
 	}
 
+	// idle waits until the connections of the previous subtest are gone
+	// from the server's count.
+	idle := func(t *testing.T) {
+		t.Helper()
+		waitFor(t, 10*time.Second, "connections of an earlier subtest still open", func() bool { return s.ConnectionCount() == 0 })
+	}
 	t.Run("vhost-max-connections", func(t *testing.T) {
+		idle(t)
 		if err := b.SetVHostLimit("/", broker.LimitMaxConnections, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -126,6 +133,7 @@ func TestConnectionLimits(t *testing.T) {
 		dialAgain(t).Close()
 	})
 	t.Run("user-max-connections", func(t *testing.T) {
+		idle(t)
 		if err := b.SetUserLimit("guest", broker.LimitMaxConnections, 2); err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +145,7 @@ func TestConnectionLimits(t *testing.T) {
 		dialAgain(t).Close()
 	})
 	t.Run("user-max-channels", func(t *testing.T) {
+		idle(t)
 		if err := b.SetUserLimit("guest", broker.LimitMaxChannels, 2); err != nil {
 			t.Fatal(err)
 		}
