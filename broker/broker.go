@@ -14,7 +14,10 @@
 package broker
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/internal/clock"
+	"github.com/warrenmq/warren/store"
 )
 
 // Config configures a Broker.
@@ -40,6 +44,15 @@ type Config struct {
 	// before the rest go to disk only (spill.go); 0 means
 	// DefaultQueueWindow. It takes effect with Messages.
 	QueueWindow int
+
+	// DataDir is where Open keeps durable state: the definitions store in
+	// it, the message store in its "msgs" directory. Empty means a broker
+	// in memory only. New ignores it (it takes Store and Messages).
+	DataDir string
+	// MessageStore configures the message store Open opens in DataDir
+	// (its Logger defaults to Logger): the bound on open segment files,
+	// the sync retry interval, a file system for tests to inject faults.
+	MessageStore MsgStoreOptions
 }
 
 // Broker is the set of virtual hosts and users of one Warren node.
@@ -65,6 +78,87 @@ type Broker struct {
 	loading        atomic.Bool // Recover is applying stored records
 	recovered      bool        // guarded by mu
 	firstBoot      bool        // guarded by mu
+
+	// defs is the definitions store Open opened (nil otherwise); ownsMsgs
+	// says Open opened msgs too. Close closes them, once.
+	defs      *store.Defs
+	ownsMsgs  bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open returns a broker that owns its storage: with cfg.DataDir, it opens
+// (creating them if needed) the definitions store in the directory and the
+// message store in its "msgs" directory, and recovers the durable
+// definitions and messages before it returns; without, the broker lives in
+// memory with the default vhost and user, as New. cfg.Store and
+// cfg.Messages must be nil. Close closes what Open opened.
+func Open(cfg Config) (*Broker, error) {
+	if cfg.Store != nil || cfg.Messages != nil {
+		return nil, errors.New("broker: Open opens its own stores; Config.Store and Config.Messages are for New")
+	}
+	if cfg.DataDir == "" {
+		return New(cfg), nil
+	}
+	defs, err := store.Open(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	mo := cfg.MessageStore
+	if mo.Logger == nil {
+		mo.Logger = cfg.Logger
+	}
+	msgs, err := OpenMsgStoreWith(filepath.Join(cfg.DataDir, "msgs"), mo)
+	if err != nil {
+		defs.Close()
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	cfg.Store, cfg.Messages = defs, msgs
+	b := New(cfg)
+	b.defs, b.ownsMsgs = defs, true
+	if err := b.Recover(); err != nil {
+		// Not clean: nothing was served, but the messages were not all
+		// recovered either; the next start reads them as after a crash.
+		b.close(false)
+		return nil, fmt.Errorf("broker: recovering definitions: %w", err)
+	}
+	return b, nil
+}
+
+// Close stops the running shovels (their parameters are kept, so they
+// resume at the next start) and closes the stores Open opened, the message store first (its
+// pending syncs complete, every queue log is synced), then the
+// definitions store, and marks the shutdown clean: the next start trusts
+// the redelivered flags on disk. Call it once no consumer is left whose
+// unacked messages were not returned (for a Server: after its Shutdown
+// returned nil). It is idempotent, and a no-op for a broker from New.
+func (b *Broker) Close() error { return b.close(true) }
+
+// CloseUnclean is Close without marking the shutdown clean, for when
+// consumers may still hold unacked messages (a Server whose Shutdown timed
+// out): the next start marks every recovered message redelivered, as
+// after a crash.
+func (b *Broker) CloseUnclean() error { return b.close(false) }
+
+func (b *Broker) close(clean bool) error {
+	b.closeOnce.Do(func() {
+		b.HaltShovels() // they publish into the stores closed below
+		if b.ownsMsgs {
+			if err := b.msgs.Close(clean); err != nil {
+				b.log.Error("closing the message store", "err", err)
+				b.closeErr = err
+			}
+		}
+		if b.defs != nil {
+			if err := b.defs.Close(); err != nil {
+				b.log.Error("closing the definitions store", "err", err)
+				if b.closeErr == nil {
+					b.closeErr = err
+				}
+			}
+		}
+	})
+	return b.closeErr
 }
 
 // New returns a broker with the default vhost "/" and the user guest/guest

@@ -62,7 +62,6 @@ import (
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/internal/clock"
-	"github.com/warrenmq/warren/store"
 )
 
 // KindDelayed is the exchange type of the delayed message exchange.
@@ -296,8 +295,7 @@ func (d *delayedState) fired(gen uint64) {
 	d.armLocked(now)
 	d.mu.Unlock()
 	if len(due) > 0 {
-		logs := d.x.vhost.routeDelayed(d.x, due)
-		d.released(done, logs)
+		d.released(done, d.x.vhost.routeDelayed(d.x, due))
 	}
 }
 
@@ -318,8 +316,8 @@ func (d *delayedState) drop() {
 // routeDelayed routes messages whose delay has elapsed through x, as a
 // publish to x would, unless x has been deleted meanwhile. It takes the
 // vhost's lock per message and enqueues without it.
-// It returns the queue logs the messages were appended to.
-func (v *VHost) routeDelayed(x *Exchange, ms []*Message) []*store.Log {
+// It returns what the messages' durability waits for.
+func (v *VHost) routeDelayed(x *Exchange, ms []*Message) Durability {
 	var r Router
 	for _, m := range ms {
 		r.keys = m.routingKeys(r.keys[:0])
@@ -327,7 +325,7 @@ func (v *VHost) routeDelayed(x *Exchange, ms []*Message) []*store.Log {
 		v.mu.RLock()
 		if x.deleted {
 			v.mu.RUnlock()
-			return r.logs
+			return v.b.durability(r.logs)
 		}
 		v.routeLocked(&r, x, m)
 		v.mu.RUnlock()
@@ -335,5 +333,5 @@ func (v *VHost) routeDelayed(x *Exchange, ms []*Message) []*store.Log {
 			q.enqueue(m, &r)
 		}
 	}
-	return r.logs
+	return v.b.durability(r.logs)
 }

@@ -3,7 +3,6 @@ package broker
 import (
 	"container/heap"
 	"encoding/binary"
-	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/store"
@@ -51,11 +50,11 @@ func (d *delayedState) persistLocked(e *heldEntry, r *Router) {
 // released removes routed held messages from the exchange's log once the
 // queue logs they were appended to are synced, so that a crash in between
 // routes them again rather than losing them.
-func (d *delayedState) released(done []heldEntry, logs []*store.Log) {
+func (d *delayedState) released(done []heldEntry, dur Durability) {
 	if len(done) == 0 || d.disk == nil {
 		return
 	}
-	ack := func(error) {
+	dur.Notify(func(error) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if d.dropped || d.disk == nil {
@@ -67,22 +66,7 @@ func (d *delayedState) released(done []heldEntry, logs []*store.Log) {
 			seqs[i], segs[i] = e.seq, e.seg
 		}
 		d.disk.ack(seqs, segs)
-	}
-	if len(logs) == 0 {
-		ack(nil)
-		return
-	}
-	var left atomic.Int32
-	left.Store(int32(len(logs)))
-	for _, l := range logs {
-		if d.disk.ms.syncer.Request(l, func(error) {
-			if left.Add(-1) == 0 {
-				ack(nil)
-			}
-		}) != nil && left.Add(-1) == 0 {
-			ack(nil)
-		}
-	}
+	})
 }
 
 // recoverDelayed loads the held messages of a durable delayed exchange.

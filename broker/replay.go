@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
-	"github.com/warrenmq/warren/store"
 )
 
 // Moving messages out of a queue and republishing them, as Go APIs (issue
@@ -102,21 +100,6 @@ func (b *Broker) countRepublish(vhost, exchange string, routed bool) {
 	}
 }
 
-// waitLogs waits until the message logs a publish was appended to
-// (PublishResult.Wait) are on disk: the point at which a publisher
-// confirm would be sent.
-func (b *Broker) waitLogs(ctx context.Context, logs []*store.Log) error {
-	if b.msgs == nil {
-		return nil
-	}
-	for _, l := range logs {
-		if err := b.msgs.syncer.Wait(ctx, l); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // MoveResult is what a replay or move did.
 type MoveResult struct {
 	// Moved counts the messages republished and removed from the source.
@@ -153,13 +136,13 @@ const (
 func (b *Broker) transfer(ctx context.Context, act Actor, v *VHost, src *Queue, limit int,
 	pick func(*Message) (string, *Message, bool)) (res MoveResult) {
 	var pending []Delivery
-	var waits []*store.Log
+	var waits Durability // what the republishes of pending wait for
 	flush := func() bool {
 		if len(pending) == 0 {
 			return true
 		}
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := b.waitLogs(wctx, waits)
+		err := b.WaitDurable(wctx, waits)
 		cancel()
 		if err != nil {
 			// Not known to be on disk: keep the originals, marked
@@ -168,11 +151,13 @@ func (b *Broker) transfer(ctx context.Context, act Actor, v *VHost, src *Queue, 
 			res.Failed += len(pending)
 			res.Moved -= len(pending)
 			res.Err = err
-			pending, waits = nil, nil
+			pending = nil
+			waits.Reset()
 			return false
 		}
 		src.Ack(pending)
-		pending, waits = pending[:0], waits[:0]
+		pending = pending[:0]
+		waits.Reset()
 		return true
 	}
 	var r Router
@@ -211,11 +196,7 @@ walk:
 					res.Err = fmt.Errorf("a queue bound to exchange '%s' refused the message (overflow reject-publish)", exchangeDisplay(exchange))
 				}
 				if res.Err == nil {
-					for _, l := range pr.Wait {
-						if !slices.Contains(waits, l) {
-							waits = append(waits, l)
-						}
-					}
+					waits.Add(pr.Durable)
 					pending = append(pending, d)
 					res.Moved++
 					continue

@@ -545,10 +545,11 @@ type PublishResult struct {
 	// overflow: the publisher's confirm is a nack (R4.5), though other
 	// queues may have taken it.
 	Rejected bool
-	// Wait lists the queue logs the message was appended to: a confirm
-	// must wait until each is synced (MsgStore.Syncer). It is the
-	// Router's scratch, valid until the Router's next Publish.
-	Wait []*store.Log
+	// Durable is what a confirm must wait for: the message on disk in
+	// every durable queue it was written to (nothing to wait for if
+	// none). It shares the Router's scratch, valid until the Router's
+	// next Publish; Durability.Add keeps a copy.
+	Durable Durability
 	// Failed is set when a durable queue could not write the message to
 	// disk: the publisher's confirm is a nack.
 	Failed bool
@@ -624,7 +625,7 @@ func (v *VHost) Publish(r *Router, exchange string, m *Message) (PublishResult, 
 		}
 	}
 	clear(r.queues)
-	res.Wait, res.Failed, res.Busy = r.logs, r.failed, r.busy
+	res.Durable, res.Failed, res.Busy = v.b.durability(r.logs), r.failed, r.busy
 	return res, nil
 }
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/warrenmq/warren/store"
+	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -88,7 +88,7 @@ func benchPersistentPublish(b *testing.B, publishers, window int) {
 			}
 		}()
 	}
-	var before store.SyncerStats
+	var before broker.SyncStats
 	if br != nil {
 		before = br.Server().SyncStats()
 	}
@@ -104,7 +104,7 @@ func benchPersistentPublish(b *testing.B, publishers, window int) {
 	b.ReportMetric(float64(b.N)/secs, "msgs/s")
 	if br != nil {
 		after := br.Server().SyncStats()
-		d := store.SyncerStats{
+		d := broker.SyncStats{
 			Requests: after.Requests - before.Requests,
 			Fsyncs:   after.Fsyncs - before.Fsyncs,
 			Rounds:   after.Rounds - before.Rounds,

@@ -256,7 +256,7 @@ func (s *Server) publish(ctx context.Context, v *broker.VHost, exchange, key str
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.srv.WaitSynced(ctx, res.Wait); err != nil {
+	if err := s.srv.WaitSynced(ctx, res.Durable); err != nil {
 		return false, &apiError{Status: 500, Err: "internal_server_error", Reason: err.Error()}
 	}
 	return res.Routed > 0 && !res.Rejected, nil

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/broker"
-	"github.com/warrenmq/warren/store"
 )
 
 // channel is one AMQP channel. Protocol state (content assembly, confirms,
@@ -35,8 +33,8 @@ type channel struct {
 	confirm    bool
 	tx         bool
 	txOps      []txOp
-	txPending  atomic.Uint64 // publishes<<32 | acks in txOps, for the management API
-	txWait     []*store.Log  // logs a tx.commit waits for
+	txPending  atomic.Uint64     // publishes<<32 | acks in txOps, for the management API
+	txWait     broker.Durability // what a tx.commit waits for
 
 	// Publisher confirms (confirms.go), guarded by confMu.
 	// Counters for the management API (info.go).
@@ -673,17 +671,9 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 		ch.stats.local.confirm++
 		ch.confirmPublish(res)
 	} else if ch.tx {
-		for _, l := range res.Wait {
-			ch.addTxWait(l)
-		}
+		ch.txWait.Add(res.Durable)
 	}
 	return nil
-}
-
-func (ch *channel) addTxWait(l *store.Log) {
-	if !slices.Contains(ch.txWait, l) {
-		ch.txWait = append(ch.txWait, l)
-	}
 }
 
 // maxUnflushedConfirms bounds how many confirms wait for the reader to
@@ -710,16 +700,11 @@ func (ch *channel) txCommit() error {
 		}
 	}
 	// tx.commit-ok only once the transaction's messages are on disk.
-	if syncer := ch.c.s.syncer(); syncer != nil {
-		for _, l := range ch.txWait {
-			if err := syncer.Wait(context.Background(), l); err != nil {
-				ch.txWait = ch.txWait[:0]
-				return amqp.ConnErrorf(amqp.InternalError, "message store: %v", err)
-			}
-		}
+	err := ch.txWait.Wait(context.Background())
+	ch.txWait.Reset()
+	if err != nil {
+		return amqp.ConnErrorf(amqp.InternalError, "message store: %v", err)
 	}
-	clear(ch.txWait)
-	ch.txWait = ch.txWait[:0]
 	ch.c.sendMethod(ch.id, &amqp.TxCommitOk{})
 	return nil
 }

@@ -12,10 +12,10 @@ import (
 // lowest publish still waiting for the disk. The state is guarded by
 // confMu because sync completions arrive on the store's goroutine.
 
-// confirmWait is a publish answered only once its logs are synced.
+// confirmWait is a publish answered only once it is on disk.
 type confirmWait struct {
 	seq  uint64
-	left int32 // logs still to sync
+	left int32 // syncs still awaited: 1 until its Durability is done, then 0
 	nack bool
 }
 
@@ -26,12 +26,7 @@ func (ch *channel) confirmPublish(res broker.PublishResult) {
 	if !wait {
 		return
 	}
-	syncer := ch.c.s.syncer()
-	for _, l := range res.Wait {
-		if err := syncer.Request(l, func(err error) { ch.diskDone(seq, err) }); err != nil {
-			ch.diskDone(seq, err)
-		}
-	}
+	res.Durable.Notify(func(err error) { ch.diskDone(seq, err) })
 }
 
 // recordPublish numbers a publish and confirms it at once when it need
@@ -43,8 +38,7 @@ func (ch *channel) recordPublish(res broker.PublishResult) (uint64, bool) {
 	ch.publishSeq++
 	seq := ch.publishSeq
 	nack := res.Rejected || res.Failed
-	syncer := ch.c.s.syncer()
-	wait := len(res.Wait) > 0 && syncer != nil
+	wait := res.Durable.Pending()
 	if len(ch.waits) == ch.whead && !wait {
 		if nack {
 			// R4.5: acks before it go out first so confirms stay in order.
@@ -61,7 +55,7 @@ func (ch *channel) recordPublish(res broker.PublishResult) (uint64, bool) {
 	}
 	w := confirmWait{seq: seq, nack: nack}
 	if wait {
-		w.left = int32(len(res.Wait))
+		w.left = 1
 	}
 	ch.waits = append(ch.waits, w)
 	return seq, wait

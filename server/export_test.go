@@ -59,3 +59,16 @@ func InstallPanicHooksForTest() (remove func()) {
 
 // ArmWriterPanicForTest arms the writer hook (InstallPanicHooksForTest).
 func ArmWriterPanicForTest() { writerPanicArmed.Store(true) }
+
+// OutputForTest reports, over the open connections, the most output
+// bytes waiting for a writer, and whether some connection's reader is
+// paused (waiting for its output to drain, or for an alarm to clear).
+func (s *Server) OutputForTest() (maxPending int, paused bool) {
+	for _, c := range s.connList() {
+		c.outMu.Lock()
+		maxPending = max(maxPending, len(c.out))
+		c.outMu.Unlock()
+		paused = paused || c.readPaused.Load()
+	}
+	return maxPending, paused
+}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
-	"github.com/warrenmq/warren/store"
+	"github.com/warrenmq/warren/broker"
 )
 
 // What the management API (package mgmt) reads from the server: the open
@@ -516,7 +516,7 @@ func (s *Server) MessageStats() MessageStats {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	m := s.closedStats
-	m.DiskReads, m.DiskWrites = s.msgs.DiskIO()
+	m.DiskReads, m.DiskWrites = s.broker.DiskIO()
 	s.eachChannel(func(_ ConnectionInfo, ch *channel) {
 		if !ch.stats.folded {
 			m.add(ch)
@@ -535,18 +535,10 @@ func (s *Server) Alarms() []string {
 // Config returns the server's configuration, defaults applied.
 func (s *Server) Config() Config { return s.cfg }
 
-// WaitSynced waits until the message logs a publish was appended to
-// (broker.PublishResult.Wait) are on disk: the point at which a publisher
-// confirm would be sent.
-func (s *Server) WaitSynced(ctx context.Context, logs []*store.Log) error {
-	sy := s.syncer()
-	if sy == nil {
-		return nil
-	}
-	for _, l := range logs {
-		if err := sy.Wait(ctx, l); err != nil {
-			return err
-		}
-	}
-	return nil
+// WaitSynced waits until what a publish's durability token covers
+// (broker.PublishResult.Durable, or several collected with
+// broker.Durability.Add) is on disk, or ctx is done: the point at which a
+// publisher confirm would be sent. It is the broker's WaitDurable.
+func (s *Server) WaitSynced(ctx context.Context, tok broker.Durability) error {
+	return s.broker.WaitDurable(ctx, tok)
 }

@@ -14,14 +14,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/internal/clock"
-	"github.com/warrenmq/warren/store"
 )
 
 // Config configures a Server. Zero values take RabbitMQ's defaults.
@@ -47,7 +45,9 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// LoopbackUsers may only connect from loopback addresses; default ["guest"].
 	LoopbackUsers []string
-	// DataDir is where durable state lives.
+	// DataDir is where durable state lives: the broker New opens keeps
+	// its stores there (broker.Open), and the disk alarm watches its file
+	// system.
 	DataDir string
 
 	// MemoryHighWatermark raises the memory alarm when the broker's Go heap
@@ -64,14 +64,17 @@ type Config struct {
 	QueueWindow           int
 	ResourceCheckInterval time.Duration
 
-	// MessageStore configures the message store opened in DataDir (its
-	// Logger defaults to Logger): the bound on open segment files, and a
-	// file system for tests to inject faults.
+	// MessageStore configures the message store of the broker New opens
+	// (broker.Config.MessageStore).
 	MessageStore broker.MsgStoreOptions
 
 	Logger *slog.Logger
 	Clock  clock.Clock
-	// Broker is the model to serve; New makes one if nil.
+	// Broker is the model to serve. If nil, New opens one with
+	// broker.Open (DataDir, QueueWindow, MessageStore, Logger, Clock) and
+	// the server owns it: Shutdown closes it once the connections are
+	// closed. A Broker given here belongs to the caller, who closes it
+	// after Shutdown (Close if Shutdown returned nil, else CloseUnclean).
 	Broker *broker.Broker
 }
 
@@ -122,11 +125,8 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	broker *broker.Broker
-	// defs is the definitions store New opened in DataDir (nil when the
-	// caller gave the Broker); closed by Shutdown.
-	defs     *store.Defs
-	msgs     *broker.MsgStore
-	defsOnce sync.Once
+	// ownsBroker: New opened the broker, and Shutdown closes it.
+	ownsBroker bool
 
 	mu        sync.Mutex
 	ln        net.Listener
@@ -155,76 +155,42 @@ func New(cfg Config) (*Server, error) {
 	if cfg.FrameMax < 4096 {
 		return nil, fmt.Errorf("server: frame-max %d is below the minimum 4096", cfg.FrameMax)
 	}
-	b := cfg.Broker
-	var defs *store.Defs
-	var msgs *broker.MsgStore
+	b, owns := cfg.Broker, false
 	if b == nil {
-		bc := broker.Config{Logger: cfg.Logger, Clock: cfg.Clock, QueueWindow: cfg.QueueWindow}
-		if cfg.DataDir != "" {
-			var err error
-			if defs, err = store.Open(cfg.DataDir); err != nil {
-				return nil, fmt.Errorf("server: %w", err)
-			}
-			mo := cfg.MessageStore
-			if mo.Logger == nil {
-				mo.Logger = cfg.Logger
-			}
-			if msgs, err = broker.OpenMsgStoreWith(filepath.Join(cfg.DataDir, "msgs"), mo); err != nil {
-				defs.Close()
-				return nil, fmt.Errorf("server: %w", err)
-			}
-			bc.Store, bc.Messages = defs, msgs
+		var err error
+		b, err = broker.Open(broker.Config{Logger: cfg.Logger, Clock: cfg.Clock, QueueWindow: cfg.QueueWindow,
+			DataDir: cfg.DataDir, MessageStore: cfg.MessageStore})
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
 		}
-		b = broker.New(bc)
-	}
-	// Durable definitions and messages are loaded before anything can
-	// listen (a no-op for a broker without a store, or one already
-	// recovered).
-	if err := b.Recover(); err != nil {
-		if defs != nil {
-			msgs.Close(false)
-			defs.Close()
-		}
+		owns = true
+	} else if err := b.Recover(); err != nil {
+		// Durable definitions and messages are loaded before anything can
+		// listen (a no-op for a broker already recovered, as Open's).
 		return nil, fmt.Errorf("server: recovering definitions: %w", err)
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, broker: b, defs: defs, msgs: msgs, conns: map[*conn]struct{}{},
+	return &Server{cfg: cfg, log: cfg.Logger, broker: b, ownsBroker: owns, conns: map[*conn]struct{}{},
 		alarms: map[string]bool{}, alarmCh: make(chan struct{})}, nil
 }
 
-// closeDefs closes the stores the server opened, once. clean says that
-// every connection closed (their unacked messages were returned).
-func (s *Server) closeDefs(clean bool) {
-	s.defsOnce.Do(func() {
-		if s.msgs != nil {
-			if err := s.msgs.Close(clean); err != nil {
-				s.log.Error("closing the message store", "err", err)
-			}
-		}
-		if s.defs != nil {
-			if err := s.defs.Close(); err != nil {
-				s.log.Error("closing the definitions store", "err", err)
-			}
-		}
-	})
-}
-
-// syncer is the message store's group commit, or nil without a store.
-func (s *Server) syncer() *store.Syncer {
-	if s.msgs == nil {
-		return nil
+// closeBroker closes the broker if the server opened it (the broker
+// closes its stores once). clean says that every connection closed (their
+// unacked messages were returned).
+func (s *Server) closeBroker(clean bool) {
+	if !s.ownsBroker {
+		return
 	}
-	return s.msgs.Syncer()
+	if clean {
+		s.broker.Close()
+	} else {
+		s.broker.CloseUnclean()
+	}
 }
 
 // SyncStats returns the message store's group-commit counters (zero
 // without a data directory): requests, rounds and fsyncs, from which
 // messages per fsync follow.
-func (s *Server) SyncStats() store.SyncerStats {
-	if s.msgs == nil {
-		return store.SyncerStats{}
-	}
-	return s.msgs.Syncer().Stats()
-}
+func (s *Server) SyncStats() broker.SyncStats { return s.broker.SyncStats() }
 
 // Broker returns the model the server serves.
 func (s *Server) Broker() *broker.Broker { return s.broker }
@@ -385,7 +351,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		s.closeDefs(true)
+		s.closeBroker(true)
 		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
@@ -393,7 +359,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.nc.Close()
 		}
 		s.mu.Unlock()
-		s.closeDefs(false)
+		s.closeBroker(false)
 		return ctx.Err()
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/warrenmq/warren/server"
+	"github.com/warrenmq/warren/broker"
 )
 
 // The default user replaces guest on first boot only, as RabbitMQ's
@@ -12,19 +12,20 @@ import (
 func TestDefaultUserOnFirstBootOnly(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	o := options{DefaultUser: "admin", DefaultPass: "pw1"}
-	boot := func(o options) *server.Server {
+	// As run does: the broker opens (and recovers) its stores in the
+	// data directory, setUp runs on it, Close closes the stores.
+	boot := func(o options) *broker.Broker {
 		t.Helper()
-		srv, err := server.New(server.Config{AMQPAddr: "127.0.0.1:0", DataDir: dir})
+		b, err := broker.Open(broker.Config{DataDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := setUp(srv.Broker(), o); err != nil {
+		if err := setUp(b, o); err != nil {
 			t.Fatal(err)
 		}
-		return srv
+		return b
 	}
-	srv := boot(o)
-	b := srv.Broker()
+	b := boot(o)
 	if b.User("guest") != nil {
 		t.Error("guest kept on first boot with --default-user")
 	}
@@ -32,12 +33,13 @@ func TestDefaultUserOnFirstBootOnly(t *testing.T) {
 		t.Fatal("default user not created")
 	}
 	b.PutUser("admin", "changed", []string{"administrator"})
-	srv.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	o.DefaultPass = "pw2"
-	srv = boot(o)
-	defer srv.Close()
-	b = srv.Broker()
+	b = boot(o)
+	defer b.Close()
 	if _, ok := b.Authenticate("admin", "changed"); !ok {
 		t.Error("stored password lost: the default user was re-created on a later boot")
 	}

@@ -111,25 +111,48 @@ func run(args []string, out io.Writer) error {
 	if hb == 0 {
 		hb = -1
 	}
+	// The broker owns the definitions and message stores in the data
+	// directory: Open recovers the durable definitions and messages, and
+	// Close (after the server's shutdown) closes the stores.
+	b, err := broker.Open(broker.Config{Logger: log, DataDir: o.DataDir, QueueWindow: o.QueueWindow})
+	if err != nil {
+		return err
+	}
 	cfg := server.Config{AMQPAddr: o.AMQPAddr, AMQPSAddr: o.AMQPSAddr, Heartbeat: hb, FrameMax: uint32(o.FrameMax),
 		ChannelMax: uint16(o.ChannelMax), Logger: log, DataDir: o.DataDir,
-		MemoryHighWatermark: o.MemoryHigh, DiskFreeLimit: o.DiskFree, QueueWindow: o.QueueWindow}
+		MemoryHighWatermark: o.MemoryHigh, DiskFreeLimit: o.DiskFree, Broker: b}
 	if o.TLSCert != "" || o.TLSKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
 		if err != nil {
+			b.Close()
 			return fmt.Errorf("TLS: %w", err)
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		cfg.TLSCertFile = o.TLSCert
 	}
-	// server.New opens the definitions store in the data directory and
-	// recovers the durable definitions.
 	srv, err := server.New(cfg)
 	if err != nil {
+		b.Close()
 		return err
 	}
-	if err := setUp(srv.Broker(), o); err != nil {
-		srv.Close()
+	// stop shuts the server down, then closes the broker's stores: marked
+	// clean only if every connection closed in time.
+	stop := func(ctx context.Context) error {
+		err := srv.Shutdown(ctx)
+		if err == nil {
+			err = b.Close()
+		} else {
+			b.CloseUnclean()
+		}
+		return err
+	}
+	closeAll := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stop(ctx)
+	}
+	if err := setUp(b, o); err != nil {
+		closeAll()
 		return err
 	}
 	// SIGTERM must mean a clean shutdown from the moment clients can
@@ -138,7 +161,7 @@ func run(args []string, out io.Writer) error {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
 	if err := srv.Start(); err != nil {
-		srv.Close()
+		closeAll()
 		return err
 	}
 	log.Info("Warren started", "version", server.Version, "amqp", srv.Addr().String(), "data_dir", o.DataDir)
@@ -146,7 +169,7 @@ func run(args []string, out io.Writer) error {
 	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
 		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI()})
 		if err := mg.Start(); err != nil {
-			srv.Close()
+			closeAll()
 			return fmt.Errorf("management HTTP listener: %w", err)
 		}
 	}
@@ -164,7 +187,7 @@ func run(args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return srv.Shutdown(ctx)
+	return stop(ctx)
 }
 
 // setUp replaces the default user on first boot only, as RabbitMQ's
