@@ -87,7 +87,7 @@ func (q *Queue) Return(ds []Delivery, redelivered bool) {
 	for i := range ds {
 		inSpill := len(q.taken) > 0 && q.untakeLocked(&ds[i], redelivered)
 		if h := ds[i].holder; h != nil {
-			q.m.Untake(h, ds[i].Seq, redelivered, inSpill)
+			q.m.Untake(h, ds[i].Seq, ds[i].ck, redelivered, inSpill)
 		}
 	}
 	q.settledLocked(ds)
@@ -195,7 +195,7 @@ func (q *Queue) Take(cur *TakeCursor, limit, budget int, upto uint64, match func
 				return true
 			}
 			x := q.m.TakeEntry(e)
-			ds = append(ds, q.delivery(&x, "", q.m.Holder()))
+			ds = append(ds, q.delivery(&x, "", q.m.Holder(), q.m.Holder().Next()-1))
 			return true
 		})
 		if stopped {
@@ -260,7 +260,7 @@ func (q *Queue) Take(cur *TakeCursor, limit, budget int, upto uint64, match func
 		q.taken[h.seq] = p.Uint64()
 		q.m.TakePaged(e)
 		q.unspilledLocked(p.Seg)
-		ds = append(ds, q.delivery(&e, "", q.m.Holder()))
+		ds = append(ds, q.delivery(&e, "", q.m.Holder(), q.m.Holder().Next()-1))
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStopScan) {

@@ -44,8 +44,10 @@ type Delivery struct {
 	// seg and ondisk locate the message's record in the queue's log.
 	seg    uint32
 	ondisk bool
-	// holder is the queue machine's record of who holds the message.
+	// holder is the queue machine's record of who holds the message,
+	// ck its checkout number there (machine.Consumer.Next).
 	holder *mconsumer
+	ck     uint64
 }
 
 // queued returns the message as the queue holds it.

@@ -452,7 +452,7 @@ type qeffects Queue
 func (f *qeffects) Deliver(c *mconsumer, e qentry) bool {
 	q := (*Queue)(f)
 	k := c.Ref
-	return k.Sink.Deliver(k, q.delivery(&e, k.Tag, c))
+	return k.Sink.Deliver(k, q.delivery(&e, k.Tag, c, c.Next()))
 }
 
 // DeadLetter queues e for the outbox (published once the lock is released).
@@ -554,9 +554,9 @@ func (q *Queue) Dispatch() {
 	q.unlock()
 }
 
-func (q *Queue) delivery(e *qentry, tag string, h *mconsumer) Delivery {
+func (q *Queue) delivery(e *qentry, tag string, h *mconsumer, ck uint64) Delivery {
 	d := Delivery{Queue: q, Msg: e.Msg, Seq: e.Seq, Redelivered: e.Redelivered || e.Acquired > 0, ConsumerTag: tag,
-		ExpiresAt: e.ExpiresAt, DeliveryCount: e.DeliveryCount, AcquiredCount: e.Acquired, seg: e.Seg, ondisk: e.OnDisk, holder: h}
+		ExpiresAt: e.ExpiresAt, DeliveryCount: e.DeliveryCount, AcquiredCount: e.Acquired, seg: e.Seg, ondisk: e.OnDisk, holder: h, ck: ck}
 	if e.Acquired > 0 && q.countsDeliveries() {
 		d.Msg, d.Original = withCounts(e.Msg, e.DeliveryCount, e.Acquired), e.Msg
 	}
@@ -599,7 +599,8 @@ func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 	if !ok {
 		return Delivery{}, 0, false
 	}
-	return q.delivery(&e, "", q.m.Holder()), remaining, true
+	h := q.m.Holder()
+	return q.delivery(&e, "", h, h.Next()-1), remaining, true
 }
 
 // armLocked keeps one timer for the machine's next deadline: the earliest
@@ -669,7 +670,7 @@ func (q *Queue) Ack(ds []Delivery) {
 	q.settledLocked(ds)
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
-			q.m.Ack(h, ds[i].Seq)
+			q.m.Ack(h, ds[i].Seq, ds[i].ck)
 		}
 	}
 	if q.disk == nil {
@@ -693,7 +694,7 @@ func (q *Queue) Reject(ds []Delivery) {
 	q.settledLocked(ds)
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
-			q.m.Reject(h, ds[i].Seq)
+			q.m.Reject(h, ds[i].Seq, ds[i].ck)
 		}
 	}
 	q.unlock()
@@ -713,7 +714,7 @@ func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	now := q.nowMs()
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
-			q.m.Requeue(now, h, ds[i].Seq, failed)
+			q.m.Requeue(now, h, ds[i].Seq, ds[i].ck, failed)
 		}
 	}
 	q.m.Returned(now)

@@ -84,11 +84,18 @@ type Consumer[M, C any] struct {
 	removed bool
 	out     deque[Entry[M]] // checked out, in delivery order; Dead = settled
 	outN    int
-	sorted  bool // out is ordered by seq
+	sorted  bool   // out is ordered by seq
+	base    uint64 // the checkout number of out's front
 }
 
 // CheckedOut is the number of messages c holds.
 func (c *Consumer[M, C]) CheckedOut() int { return c.outN }
+
+// Next is the checkout number the next message c takes gets: a shell
+// keeps it with the delivery and gives it back to settle (Ack, Reject,
+// Requeue, Untake), which then finds the message at once, in whatever
+// order settlements come. A wrong number only costs a search.
+func (c *Consumer[M, C]) Next() uint64 { return c.base + uint64(c.out.Len()) }
 
 // ErrExclusive is AddConsumer refused: the queue has an exclusive
 // consumer, or one wants exclusivity while there are others.
@@ -516,7 +523,7 @@ func (m *Machine[M, C]) took(c *Consumer[M, C], e *Entry[M], noAck, get bool) {
 	if c.outN == 0 {
 		c.sorted = true
 		if c.out.Len() > 0 {
-			c.out.Clear()
+			c.base += uint64(c.out.Clear())
 		}
 	}
 	if c.out.Len() > 0 && c.out.Ptr(c.out.Len()-1).Seq >= e.Seq {
@@ -578,11 +585,13 @@ func (m *Machine[M, C]) expireHeads(now int64) {
 // ---- settling ----
 
 // checkin removes seq from c's checked-out messages.
-func (m *Machine[M, C]) checkin(c *Consumer[M, C], seq uint64) (Entry[M], bool) {
+func (m *Machine[M, C]) checkin(c *Consumer[M, C], seq, n uint64) (Entry[M], bool) {
 	d := &c.out
 	i := -1
 	switch {
 	case d.Len() == 0:
+	case n >= c.base && n-c.base < uint64(d.Len()) && d.Ptr(int(n-c.base)).Seq == seq && !d.Ptr(int(n-c.base)).Dead:
+		i = int(n - c.base)
 	case d.Ptr(0).Seq == seq && !d.Ptr(0).Dead:
 		i = 0
 	case c.sorted:
@@ -615,10 +624,11 @@ func (m *Machine[M, C]) checkin(c *Consumer[M, C], seq uint64) (Entry[M], bool) 
 	c.outN--
 	for d.Len() > 0 && d.Ptr(0).Dead {
 		d.PopFront()
+		c.base++
 	}
 	if c.outN == 0 {
 		if d.Len() > 0 {
-			d.Clear()
+			c.base += uint64(d.Clear())
 		}
 		if cap := len(d.buf); cap > 4096 {
 			*d = deque[Entry[M]]{}
@@ -640,9 +650,10 @@ func (m *Machine[M, C]) dropHolder(c *Consumer[M, C]) {
 	}
 }
 
-// Ack settles seq checked out by c as done; it reports whether c held it.
-func (m *Machine[M, C]) Ack(c *Consumer[M, C], seq uint64) (Entry[M], bool) {
-	e, ok := m.checkin(c, seq)
+// Ack settles seq checked out by c (as its checkout number n, see
+// Consumer.Next) as done; it reports whether c held it.
+func (m *Machine[M, C]) Ack(c *Consumer[M, C], seq, n uint64) (Entry[M], bool) {
+	e, ok := m.checkin(c, seq, n)
 	if ok {
 		m.stats.Acked++
 	}
@@ -652,8 +663,8 @@ func (m *Machine[M, C]) Ack(c *Consumer[M, C], seq uint64) (Entry[M], bool) {
 // Reject settles seq checked out by c as rejected without requeue: it is
 // dead-lettered with reason rejected when the queue has a dead-letter
 // exchange, else dropped (R5.2).
-func (m *Machine[M, C]) Reject(c *Consumer[M, C], seq uint64) bool {
-	e, ok := m.checkin(c, seq)
+func (m *Machine[M, C]) Reject(c *Consumer[M, C], seq, n uint64) bool {
+	e, ok := m.checkin(c, seq, n)
 	if ok {
 		m.dead(&e, Rejected)
 	}
@@ -671,8 +682,8 @@ func (m *Machine[M, C]) Reject(c *Consumer[M, C], seq uint64) bool {
 // limit is set and put them at the back otherwise (R5.4). With a delayed
 // retry type, returns wait before becoming ready (R5.5). The shell
 // follows a batch of requeues with Returned, which dispatches and trims.
-func (m *Machine[M, C]) Requeue(now int64, c *Consumer[M, C], seq uint64, failed bool) bool {
-	e, ok := m.checkin(c, seq)
+func (m *Machine[M, C]) Requeue(now int64, c *Consumer[M, C], seq, n uint64, failed bool) bool {
+	e, ok := m.checkin(c, seq, n)
 	if !ok || m.deleted {
 		return ok
 	}
@@ -724,8 +735,8 @@ func (m *Machine[M, C]) Returned(now int64) {
 // republish that was not confirmed may have gone through). The shell
 // follows a batch with Dispatch. When paged, the message went back to the
 // shell's disk where it sat: it is counted as paged out.
-func (m *Machine[M, C]) Untake(c *Consumer[M, C], seq uint64, redelivered, paged bool) bool {
-	e, ok := m.checkin(c, seq)
+func (m *Machine[M, C]) Untake(c *Consumer[M, C], seq, n uint64, redelivered, paged bool) bool {
+	e, ok := m.checkin(c, seq, n)
 	if !ok || m.deleted {
 		return ok
 	}

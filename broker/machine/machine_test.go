@@ -266,24 +266,30 @@ func (h *harness) holders() []*tc {
 	return hs
 }
 
-// pick returns up to n seqs checked out by a holder chosen by a.
-func (h *harness) pick(a, n int64) (*tc, []uint64) {
+// pick returns up to n seqs checked out by a holder chosen by a, with
+// their checkout numbers (sometimes wrong, as a shell that lost them).
+func (h *harness) pick(a, n int64) (*tc, []uint64, []uint64) {
 	hs := h.holders()
 	if len(hs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	c := hs[int(a)%len(hs)]
-	var seqs []uint64
+	var seqs, ns []uint64
 	for i := 0; i < c.out.Len(); i++ {
 		if e := c.out.Ptr(i); !e.Dead {
 			seqs = append(seqs, e.Seq)
+			k := c.base + uint64(i)
+			if (a+int64(i))%5 == 0 {
+				k += 3
+			}
+			ns = append(ns, k)
 		}
 	}
 	k := int(n)%min(len(seqs), 4) + 1
 	if n%3 == 0 { // sometimes from the back: out of order
-		return c, seqs[len(seqs)-k:]
+		return c, seqs[len(seqs)-k:], ns[len(ns)-k:]
 	}
-	return c, seqs[:k]
+	return c, seqs[:k], ns[:k]
 }
 
 func (h *harness) idFor(c *tc, seq uint64) uint64 {
@@ -358,19 +364,19 @@ func (h *harness) apply(x cmd) {
 		m.RemoveConsumer(h.now, c)
 		m.Dispatch(h.now)
 	case opAck:
-		c, seqs := h.pick(x.a, x.b)
-		for _, s := range seqs {
+		c, seqs, ns := h.pick(x.a, x.b)
+		for i, s := range seqs {
 			id := h.idFor(c, s)
-			if _, ok := m.Ack(c, s); !ok {
+			if _, ok := m.Ack(c, s, ns[i]); !ok {
 				h.fail("ack of held seq %d refused", s)
 			}
 			h.setFate(id, acked, "acked")
 		}
 	case opRequeue:
-		c, seqs := h.pick(x.a, x.b)
+		c, seqs, ns := h.pick(x.a, x.b)
 		h.trims = c != nil
 		failed := x.c%2 == 0
-		for _, s := range seqs {
+		for i, s := range seqs {
 			id := h.idFor(c, s)
 			ct := h.counts[id]
 			ct[1]++
@@ -378,7 +384,7 @@ func (h *harness) apply(x cmd) {
 				ct[0]++
 			}
 			h.counts[id] = ct
-			if !m.Requeue(h.now, c, s, failed) {
+			if !m.Requeue(h.now, c, s, ns[i], failed) {
 				h.fail("requeue of held seq %d refused", s)
 			}
 		}
@@ -386,9 +392,9 @@ func (h *harness) apply(x cmd) {
 			m.Returned(h.now)
 		}
 	case opReject:
-		c, seqs := h.pick(x.a, x.b)
-		for _, s := range seqs {
-			if !m.Reject(c, s) {
+		c, seqs, ns := h.pick(x.a, x.b)
+		for i, s := range seqs {
+			if !m.Reject(c, s, ns[i]) {
 				h.fail("reject of held seq %d refused", s)
 			}
 		}
@@ -400,9 +406,9 @@ func (h *harness) apply(x cmd) {
 		if m.get.outN == 0 {
 			return
 		}
-		_, seqs := h.pick(int64(len(h.holders())-1), x.b)
-		for _, s := range seqs {
-			if !m.Untake(&m.get, s, x.c%2 == 0, false) {
+		_, seqs, ns := h.pick(int64(len(h.holders())-1), x.b)
+		for i, s := range seqs {
+			if !m.Untake(&m.get, s, ns[i], x.c%2 == 0, false) {
 				h.fail("untake of held seq %d refused", s)
 			}
 		}
