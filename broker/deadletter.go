@@ -167,8 +167,8 @@ func isCycle(history []Death, target string) bool {
 
 // deadLetterAs publishes dead-lettered copies of items, in order, to the
 // dead-letter exchange dlx with routing key dlrk (nil: the messages' own
-// keys) (R3.1 to R3.8, R3.11). It must be called without q.mu held: the
-// targets may include q itself. At most once (the default, R3.9): a
+// keys) (R3.1 to R3.8, R3.11). Only q's flusher calls it (dlflush.go),
+// without q.mu held: the targets may include q itself. At most once (the default, R3.9): a
 // missing dead-letter exchange, one that routes nowhere, or a target that
 // refuses the message drops it silently (R3.2). At least once (quorum
 // queues with x-dead-letter-strategy at-least-once and reject-publish,
@@ -181,6 +181,7 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 	}
 	if dlx == nil {
 		q.mu.Lock()
+		q.dlInFlight -= len(items)
 		for i := range items {
 			q.goneLocked(&entry{seq: items[i].seq, seg: items[i].seg, ondisk: items[i].ondisk})
 		}
@@ -217,17 +218,16 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 		}
 		gone = append(gone, it)
 	}
-	if len(gone) > 0 || len(owed) > 0 {
-		q.mu.Lock()
-		for i := range gone {
-			q.goneLocked(&entry{seq: gone[i].seq, seg: gone[i].seg, ondisk: gone[i].ondisk})
-		}
-		if len(owed) > 0 {
-			q.dlxPending = append(q.dlxPending, owed...)
-			q.armDLXRetryLocked()
-		}
-		q.mu.Unlock()
+	q.mu.Lock()
+	q.dlInFlight -= len(items) // counted in dlxPending if owed (Stats)
+	for i := range gone {
+		q.goneLocked(&entry{seq: gone[i].seq, seg: gone[i].seg, ondisk: gone[i].ondisk})
 	}
+	if len(owed) > 0 {
+		q.dlxPending = append(q.dlxPending, owed...)
+		q.armDLXRetryLocked()
+	}
+	q.mu.Unlock()
 	if len(moves) > 0 {
 		q.startMoves(moves)
 	}
