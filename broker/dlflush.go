@@ -61,7 +61,9 @@ func (q *Queue) unlockPaced() {
 		q.startFlusherLocked()
 	}
 	for q.outboxN >= dlOutboxLimit && q.dlFlushing {
+		q.dlWaiters++
 		q.dlCondLocked().Wait()
+		q.dlWaiters--
 	}
 	q.mu.Unlock()
 }
@@ -144,9 +146,10 @@ func (q *Queue) waitDeadLetters() {
 // dlFlushers counts the running flushers of a broker with a message
 // store, so that the store's Close can wait for them.
 type dlFlushers struct {
-	mu   sync.Mutex
-	n    int
-	idle *sync.Cond
+	mu      sync.Mutex
+	n       int
+	waiting int // goroutines in wait (tests)
+	idle    *sync.Cond
 }
 
 func (f *dlFlushers) add() {
@@ -171,7 +174,9 @@ func (f *dlFlushers) wait() {
 		if f.idle == nil {
 			f.idle = sync.NewCond(&f.mu)
 		}
+		f.waiting++
 		f.idle.Wait()
+		f.waiting--
 	}
 	f.mu.Unlock()
 }

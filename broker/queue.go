@@ -111,6 +111,7 @@ type Queue struct {
 	dlInFlight  int               // the dead letters the flusher took and is publishing
 	dlFlushing  bool              // the queue's flusher goroutine runs (dlflush.go)
 	dlCond      *sync.Cond        // on mu: waiting for room in the outbox, or for the flusher to go idle
+	dlWaiters   int               // settling clients waiting for room in the outbox
 	dlHook      func()            // tests: runs before each outbox batch is published
 	disk        *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
 	spill       spillState        // messages on disk only (spill.go)
