@@ -48,18 +48,14 @@ const dlOutboxLimit = 4096
 // are waiting and none runs. Every method that may dead-letter releases the
 // lock with unlock (or unlockPaced).
 func (q *Queue) unlock() {
-	if len(q.outbox) > 0 && !q.dlFlushing {
-		q.startFlusherLocked()
-	}
+	q.kickFlusherLocked()
 	q.mu.Unlock()
 }
 
 // unlockPaced is unlock for clients settling deliveries: while the outbox
 // is full it waits (q.mu released meanwhile) for the flusher to take it.
 func (q *Queue) unlockPaced() {
-	if len(q.outbox) > 0 && !q.dlFlushing {
-		q.startFlusherLocked()
-	}
+	q.kickFlusherLocked()
 	for q.outboxN >= dlOutboxLimit && q.dlFlushing {
 		q.dlWaiters++
 		q.dlCondLocked().Wait()
@@ -73,6 +69,14 @@ func (q *Queue) dlCondLocked() *sync.Cond {
 		q.dlCond = sync.NewCond(&q.mu)
 	}
 	return q.dlCond
+}
+
+// kickFlusherLocked starts the queue's flusher if dead letters wait and
+// none runs: one flusher per queue at a time (R3.11).
+func (q *Queue) kickFlusherLocked() {
+	if len(q.outbox) > 0 && !q.dlFlushing {
+		q.startFlusherLocked()
+	}
 }
 
 func (q *Queue) startFlusherLocked() {
@@ -135,9 +139,7 @@ func (q *Queue) publishOutbox(out []dlBatch) {
 func (q *Queue) waitDeadLetters() {
 	q.mu.Lock()
 	for q.dlFlushing || len(q.outbox) > 0 {
-		if !q.dlFlushing {
-			q.startFlusherLocked()
-		}
+		q.kickFlusherLocked()
 		q.dlCondLocked().Wait()
 	}
 	q.mu.Unlock()
