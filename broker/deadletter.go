@@ -101,6 +101,12 @@ func deathsTable(history []Death) amqp.RawValue {
 // first event and x-last-death-* at every event; the routing key becomes
 // the dead-letter routing key when one is set. The copy shares m's body.
 func deadLetterCopy(m *Message, queue, reason, dlx string, dlrk *string, now time.Time) *Message {
+	return deadLetterCopyBoxed(m, queue, any(queue), reason, dlx, dlrk, now)
+}
+
+// deadLetterCopyBoxed is deadLetterCopy with the queue name boxed once by
+// the caller, for a batch.
+func deadLetterCopyBoxed(m *Message, queue string, qv any, reason, dlx string, dlrk *string, now time.Time) *Message {
 	history := recordDeath(m.Deaths, m, queue, reason, now)
 	c := &Message{Exchange: dlx, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body, Deaths: history, BCC: m.BCC}
 	if dlrk != nil {
@@ -114,7 +120,7 @@ func deadLetterCopy(m *Message, queue, reason, dlx string, dlrk *string, now tim
 	}
 	h["x-death"] = deathsTable(history)
 	// Each value is boxed once and shared by the first and last headers.
-	qv, rv, xv := any(queue), reasonValue(reason), any(m.Exchange)
+	rv, xv := reasonValue(reason), any(m.Exchange)
 	if len(m.Deaths) == 0 {
 		h["x-first-death-queue"] = qv
 		h["x-first-death-reason"] = rv
@@ -196,14 +202,9 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 	var owed []pendingDL
 	var moves []*dlMove
 	var gone []dlItem
+	qv := any(q.Name)
 	for _, it := range items {
-		m := it.msg
-		p := pendingDL{msg: deadLetterCopy(m, q.Name, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx, src: it}
-		if dlrk != nil {
-			p.keys = []string{*dlrk}
-		} else {
-			p.keys = m.routingKeys(nil)
-		}
+		p := pendingDL{msg: deadLetterCopyBoxed(it.msg, q.Name, qv, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx, byDLRK: dlrk != nil, src: it}
 		if it.ondisk && !alo && p.msg.persistent() {
 			if mv := q.planMove(&r, &p); mv != nil {
 				moves = append(moves, mv)
@@ -239,11 +240,23 @@ type pendingDL struct {
 	msg    *Message
 	reason string
 	dlx    string
-	keys   []string
+	// byDLRK: the message is routed by the dead-letter routing key, which
+	// is its routing key now; otherwise by its own keys (routeKeys).
+	byDLRK bool
 	// targets are the queues still owed the message; nil means route again.
 	targets []string
 	// src is the message in the source queue (its log record).
 	src dlItem
+}
+
+// routeKeys appends the keys p.msg is routed with (R3.3): the
+// dead-letter routing key, or the message's publish key, CC and BCC,
+// which the copy keeps.
+func (p *pendingDL) routeKeys(dst []string) []string {
+	if p.byDLRK {
+		return append(dst, p.msg.RoutingKey)
+	}
+	return p.msg.routingKeys(dst)
 }
 
 // sendDeadLetter routes p.msg and enqueues it into its targets (or the
@@ -260,7 +273,7 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 			}
 		}
 	} else if x := v.exchanges[p.dlx]; x != nil {
-		r.keys = append(r.keys[:0], p.keys...)
+		r.keys = p.routeKeys(r.keys[:0])
 		v.routeLocked(r, x, p.msg)
 	}
 	v.mu.RUnlock()
