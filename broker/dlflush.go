@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 )
 
 // Dead-letter publishing off the caller's goroutine (issue 12).
@@ -24,13 +25,17 @@ import (
 // wait for it), so dead-lettering back into the same queue or round a
 // cycle of queues cannot deadlock.
 //
-// Bound: a client settling deliveries (Reject, Requeue) that finds
-// dlOutboxLimit dead letters waiting waits, its queue's lock released,
-// until the flusher takes them: a slow dead-letter target pushes back on
-// the nacking connection's reader, as when the reader did the work itself,
-// and the dead letters not yet published number at most about twice the
-// limit (the outbox and the batch being published) plus what a single
-// expiry or trim moves at once, which the old inline publishing held too.
+// Bound: the dead letters not yet published are counted per vhost
+// (dead-lettering never leaves its vhost). A client call that feeds a
+// queue with dead-lettering under way (a publish, Reject, Requeue) and
+// finds dlBacklogLimit of them waits, no lock held, until the flushers
+// bring the count under the limit: slow dead-lettering pushes back on the
+// publishing or nacking connection's reader, as when that reader did the
+// work itself. Flushers never wait (dead-lettering from one queue into
+// another, which may trim that one into a third, feeds the count without
+// waiting), so waiting cannot deadlock, and the count is bounded by the
+// limit plus what single calls move at once (an expiry, a trim, a batch
+// being published), which the inline publishing held too.
 //
 // Durability is the same as when the reader published: a dead letter of a
 // durable queue stays in that queue's log until its move completes
@@ -40,9 +45,9 @@ import (
 // closes the logs. A deleted queue's flusher publishes what its outbox
 // held, as the reader did.
 
-// dlOutboxLimit is how many dead letters a queue's outbox holds before a
-// settling client waits for the flusher.
-const dlOutboxLimit = 4096
+// dlBacklogLimit is how many dead letters may wait for the flushers of a
+// vhost before the clients feeding them wait.
+const dlBacklogLimit = 4096
 
 // unlock releases q.mu, first starting the queue's flusher if dead letters
 // are waiting and none runs. Every method that may dead-letter releases the
@@ -52,16 +57,17 @@ func (q *Queue) unlock() {
 	q.mu.Unlock()
 }
 
-// unlockPaced is unlock for clients settling deliveries: while the outbox
-// is full it waits (q.mu released meanwhile) for the flusher to take it.
+// unlockPaced is unlock for client calls (publish, Reject, Requeue): if
+// the queue is dead-lettering and its vhost's backlog is full, it waits,
+// the lock released, for the flushers to work the backlog down. Never
+// called on a flusher.
 func (q *Queue) unlockPaced() {
 	q.kickFlusherLocked()
-	for q.outboxN >= dlOutboxLimit && q.dlFlushing {
-		q.dlWaiters++
-		q.dlCondLocked().Wait()
-		q.dlWaiters--
-	}
+	busy := q.dlFlushing
 	q.mu.Unlock()
+	if busy && q.vhost.dlq.n.Load() >= dlBacklogLimit {
+		q.vhost.dlq.wait()
+	}
 }
 
 func (q *Queue) dlCondLocked() *sync.Cond {
@@ -95,17 +101,15 @@ func (q *Queue) flush() {
 	}
 	q.mu.Lock()
 	for len(q.outbox) > 0 {
-		out := q.outbox
-		q.outbox, q.outboxN, q.dlInFlight = nil, 0, q.outboxN
+		out, n := q.outbox, q.outboxN
+		q.outbox, q.outboxN, q.dlInFlight = nil, 0, n
 		hook := q.dlHook
-		if q.dlCond != nil {
-			q.dlCond.Broadcast() // room in the outbox
-		}
 		q.mu.Unlock()
 		if hook != nil {
 			hook()
 		}
 		q.publishOutbox(out)
+		q.vhost.dlq.done(int64(n))
 		q.mu.Lock()
 		q.dlInFlight = 0
 	}
@@ -143,6 +147,41 @@ func (q *Queue) waitDeadLetters() {
 		q.dlCondLocked().Wait()
 	}
 	q.mu.Unlock()
+}
+
+// dlBacklog counts a vhost's dead letters not yet published (in outboxes
+// or being published) and holds the clients waiting for it to go down.
+type dlBacklog struct {
+	n       atomic.Int64
+	mu      sync.Mutex
+	waiting int // guarded by mu
+	low     *sync.Cond
+}
+
+// wait returns once the backlog is under dlBacklogLimit.
+func (b *dlBacklog) wait() {
+	b.mu.Lock()
+	for b.n.Load() >= dlBacklogLimit {
+		if b.low == nil {
+			b.low = sync.NewCond(&b.mu)
+		}
+		b.waiting++
+		b.low.Wait()
+		b.waiting--
+	}
+	b.mu.Unlock()
+}
+
+// done takes n published dead letters off the backlog.
+func (b *dlBacklog) done(n int64) {
+	if b.n.Add(-n) >= dlBacklogLimit {
+		return
+	}
+	b.mu.Lock()
+	if b.waiting > 0 {
+		b.low.Broadcast()
+	}
+	b.mu.Unlock()
 }
 
 // dlFlushers counts the running flushers of a broker with a message

@@ -110,8 +110,7 @@ type Queue struct {
 	outboxN     int               // the dead letters in outbox
 	dlInFlight  int               // the dead letters the flusher took and is publishing
 	dlFlushing  bool              // the queue's flusher goroutine runs (dlflush.go)
-	dlCond      *sync.Cond        // on mu: waiting for room in the outbox, or for the flusher to go idle
-	dlWaiters   int               // settling clients waiting for room in the outbox
+	dlCond      *sync.Cond        // on mu: waiting for the flusher to go idle (waitDeadLetters)
 	dlHook      func()            // tests: runs before each outbox batch is published
 	disk        *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
 	spill       spillState        // messages on disk only (spill.go)
@@ -297,7 +296,11 @@ func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 		}
 		q.mu.Lock()
 	}
-	defer q.unlock()
+	if r != nil { // a publisher: paced by the dead letters waiting (dlflush.go)
+		defer q.unlockPaced()
+	} else {
+		defer q.unlock()
+	}
 	if q.deleted {
 		return enqueued
 	}
@@ -441,6 +444,7 @@ func (q *Queue) deadLocked(e *entry, reason string) {
 	q.deadStats[reasonIndex(reason)]++
 	it := dlItem{msg: e.msg, seq: e.seq, seg: e.seg, ondisk: e.ondisk}
 	q.outboxN++
+	q.vhost.dlq.n.Add(1)
 	dlx, dlrk := q.eff.DLX, q.eff.DLRK
 	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason && q.outbox[n-1].dlx == dlx && q.outbox[n-1].dlrk == dlrk {
 		q.outbox[n-1].items = append(q.outbox[n-1].items, it)
