@@ -174,9 +174,9 @@ func isCycle(history []Death, target string) bool {
 // deadLetterAs publishes dead-lettered copies of items, in order, to the
 // dead-letter exchange dlx with routing key dlrk (nil: the messages' own
 // keys) (R3.1 to R3.8, R3.11). Only q's flusher calls it (dlflush.go),
-// without q.mu held: the targets may include q itself. At most once (the default, R3.9): a
-// missing dead-letter exchange, one that routes nowhere, or a target that
-// refuses the message drops it silently (R3.2). At least once (quorum
+// without q.mu held: the targets may include q itself. At most once (the
+// default, R3.9): a missing dead-letter exchange, one that routes nowhere,
+// or a target that refuses the message drops it silently (R3.2). At least once (quorum
 // queues with x-dead-letter-strategy at-least-once and reject-publish,
 // R1.14): the message stays with the source queue and is retried until
 // every target took it. A persistent message leaving a durable queue for
