@@ -106,8 +106,11 @@ type Queue struct {
 	hadConsumer bool
 	sac         bool
 	stats       QueueStats
-	outbox      []dlBatch         // dead letters to publish once mu is released
-	dlFlushing  bool              // a goroutine is publishing this queue's outbox (unlock)
+	outbox      []dlBatch         // dead letters for the flusher to publish, in order (dlflush.go)
+	outboxN     int               // the dead letters in outbox
+	dlInFlight  int               // the dead letters the flusher took and is publishing
+	dlFlushing  bool              // the queue's flusher goroutine runs (dlflush.go)
+	dlCond      *sync.Cond        // on mu: waiting for the flusher to go idle (waitDeadLetters)
 	dlHook      func()            // tests: runs before each outbox batch is published
 	disk        *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
 	spill       spillState        // messages on disk only (spill.go)
@@ -240,6 +243,9 @@ func (q *Queue) Stats() QueueStats {
 	s.Ready, s.Unacked, s.Consumers, s.ReadyBytes, s.Delayed = q.ready.n+q.spill.n, q.unacked, len(q.consumers), q.ready.bytes+q.spill.bytes, len(q.delayed)
 	s.UnackedBytes = q.unackedB
 	s.DeadLetterPending = len(q.dlxPending)
+	if q.atLeastOnce() { // and those the flusher has yet to hand over
+		s.DeadLetterPending += q.outboxN + q.dlInFlight
+	}
 	s.PagedOut, s.PagedOutBytes = q.spill.n, q.spill.bytes
 	switch {
 	case q.eff.Type == "quorum": // keeps all: the counts by delivery mode do not apply
@@ -290,7 +296,11 @@ func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 		}
 		q.mu.Lock()
 	}
-	defer q.unlock()
+	if r != nil { // a publisher: paced by the dead letters waiting (dlflush.go)
+		defer q.unlockPaced()
+	} else {
+		defer q.unlock()
+	}
 	if q.deleted {
 		return enqueued
 	}
@@ -423,8 +433,8 @@ func (q *Queue) trimLocked() {
 }
 
 // deadLocked counts e leaving the queue for reason and, when the queue has
-// a dead-letter exchange, queues it to be dead-lettered once the lock is
-// released (see unlock); without one it is dropped.
+// a dead-letter exchange, queues it in the outbox for the queue's flusher
+// to dead-letter (dlflush.go); without one it is dropped.
 func (q *Queue) deadLocked(e *entry, reason string) {
 	if q.eff.DLX == nil {
 		q.dropStats[reasonIndex(reason)]++
@@ -433,11 +443,14 @@ func (q *Queue) deadLocked(e *entry, reason string) {
 	}
 	q.deadStats[reasonIndex(reason)]++
 	it := dlItem{msg: e.msg, seq: e.seq, seg: e.seg, ondisk: e.ondisk}
-	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason {
+	q.outboxN++
+	q.vhost.dlq.n.Add(1)
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason && q.outbox[n-1].dlx == dlx && q.outbox[n-1].dlrk == dlrk {
 		q.outbox[n-1].items = append(q.outbox[n-1].items, it)
 		return
 	}
-	q.outbox = append(q.outbox, dlBatch{reason: reason, items: []dlItem{it}})
+	q.outbox = append(q.outbox, dlBatch{reason: reason, dlx: dlx, dlrk: dlrk, items: []dlItem{it}})
 }
 
 // goneLocked records on disk that e left the queue.
@@ -447,9 +460,12 @@ func (q *Queue) goneLocked(e *entry) {
 	}
 }
 
-// dlBatch is dead letters of one reason, in the order they left the queue.
+// dlBatch is dead letters of one reason, in the order they left the
+// queue, with the dead-letter exchange and routing key in force then.
 type dlBatch struct {
 	reason string
+	dlx    *string
+	dlrk   *string
 	items  []dlItem
 }
 
@@ -460,49 +476,6 @@ type dlItem struct {
 	seq    uint64
 	seg    uint32
 	ondisk bool
-}
-
-// unlock releases q.mu and then publishes, in order, the dead letters
-// queued while it was held: dead-lettering routes into other queues (or
-// this one), so it never runs under the lock. One goroutine at a time
-// publishes a queue's dead letters: a goroutine that finds another
-// publishing leaves its batches in the outbox, and the publisher takes
-// them after its own. Otherwise two goroutines (a consumer's reject and
-// the expiry timer, say) could each take a batch and publish them in the
-// reverse order (R3.11 keeps the order). Nobody waits for the
-// publisher, so dead-lettering back into this queue, or round a cycle of
-// queues, cannot deadlock.
-func (q *Queue) unlock() {
-	if len(q.outbox) == 0 || q.dlFlushing {
-		q.mu.Unlock()
-		return
-	}
-	q.dlFlushing = true
-	done := false
-	defer func() {
-		if !done { // a panic while publishing: let the next unlock take over
-			q.mu.Lock()
-			q.dlFlushing = false
-			q.mu.Unlock()
-		}
-	}()
-	for len(q.outbox) > 0 {
-		out := q.outbox
-		q.outbox = nil
-		dlx, dlrk := q.eff.DLX, q.eff.DLRK
-		hook := q.dlHook
-		q.mu.Unlock()
-		if hook != nil {
-			hook()
-		}
-		for _, b := range out {
-			q.deadLetterAs(b.items, b.reason, dlx, dlrk)
-		}
-		q.mu.Lock()
-	}
-	q.dlFlushing = false
-	done = true
-	q.mu.Unlock()
 }
 
 // Dispatch delivers ready messages to consumers that can take them. Sinks
@@ -823,7 +796,7 @@ func (q *Queue) Reject(ds []Delivery) {
 		e := ds[i].entry()
 		q.deadLocked(&e, ReasonRejected)
 	}
-	q.unlock()
+	q.unlockPaced()
 }
 
 // Requeue returns deliveries to the queue, marked redelivered (R5.1).
@@ -841,7 +814,7 @@ func (q *Queue) Reject(ds []Delivery) {
 // deadline of a message does not change (R2.3).
 func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.unlockPaced()
 	q.settledLocked(ds)
 	if q.deleted {
 		return
