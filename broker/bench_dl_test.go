@@ -52,6 +52,7 @@ func BenchmarkDeadLetterReject(b *testing.B) {
 		ds[0] = d
 		q.Reject(ds)
 	}
+	q.waitDeadLetters()
 	b.StopTimer()
 	if sink.n != b.N {
 		b.Fatalf("dead letters delivered: %d, want %d", sink.n, b.N)

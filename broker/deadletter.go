@@ -101,6 +101,12 @@ func deathsTable(history []Death) amqp.RawValue {
 // first event and x-last-death-* at every event; the routing key becomes
 // the dead-letter routing key when one is set. The copy shares m's body.
 func deadLetterCopy(m *Message, queue, reason, dlx string, dlrk *string, now time.Time) *Message {
+	return deadLetterCopyBoxed(m, queue, any(queue), reason, dlx, dlrk, now)
+}
+
+// deadLetterCopyBoxed is deadLetterCopy with the queue name boxed once by
+// the caller, for a batch.
+func deadLetterCopyBoxed(m *Message, queue string, qv any, reason, dlx string, dlrk *string, now time.Time) *Message {
 	history := recordDeath(m.Deaths, m, queue, reason, now)
 	c := &Message{Exchange: dlx, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body, Deaths: history, BCC: m.BCC}
 	if dlrk != nil {
@@ -114,7 +120,7 @@ func deadLetterCopy(m *Message, queue, reason, dlx string, dlrk *string, now tim
 	}
 	h["x-death"] = deathsTable(history)
 	// Each value is boxed once and shared by the first and last headers.
-	qv, rv, xv := any(queue), reasonValue(reason), any(m.Exchange)
+	rv, xv := reasonValue(reason), any(m.Exchange)
 	if len(m.Deaths) == 0 {
 		h["x-first-death-queue"] = qv
 		h["x-first-death-reason"] = rv
@@ -167,10 +173,10 @@ func isCycle(history []Death, target string) bool {
 
 // deadLetterAs publishes dead-lettered copies of items, in order, to the
 // dead-letter exchange dlx with routing key dlrk (nil: the messages' own
-// keys) (R3.1 to R3.8, R3.11). It must be called without q.mu held: the
-// targets may include q itself. At most once (the default, R3.9): a
-// missing dead-letter exchange, one that routes nowhere, or a target that
-// refuses the message drops it silently (R3.2). At least once (quorum
+// keys) (R3.1 to R3.8, R3.11). Only q's flusher calls it (dlflush.go),
+// without q.mu held: the targets may include q itself. At most once (the
+// default, R3.9): a missing dead-letter exchange, one that routes nowhere,
+// or a target that refuses the message drops it silently (R3.2). At least once (quorum
 // queues with x-dead-letter-strategy at-least-once and reject-publish,
 // R1.14): the message stays with the source queue and is retried until
 // every target took it. A persistent message leaving a durable queue for
@@ -181,6 +187,7 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 	}
 	if dlx == nil {
 		q.mu.Lock()
+		q.dlInFlight -= len(items)
 		for i := range items {
 			q.goneLocked(&entry{seq: items[i].seq, seg: items[i].seg, ondisk: items[i].ondisk})
 		}
@@ -195,14 +202,9 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 	var owed []pendingDL
 	var moves []*dlMove
 	var gone []dlItem
+	qv := any(q.Name)
 	for _, it := range items {
-		m := it.msg
-		p := pendingDL{msg: deadLetterCopy(m, q.Name, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx, src: it}
-		if dlrk != nil {
-			p.keys = []string{*dlrk}
-		} else {
-			p.keys = m.routingKeys(nil)
-		}
+		p := pendingDL{msg: deadLetterCopyBoxed(it.msg, q.Name, qv, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx, byDLRK: dlrk != nil, src: it}
 		if it.ondisk && !alo && p.msg.persistent() {
 			if mv := q.planMove(&r, &p); mv != nil {
 				moves = append(moves, mv)
@@ -217,17 +219,16 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 		}
 		gone = append(gone, it)
 	}
-	if len(gone) > 0 || len(owed) > 0 {
-		q.mu.Lock()
-		for i := range gone {
-			q.goneLocked(&entry{seq: gone[i].seq, seg: gone[i].seg, ondisk: gone[i].ondisk})
-		}
-		if len(owed) > 0 {
-			q.dlxPending = append(q.dlxPending, owed...)
-			q.armDLXRetryLocked()
-		}
-		q.mu.Unlock()
+	q.mu.Lock()
+	q.dlInFlight -= len(items) // counted in dlxPending if owed (Stats)
+	for i := range gone {
+		q.goneLocked(&entry{seq: gone[i].seq, seg: gone[i].seg, ondisk: gone[i].ondisk})
 	}
+	if len(owed) > 0 {
+		q.dlxPending = append(q.dlxPending, owed...)
+		q.armDLXRetryLocked()
+	}
+	q.mu.Unlock()
 	if len(moves) > 0 {
 		q.startMoves(moves)
 	}
@@ -239,11 +240,23 @@ type pendingDL struct {
 	msg    *Message
 	reason string
 	dlx    string
-	keys   []string
+	// byDLRK: the message is routed by the dead-letter routing key, which
+	// is its routing key now; otherwise by its own keys (routeKeys).
+	byDLRK bool
 	// targets are the queues still owed the message; nil means route again.
 	targets []string
 	// src is the message in the source queue (its log record).
 	src dlItem
+}
+
+// routeKeys appends the keys p.msg is routed with (R3.3): the
+// dead-letter routing key, or the message's publish key, CC and BCC,
+// which the copy keeps.
+func (p *pendingDL) routeKeys(dst []string) []string {
+	if p.byDLRK {
+		return append(dst, p.msg.RoutingKey)
+	}
+	return p.msg.routingKeys(dst)
 }
 
 // sendDeadLetter routes p.msg and enqueues it into its targets (or the
@@ -260,7 +273,7 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 			}
 		}
 	} else if x := v.exchanges[p.dlx]; x != nil {
-		r.keys = append(r.keys[:0], p.keys...)
+		r.keys = p.routeKeys(r.keys[:0])
 		v.routeLocked(r, x, p.msg)
 	}
 	v.mu.RUnlock()

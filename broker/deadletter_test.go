@@ -237,6 +237,7 @@ func TestDeadLettersKeepOrderAcrossGoroutines(t *testing.T) {
 	}
 	close(release)
 	<-done
+	q.waitDeadLetters()
 	var got []string
 	for {
 		d, _, ok := dlq.Get(true)

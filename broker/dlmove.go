@@ -46,7 +46,7 @@ func (q *Queue) planMove(r *Router, p *pendingDL) *dlMove {
 	r.queues = r.queues[:0]
 	v.mu.RLock()
 	if x := v.exchanges[p.dlx]; x != nil {
-		r.keys = append(r.keys[:0], p.keys...)
+		r.keys = p.routeKeys(r.keys[:0])
 		v.routeLocked(r, x, p.msg)
 	}
 	v.mu.RUnlock()

@@ -62,6 +62,7 @@ type MsgStore struct {
 	reclaimSet  map[*qdisk]bool // guarded by mu
 	done        chan struct{}
 	wg          sync.WaitGroup
+	dlFlushers  dlFlushers // dead-letter flushers, drained by Close (dlflush.go)
 }
 
 type foundDir struct {
@@ -176,6 +177,7 @@ func (ms *MsgStore) Close(clean bool) error {
 	if ms == nil {
 		return nil
 	}
+	ms.dlFlushers.wait() // dead letters on their way are published first
 	ms.mu.Lock()
 	if ms.closed {
 		ms.mu.Unlock()

@@ -100,8 +100,11 @@ type Queue struct {
 	timer      clock.Timer // one timer for the machine's next deadline
 	timerAt    int64
 	nextCID    uint64
-	outbox     []dlBatch         // dead letters to publish once mu is released
-	dlFlushing bool              // a goroutine is publishing this queue's outbox (unlock)
+	outbox     []dlBatch         // dead letters for the flusher to publish, in order (dlflush.go)
+	outboxN    int               // the dead letters in outbox
+	dlInFlight int               // the dead letters the flusher took and is publishing
+	dlFlushing bool              // the queue's flusher goroutine runs (dlflush.go)
+	dlCond     *sync.Cond        // on mu: waiting for the flusher to go idle (waitDeadLetters)
 	dlHook     func()            // tests: runs before each outbox batch is published
 	disk       *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
 	spill      spillState        // where the paged-out messages sit in the log (spill.go)
@@ -270,6 +273,9 @@ func (q *Queue) Stats() QueueStats {
 	s.Unacked, s.UnackedBytes = l.Unacked.All.N, l.Unacked.All.Bytes
 	s.Consumers, s.Delayed = len(q.m.Consumers()), l.Delayed
 	s.DeadLetterPending = len(q.dlxPending)
+	if q.atLeastOnce() { // and those the flusher has yet to hand over
+		s.DeadLetterPending += q.outboxN + q.dlInFlight
+	}
 	s.PagedOut, s.PagedOutBytes = l.Paged.All.N, l.Paged.All.Bytes
 	switch {
 	case q.eff.Type == "quorum": // keeps all: the counts by delivery mode do not apply
@@ -362,7 +368,11 @@ func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
 		}
 		q.mu.Lock()
 	}
-	defer q.unlock()
+	if r != nil { // a publisher: paced by the dead letters waiting (dlflush.go)
+		defer q.unlockPaced()
+	} else {
+		defer q.unlock()
+	}
 	if q.deleted {
 		return enqueued
 	}
@@ -418,15 +428,19 @@ func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
 	return q.m.EntryAt(now, seq, m, uint32(m.Size()), m.Props.Priority, m.persistent(), ttl)
 }
 
-// deadLocked queues e to be dead-lettered for reason once the lock is
-// released (see unlock).
+// deadLocked queues e, which the machine dead-letters (the queue has a
+// dead-letter exchange), in the outbox for the queue's flusher to
+// publish (dlflush.go).
 func (q *Queue) deadLocked(e *qentry, reason string) {
 	it := dlItem{msg: e.Msg, seq: e.Seq, seg: e.Seg, ondisk: e.OnDisk}
-	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason {
+	q.outboxN++
+	q.vhost.dlq.n.Add(1)
+	dlx, dlrk := q.eff.DLX, q.eff.DLRK
+	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason && q.outbox[n-1].dlx == dlx && q.outbox[n-1].dlrk == dlrk {
 		q.outbox[n-1].items = append(q.outbox[n-1].items, it)
 		return
 	}
-	q.outbox = append(q.outbox, dlBatch{reason: reason, items: []dlItem{it}})
+	q.outbox = append(q.outbox, dlBatch{reason: reason, dlx: dlx, dlrk: dlrk, items: []dlItem{it}})
 }
 
 // goneLocked records on disk that e left the queue.
@@ -487,9 +501,12 @@ func (f *qeffects) ExpirePaged(t machine.Timed) {
 // IsPaged reports whether the deadline t is of a message still paged out.
 func (f *qeffects) IsPaged(t machine.Timed) bool { return (*Queue)(f).isSpilledLocked(t) }
 
-// dlBatch is dead letters of one reason, in the order they left the queue.
+// dlBatch is dead letters of one reason, in the order they left the
+// queue, with the dead-letter exchange and routing key in force then.
 type dlBatch struct {
 	reason string
+	dlx    *string
+	dlrk   *string
 	items  []dlItem
 }
 
@@ -500,49 +517,6 @@ type dlItem struct {
 	seq    uint64
 	seg    uint32
 	ondisk bool
-}
-
-// unlock releases q.mu and then publishes, in order, the dead letters
-// queued while it was held: dead-lettering routes into other queues (or
-// this one), so it never runs under the lock. One goroutine at a time
-// publishes a queue's dead letters: a goroutine that finds another
-// publishing leaves its batches in the outbox, and the publisher takes
-// them after its own. Otherwise two goroutines (a consumer's reject and
-// the expiry timer, say) could each take a batch and publish them in the
-// reverse order (R3.11 keeps the order). Nobody waits for the
-// publisher, so dead-lettering back into this queue, or round a cycle of
-// queues, cannot deadlock.
-func (q *Queue) unlock() {
-	if len(q.outbox) == 0 || q.dlFlushing {
-		q.mu.Unlock()
-		return
-	}
-	q.dlFlushing = true
-	done := false
-	defer func() {
-		if !done { // a panic while publishing: let the next unlock take over
-			q.mu.Lock()
-			q.dlFlushing = false
-			q.mu.Unlock()
-		}
-	}()
-	for len(q.outbox) > 0 {
-		out := q.outbox
-		q.outbox = nil
-		dlx, dlrk := q.eff.DLX, q.eff.DLRK
-		hook := q.dlHook
-		q.mu.Unlock()
-		if hook != nil {
-			hook()
-		}
-		for _, b := range out {
-			q.deadLetterAs(b.items, b.reason, dlx, dlrk)
-		}
-		q.mu.Lock()
-	}
-	q.dlFlushing = false
-	done = true
-	q.mu.Unlock()
 }
 
 // Dispatch delivers ready messages to consumers that can take them. Sinks
@@ -697,7 +671,7 @@ func (q *Queue) Reject(ds []Delivery) {
 			q.m.Reject(h, ds[i].Seq, ds[i].ck)
 		}
 	}
-	q.unlock()
+	q.unlockPaced()
 }
 
 // Requeue returns deliveries to the queue, marked redelivered (R5.1).
@@ -709,7 +683,7 @@ func (q *Queue) Reject(ds []Delivery) {
 // machine.Machine.Requeue.
 func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.unlockPaced()
 	q.settledLocked(ds)
 	now := q.nowMs()
 	for i := range ds {

@@ -30,6 +30,7 @@ type VHost struct {
 	meta     VHostMeta        // guarded by b.mu
 	limitMap map[string]int64 // guarded by b.mu; copied on write (limits.go)
 	limits   vhostLimits
+	dlq      dlBacklog // dead letters waiting for their queues' flushers (dlflush.go)
 }
 
 // ReplyTarget receives messages published to a direct reply-to address.

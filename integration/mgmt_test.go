@@ -565,6 +565,8 @@ func TestMgmtQueueGet(t *testing.T) {
 		if len(ms) != 1 || ms[0]["payload_encoding"] != "base64" {
 			t.Errorf("get reject_requeue_false = %s", jsonString(ms))
 		}
+		// The dead letter is published by gq's flusher (issue 12): wait for it.
+		eventually(func() bool { return tg.amqpCount(t, vh, "dlq") == 1 })
 		if n, d := tg.amqpCount(t, vh, "gq"), tg.amqpCount(t, vh, "dlq"); n != 0 || d != 1 {
 			t.Errorf("after reject_requeue_false: gq %d dlq %d, want 0 and 1", n, d)
 		}
@@ -942,6 +944,7 @@ func TestMgmtPolicies(t *testing.T) {
 		}
 		tg.publishAPI(vh, "", "pol-q", "to-dead-letter", nil)
 		tg.apiGet(vh, "pol-q", map[string]any{"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
+		eventually(func() bool { return tg.amqpCount(t, vh, "pol-dlq") == 1 }) // published by pol-q's flusher (issue 12)
 		if d, ok := tg.amqpGet(t, vh, "pol-dlq"); !ok || string(d.Body) != "to-dead-letter" {
 			t.Errorf("policy dead-letter-exchange: pol-dlq got %v %q, want the rejected message", ok, d.Body)
 		}
@@ -1194,6 +1197,12 @@ func TestMgmtDeadLetters(t *testing.T) {
 	publish(t, ch, "orders-x", "new", amqp.Publishing{Body: []byte("r2")})
 	publish(t, ch, "", "orders2", amqp.Publishing{Body: []byte("r3"), Headers: amqp.Table{"keep": "me"}})
 	tg.apiGet(vh, "orders", map[string]any{"count": 2, "ackmode": "reject_requeue_false", "encoding": "auto"})
+	// Each queue's flusher publishes its own dead letters (issue 12): the
+	// order between two sources is set here by waiting, the positions
+	// browsed below depend on it.
+	if !eventually(func() bool { return tg.amqpCount(t, vh, "orders.dlq") == 2 }) {
+		t.Fatalf("orders.dlq holds %d messages, want the 2 rejected from orders", tg.amqpCount(t, vh, "orders.dlq"))
+	}
 	tg.apiGet(vh, "orders2", map[string]any{"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
 	publish(t, ch, "orders-x", "new", amqp.Publishing{Body: []byte("e1"), Expiration: "1"})
 	if !eventually(func() bool { return tg.amqpCount(t, vh, "orders.dlq") == 4 }) {

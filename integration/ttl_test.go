@@ -47,6 +47,7 @@ func TestPerMessageTTLExpiresAnywhere(t *testing.T) {
 	publish(t, ch, "", q, amqp.Publishing{Body: []byte("d"), Expiration: "3000"})
 	clk.Advance(1000 * time.Millisecond)
 	e.waitMessages(q, 3)
+	e.waitMessages(dlq, 1) // dead-lettered by the queue's flusher, after b left (issue 12)
 	d := getOne(t, ch, dlq)
 	if string(d.Body) != "b" || d.Expiration != "" {
 		t.Fatalf("DLQ: got %q (expiration %q), want b without expiration", d.Body, d.Expiration)
