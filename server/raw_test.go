@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
 )
 
@@ -47,13 +48,7 @@ func startServer(t *testing.T, cfg server.Config) *server.Server {
 // test with what after d. It is the one polling loop of these tests.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.Eventually(t, d, what, cond)
 }
 
 func amqpURL(s *server.Server) string { return "amqp://guest:guest@" + s.Addr().String() + "/" }

@@ -285,20 +285,38 @@ func Decode[M, C any](b []byte, fx Effects[M, C], decM func([]byte) (M, []byte, 
 			m.ready.push(e)
 		}
 	}
+	// Levels index the ready list: one out of range is a damaged snapshot,
+	// not a panic later.
+	badLevel := func(l uint8) bool {
+		if int(l) >= len(m.ready.levels) {
+			r.err, r.b = ErrSnapshot, nil
+			return true
+		}
+		return false
+	}
 	n := r.n()
 	for j := 0; j < n && r.err == nil; j++ {
-		m.expiries = append(m.expiries, Timed{At: r.i(), Seq: r.u(), Pos: r.u(), Level: uint8(r.u())})
+		t := Timed{At: r.i(), Seq: r.u(), Pos: r.u(), Level: uint8(r.u())}
+		if !badLevel(t.Level) {
+			m.expiries = append(m.expiries, t)
+		}
 	}
 	n = r.n()
 	for j := 0; j < n && r.err == nil; j++ {
 		at := r.i()
-		m.delayed = append(m.delayed, delayed[M]{at: at, e: decEntry(r, decM)})
+		e := decEntry(r, decM)
+		if !badLevel(e.Level) {
+			m.delayed = append(m.delayed, delayed[M]{at: at, e: e})
+		}
 	}
 	holder := func(c *Consumer[M, C]) {
 		n := r.n()
 		c.sorted = true
 		for j := 0; j < n && r.err == nil; j++ {
 			e := decEntry(r, decM)
+			if badLevel(e.Level) {
+				return
+			}
 			if c.out.Len() > 0 && c.out.Ptr(c.out.Len()-1).Seq > e.Seq {
 				c.sorted = false
 			}
