@@ -216,43 +216,34 @@ func hpop[T any](h *[]T, less func(a, b *T) bool) T {
 	var zero T
 	s[n] = zero
 	s = s[:n]
-	for i := 0; ; {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		j := l
-		if r := l + 1; r < n && less(&s[r], &s[l]) {
-			j = r
-		}
-		if !less(&s[j], &s[i]) {
-			break
-		}
-		s[i], s[j] = s[j], s[i]
-		i = j
-	}
+	siftDown(s, 0, less)
 	*h = s
 	return x
 }
 
 // hinit orders s as a heap.
 func hinit[T any](s []T, less func(a, b *T) bool) {
+	for k := len(s)/2 - 1; k >= 0; k-- {
+		siftDown(s, k, less)
+	}
+}
+
+// siftDown moves s[i] down until neither child is less than it.
+func siftDown[T any](s []T, i int, less func(a, b *T) bool) {
 	n := len(s)
-	for k := n/2 - 1; k >= 0; k-- {
-		for i := k; ; {
-			l := 2*i + 1
-			if l >= n {
-				break
-			}
-			j := l
-			if r := l + 1; r < n && less(&s[r], &s[l]) {
-				j = r
-			}
-			if !less(&s[j], &s[i]) {
-				break
-			}
-			s[i], s[j] = s[j], s[i]
-			i = j
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
 		}
+		j := l
+		if r := l + 1; r < n && less(&s[r], &s[l]) {
+			j = r
+		}
+		if !less(&s[j], &s[i]) {
+			return
+		}
+		s[i], s[j] = s[j], s[i]
+		i = j
 	}
 }
