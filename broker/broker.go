@@ -53,12 +53,17 @@ type Config struct {
 	// (its Logger defaults to Logger): the bound on open segment files,
 	// the sync retry interval, a file system for tests to inject faults.
 	MessageStore MsgStoreOptions
+
+	// Node is this node's name in a cluster ("warren@host"); "" for a
+	// single node (cluster.go).
+	Node string
 }
 
 // Broker is the set of virtual hosts and users of one Warren node.
 type Broker struct {
 	log   *slog.Logger
 	clock clock.Clock
+	node  string // Config.Node
 
 	mu     sync.RWMutex
 	vhosts map[string]*VHost
@@ -172,7 +177,7 @@ func New(cfg Config) *Broker {
 		cfg.Clock = clock.Real{}
 	}
 	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store, msgs: cfg.Messages,
-		queueWindow: cfg.QueueWindow}
+		queueWindow: cfg.QueueWindow, node: cfg.Node}
 	if b.queueWindow <= 0 {
 		b.queueWindow = DefaultQueueWindow
 	}

@@ -90,6 +90,10 @@ type Queue struct {
 	Config QueueArgs
 	// Owner is the connection that declared an exclusive queue.
 	Owner uint64
+	// Home is the node the queue lives on in a cluster ("" on a single
+	// node): its messages, consumers and machine are there; other nodes
+	// reach it through Peers (cluster.go).
+	Home string
 
 	// bindings is guarded by the vhost's lock.
 	bindings map[*Binding]struct{}
