@@ -222,6 +222,9 @@ type QueueSpec struct {
 	// ServerNamed marks a name made by NewQueueName, exempt from the
 	// reserved "amq." prefix rule.
 	ServerNamed bool
+	// Home is the node the queue lives on in a cluster ("" on a single
+	// node; Queue.Home).
+	Home string
 }
 
 // NewQueueName returns a server-generated queue name as RabbitMQ makes them.
