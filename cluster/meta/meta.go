@@ -604,6 +604,7 @@ func (g *Group) run() {
 		case p := <-g.propc:
 			g.handleProposal(p)
 		}
+		g.drain()
 		g.maybeProposeClusterID()
 		for g.rn.HasReady() {
 			if err := g.handleReady(); err != nil {
@@ -613,6 +614,21 @@ func (g *Group) run() {
 				}
 				return
 			}
+		}
+	}
+}
+
+// drain takes what else is already waiting (bounded), so that a burst of
+// proposals or messages becomes one Ready: one fsync.
+func (g *Group) drain() {
+	for i := 0; i < 256; i++ {
+		select {
+		case m := <-g.recvc:
+			g.step(m)
+		case p := <-g.propc:
+			g.handleProposal(p)
+		default:
+			return
 		}
 	}
 }

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -96,6 +98,7 @@ type net struct {
 	sms    map[string]*kv
 	dirs   map[string]string
 	cut    map[string]bool
+	deaf   map[string]bool // drops only the traffic to the node
 	queues map[string]chan [2]string
 	wg     sync.WaitGroup
 	stop   chan struct{}
@@ -109,7 +112,7 @@ func newNet(t *testing.T, n int, tweak func(*Config)) *net {
 	t.Helper()
 	nw := &net{
 		t: t, groups: map[string]*Group{}, sms: map[string]*kv{}, dirs: map[string]string{},
-		cut: map[string]bool{}, queues: map[string]chan [2]string{}, stop: make(chan struct{}),
+		cut: map[string]bool{}, deaf: map[string]bool{}, queues: map[string]chan [2]string{}, stop: make(chan struct{}),
 		peers: map[string]string{}, cfg: tweak,
 	}
 	for i := 0; i < n; i++ {
@@ -166,7 +169,7 @@ func (nw *net) open(self string, join bool, sm *kv) *Group {
 func (nw *net) sender(from string) func(string, []byte) error {
 	return func(to string, data []byte) error {
 		nw.mu.Lock()
-		q, cut := nw.queues[to], nw.cut[from] || nw.cut[to]
+		q, cut := nw.queues[to], nw.cut[from] || nw.cut[to] || nw.deaf[to]
 		nw.mu.Unlock()
 		if cut {
 			return nil // lost on the wire
@@ -191,7 +194,7 @@ func (nw *net) deliver(to string, q chan [2]string) {
 			return
 		case m := <-q:
 			nw.mu.Lock()
-			g, cut := nw.groups[to], nw.cut[m[0]] || nw.cut[to]
+			g, cut := nw.groups[to], nw.cut[m[0]] || nw.cut[to] || nw.deaf[to]
 			nw.mu.Unlock()
 			if g != nil && !cut {
 				g.Step(m[0], []byte(m[1]))
@@ -414,6 +417,68 @@ func TestMinorityGetsNoQuorum(t *testing.T) {
 		if c == "minority-2" || (c == "minority-1" && !unknown1) {
 			t.Fatalf("failed change %s was applied: %v", c, seq)
 		}
+	}
+}
+
+// issue 13: a change whose outcome the proposer could not learn in time
+// is answered ErrNoQuorum+ErrOutcomeUnknown, never as a definite failure:
+// here it commits on the majority while the proposer hears nothing, and
+// applies on the proposer once it hears again.
+func TestUnknownOutcomeMayApplyLater(t *testing.T) {
+	nw := newNet(t, 3, nil)
+	l := nw.waitLeader(t)
+	var f string
+	for _, n := range nw.names() {
+		if n != l {
+			f = n
+		}
+	}
+	propose(t, nw.g(f), "before")
+	nw.waitSame(t, 1)
+	nw.mu.Lock()
+	nw.deaf[f] = true
+	nw.mu.Unlock()
+	err := nw.g(f).Propose(context.Background(), []byte("late"))
+	if !errors.Is(err, ErrNoQuorum) || !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("Propose from a deaf follower = %v, want ErrNoQuorum with ErrOutcomeUnknown", err)
+	}
+	if !nw.sm(l).has("late") {
+		t.Fatalf("the leader did not commit the forwarded change")
+	}
+	nw.mu.Lock()
+	nw.deaf[f] = false
+	nw.mu.Unlock()
+	waitFor(t, 5*time.Second, "the deaf node to apply the change", func() bool { return nw.sm(f).has("late") })
+}
+
+// issue 13: a leader drops a forwarded proposal whose proposer already
+// gave up (its notAfter passed), so a change answered as failed after a
+// slow link does not apply later.
+func TestLeaderDropsExpiredForwardedProposal(t *testing.T) {
+	nw := newNet(t, 3, nil)
+	l := nw.waitLeader(t)
+	var f string
+	for _, n := range nw.names() {
+		if n != l {
+			f = n
+		}
+	}
+	mk := func(cmd string, notAfter time.Time) []byte {
+		env := envelope{kind: kindCommand, key: proposalKey{Node: NodeID(f), Inc: 7, Seq: uint64(len(cmd))}, notAfter: notAfter.UnixMilli(), payload: []byte(cmd)}
+		m := &pb.Message{Type: pb.MsgProp.Enum(), From: new(NodeID(f)), To: new(NodeID(l)),
+			Entries: []*pb.Entry{{Type: pb.EntryNormal.Enum(), Data: env.marshal()}}}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	nw.g(l).Step(f, mk("expired", time.Now().Add(-time.Second)))
+	nw.g(l).Step(f, mk("in-time", time.Now().Add(time.Minute)))
+	waitFor(t, 5*time.Second, "the in-time change", func() bool { return nw.sm(l).has("in-time") })
+	propose(t, nw.g(l), "after")
+	if seq := nw.waitSame(t, 2); nw.sm(l).has("expired") {
+		t.Fatalf("an expired forwarded proposal was applied: %v", seq)
 	}
 }
 
