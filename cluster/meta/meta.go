@@ -125,9 +125,20 @@ type Status struct {
 }
 
 type proposal struct {
-	key  proposalKey
-	data []byte         // a normal entry (envelope)
-	cc   *pb.ConfChange // or a conf change
+	key      proposalKey
+	data     []byte         // a normal entry (envelope)
+	cc       *pb.ConfChange // or a conf change
+	what     string         // for error texts
+	deadline time.Time      // give up (definitely) when no leader took it by then
+}
+
+// waiter is a Propose waiting for its entry to apply. handed is set
+// (under Group.mu) before the proposal is given to raft and cleared when
+// raft dropped it, so a proposer that gives up knows whether its change
+// can still be in some log.
+type waiter struct {
+	ch     chan error
+	handed bool
 }
 
 // Group is this node's member of the metadata Raft group.
@@ -147,7 +158,7 @@ type Group struct {
 	close sync.Once
 
 	mu        sync.Mutex
-	waiters   map[proposalKey]chan error
+	waiters   map[proposalKey]*waiter
 	members   map[uint64]memberInfo
 	names     map[uint64]string // id -> name, from Peers and received messages
 	voters    map[uint64]bool
@@ -164,7 +175,8 @@ type Group struct {
 	snapIndex      uint64
 	idProposedTerm uint64
 	removed        bool
-	snapNow        bool // a member was added: the next snapshot must include it
+	parked         []proposal // dropped for want of a leader: retried until their deadline
+	snapNow        bool       // a member was added: the next snapshot must include it
 }
 
 // Open opens (or creates) the group's storage in cfg.Dir and starts it.
@@ -211,7 +223,7 @@ func Open(cfg Config) (*Group, error) {
 		propc:   make(chan proposal),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
-		waiters: map[proposalKey]chan error{},
+		waiters: map[proposalKey]*waiter{},
 		names:   map[uint64]string{},
 		voters:  map[uint64]bool{},
 	}
@@ -363,7 +375,7 @@ func (g *Group) nextKey() proposalKey {
 func (g *Group) Propose(ctx context.Context, cmd []byte) error {
 	key := g.nextKey()
 	env := envelope{kind: kindCommand, key: key, notAfter: time.Now().Add(g.cfg.ProposeTimeout).UnixMilli(), payload: cmd}
-	return g.propose(ctx, proposal{key: key, data: env.marshal()}, "the change")
+	return g.propose(ctx, proposal{key: key, data: env.marshal(), what: "the change"})
 }
 
 // AddMember adds (or updates the address of) a member; the new node must
@@ -384,7 +396,7 @@ func (g *Group) AddMember(ctx context.Context, name, addr string) error {
 	}
 	key := g.nextKey()
 	cc := &pb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: memberInfo{Name: name, Addr: addr, Key: &key}.context()}
-	return g.propose(ctx, proposal{key: key, cc: cc}, "adding "+name)
+	return g.propose(ctx, proposal{key: key, cc: cc, what: "adding " + name})
 }
 
 // RemoveMember removes a member; the removed node stops its group.
@@ -398,26 +410,27 @@ func (g *Group) RemoveMember(ctx context.Context, name string) error {
 	}
 	key := g.nextKey()
 	cc := &pb.ConfChange{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(id), Context: memberInfo{Name: name, Key: &key}.context()}
-	return g.propose(ctx, proposal{key: key, cc: cc}, "removing "+name)
+	return g.propose(ctx, proposal{key: key, cc: cc, what: "removing " + name})
 }
 
 func (g *Group) noQuorum(what string, unknown bool) error {
 	if unknown {
 		return fmt.Errorf("%w: %s was not committed within %s; %w", ErrNoQuorum, what, g.cfg.ProposeTimeout, ErrOutcomeUnknown)
 	}
-	return fmt.Errorf("%w: no leader, %s was not applied", ErrNoQuorum, what)
+	return fmt.Errorf("%w: no leader within %s, %s was not applied", ErrNoQuorum, g.cfg.ProposeTimeout, what)
 }
 
-func (g *Group) propose(ctx context.Context, p proposal, what string) error {
-	res := make(chan error, 1)
+func (g *Group) propose(ctx context.Context, p proposal) error {
+	w := &waiter{ch: make(chan error, 1)}
 	g.mu.Lock()
 	if g.endErr != nil {
 		err := g.endErr
 		g.mu.Unlock()
 		return err
 	}
-	g.waiters[p.key] = res
+	g.waiters[p.key] = w
 	g.mu.Unlock()
+	p.deadline = time.Now().Add(g.cfg.ProposeTimeout)
 	timer := time.NewTimer(g.cfg.ProposeTimeout)
 	defer timer.Stop()
 	select {
@@ -427,36 +440,46 @@ func (g *Group) propose(ctx context.Context, p proposal, what string) error {
 		return ctx.Err()
 	case <-timer.C:
 		g.dropWaiter(p.key)
-		return g.noQuorum(what, false)
+		return g.noQuorum(p.what, false)
 	case <-g.donec:
 		g.dropWaiter(p.key)
 		return g.ended()
 	}
-	unknown := func(err error) error {
-		g.dropWaiter(p.key)
+	// giveUp answers for a change not seen applied: definitely failed if
+	// raft never held it, else an unknown outcome.
+	giveUp := func(definite, unknown error) error {
+		handed := g.dropWaiter(p.key)
 		select {
-		case r := <-res: // raced with the apply
+		case r := <-w.ch: // raced with the apply (or the loop's answer)
 			return r
 		default:
-			return err
 		}
+		if !handed && definite != nil {
+			return definite
+		}
+		return unknown
 	}
 	select {
-	case err := <-res:
+	case err := <-w.ch:
 		return err
 	case <-timer.C:
-		return unknown(g.noQuorum(what, true))
+		return giveUp(g.noQuorum(p.what, false), g.noQuorum(p.what, true))
 	case <-ctx.Done():
-		return unknown(fmt.Errorf("%w (%w)", ctx.Err(), ErrOutcomeUnknown))
+		return giveUp(ctx.Err(), fmt.Errorf("%w (%w)", ctx.Err(), ErrOutcomeUnknown))
 	case <-g.donec:
-		return unknown(fmt.Errorf("%w (%w)", g.ended(), ErrOutcomeUnknown))
+		return giveUp(nil, fmt.Errorf("%w (%w)", g.ended(), ErrOutcomeUnknown))
 	}
 }
 
-func (g *Group) dropWaiter(k proposalKey) {
+// dropWaiter forgets a waiter and tells whether raft may hold its change.
+func (g *Group) dropWaiter(k proposalKey) (handed bool) {
 	g.mu.Lock()
-	delete(g.waiters, k)
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	if w := g.waiters[k]; w != nil {
+		delete(g.waiters, k)
+		return w.handed
+	}
+	return true // already answered or swept at close: be conservative
 }
 
 func (g *Group) deliver(k *proposalKey, err error) {
@@ -464,11 +487,11 @@ func (g *Group) deliver(k *proposalKey, err error) {
 		return
 	}
 	g.mu.Lock()
-	ch := g.waiters[*k]
+	w := g.waiters[*k]
 	delete(g.waiters, *k)
 	g.mu.Unlock()
-	if ch != nil {
-		ch <- err
+	if w != nil {
+		w.ch <- err
 	}
 }
 
@@ -585,10 +608,14 @@ func (g *Group) run() {
 			g.status.Role = "removed"
 		}
 		waiters := g.waiters
-		g.waiters = map[proposalKey]chan error{}
+		g.waiters = map[proposalKey]*waiter{}
 		g.mu.Unlock()
-		for _, ch := range waiters {
-			ch <- fmt.Errorf("%w (%w)", endErr, ErrOutcomeUnknown)
+		for _, w := range waiters {
+			if w.handed {
+				w.ch <- fmt.Errorf("%w (%w)", endErr, ErrOutcomeUnknown)
+			} else {
+				w.ch <- endErr
+			}
 		}
 		close(g.donec)
 	}()
@@ -605,6 +632,7 @@ func (g *Group) run() {
 			g.handleProposal(p)
 		}
 		g.drain()
+		g.retryParked()
 		g.maybeProposeClusterID()
 		for g.rn.HasReady() {
 			if err := g.handleReady(); err != nil {
@@ -657,17 +685,69 @@ func (g *Group) step(m *pb.Message) {
 	}
 }
 
+// handleProposal gives a proposal to raft. Raft drops it when this node
+// knows no leader (an election is under way, or this node is cut off):
+// such a proposal is in no log, so it is parked and retried until a
+// leader takes it or its deadline passes (then it definitely failed).
 func (g *Group) handleProposal(p proposal) {
+	if !g.tryPropose(p) {
+		g.parked = append(g.parked, p)
+	}
+}
+
+// tryPropose reports whether p is settled (given to raft, answered, or
+// abandoned by its proposer).
+func (g *Group) tryPropose(p proposal) bool {
+	g.mu.Lock()
+	w := g.waiters[p.key]
+	if w == nil {
+		g.mu.Unlock()
+		return true // the proposer gave up
+	}
+	w.handed = true
+	g.mu.Unlock()
 	var err error
 	if p.cc != nil {
 		err = g.rn.ProposeConfChange(p.cc)
 	} else {
 		err = g.rn.Propose(p.data)
 	}
-	if err != nil {
-		k := p.key
-		g.deliver(&k, g.noQuorum("the change", false))
+	if err == nil {
+		return true
 	}
+	g.mu.Lock()
+	w.handed = false
+	g.mu.Unlock()
+	if !time.Now().Before(p.deadline) || !errors.Is(err, raft.ErrProposalDropped) {
+		k := p.key
+		g.deliver(&k, g.noQuorum(p.what, false))
+		return true
+	}
+	return false
+}
+
+func (g *Group) retryParked() {
+	if len(g.parked) == 0 {
+		return
+	}
+	now := time.Now()
+	lead := g.rn.BasicStatus().Lead != raft.None
+	kept := g.parked[:0]
+	for _, p := range g.parked {
+		switch {
+		case !now.Before(p.deadline):
+			k := p.key
+			g.deliver(&k, g.noQuorum(p.what, false))
+		case lead:
+			if !g.tryPropose(p) {
+				kept = append(kept, p)
+			}
+		default:
+			kept = append(kept, p)
+		}
+	}
+	clear(g.parked[len(kept):])
+	g.parked = kept
 }
 
 func (g *Group) maybeProposeClusterID() {

@@ -345,6 +345,20 @@ func TestProposeFromEveryNode(t *testing.T) {
 	}
 }
 
+// issue 13: a change made while no leader is known (here: before the
+// first election) waits for one instead of failing.
+func TestProposeWaitsForElection(t *testing.T) {
+	nw := newNet(t, 3, nil)
+	g := nw.g(name(2))
+	if g.Leader() != "" {
+		t.Skip("a leader was elected before the test could propose")
+	}
+	if err := g.Propose(context.Background(), []byte("early")); err != nil {
+		t.Fatalf("Propose during the first election = %v", err)
+	}
+	nw.waitSame(t, 1)
+}
+
 // issue 13: a change answers with the error the local apply gave (the
 // very value, so the broker keeps its AMQP codes).
 func TestApplyErrorReachesProposer(t *testing.T) {
