@@ -54,8 +54,9 @@
 // previous batches are on disk, as etcd raft's Ready contract requires.
 // Because the applied index is persisted after the batch, a crash between
 // an apply and that write makes the next Open apply the last batch again:
-// StateMachine.Apply must ignore an index it has already applied (the
-// broker records its applied index with its definitions). A state machine
+// StateMachine.Apply must ignore an index it has already applied (a
+// durable state machine keeps its own applied index with its state) or be
+// idempotent. A state machine
 // that keeps nothing itself sets Config.RestoreOnOpen: Open then restores
 // it from the stored snapshot and raft replays the log after it.
 //

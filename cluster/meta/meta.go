@@ -46,9 +46,9 @@ type StateMachine interface {
 	// is this node (the very value, so its type survives); other nodes
 	// ignore it, so Apply must be deterministic: an error is an outcome,
 	// not a failure of the node. After a crash Apply may be called again
-	// for the entries of the last applied batch (at most the last
-	// Config.Tick worth of entries): it must ignore an index it already
-	// applied.
+	// for the entries of the last applied batch (the group persists its
+	// applied index after each batch): it must ignore an index it already
+	// applied, or apply it again to the same effect.
 	Apply(index uint64, cmd []byte) error
 	// Snapshot returns the whole state as of the last applied index.
 	Snapshot() ([]byte, error)
