@@ -359,6 +359,22 @@ func TestProposeWaitsForElection(t *testing.T) {
 	nw.waitSame(t, 1)
 }
 
+// issue 13: a one-node cluster (Peers = itself) elects itself and
+// commits alone, and keeps its state across a restart.
+func TestSingleNode(t *testing.T) {
+	nw := newNet(t, 1, nil)
+	propose(t, nw.g(name(0)), "solo")
+	nw.closeNode(name(0))
+	g := nw.open(name(0), false, nw.sm(name(0)))
+	propose(t, g, "solo-2")
+	if got := nw.sm(name(0)).get(); strings.Join(got, ",") != "solo,solo-2" {
+		t.Fatalf("applied %v", got)
+	}
+	if ms := g.Members(); len(ms) != 1 || !ms[0].Self || !ms[0].Leader || ms[0].Addr != "127.0.0.1:25000" {
+		t.Fatalf("members %+v", ms)
+	}
+}
+
 // issue 13: a change answers with the error the local apply gave (the
 // very value, so the broker keeps its AMQP codes).
 func TestApplyErrorReachesProposer(t *testing.T) {
