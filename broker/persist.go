@@ -131,6 +131,9 @@ type defOp struct {
 type queueRecord struct {
 	DefQueue
 	AMQPArgs []byte `json:"amqp_arguments,omitempty"`
+	// Node is the queue's home node in a cluster (Queue.Home; "" on a
+	// single node).
+	Node string `json:"node,omitempty"`
 }
 
 type exchangeRecord struct {
@@ -346,7 +349,7 @@ func queueOp(v *VHost, q *Queue) defOp {
 	return putOp(DefKindQueues, scopedKey(v.Name, q.Name), queueRecord{
 		DefQueue: DefQueue{Name: q.Name, VHost: v.Name, Type: typ, Durable: &durable, AutoDelete: q.AutoDelete,
 			Arguments: tableToJSON(q.Args)},
-		AMQPArgs: encodeArgs(q.Args)})
+		AMQPArgs: encodeArgs(q.Args), Node: q.Home})
 }
 
 func exchangeOp(v *VHost, x *Exchange) defOp {
@@ -524,7 +527,13 @@ func (b *Broker) FirstBoot() bool {
 // full permissions on "/", as RabbitMQ does on first boot.
 func (b *Broker) createDefaults() {
 	b.AddVHost("/")
-	b.PutUser("guest", "guest", []string{"administrator"})
+	if b.node != "" {
+		// Every node of a cluster starts with the same state, so the
+		// default user's salt is fixed there (its password is no secret).
+		b.PutUserHash("guest", hashWithSalt(make([]byte, 4), "guest"), []string{"administrator"})
+	} else {
+		b.PutUser("guest", "guest", []string{"administrator"})
+	}
 	b.SetPermissions("/", "guest", Permission{Configure: ".*", Write: ".*", Read: ".*"})
 	b.mu.Lock()
 	b.firstBoot = true
@@ -775,7 +784,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
 			_, _, _, err = v.DeclareQueue(QueueSpec{Name: d.Name, Durable: boolOr(d.Durable, true), AutoDelete: d.AutoDelete,
-				Args: args, ServerNamed: strings.HasPrefix(d.Name, "amq.")}, false)
+				Args: args, ServerNamed: strings.HasPrefix(d.Name, "amq."), Home: d.Node}, false)
 		}
 		if err != nil {
 			skip(DefKindQueues, r.key, err)

@@ -91,6 +91,13 @@ type ExchangeSpec struct {
 // DeclareExchange creates an exchange or checks that an existing one is
 // equivalent. passive only checks existence.
 func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) (err error) {
+	if !passive && s.Name != "" && v.b.replicating() && v.Exchange(s.Name) == nil {
+		return v.b.propose(fmt.Sprintf("declare of exchange '%s' in vhost '%s'", s.Name, v.Name), exchangeCommand(v.Name, s))
+	}
+	return v.declareExchangeLocal(s, passive)
+}
+
+func (v *VHost) declareExchangeLocal(s ExchangeSpec, passive bool) (err error) {
 	v.mu.Lock()
 	defer func() { err = v.unlockPersist(err) }()
 	if s.Name == "" {
@@ -159,6 +166,14 @@ func (v *VHost) Exchanges() []*Exchange {
 // DeleteExchange deletes an exchange and its bindings. Deleting a missing
 // exchange succeeds, as in RabbitMQ.
 func (v *VHost) DeleteExchange(name string, ifUnused bool) (err error) {
+	if name != "" && v.b.replicating() && v.Exchange(name) != nil {
+		return v.b.propose(fmt.Sprintf("delete of exchange '%s' in vhost '%s'", name, v.Name),
+			&command{Op: opExchangeDelete, VHost: v.Name, Name: name, IfUnused: ifUnused})
+	}
+	return v.deleteExchangeLocal(name, ifUnused)
+}
+
+func (v *VHost) deleteExchangeLocal(name string, ifUnused bool) (err error) {
 	v.mu.Lock()
 	defer func() { err = v.unlockPersist(err) }()
 	if name == "" {
@@ -237,6 +252,13 @@ func NewQueueName() string {
 // DeclareQueue creates a queue or checks an existing one. It returns the
 // queue with its ready message and consumer counts.
 func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error) {
+	if !passive && v.b.replicating() && v.Queue(s.Name) == nil {
+		return v.proposeQueueDeclare(s)
+	}
+	return v.declareQueueLocal(s, passive)
+}
+
+func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, error) {
 	v.mu.Lock()
 	q := v.queues[s.Name]
 	if q != nil && q.Exclusive && q.Owner != s.Owner {
@@ -275,11 +297,12 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 			return nil, 0, 0, err
 		}
 		q = newQueue(v, s)
+		q.Home = s.Home
 		v.applyQueuePolicies(q) // existing policies apply (R1.12)
 		v.queues[s.Name] = q
 		if q.persisted() {
 			v.recordLocked(queueOp(v, q))
-			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() {
+			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() && q.IsLocal() {
 				q.disk = ms.newDisk(q, 0, "")
 			}
 		}
@@ -362,6 +385,9 @@ func (v *VHost) DeleteQueue(name string, conn uint64, ifUnused, ifEmpty bool) (i
 	if q.Exclusive && q.Owner != conn {
 		return 0, lockedQueue(name, v.Name)
 	}
+	if v.b.replicating() {
+		return v.proposeQueueDelete(q, conn, ifUnused, ifEmpty)
+	}
 	return v.deleteQueue(q, ifUnused, ifEmpty)
 }
 
@@ -400,6 +426,14 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 
 // DeleteExclusive deletes the exclusive queues owned by a closing connection.
 func (v *VHost) DeleteExclusive(conn uint64) {
+	if v.b.replicating() {
+		v.proposeExclusiveDrop(conn)
+		return
+	}
+	v.deleteExclusiveLocal(conn)
+}
+
+func (v *VHost) deleteExclusiveLocal(conn uint64) {
 	var qs []*Queue
 	v.mu.RLock()
 	for _, q := range v.queues {
@@ -415,6 +449,14 @@ func (v *VHost) DeleteExclusive(conn uint64) {
 
 // Bind binds a queue (or, with toExchange, an exchange) to an exchange.
 func (v *VHost) Bind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
+	if v.b.replicating() {
+		return v.b.propose(fmt.Sprintf("binding from exchange '%s' in vhost '%s'", source, v.Name),
+			bindCommand(opBind, v.Name, source, destination, toExchange, key, args, conn))
+	}
+	return v.bindLocal(source, destination, toExchange, key, args, conn)
+}
+
+func (v *VHost) bindLocal(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
 	v.mu.Lock()
 	defer func() { err = v.unlockPersist(err) }()
 	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)
@@ -446,6 +488,14 @@ func (v *VHost) Bind(source, destination string, toExchange bool, key string, ar
 // Unbind removes a binding; removing a missing binding succeeds, even
 // when its queue or exchange does not exist (as in RabbitMQ 3.10).
 func (v *VHost) Unbind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
+	if v.b.replicating() {
+		return v.b.propose(fmt.Sprintf("binding from exchange '%s' in vhost '%s'", source, v.Name),
+			bindCommand(opUnbind, v.Name, source, destination, toExchange, key, args, conn))
+	}
+	return v.unbindLocal(source, destination, toExchange, key, args, conn)
+}
+
+func (v *VHost) unbindLocal(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
 	v.mu.Lock()
 	defer func() { err = v.unlockPersist(err) }()
 	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)
