@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/warrenmq/warren/amqp"
@@ -128,6 +129,7 @@ const (
 	opQueueDelete    = "queue.delete"
 	opQueueDrop      = "queue.drop"
 	opExclusiveDrop  = "exclusive.drop"
+	opNodeExclusive  = "node.exclusive.drop"
 	opBind           = "bind"
 	opUnbind         = "unbind"
 	opImport         = "import"
@@ -256,6 +258,9 @@ func (b *Broker) apply(c *command) error {
 		return b.setParameterLocal(c.VHost, c.Component, c.Name, c.Param, c.User)
 	case opParamDelete:
 		b.deleteParameterLocal(c.VHost, c.Component, c.Name)
+		return nil
+	case opNodeExclusive:
+		b.dropNodeExclusiveLocal(c.Home)
 		return nil
 	case opImport:
 		if c.Defs == nil {
@@ -514,4 +519,42 @@ func (b *Broker) proposeImport(d *Definitions) error {
 		}
 	}
 	return b.propose("definitions import", &command{Op: opImport, Defs: &cp, Homes: homes})
+}
+
+// DropNodeExclusive deletes the exclusive queues whose owner connections
+// were on node: they died with it (a node that restarts has none of its
+// old connections). In a cluster the glue calls it when a node is known
+// to have lost its connections (for this node, at start before serving);
+// the deletion is one replicated command.
+func (b *Broker) DropNodeExclusive(node string) error {
+	if !b.replicating() {
+		b.dropNodeExclusiveLocal(node)
+		return nil
+	}
+	return b.propose(fmt.Sprintf("deletion of the exclusive queues of node '%s'", node), &command{Op: opNodeExclusive, Home: node})
+}
+
+func (b *Broker) dropNodeExclusiveLocal(node string) {
+	base := ConnIDBase(node)
+	if base == 0 {
+		return
+	}
+	for _, name := range b.VHosts() {
+		v := b.VHost(name)
+		if v == nil {
+			continue
+		}
+		var qs []*Queue
+		v.mu.RLock()
+		for _, q := range v.queues {
+			if q.Exclusive && q.Owner>>40 == base>>40 {
+				qs = append(qs, q)
+			}
+		}
+		v.mu.RUnlock()
+		sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
+		for _, q := range qs {
+			v.deleteQueue(q, false, false)
+		}
+	}
 }

@@ -504,7 +504,8 @@ func TestClusterQueueHome(t *testing.T) {
 
 // TestClusterInternalDeletions: issue 13: the deletions a node decides by
 // itself (exclusive queues of a closed connection, x-expires) are
-// proposed by that node and applied everywhere.
+// proposed by that node and applied everywhere; the exclusive queues of a
+// node's connections go with the node (DropNodeExclusive).
 func TestClusterInternalDeletions(t *testing.T) {
 	_, bs := newCluster(t, nil)
 	owner := ConnIDBase("warren@b") + 3
@@ -512,7 +513,17 @@ func TestClusterInternalDeletions(t *testing.T) {
 	must(t, err)
 	_, _, _, err = bs[2].VHost("/").DeclareQueue(QueueSpec{Name: "exp", Args: amqp.Table{"x-expires": int32(50)}}, false)
 	must(t, err)
+	_, _, _, err = bs[0].VHost("/").DeclareQueue(QueueSpec{Name: "ex-a", Exclusive: true, Owner: ConnIDBase("warren@a") + 3}, false)
+	must(t, err)
+	_, _, _, err = bs[0].VHost("/").DeclareQueue(QueueSpec{Name: "ex-c", Exclusive: true, Owner: ConnIDBase("warren@c") + 3}, false)
+	must(t, err)
 	bs[1].VHost("/").DeleteExclusive(owner)
+	must(t, bs[2].DropNodeExclusive("warren@a")) // a restarted: its connections are gone
+	for _, x := range bs {
+		if x.VHost("/").Queue("ex-a") != nil || x.VHost("/").Queue("ex-c") == nil {
+			t.Fatalf("%s: DropNodeExclusive(warren@a) deleted the wrong queues: %s", x.Node(), snap(t, x))
+		}
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		gone := 0
