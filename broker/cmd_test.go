@@ -543,16 +543,29 @@ func TestClusterInternalDeletions(t *testing.T) {
 	sameEverywhere(t, bs)
 }
 
-// TestClusterRestartKeepsHome: issue 13: a durable queue's home is in its
-// stored record, so a restarted node recovers it.
+// TestClusterRestartKeepsHome: issue 13: a restarted node recovers the
+// applied state from its store: a durable queue's home, and in a cluster
+// the transient and exclusive queues, exchanges and bindings too.
 func TestClusterRestartKeepsHome(t *testing.T) {
 	dir := t.TempDir()
 	b, err := Open(Config{Node: "warren@b", DataDir: dir})
 	must(t, err)
 	l := &loopback{nodes: []*Broker{b}}
 	b.SetReplicator(loopMember{l, 0})
-	_, _, _, err = b.VHost("/").DeclareQueue(QueueSpec{Name: "q", Durable: true, Home: "warren@a"}, false)
+	v := b.VHost("/")
+	_, _, _, err = v.DeclareQueue(QueueSpec{Name: "q", Durable: true, Home: "warren@a"}, false)
 	must(t, err)
+	// Transient and exclusive entities are replicated state in a cluster:
+	// a restarted node has them too (the metadata group replays only the
+	// entries after its applied index).
+	_, _, _, err = v.DeclareQueue(QueueSpec{Name: "transient"}, false)
+	must(t, err)
+	_, _, _, err = v.DeclareQueue(QueueSpec{Name: "ex", Exclusive: true, Owner: ConnIDBase("warren@c") + 9}, false)
+	must(t, err)
+	must(t, v.DeclareExchange(ExchangeSpec{Name: "tx", Kind: KindFanout}, false))
+	must(t, v.Bind("tx", "transient", false, "", nil, 0))
+	must(t, v.Bind("amq.direct", "ex", false, "k", nil, ConnIDBase("warren@c")+9))
+	must(t, v.Bind("tx", "amq.fanout", true, "", nil, 0))
 	want := snap(t, b)
 	must(t, b.Close())
 	b, err = Open(Config{Node: "warren@b", DataDir: dir})

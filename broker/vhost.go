@@ -124,7 +124,7 @@ func (v *VHost) declareExchangeLocal(s ExchangeSpec, passive bool) (err error) {
 		}
 		x = newExchange(v, s.Name, s.Kind, s.Durable, s.AutoDelete, s.Internal, s.Args)
 		v.exchanges[s.Name] = x
-		if x.persisted() {
+		if x.recorded() {
 			v.recordLocked(exchangeOp(v, x))
 		}
 		return nil
@@ -196,7 +196,7 @@ func (v *VHost) deleteExchangeLocal(name string, ifUnused bool) (err error) {
 func (v *VHost) deleteExchangeLocked(x *Exchange) {
 	delete(v.exchanges, x.Name)
 	x.deleted = true
-	if x.persisted() {
+	if x.recorded() {
 		v.recordLocked(delOp(DefKindExchanges, scopedKey(v.Name, x.Name)))
 	}
 	if x.delayed != nil {
@@ -214,7 +214,7 @@ func (v *VHost) deleteExchangeLocked(x *Exchange) {
 // source exchange if that was its last binding.
 func (v *VHost) unlinkLocked(b *Binding) {
 	b.Source.removeBinding(b)
-	if b.persisted() {
+	if b.recorded() {
 		v.recordLocked(delOp(DefKindBindings, bindingKey(v.Name, b)))
 	}
 	if b.dest.q != nil {
@@ -300,8 +300,10 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 		q.Home = s.Home
 		v.applyQueuePolicies(q) // existing policies apply (R1.12)
 		v.queues[s.Name] = q
-		if q.persisted() {
+		if q.recorded() {
 			v.recordLocked(queueOp(v, q))
+		}
+		if q.persisted() {
 			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() && q.IsLocal() {
 				q.disk = ms.newDisk(q, 0, "")
 			}
@@ -413,7 +415,7 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 	for b := range q.bindings {
 		v.unlinkLocked(b)
 	}
-	if q.persisted() {
+	if q.recorded() {
 		v.recordLocked(delOp(DefKindQueues, scopedKey(v.Name, q.Name)))
 	}
 	perr := v.unlockPersist(nil)
@@ -479,7 +481,7 @@ func (v *VHost) bindLocal(source, destination string, toExchange bool, key strin
 	} else {
 		d.x.inbound[b] = struct{}{}
 	}
-	if b.persisted() {
+	if b.recorded() {
 		v.recordLocked(bindingOp(v, b))
 	}
 	return nil
