@@ -45,9 +45,12 @@ var ErrNoQuorum = errors.New("cluster has no quorum")
 // error to send (RabbitMQ closes the connection with internal_error when
 // its metadata store times out).
 type QuorumError struct {
-	What string      // the change, as "declare of queue 'q' in vhost '/'"
-	Err  error       // the Replicator's error (wraps ErrNoQuorum)
-	AMQP *amqp.Error // 541, Hard
+	What string // the change, as "declare of queue 'q' in vhost '/'"
+	// Reason is the text without AMQP's reply name: "cluster has no
+	// quorum: <What> not applied (<why>)", for HTTP's 503 reason.
+	Reason string
+	Err    error       // the Replicator's error (wraps ErrNoQuorum)
+	AMQP   *amqp.Error // 541, Hard
 }
 
 func (e *QuorumError) Error() string   { return e.AMQP.Text }
@@ -60,7 +63,7 @@ func quorumError(what string, err error) *QuorumError {
 	if reason != "" {
 		text += " (" + reason + ")"
 	}
-	return &QuorumError{What: what, Err: err, AMQP: amqp.ConnErrorf(amqp.InternalError, "%s", text)}
+	return &QuorumError{What: what, Reason: text, Err: err, AMQP: amqp.ConnErrorf(amqp.InternalError, "%s", text)}
 }
 
 // SetReplicator makes every later definition change a replicated command
@@ -466,6 +469,9 @@ func (v *VHost) dropQueue(q *Queue, why string) {
 	go func() {
 		if err := v.b.propose(fmt.Sprintf("%s of queue '%s' in vhost '%s'", why, q.Name, v.Name), c); err != nil {
 			v.b.log.Warn("cluster: deleting a queue", "queue", q.Name, "vhost", v.Name, "why", why, "err", err)
+			if why == "expiry" {
+				q.Touch() // expires again later: the deletion is retried then
+			}
 		}
 	}()
 }

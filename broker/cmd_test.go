@@ -24,7 +24,13 @@ type loopback struct {
 	nodes []*Broker
 	fail  error // when set, every proposal fails with it, nothing applied
 	log   [][]byte
+	// failed counts the proposals refused for fail.
+	failed int
 }
+
+func (l *loopback) setFail(err error) { l.mu.Lock(); l.fail = err; l.mu.Unlock() }
+
+func (l *loopback) failures() int { l.mu.Lock(); defer l.mu.Unlock(); return l.failed }
 
 type loopMember struct {
 	l    *loopback
@@ -36,6 +42,7 @@ func (m loopMember) Propose(_ context.Context, cmd []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail != nil {
+		l.failed++
 		return l.fail
 	}
 	l.index++
@@ -424,6 +431,10 @@ func TestClusterNoQuorum(t *testing.T) {
 	if ae.Text != text {
 		t.Fatalf("text %q, want %q", ae.Text, text)
 	}
+	var qe *QuorumError
+	if !errors.As(err, &qe) || qe.Reason != strings.TrimPrefix(text, "INTERNAL_ERROR - ") {
+		t.Fatalf("QuorumError %+v", qe)
+	}
 	if _, err := bs[0].DeleteVHostE("/"); !errors.Is(err, ErrNoQuorum) {
 		t.Fatalf("DeleteVHostE: %v", err)
 	}
@@ -577,4 +588,36 @@ func TestClusterRestartKeepsHome(t *testing.T) {
 	if got := snap(t, b); !bytes.Equal(got, want) {
 		t.Fatalf("after a restart:\n%s\nwant\n%s", got, want)
 	}
+}
+
+// TestClusterExpiryRetried: issue 13: an x-expires deletion that finds no
+// quorum is retried once the queue expires again, and then applied on
+// every node.
+func TestClusterExpiryRetried(t *testing.T) {
+	l, bs := newCluster(t, nil)
+	_, _, _, err := bs[1].VHost("/").DeclareQueue(QueueSpec{Name: "exp", Args: amqp.Table{"x-expires": int32(30)}}, false)
+	must(t, err)
+	l.setFail(fmt.Errorf("%w: no leader", ErrNoQuorum))
+	deadline := time.Now().Add(5 * time.Second)
+	for l.failures() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the expiry was not proposed again after a failure")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, x := range bs {
+		if x.VHost("/").Queue("exp") == nil {
+			t.Fatalf("%s: deleted without a quorum", x.Node())
+		}
+	}
+	l.setFail(nil)
+	for _, x := range bs {
+		for x.VHost("/").Queue("exp") != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the expired queue was never deleted", x.Node())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	sameEverywhere(t, bs)
 }
