@@ -74,6 +74,7 @@ type Broker struct {
 	repl       Replicator
 	nodes      func() []string
 	placeQueue func(vhost, name string) string
+	applied    atomic.Uint64 // the last replicated command applied (cmd.go)
 
 	mu     sync.RWMutex
 	vhosts map[string]*VHost

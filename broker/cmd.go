@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/warrenmq/warren/amqp"
@@ -196,7 +197,16 @@ func bindCommand(op, vhost, source, destination string, toExchange bool, key str
 // idempotent for a re-applied entry (a declare of what exists equal is a
 // no-op, a deletion of what is gone answers as such). Its error is the
 // answer of the change on the node that proposed it.
+//
+// The broker records the index of the last command it applied with its
+// definitions (AppliedIndex); a command at or below it was applied before
+// a restart and is skipped, so that only the entry being applied at a
+// crash can be applied twice (and that one is idempotent).
 func (b *Broker) ApplyCommand(index uint64, data []byte) error {
+	if index != 0 && index <= b.applied.Load() {
+		return nil
+	}
+	defer b.setApplied(index)
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var c command
@@ -562,5 +572,26 @@ func (b *Broker) dropNodeExclusiveLocal(node string) {
 		for _, q := range qs {
 			v.deleteQueue(q, false, false)
 		}
+	}
+}
+
+// metaApplied is the meta record that keeps the index of the last
+// replicated command applied (AppliedIndex).
+const metaApplied = "cluster_applied"
+
+// AppliedIndex returns the index of the last command of the metadata
+// group applied to this broker's definitions (ApplyCommand,
+// RestoreDefinitions), recovered from its store at a restart; 0 if none.
+func (b *Broker) AppliedIndex() uint64 { return b.applied.Load() }
+
+// setApplied records index as applied, in memory and in the store (after
+// the command's own records).
+func (b *Broker) setApplied(index uint64) {
+	if index == 0 || index <= b.applied.Load() {
+		return
+	}
+	b.applied.Store(index)
+	if err := b.persist(defOp{kind: DefKindMeta, key: metaApplied, value: strconv.AppendUint(nil, index, 10)}); err != nil {
+		b.log.Error("cluster: recording the applied index", "index", index, "err", err)
 	}
 }

@@ -180,6 +180,11 @@ func (b *Broker) RestoreDefinitions(index uint64, data []byte) error {
 		return fmt.Errorf("definitions snapshot %d: %w", index, err)
 	}
 	have := b.snapshot()
+	defer func() {
+		// A snapshot replaces the state, whatever index came before.
+		b.applied.Store(0)
+		b.setApplied(index)
+	}()
 	var errs []error
 	note := func(err error, what string) {
 		if err != nil {

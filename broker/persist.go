@@ -615,6 +615,13 @@ func (b *Broker) Recover() error {
 		if r.key == metaInitialized {
 			initialized = true
 		}
+		if r.key == metaApplied {
+			n, err := strconv.ParseUint(string(r.value), 10, 64)
+			if err != nil {
+				return fmt.Errorf("definition store: applied index %q: %w", r.value, err)
+			}
+			b.applied.Store(n)
+		}
 	}
 
 	b.loading.Store(true)
