@@ -342,7 +342,7 @@ func TestSendOrdered(t *testing.T) {
 func TestWrongSecretRefused(t *testing.T) {
 	a := start(t, "warren@a", opts{})
 	bad := start(t, "warren@0", opts{secret: []byte("not-the-cookie")}) // dials a
-	bad2 := start(t, "warren@z", opts{secret: []byte("nor-this")})     // dialled by a
+	bad2 := start(t, "warren@z", opts{secret: []byte("nor-this")})      // dialled by a
 	bad.tr.SetPeer(a.name, a.addr)
 	a.tr.SetPeer(bad.name, bad.addr)
 	a.tr.SetPeer(bad2.name, bad2.addr)
