@@ -67,7 +67,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -188,6 +187,7 @@ func New(cfg Config) *Transport {
 	if cfg.MaxFrame <= 0 {
 		cfg.MaxFrame = defaultMaxFrame
 	}
+	cfg.MaxFrame = min(cfg.MaxFrame, 1<<32-1) // the length field is 32 bits
 	if cfg.ClusterID == nil {
 		cfg.ClusterID = func() string { return "" }
 	}
@@ -437,6 +437,9 @@ func (t *Transport) linkTo(name string) (*link, error) {
 // the link dropping while waiting, gives an error wrapping ErrUnreachable.
 // req must not be modified until Call returns.
 func (t *Transport) Call(ctx context.Context, to string, svc byte, req []byte) ([]byte, error) {
+	if len(req) > t.cfg.MaxFrame {
+		return nil, fmt.Errorf("transport: request of %d bytes exceeds the frame limit %d", len(req), t.cfg.MaxFrame)
+	}
 	l, err := t.linkTo(to)
 	if err != nil {
 		return nil, err
@@ -449,6 +452,9 @@ func (t *Transport) Call(ctx context.Context, to string, svc byte, req []byte) (
 // has no live link (ErrUnreachable) or its queue is full (ErrQueueFull).
 // The transport keeps msg until written: do not modify it.
 func (t *Transport) Send(to string, svc byte, msg []byte) error {
+	if len(msg) > t.cfg.MaxFrame {
+		return fmt.Errorf("transport: message of %d bytes exceeds the frame limit %d", len(msg), t.cfg.MaxFrame)
+	}
 	l, err := t.linkTo(to)
 	if err != nil {
 		return err
@@ -860,7 +866,7 @@ func (l *link) read() error {
 				return err
 			default:
 			}
-			if errors.Is(err, errFrameTooLarge) || !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, errFrameTooLarge) || errors.Is(err, errBadKind) {
 				t.log.Warn("cluster link dropped: bad input from peer", "peer", l.peer.name, "err", err)
 			}
 			return err
@@ -929,11 +935,12 @@ func (l *link) writeLoop() {
 	defer l.t.wg.Done()
 	tick := time.NewTicker(heartbeatInterval)
 	defer tick.Stop()
-	wrote := false
+	wrote := false // since the last tick: a heartbeat is due only on silence
 	for {
 		var f frame
 		select {
 		case f = <-l.out:
+			wrote = true
 		case <-tick.C:
 			if wrote {
 				wrote = false
@@ -960,23 +967,12 @@ func (l *link) writeLoop() {
 			l.close(err)
 			return
 		}
-		wrote = true
 	}
 }
 
 func (l *link) write(f frame) error {
 	if len(f.body) > l.t.cfg.MaxFrame {
-		// Never put a frame on the wire the peer would drop the link for.
-		if f.kind == kindRequest {
-			l.mu.Lock()
-			ch := l.calls[f.id]
-			delete(l.calls, f.id)
-			l.mu.Unlock()
-			if ch != nil {
-				ch <- result{err: fmt.Errorf("transport: request of %d bytes exceeds the frame limit", len(f.body))}
-			}
-		}
-		return nil
+		return nil // Call, Send and serve refuse these before queueing
 	}
 	return writeFrame(l.w, f)
 }

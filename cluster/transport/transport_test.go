@@ -33,6 +33,8 @@ func TestMain(m *testing.M) {
 	minBackoff = 10 * time.Millisecond
 	maxBackoff = 200 * time.Millisecond
 	handshakeTimeout = 2 * time.Second
+	heartbeatInterval = 200 * time.Millisecond
+	idleTimeout = 2 * time.Second
 	goleak.VerifyTestMain(m)
 }
 
@@ -548,14 +550,59 @@ func TestOversizedFrameDropsLink(t *testing.T) {
 	}
 	testutil.Eventually(t, wait, "b logs the oversized frame", func() bool { return b.logs.has("frame too large: 2147483648 bytes announced, limit 1024") })
 
+	// A transport refuses to send what its own limit forbids.
 	a := start(t, "warren@a", opts{maxFrame: 1024})
 	linkUp(t, a, b)
 	_, err := a.tr.Call(context.Background(), b.name, 1, make([]byte, 2000))
 	if err == nil || !strings.Contains(err.Error(), "exceeds the frame limit") {
 		t.Fatalf("oversized call: %v", err)
 	}
+	if err := a.tr.Send(b.name, 1, make([]byte, 2000)); err == nil || !strings.Contains(err.Error(), "exceeds the frame limit") {
+		t.Fatalf("oversized send: %v", err)
+	}
 	if got, err := a.tr.Call(context.Background(), b.name, 1, []byte("ok")); err != nil || string(got) != "warren@b got ok" {
 		t.Fatalf("link after refused oversized call: %q %v", got, err)
+	}
+
+	// A peer with a larger limit loses its link for an oversized message,
+	// fails its pending call, and redials.
+	big := start(t, "warren@0", opts{})
+	linkUp(t, big, b)
+	pending := make(chan error, 1)
+	release := make(chan struct{})
+	defer close(release)
+	b.tr.Handle(2, func(string, []byte) ([]byte, error) { <-release; return nil, nil })
+	go func() { _, err := big.tr.Call(context.Background(), b.name, 2, nil); pending <- err }()
+	testutil.Eventually(t, wait, "call in flight", func() bool { s, _ := b.status(big.name); return s.CallsIn == 1 })
+	if err := big.tr.Send(b.name, 1, make([]byte, 4000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-pending; !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("call on the dropped link: %v", err)
+	}
+	testutil.Eventually(t, wait, "b logs the oversized message", func() bool {
+		return b.logs.has("peer=warren@0 err=\"frame too large: 4000 bytes announced, limit 1024\"")
+	})
+	testutil.Eventually(t, wait, "relinked", func() bool { return big.up(b.name) && b.up(big.name) })
+}
+
+// TestHeartbeat: issue 13: an idle link stays up on heartbeats; a peer
+// silent past the idle timeout is dropped.
+func TestHeartbeat(t *testing.T) {
+	a := start(t, "warren@a", opts{})
+	b := start(t, "warren@b", opts{})
+	linkUp(t, a, b)
+	s0, _ := a.status(b.name)
+	testutil.Eventually(t, wait, "heartbeats past the idle timeout", func() bool {
+		s, _ := a.status(b.name)
+		return s.BytesIn >= s0.BytesIn+uint64(headerLen)*uint64(idleTimeout/heartbeatInterval+2)
+	})
+	if s, _ := a.status(b.name); !s.Up || !s.Since.Equal(s0.Since) {
+		t.Fatalf("idle link did not stay up: %+v then %+v", s0, s)
+	}
+	c := rawPeer(t, "warren@x", b) // says nothing after the handshake
+	if err := closedByPeer(c); err != nil {
+		t.Fatalf("silent peer not dropped: %v", err)
 	}
 }
 

@@ -31,7 +31,10 @@ type frame struct {
 	body []byte
 }
 
-var errFrameTooLarge = errors.New("frame too large")
+var (
+	errFrameTooLarge = errors.New("frame too large")
+	errBadKind       = errors.New("unknown frame kind")
+)
 
 // readFrame reads one frame from r. It checks the announced length against
 // max before allocating, and rejects unknown kinds.
@@ -43,7 +46,7 @@ func readFrame(r *bufio.Reader, max int) (frame, error) {
 	n := binary.BigEndian.Uint32(h[0:4])
 	f := frame{kind: h[4], svc: h[5], id: binary.BigEndian.Uint64(h[6:14])}
 	if f.kind < kindRequest || f.kind > kindPing {
-		return frame{}, fmt.Errorf("unknown frame kind %d", f.kind)
+		return frame{}, fmt.Errorf("%w %d", errBadKind, f.kind)
 	}
 	if uint64(n) > uint64(max) {
 		return frame{}, fmt.Errorf("%w: %d bytes announced, limit %d", errFrameTooLarge, n, max)
