@@ -65,6 +65,8 @@ type Broker struct {
 	clock clock.Clock
 	node  string // Config.Node
 
+	remote remoteState // remote queues (remote.go)
+
 	mu     sync.RWMutex
 	vhosts map[string]*VHost
 	users  map[string]*User
