@@ -335,3 +335,62 @@ func TestClusterRemoteNodeDown(t *testing.T) {
 		t.Fatalf("publish after healing: %d acks %d nacks", acked, nacked)
 	}
 }
+
+// issue 13 (remote queues): a delivery the local channel cannot take yet
+// (a channel-wide prefetch of 2, while the home grants the consumer
+// unlimited credit) waits on the consumer's node and is delivered once
+// the channel acks, none lost; closing the channel returns its unacked
+// messages to the home, redelivered.
+func TestClusterRemoteBufferedAndChannelClose(t *testing.T) {
+	c := startCluster(t, nodeA, nodeB)
+	c.declareQueue("h6-g", nodeB, false, nil)
+	conn := c.node(nodeA).dial(t)
+	confirmAll(t, conn, "", "h6-g", 6)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(2, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := ch.Consume("h6-g", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		select {
+		case d := <-msgs:
+			if string(d.Body) != fmt.Sprint(i) {
+				t.Fatalf("delivery %d: %q", i, d.Body)
+			}
+			if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("got %d of 4 deliveries with a channel-wide prefetch", i)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case <-msgs:
+		case <-time.After(waitTimeout):
+			t.Fatal("no delivery")
+		}
+	}
+	waitFor(t, "2 unacked at home", func() bool { r, u := readyUnacked(c, nodeB, "h6-g"); return r == 0 && u == 2 })
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "unacked returned to home", func() bool { r, u := readyUnacked(c, nodeB, "h6-g"); return r == 2 && u == 0 })
+	if c.homeQueue(nodeB, "h6-g").ConsumerCount() != 0 {
+		t.Fatal("consumer left at home after its channel closed")
+	}
+	ch2, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok, err := ch2.Get("h6-g", true)
+	if err != nil || !ok || !g.Redelivered || string(g.Body) != "4" {
+		t.Fatalf("get after close: ok=%v body=%q redelivered=%v err=%v", ok, g.Body, g.Redelivered, err)
+	}
+}
