@@ -75,6 +75,7 @@ const (
 	opCancel   byte = 'C' // consumer node -> home: cid
 	opCanceled byte = 'c' // home -> consumer node: cid (queue deleted)
 	opBarrier  byte = 'b' // client node -> home: id, ahead of a call
+	opStale    byte = 's' // consumer node -> home: cid unknown here (a previous run's)
 
 	callConsume byte = 'K'
 	callGet     byte = 'G'
@@ -150,7 +151,13 @@ type heldDelivery struct {
 	p *proxy // nil for basic.get
 }
 
+// id returns a new id for a wait, a consumer or a barrier. Ids start at
+// the clock's nanoseconds, so that a restarted node does not reuse the
+// ids its previous run gave its peers.
 func (rs *remoteState) id() uint64 {
+	if rs.nextID == 0 {
+		rs.nextID = uint64(time.Now().UnixNano())
+	}
 	rs.nextID++
 	return rs.nextID
 }
@@ -628,16 +635,17 @@ func (q *Queue) remoteRemoveConsumer(c *Consumer) {
 	if rc == nil {
 		return
 	}
-	q.forgetConsumer(rc)
-	if p := q.vhost.b.getPeers(); p != nil {
-		// The cancel first: the returned messages must not go back to it.
-		_ = p.Send(q.Home, binary.AppendUvarint([]byte{opCancel}, rc.id))
+	// The cancel first: the returned messages must not go back to it.
+	// rc stays known (gone) until the home's answer ends its stream, so
+	// that deliveries crossing the cancel are returned.
+	if p := q.vhost.b.getPeers(); p == nil || p.Send(q.Home, binary.AppendUvarint([]byte{opCancel}, rc.id)) != nil {
+		q.forgetConsumer(rc)
 	}
 	q.returnDeliveries(buf)
 }
 
 // deliverFromHome hands a delivery from the home to the local consumer.
-func (b *Broker) deliverFromHome(d *msgDecoder) {
+func (b *Broker) deliverFromHome(from string, d *msgDecoder) {
 	cid := d.uvarint()
 	if d.err != nil {
 		return
@@ -647,7 +655,14 @@ func (b *Broker) deliverFromHome(d *msgDecoder) {
 	rc := rs.cons[cid]
 	rs.mu.Unlock()
 	if rc == nil {
-		return // cancelled: the home gets its messages back with the cancel
+		// Not a consumer of this run (a cancel crossed it, the home gets
+		// its messages back then), or of a previous run of this node
+		// that the home did not see go: the home drops it and requeues
+		// what it holds.
+		if p := b.getPeers(); p != nil && d.err == nil {
+			_ = p.Send(from, binary.AppendUvarint([]byte{opStale}, cid))
+		}
+		return
 	}
 	q := rc.q
 	dv, err := q.decodeDelivery(d, rc.c.Tag)
@@ -678,6 +693,8 @@ func (b *Broker) canceledFromHome(d *msgDecoder) {
 	if rc == nil {
 		return
 	}
+	// Either the answer to our cancel (rc is gone already: its stream
+	// is over) or the home dropped it (basic.cancel to the client).
 	rc.q.dropRemoteConsumers(func(o *rconsumer) bool { return o == rc })
 }
 
@@ -829,6 +846,32 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder) error {
 	return nil
 }
 
+// staleForPeer drops a proxy consumer its node no longer knows and
+// returns what it held, redelivered.
+func (b *Broker) staleForPeer(from string, d *msgDecoder) {
+	cid := d.uvarint()
+	rs := &b.remote
+	rs.mu.Lock()
+	p := rs.proxies[proxyKey{from, cid}]
+	delete(rs.proxies, proxyKey{from, cid})
+	var ds []Delivery
+	if p != nil {
+		h := rs.held[from]
+		for k, hd := range h {
+			if hd.p == p {
+				ds = append(ds, hd.d)
+				delete(h, k)
+			}
+		}
+	}
+	rs.mu.Unlock()
+	if p == nil || p.c.Queue == nil {
+		return
+	}
+	p.c.Queue.RemoveConsumer(p.c)
+	p.c.Queue.Requeue(ds, true)
+}
+
 func (b *Broker) cancelForPeer(from string, d *msgDecoder) {
 	cid := d.uvarint()
 	rs := &b.remote
@@ -838,6 +881,10 @@ func (b *Broker) cancelForPeer(from string, d *msgDecoder) {
 	rs.mu.Unlock()
 	if p != nil && p.c.Queue != nil {
 		p.c.Queue.RemoveConsumer(p.c)
+	}
+	// The end of the consumer's stream: nothing more follows for cid.
+	if peers := b.getPeers(); peers != nil {
+		_ = peers.Send(from, binary.AppendUvarint([]byte{opCanceled}, cid))
 	}
 }
 
@@ -1094,7 +1141,7 @@ func (b *Broker) HandlePeerMessage(from string, msg []byte) {
 	case opEnqueued:
 		b.enqueuedFromHome(d)
 	case opDeliver:
-		b.deliverFromHome(d)
+		b.deliverFromHome(from, d)
 	case opSettle:
 		b.settleForPeer(from, d)
 	case opCancel:
@@ -1103,6 +1150,8 @@ func (b *Broker) HandlePeerMessage(from string, msg []byte) {
 		b.canceledFromHome(d)
 	case opBarrier:
 		b.barrierFromPeer(from, d.uvarint())
+	case opStale:
+		b.staleForPeer(from, d)
 	}
 }
 

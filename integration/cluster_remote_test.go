@@ -394,3 +394,34 @@ func TestClusterRemoteBufferedAndChannelClose(t *testing.T) {
 		t.Fatalf("get after close: ok=%v body=%q redelivered=%v err=%v", ok, g.Body, g.Redelivered, err)
 	}
 }
+
+// issue 13 (remote queues): deliveries that cross a basic.cancel on the
+// way from the home are returned to it, not lost: after a cancel in the
+// middle of a stream and the channel's close, every message is ready at
+// the home again.
+func TestClusterRemoteCancelInFlight(t *testing.T) {
+	c := startCluster(t, nodeA, nodeB)
+	c.declareQueue("h6-f", nodeB, false, nil)
+	conn := c.node(nodeA).dial(t)
+	confirmAll(t, conn, "", "h6-f", 500)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := ch.Consume("h6-f", "h6-fc", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-msgs:
+	case <-time.After(waitTimeout):
+		t.Fatal("no delivery")
+	}
+	if err := ch.Cancel("h6-fc", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "all 500 ready at home", func() bool { r, u := readyUnacked(c, nodeB, "h6-f"); return r == 500 && u == 0 })
+}
