@@ -326,6 +326,15 @@ type rwait struct {
 	ch   chan struct{}
 }
 
+// add changes the count of answers awaited, on the publisher's
+// goroutine while it routes (the wait is not yet handed out, so it
+// cannot reach 0 for good before routing ends).
+func (w *rwait) add(n int) {
+	w.mu.Lock()
+	w.left += n
+	w.mu.Unlock()
+}
+
 func (w *rwait) done(err error) {
 	w.mu.Lock()
 	if err != nil && w.err == nil {
@@ -393,7 +402,7 @@ func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 			r.rw = &rwait{}
 		}
 		w = r.rw
-		w.left++
+		w.add(1) // answers for earlier queues of this publish may be arriving
 	}
 	rs.mu.Lock()
 	p := rs.peers
@@ -408,7 +417,7 @@ func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 	rs.mu.Unlock()
 	if p == nil {
 		if w != nil {
-			w.left--
+			w.add(-1)
 			r.failed = true
 		}
 		return enqueued
@@ -425,7 +434,7 @@ func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 		delete(rs.waits, id)
 		rs.mu.Unlock()
 		if ok {
-			w.left--
+			w.add(-1)
 			r.failed = true
 		}
 	}

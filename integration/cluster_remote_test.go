@@ -425,3 +425,54 @@ func TestClusterRemoteCancelInFlight(t *testing.T) {
 	}
 	waitFor(t, "all 500 ready at home", func() bool { r, u := readyUnacked(c, nodeB, "h6-f"); return r == 500 && u == 0 })
 }
+
+// issue 13 (remote queues): three nodes: a publisher on A, the queue on
+// B, a consumer on C; the consumer's acks from C settle on B, and a
+// topic exchange routes on A to queues homed on B and C at once.
+func TestClusterRemoteThreeNodes(t *testing.T) {
+	const nodeC = "warren@c"
+	c := startCluster(t, nodeA, nodeB, nodeC)
+	c.declareExchange("h6-t", "topic")
+	c.declareQueue("h6-tb", nodeB, true, nil)
+	c.declareQueue("h6-tc", nodeC, true, nil)
+	c.bind("h6-t", "h6-tb", "k.#")
+	c.bind("h6-t", "h6-tc", "#")
+	pub := c.node(nodeA).dial(t)
+	if acked, nacked := confirmAll(t, pub, "h6-t", "k.x", 20); acked != 20 || nacked != 0 {
+		t.Fatalf("confirms: %d acks %d nacks", acked, nacked)
+	}
+	if r, _ := readyUnacked(c, nodeB, "h6-tb"); r != 20 {
+		t.Fatalf("queue on B: %d ready, want 20", r)
+	}
+	if r, _ := readyUnacked(c, nodeC, "h6-tc"); r != 20 {
+		t.Fatalf("queue on C: %d ready, want 20", r)
+	}
+	sub := c.node(nodeC).dial(t)
+	ch, err := sub.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(5, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := ch.Consume("h6-tb", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		select {
+		case d := <-msgs:
+			if string(d.Body) != fmt.Sprint(i) {
+				t.Fatalf("delivery %d: %q (order)", i, d.Body)
+			}
+			if i%5 == 4 {
+				if err := d.Ack(true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("got %d of 20", i)
+		}
+	}
+	waitFor(t, "drained on B", func() bool { r, u := readyUnacked(c, nodeB, "h6-tb"); return r == 0 && u == 0 })
+}
