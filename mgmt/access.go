@@ -43,7 +43,7 @@ func (s *Server) accessRoutes() {
 	s.handle("PUT /api/topic-permissions/{vhost}/{user}", lvlAdmin, (*call).topicPermissionPut)
 	s.handle("DELETE /api/topic-permissions/{vhost}/{user}", lvlAdmin, (*call).topicPermissionDelete)
 	s.handle("GET /api/global-parameters", lvlAdmin, func(c *call) error {
-		return c.ok([]any{map[string]any{"name": "cluster_name", "value": c.s.node}})
+		return c.ok([]any{map[string]any{"name": "cluster_name", "value": c.s.clusterName()}})
 	})
 	s.handle("GET /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionGet)
 	s.handle("PUT /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionPut)
