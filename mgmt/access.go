@@ -219,7 +219,7 @@ func (c *call) topicPermissionPut() error {
 	}
 	existed := len(c.s.b.TopicPermissions(vh, u)) > 0
 	if err := c.s.b.SetTopicPermission(vh, u, broker.TopicPermission{Exchange: *b.Exchange, Write: *b.Write, Read: *b.Read}); err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	return c.created(!existed)
 }
@@ -407,7 +407,7 @@ func (c *call) permissionPut() error {
 	}
 	_, existed := c.s.b.Permissions(vh, u)
 	if err := c.s.b.SetPermissions(vh, u, broker.Permission{Configure: *b.Configure, Write: *b.Write, Read: *b.Read}); err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	return c.created(!existed)
 }

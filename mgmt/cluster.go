@@ -358,3 +358,12 @@ func clusterError(err error) error {
 	}
 	return badRequest(err.Error())
 }
+
+// changeFailed is the reply to a change the broker refused: RabbitMQ's
+// 400 with the reason, or 503 when the cluster has no quorum to commit it.
+func changeFailed(err error) *apiError {
+	if isNoQuorum(err) {
+		return noQuorum(err)
+	}
+	return badRequest(err.Error())
+}

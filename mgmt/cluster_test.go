@@ -15,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/server"
 	"github.com/warrenmq/warren/warrentest"
@@ -210,9 +211,10 @@ func setupCluster(t *testing.T) (*fakeNet, map[string]*clusterNode, map[string]*
 	publish(t, gv[nodeC], "h5-qc", 1)
 	publish(t, conns[nodeC], "h5-hidden", 1)
 	for name, cn := range nodes {
-		cn.f.waitQueue(map[string]string{nodeA: "h5-qa", nodeB: "h5-qb", nodeC: "h5-qc"}[name],
+		cn.f.waitQueue("h5v", map[string]string{nodeA: "h5-qa", nodeB: "h5-qb", nodeC: "h5-qc"}[name],
 			map[string]int{nodeA: 2, nodeB: 3, nodeC: 1}[name])
 	}
+	nodes[nodeC].f.waitQueue("/", "h5-hidden", 1)
 	ch, err := gv[nodeC].Channel()
 	must(t, err)
 	must(t, ch.Qos(1, 0, false)) // the one message stays unacked: the count stays 1
@@ -221,22 +223,14 @@ func setupCluster(t *testing.T) (*fakeNet, map[string]*clusterNode, map[string]*
 	return n, nodes, conns
 }
 
-// waitQueue polls the node's own view of a queue in h5v until it holds n
-// messages.
-func (f *fixture) waitQueue(q string, n int) {
+// waitQueue polls the node's view of a queue until it holds n messages.
+func (f *fixture) waitQueue(vhost, q string, n int) {
 	f.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(f.t, 5*time.Second, fmt.Sprintf("queue %s holds %d messages", q, n), func() bool {
 		var m map[string]any
-		f.call("GET", "/api/queues/h5v/"+q, nil, &m)
-		if m["messages"] == float64(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("queue %s: %v messages, want %d", q, m["messages"], n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		f.call("GET", "/api/queues/"+url.PathEscape(vhost)+"/"+q, nil, &m)
+		return m["messages"] == float64(n)
+	})
 }
 
 func names(items []map[string]any, key string) []string {
@@ -320,6 +314,14 @@ func TestClusterWideLists(t *testing.T) {
 		if ov["node"] != name || ov["cluster_name"] != nodeA || ot["connections"] != float64(7) || ot["channels"] != float64(5) ||
 			ot["queues"] != float64(4) || ot["consumers"] != float64(1) || qt["messages"] != float64(7) {
 			t.Fatalf("%s: overview node %v cluster %v object_totals %v queue_totals %v", name, ov["node"], ov["cluster_name"], ot, qt)
+		}
+		ls, _ := ov["listeners"].([]any)
+		lnodes := map[string]bool{}
+		for _, l := range ls {
+			lnodes[str(l.(map[string]any)["node"])] = true
+		}
+		if len(lnodes) != 3 {
+			t.Fatalf("%s: overview listeners %v", name, ls)
 		}
 		var cn map[string]any
 		f.call("GET", "/api/cluster-name", nil, &cn)
@@ -499,6 +501,9 @@ func TestClusterCloseRemoteConnection(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the connection on b was not closed")
 	}
+	testutil.Eventually(t, 5*time.Second, "the closed connection gone from the list", func() bool {
+		return nodes[nodeA].f.call("GET", path, nil, nil) == 404
+	})
 	if st := nodes[nodeA].f.call("DELETE", path, nil, nil); st != 404 {
 		t.Fatalf("DELETE again: %d", st)
 	}

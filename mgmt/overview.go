@@ -87,6 +87,9 @@ type overviewParts struct {
 	Rates  map[string]float64        `json:"rates"`  // their rates, and the queue totals' (messages...)
 	VHosts map[string]*overviewVHost `json:"vhosts"` // by vhost
 	Users  map[string]*overviewUser  `json:"users"`  // by user
+	// Listeners are the node's, as the overview lists them (every node's
+	// in a cluster, as RabbitMQ's).
+	Listeners []any `json:"listeners"`
 }
 
 type overviewVHost struct {
@@ -108,7 +111,10 @@ var visibleQueueStatFields = []string{"publish", "deliver_get", "ack", "redelive
 // overviewParts gathers this node's part of the overview.
 func (s *Server) overviewParts() *overviewParts {
 	p := &overviewParts{Stats: serverCounters(s.srv.MessageStats()), Rates: map[string]float64{},
-		VHosts: map[string]*overviewVHost{}, Users: map[string]*overviewUser{}}
+		VHosts: map[string]*overviewVHost{}, Users: map[string]*overviewUser{}, Listeners: []any{}}
+	for _, l := range s.listeners() {
+		p.Listeners = append(p.Listeners, listener(s.node, l.proto, l.addr))
+	}
 	for _, f := range overviewStatFields {
 		p.Rates[f] = s.rates.rate("overview", f)
 	}
@@ -224,8 +230,8 @@ func (c *call) overview() error {
 	msgStats["dead_lettered"] = dead
 	msgStats["dead_lettered_details"] = details(rates["queue.dead_lettered"])
 	listeners := []any{}
-	for _, l := range s.listeners() {
-		listeners = append(listeners, listener(s.node, l.proto, l.addr))
+	for _, p := range parts {
+		listeners = append(listeners, p.Listeners...)
 	}
 	return c.ok(map[string]any{
 		"management_version": Version, "rates_mode": "basic",

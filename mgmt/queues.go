@@ -253,7 +253,7 @@ func (c *call) queuePut() error {
 	}
 	args, err := broker.JSONTable(b.Arguments)
 	if err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	if b.Type != "" && args["x-queue-type"] == nil {
 		if args == nil {
