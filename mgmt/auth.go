@@ -34,6 +34,7 @@ type call struct {
 	// local marks a request another node runs here (ServeLocal): trusted,
 	// answered with this node's own objects, never fanned out.
 	local bool
+	parts []*overviewParts // clusterParts
 
 	byQueue map[[2]string][]server.ConsumerInfo // consumers by vhost and queue; see queueConsumers
 	xstats  map[[2]string]server.ExchangeCounts // see exchangeCounts

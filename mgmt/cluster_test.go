@@ -323,6 +323,11 @@ func TestClusterWideLists(t *testing.T) {
 		if len(lnodes) != 3 {
 			t.Fatalf("%s: overview listeners %v", name, ls)
 		}
+		var vh map[string]any
+		f.call("GET", "/api/vhosts/h5v", nil, &vh)
+		if cs, _ := vh["cluster_state"].(map[string]any); vh["messages"] != float64(6) || len(cs) != 3 || cs[nodeC] != "running" {
+			t.Fatalf("%s: vhost h5v: messages %v cluster_state %v", name, vh["messages"], vh["cluster_state"])
+		}
 		var cn map[string]any
 		f.call("GET", "/api/cluster-name", nil, &cn)
 		if cn["name"] != nodeA {
@@ -453,7 +458,7 @@ func TestClusterNodeDown(t *testing.T) {
 	got := byName(qs)
 	if len(qs) != 4 || got["h5-qc"]["state"] != "down" || got["h5-qc"]["node"] != nodeC || got["h5-hidden"]["state"] != "down" ||
 		got["h5-qb"]["state"] != "running" || got["h5-qb"]["messages"] != float64(3) {
-		t.Fatalf("queues with c down: %v", qs)
+		t.Fatalf("queues with c down: %v", summary(qs))
 	}
 	if st := f.call("GET", "/api/queues/h5v/h5-qc", nil, &one); st != 200 || one["state"] != "down" || one["node"] != nodeC {
 		t.Fatalf("GET h5-qc with c down: %d %v", st, one)
@@ -467,6 +472,11 @@ func TestClusterNodeDown(t *testing.T) {
 	f.call("GET", "/api/overview", nil, &ov)
 	if qt := ov["queue_totals"].(map[string]any); qt["messages"] != float64(5) {
 		t.Fatalf("queue_totals with c down: %v", qt)
+	}
+	var vh map[string]any
+	f.call("GET", "/api/vhosts/h5v", nil, &vh)
+	if cs, _ := vh["cluster_state"].(map[string]any); vh["messages"] != float64(5) || cs[nodeC] != "nodedown" || cs[nodeA] != "running" {
+		t.Fatalf("vhost h5v with c down: messages %v cluster_state %v", vh["messages"], vh["cluster_state"])
 	}
 	n.setDown(nodeC, false)
 	f.call("GET", "/api/queues/h5v/h5-qc", nil, &one)
@@ -597,4 +607,14 @@ func connNamed(t *testing.T, f *fixture, connName string) map[string]any {
 	}
 	t.Fatalf("no connection %q in %v", connName, names(list, "user_provided_name"))
 	return nil
+}
+
+// summary is name, node, state and messages of each queue.
+func summary(qs []map[string]any) []string {
+	var out []string
+	for _, q := range qs {
+		out = append(out, fmt.Sprintf("%v@%v:%v:%v", q["name"], q["node"], q["state"], q["messages"]))
+	}
+	sort.Strings(out)
+	return out
 }

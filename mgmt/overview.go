@@ -159,20 +159,30 @@ func (s *Server) overviewParts() *overviewParts {
 	return p
 }
 
+// clusterParts returns every node's overview parts, this node's first
+// (only this node's on a single node), read once per request.
+func (c *call) clusterParts() []*overviewParts {
+	if c.parts != nil {
+		return c.parts
+	}
+	c.parts = []*overviewParts{c.s.overviewParts()}
+	if c.clustered() {
+		for _, r := range c.fanOut(http.MethodGet, "/api/overview", nil) {
+			var p overviewParts
+			if r.ok200() && json.Unmarshal(r.body, &p) == nil {
+				c.parts = append(c.parts, &p)
+			}
+		}
+	}
+	return c.parts
+}
+
 func (c *call) overview() error {
 	s := c.s
 	if c.local {
 		return c.ok(s.overviewParts())
 	}
-	parts := []*overviewParts{s.overviewParts()}
-	if c.clustered() {
-		for _, r := range c.fanOut(http.MethodGet, "/api/overview", nil) {
-			var p overviewParts
-			if r.ok200() && json.Unmarshal(r.body, &p) == nil {
-				parts = append(parts, &p)
-			}
-		}
-	}
+	parts := c.clusterParts()
 	var ready, unacked, queues, consumers, exchanges int
 	var dead uint64
 	seen := c.seenVHosts()
