@@ -93,6 +93,9 @@ func (s *Server) SetCluster(c Cluster) {
 		s.cl.Store(nil)
 		return
 	}
+	if c.Self() != s.node {
+		s.log.Warn("management API: the cluster's node name differs from the broker's", "cluster", c.Self(), "broker", s.node)
+	}
 	s.cl.Store(&c)
 }
 

@@ -386,6 +386,13 @@ func TestClusterVisibilityForNonAdmin(t *testing.T) {
 		if got := names(qs, "name"); !slices.Equal(got, []string{"h5-qa", "h5-qb", "h5-qc"}) {
 			t.Fatalf("%s: h5-bob sees queues %v", name, got)
 		}
+		var mine []map[string]any
+		if st := f.callAs("h5-bob", "h5-bob", "GET", "/api/connections/username/h5-bob", nil, &mine); st != 200 || len(mine) != 1 || mine[0]["node"] != nodeB {
+			t.Fatalf("%s: h5-bob's connections by user: %d %v", name, st, mine)
+		}
+		if st := f.callAs("h5-bob", "h5-bob", "GET", "/api/connections/username/guest", nil, nil); st != 401 {
+			t.Fatalf("%s: h5-bob lists guest's connections: %d", name, st)
+		}
 		var chans []map[string]any
 		f.callAs("h5-bob", "h5-bob", "GET", "/api/channels", nil, &chans)
 		if len(chans) != 0 {
