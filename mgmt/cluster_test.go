@@ -282,6 +282,14 @@ func TestClusterWideLists(t *testing.T) {
 			t.Fatalf("%s: GET h5-qb: %d %v %v", name, st, one["node"], one["messages"])
 		}
 
+		if st := f.call("GET", "/api/queues/%2F/h5-hidden", nil, &one); st != 200 || one["node"] != nodeC || one["messages"] != float64(1) {
+			t.Fatalf("%s: GET /api/queues/%%2F/h5-hidden: %d %v %v", name, st, one["node"], one["messages"])
+		}
+		var inRoot []map[string]any
+		if f.call("GET", "/api/queues/%2F", nil, &inRoot); len(inRoot) != 1 || inRoot[0]["name"] != "h5-hidden" {
+			t.Fatalf("%s: queues in /: %v", name, summary(inRoot))
+		}
+
 		var conns []map[string]any
 		f.call("GET", "/api/connections", nil, &conns)
 		if len(conns) != 7 { // guest in "/" and h5v on each node, h5-bob on b
