@@ -633,3 +633,30 @@ func summary(qs []map[string]any) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Issue 13: a single node (no cluster) answers cluster-status as a
+// cluster of itself and refuses membership changes.
+func TestClusterStatusSingleNode(t *testing.T) {
+	f := newFixture(t)
+	var st map[string]any
+	if code := f.call("GET", "/api/cluster-status", nil, &st); code != 200 {
+		t.Fatalf("cluster-status: %d", code)
+	}
+	members, _ := st["members"].([]any)
+	var ov map[string]any
+	f.call("GET", "/api/overview", nil, &ov)
+	if len(members) != 1 || st["node"] != ov["node"] || st["leader"] != ov["node"] || st["cluster_name"] != ov["cluster_name"] {
+		t.Fatalf("cluster-status %v, overview node %v", st, ov["node"])
+	}
+	var ns []map[string]any
+	if f.call("GET", "/api/nodes", nil, &ns); len(ns) != 1 || ns[0]["name"] != ov["node"] || ns[0]["running"] != true {
+		t.Fatalf("nodes: %v", ns)
+	}
+	if _, has := ns[0]["leader"]; has {
+		t.Fatalf("a single node's /api/nodes gained cluster fields: %v", ns[0])
+	}
+	var e map[string]any
+	if code := f.call("POST", "/api/cluster/members", map[string]any{"name": "warren@x", "address": "x:1"}, &e); code != 400 || e["error"] != "bad_request" {
+		t.Fatalf("add on a single node: %d %v", code, e)
+	}
+}

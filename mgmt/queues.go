@@ -206,6 +206,9 @@ func (c *call) queueGet() error {
 	if err != nil {
 		return err
 	}
+	if c.local && !q.IsLocal() {
+		return errNotFound // not homed here (the asking node's record is ahead of ours)
+	}
 	if c.clustered() && !q.IsLocal() {
 		// Its stats are its home node's.
 		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
