@@ -188,7 +188,7 @@ func run(args []string, out io.Writer) error {
 		cn, err = cluster.Start(*ccfg, b, mg)
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("cluster: %w", err)
+			return fmt.Errorf("starting the cluster node: %w", err)
 		}
 		log.Info("cluster node started", "node", ccfg.Node, "listen", ccfg.Listen, "advertise", ccfg.Advertise,
 			"peers", peerNames(ccfg.Peers), "join", ccfg.Join, "tls", ccfg.TLS != nil)
