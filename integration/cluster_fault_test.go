@@ -58,13 +58,15 @@ const (
 
 // defOutcome classifies an operation's error: a server-sent error is a
 // refusal, except 320 CONNECTION_FORCED (the node shutting down, whatever
-// was in flight); anything else (connection lost) is unknown.
+// was in flight) and a no-quorum error that says the change may still be
+// applied later (proposed but not committed in time: Raft cannot tell);
+// anything else (connection lost) is unknown.
 func defOutcome(err error) string {
 	if err == nil {
 		return outOK
 	}
 	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Server && ae.Code != amqp.ConnectionForced {
+	if errors.As(err, &ae) && ae.Server && ae.Code != amqp.ConnectionForced && !strings.Contains(ae.Reason, "may still be applied") {
 		return outFailed
 	}
 	return outUnknown
