@@ -7,6 +7,14 @@
 // "name = value" using the flag names) or in the environment as
 // WARREN_<NAME> (WARREN_AMQP_ADDR=...). Flags win over the environment,
 // which wins over the file.
+//
+// Without --cluster-listen Warren is a single node. A cluster node (issue
+// 13; docs/cluster.md) has a name, an inter-node address, the peer list
+// and the shared secret:
+//
+//	warren --node-name warren@a --cluster-listen 10.0.0.1:25672 \
+//	    --cluster-peers warren@a=10.0.0.1:25672,warren@b=10.0.0.2:25672,warren@c=10.0.0.3:25672 \
+//	    --cluster-secret-file /etc/warren/secret
 package main
 
 import (
