@@ -128,7 +128,7 @@ type proposal struct {
 	key      proposalKey
 	data     []byte         // a normal entry (envelope)
 	cc       *pb.ConfChange // or a conf change
-	what     string         // for error texts
+	what     string         // for error texts ("" for a command)
 	deadline time.Time      // give up (definitely) when no leader took it by then
 }
 
@@ -375,7 +375,7 @@ func (g *Group) nextKey() proposalKey {
 func (g *Group) Propose(ctx context.Context, cmd []byte) error {
 	key := g.nextKey()
 	env := envelope{kind: kindCommand, key: key, notAfter: time.Now().Add(g.cfg.ProposeTimeout).UnixMilli(), payload: cmd}
-	return g.propose(ctx, proposal{key: key, data: env.marshal(), what: "the change"})
+	return g.propose(ctx, proposal{key: key, data: env.marshal()})
 }
 
 // AddMember adds (or updates the address of) a member; the new node must
@@ -414,10 +414,29 @@ func (g *Group) RemoveMember(ctx context.Context, name string) error {
 }
 
 func (g *Group) noQuorum(what string, unknown bool) error {
+	reason := fmt.Sprintf("no leader within %s", g.cfg.ProposeTimeout)
 	if unknown {
-		return fmt.Errorf("%w: %s was not committed within %s; %w", ErrNoQuorum, what, g.cfg.ProposeTimeout, ErrOutcomeUnknown)
+		reason = fmt.Sprintf("timed out after %s (the change may still be applied)", g.cfg.ProposeTimeout)
 	}
-	return fmt.Errorf("%w: no leader within %s, %s was not applied", ErrNoQuorum, g.cfg.ProposeTimeout, what)
+	if what != "" {
+		reason = what + " not applied: " + reason
+	}
+	return &noQuorumError{text: ErrNoQuorum.Error() + ": " + reason, unknown: unknown}
+}
+
+// noQuorumError is Propose's failure: errors.Is matches ErrNoQuorum, and
+// ErrOutcomeUnknown when the change may still apply. Its text is
+// "cluster has no quorum: no leader within 5s" or "cluster has no
+// quorum: timed out after 5s (the change may still be applied)".
+type noQuorumError struct {
+	text    string
+	unknown bool
+}
+
+func (e *noQuorumError) Error() string { return e.text }
+
+func (e *noQuorumError) Is(target error) bool {
+	return target == ErrNoQuorum || (e.unknown && target == ErrOutcomeUnknown)
 }
 
 func (g *Group) propose(ctx context.Context, p proposal) error {

@@ -431,6 +431,9 @@ func TestMinorityGetsNoQuorum(t *testing.T) {
 	if !errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("leaderless Propose = %v, want a definite ErrNoQuorum", err)
 	}
+	if got, want := err.Error(), "cluster has no quorum: no leader within 1s"; got != want {
+		t.Fatalf("error text %q, want %q", got, want)
+	}
 	// The majority elects a leader and keeps committing.
 	var others []string
 	for _, n := range nw.names() {
