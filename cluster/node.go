@@ -461,10 +461,17 @@ func (c mgmtCluster) RemoveMember(ctx context.Context, name string) error {
 }
 
 // quorum makes a metadata group's no-quorum error one the broker and the
-// management API recognise.
+// management API recognise (errors.Is broker.ErrNoQuorum), keeping its
+// text (which already says "cluster has no quorum") and its chain
+// (meta.ErrOutcomeUnknown).
 func quorum(err error) error {
-	if err != nil && errors.Is(err, meta.ErrNoQuorum) && !errors.Is(err, broker.ErrNoQuorum) {
-		return fmt.Errorf("%w: %v", broker.ErrNoQuorum, err)
+	if err == nil || !errors.Is(err, meta.ErrNoQuorum) || errors.Is(err, broker.ErrNoQuorum) {
+		return err
 	}
-	return err
+	return noQuorumError{err}
 }
+
+type noQuorumError struct{ err error }
+
+func (e noQuorumError) Error() string   { return e.err.Error() }
+func (e noQuorumError) Unwrap() []error { return []error{broker.ErrNoQuorum, e.err} }

@@ -149,6 +149,9 @@ func TestNoQuorum(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != amqp.InternalError || !strings.Contains(ae.Reason, "no quorum") {
 		t.Fatalf("declare without quorum: %v, want 541 INTERNAL_ERROR naming the missing quorum", err)
 	}
+	if strings.Count(ae.Reason, "no quorum") != 1 {
+		t.Fatalf("the text repeats itself: %q", ae.Reason)
+	}
 	if took := time.Since(start); took > 20*time.Second {
 		t.Fatalf("declare without quorum took %v", took)
 	}
