@@ -204,6 +204,9 @@ func TestManyConcurrentCalls(t *testing.T) {
 	b.tr.Handle(1, echo(b.name))
 	gate := make(chan struct{})
 	var running, peak atomic.Int64
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the transports close, even on failure
 	b.tr.Handle(2, func(_ string, req []byte) ([]byte, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
@@ -262,7 +265,7 @@ func TestManyConcurrentCalls(t *testing.T) {
 	if s, _ := a.status(b.name); s.CallsOut != 300 {
 		t.Errorf("a reports %d outgoing calls in flight", s.CallsOut)
 	}
-	close(gate)
+	open()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -394,12 +397,12 @@ func TestClusterIDMismatch(t *testing.T) {
 	// c (no id) is dialled by a: learns X. 0 (no id) dials b: learns Y.
 	c := start(t, "warren@c", opts{})
 	linkUp(t, a, c)
-	if id := <-c.ids; id != "cluster-X" {
+	if id := learned(t, c); id != "cluster-X" {
 		t.Fatalf("c learned %q", id)
 	}
 	z := start(t, "warren@0", opts{})
 	linkUp(t, z, b)
-	if id := <-z.ids; id != "cluster-Y" {
+	if id := learned(t, z); id != "cluster-Y" {
 		t.Fatalf("warren@0 learned %q", id)
 	}
 	// Having learned X, c now refuses Y.
@@ -410,6 +413,18 @@ func TestClusterIDMismatch(t *testing.T) {
 	})
 	if len(a.ids)+len(b.ids) != 0 {
 		t.Fatal("a node with an id learned another")
+	}
+}
+
+// learned returns the id n was told through LearnID.
+func learned(t *testing.T, n *node) string {
+	t.Helper()
+	select {
+	case id := <-n.ids:
+		return id
+	case <-time.After(wait):
+		t.Fatalf("%s learned no cluster id", n.name)
+		return ""
 	}
 }
 
@@ -525,8 +540,13 @@ func TestPendingCallsFailOnDrop(t *testing.T) {
 	a.tr.peers[b.name].link.conn.Close()
 	a.tr.mu.Unlock()
 	for range 5 {
-		if err := <-errs; !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), b.name) {
-			t.Fatalf("pending call: %v", err)
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), b.name) {
+				t.Fatalf("pending call: %v", err)
+			}
+		case <-time.After(wait):
+			t.Fatal("pending calls not failed by the link drop")
 		}
 	}
 	testutil.Eventually(t, wait, "relinked", func() bool { return a.up(b.name) && b.up(a.name) })
