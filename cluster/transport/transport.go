@@ -118,7 +118,7 @@ type Config struct {
 	Self      string        // node name
 	Secret    []byte        // shared cluster secret
 	ClusterID func() string // current id, "" if unknown; handshake compares
-	LearnID   func(string)  // called when a peer tells an id and ours is ""
+	LearnID   func(string)  // called when a peer tells an id and ours is "" (from handshake goroutines, before the link is up; may run concurrently)
 	TLS       *tls.Config   // nil: plain TCP
 	Logger    *slog.Logger
 	MaxFrame  int // bound on a frame (default 64 MiB); larger -> connection dropped
@@ -330,7 +330,7 @@ func (t *Transport) accept(raw net.Conn) {
 	if selfID == "" && them.id != "" {
 		t.cfg.LearnID(them.id)
 	}
-	t.attach(them.name, c, nil)
+	t.attach(them.name, c, raw, nil)
 }
 
 func isIDMismatch(err error) bool {
@@ -467,6 +467,14 @@ func (t *Transport) Send(to string, svc byte, msg []byte) error {
 	default:
 		return fmt.Errorf("transport: node %s: %w", to, ErrQueueFull)
 	}
+}
+
+// Up reports whether a live link to the named peer exists.
+func (t *Transport) Up(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[name]
+	return p != nil && p.link != nil
 }
 
 // Peers lists the peers, sorted by name.
@@ -625,7 +633,7 @@ func (t *Transport) dial(p *peer, addr string) error {
 	if selfID == "" && them.id != "" {
 		t.cfg.LearnID(them.id)
 	}
-	if !t.attach(p.name, c, p) {
+	if !t.attach(p.name, c, raw, p) {
 		return ErrClosed
 	}
 	return nil
@@ -633,17 +641,17 @@ func (t *Transport) dial(p *peer, addr string) error {
 
 // attach makes c the live link to name. want, if set, is the peer entry the
 // dialer works for: if it was removed meanwhile, the link is dropped.
-func (t *Transport) attach(name string, c net.Conn, want *peer) bool {
+func (t *Transport) attach(name string, c, raw net.Conn, want *peer) bool {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		c.Close()
+		raw.Close()
 		return false
 	}
 	p := t.peers[name]
 	if want != nil && p != want {
 		t.mu.Unlock()
-		c.Close()
+		raw.Close()
 		return false
 	}
 	if p == nil {
@@ -651,7 +659,7 @@ func (t *Transport) attach(name string, c net.Conn, want *peer) bool {
 		t.peers[name] = p
 	}
 	old := p.link
-	l := newLink(t, p, c)
+	l := newLink(t, p, c, raw)
 	p.link = l
 	p.since = time.Now()
 	if old != nil {
@@ -755,7 +763,8 @@ func (c countingConn) Write(b []byte) (int, error) {
 type link struct {
 	t    *Transport
 	peer *peer
-	conn net.Conn
+	conn net.Conn // TLS or raw
+	raw  net.Conn // closed to kill the link: a tls.Conn Close could block on close_notify
 	r    *bufio.Reader
 	w    *bufio.Writer
 	out  chan frame
@@ -774,10 +783,10 @@ type result struct {
 	err  error
 }
 
-func newLink(t *Transport, p *peer, c net.Conn) *link {
+func newLink(t *Transport, p *peer, c, raw net.Conn) *link {
 	cc := countingConn{Conn: c, p: p}
 	return &link{
-		t: t, peer: p, conn: c,
+		t: t, peer: p, conn: c, raw: raw,
 		r:     bufio.NewReaderSize(cc, 64<<10),
 		w:     bufio.NewWriterSize(cc, 64<<10),
 		out:   make(chan frame, sendQueueLen),
@@ -805,7 +814,7 @@ func (l *link) close(cause error) {
 		l.calls = nil
 		l.mu.Unlock()
 		close(l.done)
-		l.conn.Close()
+		l.raw.Close()
 		for _, ch := range calls {
 			ch <- result{err: err}
 		}

@@ -190,6 +190,9 @@ func TestCallBothWays(t *testing.T) {
 	if !s.Up || s.Addr != b.addr || s.BytesIn == 0 || s.BytesOut == 0 || s.Since.IsZero() {
 		t.Fatalf("peer status: %+v", s)
 	}
+	if !a.tr.Up(b.name) || !b.tr.Up(a.name) || a.tr.Up("warren@c") {
+		t.Fatal("Up disagrees with the links")
+	}
 	if n := len(a.tr.Peers()); n != 1 {
 		t.Fatalf("a has %d peers", n)
 	}
@@ -502,6 +505,9 @@ func TestDownPeerFailsFast(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("calls waited for the context")
 	}
+	if a.tr.Up("warren@b") {
+		t.Fatal("a dead peer is up")
+	}
 	testutil.Eventually(t, wait, "redial attempts logged", func() bool {
 		return a.logs.has(`msg="cluster link to peer failed" component=cluster-transport node=warren@a peer=warren@b`)
 	})
@@ -537,7 +543,7 @@ func TestPendingCallsFailOnDrop(t *testing.T) {
 	testutil.Eventually(t, wait, "6 calls in flight", func() bool { s, _ := b.status(a.name); return s.CallsIn == 6 })
 	// Cut the TCP connection under the link (as a network fault would).
 	a.tr.mu.Lock()
-	a.tr.peers[b.name].link.conn.Close()
+	a.tr.peers[b.name].link.raw.Close()
 	a.tr.mu.Unlock()
 	for range 5 {
 		select {
