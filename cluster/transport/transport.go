@@ -7,9 +7,11 @@
 //
 // Of two nodes, the one whose name is lexically smaller dials (SetPeer with
 // a larger name starts a background dialer; with a smaller name it only
-// records the peer and waits to be dialled). The dialer redials with a
-// capped exponential backoff (50 ms doubling to 2 s) whenever the link is
-// down; RemovePeer stops it. The accepting side takes any link that
+// records the peer and waits to be dialled), so a link exists once the
+// smaller node has been told the larger's address: every node should
+// SetPeer every member. The dialer redials with a capped exponential
+// backoff (50 ms doubling to 2 s) whenever the link is down; RemovePeer
+// stops it. The accepting side takes any link that
 // authenticates: when one already exists for that name, the new link
 // replaces it (the peer restarted, the old link is dead but not noticed
 // yet), and the peer state goes down then up. Names not given to SetPeer
@@ -58,7 +60,12 @@
 // goroutine per link runs OnMessage handlers inline and Handle handlers on
 // their own goroutines, at most 256 at once per link: beyond that the
 // reader waits (back-pressure on the peer). A link drop fails every call
-// pending on it at once with an error wrapping ErrUnreachable.
+// pending on it at once with an error wrapping ErrUnreachable. Since the
+// reader also delivers call responses, a handler that calls back the
+// peer that called it should not do so 256 deep in both directions.
+//
+// Close closes the listeners and links and waits for every goroutine the
+// transport started, handlers included: handlers must return.
 package transport
 
 import (
