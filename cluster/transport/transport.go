@@ -34,7 +34,10 @@
 // The MAC covers the role label, both nonces, both names and both cluster
 // ids, each length-prefixed; the secret itself never crosses the wire. The
 // acceptor answers with its own proof only after checking the dialer's,
-// so a client without the secret learns nothing it could guess offline.
+// so a client without the secret learns nothing it could guess offline;
+// the dialer's proof is shown to whoever answers at the peer's address,
+// so use a long random secret, and TLS with verified certificates where
+// that network is not trusted.
 // After authentication, when both cluster ids are non-empty and differ the
 // link is refused and both sides log an error naming both ids; a side
 // whose id is "" learns the peer's through Config.LearnID. A wrong secret,
