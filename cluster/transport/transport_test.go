@@ -265,9 +265,10 @@ func TestManyConcurrentCalls(t *testing.T) {
 	if s, _ := b.status(a.name); s.CallsIn != maxIncoming {
 		t.Errorf("b reports %d incoming calls in flight", s.CallsIn)
 	}
-	if s, _ := a.status(b.name); s.CallsOut != 300 {
-		t.Errorf("a reports %d outgoing calls in flight", s.CallsOut)
-	}
+	testutil.Eventually(t, wait, "a reports 300 outgoing calls in flight", func() bool {
+		s, _ := a.status(b.name)
+		return s.CallsOut == 300
+	})
 	open()
 	wg.Wait()
 	close(errs)
