@@ -817,7 +817,7 @@ func (l *link) inFlight() (out, in int) {
 // ErrUnreachable. Idempotent.
 func (l *link) close(cause error) {
 	l.once.Do(func() {
-		err := fmt.Errorf("transport: node %s: %w (link lost: %v)", l.peer.name, ErrUnreachable, cause)
+		err := fmt.Errorf("transport: node %s: %w (link lost: %w)", l.peer.name, ErrUnreachable, cause)
 		l.mu.Lock()
 		l.err = err
 		calls := l.calls

@@ -543,6 +543,7 @@ func TestPendingCallsFailOnDrop(t *testing.T) {
 	}
 	testutil.Eventually(t, wait, "6 calls in flight", func() bool { s, _ := b.status(a.name); return s.CallsIn == 6 })
 	// Cut the TCP connection under the link (as a network fault would).
+	s0, _ := a.status(b.name)
 	a.tr.mu.Lock()
 	a.tr.peers[b.name].link.raw.Close()
 	a.tr.mu.Unlock()
@@ -556,7 +557,21 @@ func TestPendingCallsFailOnDrop(t *testing.T) {
 			t.Fatal("pending calls not failed by the link drop")
 		}
 	}
-	testutil.Eventually(t, wait, "relinked", func() bool { return a.up(b.name) && b.up(a.name) })
+	testutil.Eventually(t, wait, "relinked", func() bool {
+		s, _ := a.status(b.name)
+		return s.Up && !s.Since.Equal(s0.Since) && b.up(a.name)
+	})
+
+	// Close fails the caller's pending calls too.
+	go func() { _, err := a.tr.Call(context.Background(), b.name, 1, nil); errs <- err }()
+	testutil.Eventually(t, wait, "call in flight", func() bool { s, _ := a.status(b.name); return s.CallsOut == 1 })
+	a.tr.Close()
+	if err := <-errs; !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrClosed) {
+		t.Fatalf("call pending at Close: %v", err)
+	}
+	if _, err := a.tr.Call(context.Background(), b.name, 1, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after Close: %v", err)
+	}
 }
 
 // TestOversizedFrameDropsLink: issue 13: a frame announcing more than
