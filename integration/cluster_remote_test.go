@@ -476,3 +476,44 @@ func TestClusterRemoteThreeNodes(t *testing.T) {
 	}
 	waitFor(t, "drained on B", func() bool { r, u := readyUnacked(c, nodeB, "h6-tb"); return r == 0 && u == 0 })
 }
+
+// issue 13 (remote queues): the queue deleted on its home cancels the
+// consumers other nodes have on it (basic.cancel), and an exclusive
+// consumer on the home refuses a consumer from another node with 403.
+func TestClusterRemoteDeletedAtHomeAndExclusive(t *testing.T) {
+	c := startCluster(t, nodeA, nodeB)
+	c.declareQueue("h6-x", nodeB, false, nil)
+	conn := c.node(nodeA).dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancels := ch.NotifyCancel(make(chan string, 1))
+	if _, err := ch.Consume("h6-x", "h6-xc", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	other := c.node(nodeB).dial(t)
+	och, err := other.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = och.Consume("h6-x", "", false, false, false, false, nil)
+	if err == nil {
+		_, err = och.QueueDeclarePassive("h6-x", false, false, false, false, nil)
+	}
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != 403 {
+		t.Fatalf("consume on B beside an exclusive consumer from A: %v; want 403", err)
+	}
+	if _, err := c.node(nodeB).b.VHost("/").DeleteQueue("h6-x", 0, false, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case tag := <-cancels:
+		if tag != "h6-xc" {
+			t.Fatalf("cancelled %q", tag)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no basic.cancel after the queue was deleted on its home")
+	}
+}
