@@ -1076,7 +1076,9 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		return nil, errors.New("cluster: empty call")
 	}
 	d := &msgDecoder{b: req[1:]}
-	b.awaitBarrier(from, d.uvarint())
+	if bid := d.uvarint(); d.err == nil {
+		b.awaitBarrier(from, bid)
+	}
 	switch req[0] {
 	case callConsume:
 		return appendResult(nil, b.consumeForPeer(from, d)), nil
