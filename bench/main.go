@@ -129,6 +129,7 @@ type options struct {
 	out        string
 	warrenAddr string
 	verbose    bool
+	remote     bool
 }
 
 type sample struct {
@@ -171,6 +172,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "directory for results.json, results.md and ratios.svg (default: print only)")
 	flag.StringVar(&o.warrenAddr, "warren-addr", "127.0.0.1:5690", "address for the Warren processes")
 	flag.BoolVar(&o.verbose, "v", false, "print warren-perf's progress")
+	flag.BoolVar(&o.remote, "remote", false, "measure a queue reached through another node of a 2-node Warren cluster against direct (issue 13); no RabbitMQ")
 	flag.Parse()
 	if only != "" {
 		o.only = map[string]bool{}
@@ -178,7 +180,11 @@ func main() {
 			o.only[strings.TrimSpace(s)] = true
 		}
 	}
-	if err := run(o, os.Stdout); err != nil {
+	runFn := run
+	if o.remote {
+		runFn = runRemote
+	}
+	if err := runFn(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"fmt"
 	"regexp"
 	"sort"
 
@@ -87,12 +88,20 @@ func (u *User) HasTag(tag string) bool {
 }
 
 // PutUser creates or updates a user with a password.
-func (b *Broker) PutUser(name, password string, tags []string) {
-	b.PutUserHash(name, HashPassword(password), tags)
+func (b *Broker) PutUser(name, password string, tags []string) error {
+	return b.PutUserHash(name, HashPassword(password), tags)
 }
 
 // PutUserHash creates or updates a user with an already hashed password.
-func (b *Broker) PutUserHash(name, hash string, tags []string) {
+func (b *Broker) PutUserHash(name, hash string, tags []string) error {
+	if b.replicating() {
+		return b.propose(fmt.Sprintf("change of user '%s'", name), &command{Op: opUserPut, Name: name, Hash: hash, Tags: tags})
+	}
+	b.putUserHashLocal(name, hash, tags)
+	return nil
+}
+
+func (b *Broker) putUserHashLocal(name, hash string, tags []string) {
 	b.mu.Lock()
 	u := b.users[name]
 	if u != nil {
@@ -106,6 +115,14 @@ func (b *Broker) PutUserHash(name, hash string, tags []string) {
 
 // DeleteUser removes a user.
 func (b *Broker) DeleteUser(name string) bool {
+	ok, err := b.DeleteUserE(name)
+	if err != nil {
+		b.log.Error("deleting a user", "user", name, "err", err)
+	}
+	return ok
+}
+
+func (b *Broker) deleteUserLocal(name string) bool {
 	b.mu.Lock()
 	u, ok := b.users[name]
 	delete(b.users, name)
@@ -163,6 +180,16 @@ func (b *Broker) Authenticate(name, password string) (*User, bool) {
 // SetPermissions sets a user's permissions on a vhost. The expressions are
 // compiled now; an invalid one is an error.
 func (b *Broker) SetPermissions(vhost, user string, p Permission) error {
+	if b.replicating() {
+		if _, err := compilePerm(p); err != nil {
+			return err
+		}
+		return b.propose(fmt.Sprintf("permissions of user '%s' in vhost '%s'", user, vhost), &command{Op: opPermSet, VHost: vhost, User: user, Perm: &p})
+	}
+	return b.setPermissionsLocal(vhost, user, p)
+}
+
+func compilePerm(p Permission) (*compiledPerm, error) {
 	cp := &compiledPerm{Permission: p}
 	var err error
 	for _, f := range []struct {
@@ -173,8 +200,16 @@ func (b *Broker) SetPermissions(vhost, user string, p Permission) error {
 			continue
 		}
 		if *f.dst, err = regexp.Compile(f.src); err != nil {
-			return err
+			return nil, err
 		}
+	}
+	return cp, nil
+}
+
+func (b *Broker) setPermissionsLocal(vhost, user string, p Permission) error {
+	cp, err := compilePerm(p)
+	if err != nil {
+		return err
 	}
 	b.mu.Lock()
 	u := b.users[user]
@@ -187,7 +222,15 @@ func (b *Broker) SetPermissions(vhost, user string, p Permission) error {
 }
 
 // ClearPermissions removes a user's permissions on a vhost.
-func (b *Broker) ClearPermissions(vhost, user string) {
+func (b *Broker) ClearPermissions(vhost, user string) error {
+	if b.replicating() {
+		return b.propose(fmt.Sprintf("permissions of user '%s' in vhost '%s'", user, vhost), &command{Op: opPermClear, VHost: vhost, User: user})
+	}
+	b.clearPermissionsLocal(vhost, user)
+	return nil
+}
+
+func (b *Broker) clearPermissionsLocal(vhost, user string) {
 	b.mu.Lock()
 	u := b.users[user]
 	if u == nil || u.perms[vhost] == nil {

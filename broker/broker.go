@@ -57,6 +57,10 @@ type Config struct {
 	// Node is this node's name in a cluster ("warren@host"); "" for a
 	// single node (cluster.go).
 	Node string
+	// PlaceQueue, if set, chooses the home node of every new queue in a
+	// cluster (a Go-only override for tests, cmd.go); "" from it means
+	// the usual choice.
+	PlaceQueue func(vhost, name string) string
 }
 
 // Broker is the set of virtual hosts and users of one Warren node.
@@ -65,7 +69,13 @@ type Broker struct {
 	clock clock.Clock
 	node  string // Config.Node
 
-	remote remoteState // remote queues (remote.go)
+	// repl, nodes and placeQueue make definition changes replicated
+	// commands in a cluster (cmd.go); repl is set before serving.
+	repl       Replicator
+	nodes      func() []string
+	placeQueue func(vhost, name string) string
+	applied    atomic.Uint64 // the last replicated command applied (cmd.go)
+	remote     remoteState   // remote queues (remote.go)
 
 	mu     sync.RWMutex
 	vhosts map[string]*VHost
@@ -179,7 +189,7 @@ func New(cfg Config) *Broker {
 		cfg.Clock = clock.Real{}
 	}
 	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store, msgs: cfg.Messages,
-		queueWindow: cfg.QueueWindow, node: cfg.Node}
+		queueWindow: cfg.QueueWindow, node: cfg.Node, placeQueue: cfg.PlaceQueue}
 	if b.queueWindow <= 0 {
 		b.queueWindow = DefaultQueueWindow
 	}
@@ -217,6 +227,14 @@ func (b *Broker) VHosts() []string {
 // AddVHost creates a vhost with the predeclared exchanges; it returns the
 // existing one if it exists.
 func (b *Broker) AddVHost(name string) *VHost {
+	v, err := b.AddVHostE(name)
+	if err != nil {
+		b.log.Error("adding a vhost", "vhost", name, "err", err)
+	}
+	return v
+}
+
+func (b *Broker) addVHostLocal(name string) *VHost {
 	b.mu.Lock()
 	if v := b.vhosts[name]; v != nil {
 		b.mu.Unlock()
@@ -237,6 +255,14 @@ type VHostMeta struct {
 // SetVHostMeta sets a vhost's description and tags; false if there is no
 // such vhost.
 func (b *Broker) SetVHostMeta(name string, m VHostMeta) bool {
+	ok, err := b.SetVHostMetaE(name, m)
+	if err != nil {
+		b.log.Error("setting a vhost's metadata", "vhost", name, "err", err)
+	}
+	return ok
+}
+
+func (b *Broker) setVHostMetaLocal(name string, m VHostMeta) bool {
 	b.mu.Lock()
 	v := b.vhosts[name]
 	if v == nil {
@@ -305,6 +331,14 @@ func metaOf(d DefVHost) VHostMeta {
 
 // DeleteVHost removes a vhost, deleting its queues (consumers are cancelled).
 func (b *Broker) DeleteVHost(name string) bool {
+	ok, err := b.DeleteVHostE(name)
+	if err != nil {
+		b.log.Error("deleting a vhost", "vhost", name, "err", err)
+	}
+	return ok
+}
+
+func (b *Broker) deleteVHostLocal(name string) bool {
 	b.mu.Lock()
 	v := b.vhosts[name]
 	delete(b.vhosts, name)

@@ -30,3 +30,71 @@ func ConnIDBase(node string) uint64 {
 // IsLocal reports whether q lives on this node: always for a single
 // node; in a cluster, when its home is this node.
 func (q *Queue) IsLocal() bool { return q.Home == "" || q.Home == q.vhost.b.node }
+
+// chooseHome picks the home node of a new queue in a cluster (called by
+// the declaring node before it proposes the declare): Config.PlaceQueue
+// if it answers; an exclusive queue's owner connection's node (this one);
+// else the x-queue-leader-locator argument or the queue-leader-locator
+// policy key: "client-local" (the default) is this node, "balanced" the
+// node with the fewest queues homed on it, ties by name. v may be nil
+// (a vhost an import creates).
+func (b *Broker) chooseHome(vhost string, v *VHost, s QueueSpec) string {
+	if b.node == "" {
+		return ""
+	}
+	if b.placeQueue != nil {
+		if h := b.placeQueue(vhost, s.Name); h != "" {
+			return h
+		}
+	}
+	if s.Exclusive {
+		return b.node
+	}
+	loc, _ := s.Args["x-queue-leader-locator"].(string)
+	if loc == "" && v != nil {
+		typ, _ := s.Args["x-queue-type"].(string)
+		if typ == "" {
+			typ = QueueTypeClassic
+		}
+		if p := firstQueuePolicy(v.policies.load().user, s.Name, typ); p != nil {
+			loc, _ = p.Definition["queue-leader-locator"].(string)
+		}
+	}
+	switch loc {
+	case "balanced", "least-leaders", "random":
+		// RabbitMQ 3.10 maps its older values random and least-leaders
+		// to balanced.
+		return b.leastLoaded()
+	}
+	return b.node
+}
+
+// leastLoaded returns the cluster node with the fewest queues homed on
+// it, ties broken by name.
+func (b *Broker) leastLoaded() string {
+	nodes := []string{b.node}
+	if b.nodes != nil {
+		if ns := b.nodes(); len(ns) > 0 {
+			nodes = ns
+		}
+	}
+	count := map[string]int{}
+	for _, name := range b.VHosts() {
+		v := b.VHost(name)
+		if v == nil {
+			continue
+		}
+		v.mu.RLock()
+		for _, q := range v.queues {
+			count[q.Home]++
+		}
+		v.mu.RUnlock()
+	}
+	best := ""
+	for _, n := range nodes {
+		if best == "" || count[n] < count[best] || count[n] == count[best] && n < best {
+			best = n
+		}
+	}
+	return best
+}

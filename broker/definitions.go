@@ -175,20 +175,30 @@ func (b *Broker) ImportDefinitions(r io.Reader) error {
 // Numbers in argument and policy values should be json.Number (decode
 // with UseNumber) so that integers and floats stay apart.
 func (b *Broker) ApplyDefinitions(d *Definitions) error {
+	if b.replicating() {
+		return b.proposeImport(d)
+	}
+	return b.applyDefinitionsLocal(d, nil)
+}
+
+// applyDefinitionsLocal is ApplyDefinitions on this node's state; homes
+// gives the home node of the new queues (by scopedKey), chosen by the
+// node that proposed the import (cmd.go).
+func (b *Broker) applyDefinitionsLocal(d *Definitions, homes map[string]string) error {
 	for _, u := range d.Users {
 		if u.Name == "" {
 			return fmt.Errorf("definitions: a user has no name")
 		}
 		switch {
 		case u.PasswordHash == "" && u.Password != "":
-			b.PutUser(u.Name, u.Password, u.Tags)
+			b.putUserHashLocal(u.Name, HashPassword(u.Password), u.Tags)
 		case u.HashingAlgorithm == "" || u.HashingAlgorithm == HashingSHA256:
-			b.PutUserHash(u.Name, u.PasswordHash, u.Tags)
+			b.putUserHashLocal(u.Name, u.PasswordHash, u.Tags)
 		default:
 			return fmt.Errorf("definitions: user '%s': hashing algorithm %s is not supported (only %s)", u.Name, u.HashingAlgorithm, HashingSHA256)
 		}
 		for k, n := range limitsOf(map[string]any(u.Limits)) {
-			if err := b.SetUserLimit(u.Name, k, n); err != nil {
+			if err := b.setUserLimitLocal(u.Name, k, n); err != nil {
 				return fmt.Errorf("definitions: user '%s': %w", u.Name, err)
 			}
 		}
@@ -197,12 +207,12 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 		if v.Name == "" {
 			return fmt.Errorf("definitions: a vhost has no name")
 		}
-		b.AddVHost(v.Name)
+		b.addVHostLocal(v.Name)
 		if m := metaOf(v); m.Description != "" || len(m.Tags) > 0 {
-			b.SetVHostMeta(v.Name, m)
+			b.setVHostMetaLocal(v.Name, m)
 		}
 		for k, n := range limitsOf(v.Limits) {
-			if err := b.SetVHostLimit(v.Name, k, n); err != nil {
+			if err := b.setVHostLimitLocal(v.Name, k, n); err != nil {
 				return fmt.Errorf("definitions: vhost '%s': %w", v.Name, err)
 			}
 		}
@@ -211,7 +221,7 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 		if b.VHost(p.VHost) == nil {
 			return fmt.Errorf("definitions: permissions of user '%s': no vhost '%s'", p.User, p.VHost)
 		}
-		if err := b.SetPermissions(p.VHost, p.User, Permission{Configure: p.Configure, Write: p.Write, Read: p.Read}); err != nil {
+		if err := b.setPermissionsLocal(p.VHost, p.User, Permission{Configure: p.Configure, Write: p.Write, Read: p.Read}); err != nil {
 			return fmt.Errorf("definitions: permissions of user '%s' in vhost '%s': %w", p.User, p.VHost, err)
 		}
 	}
@@ -231,7 +241,7 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 		if err != nil {
 			return fmt.Errorf("definitions: exchange '%s' in vhost '%s': %w", x.Name, x.VHost, err)
 		}
-		if err := v.DeclareExchange(ExchangeSpec{Name: x.Name, Kind: x.Type, Durable: boolOr(x.Durable, true),
+		if err := v.declareExchangeLocal(ExchangeSpec{Name: x.Name, Kind: x.Type, Durable: boolOr(x.Durable, true),
 			AutoDelete: x.AutoDelete, Internal: x.Internal, Args: args}, false); err != nil {
 			return fmt.Errorf("definitions: exchange '%s' in vhost '%s': %w", x.Name, x.VHost, err)
 		}
@@ -240,7 +250,7 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 		if b.VHost(p.VHost) == nil {
 			return fmt.Errorf("definitions: topic permissions of user '%s': no vhost '%s'", p.User, p.VHost)
 		}
-		if err := b.SetTopicPermission(p.VHost, p.User, p.TopicPermission); err != nil {
+		if err := b.setTopicPermissionLocal(p.VHost, p.User, p.TopicPermission); err != nil {
 			return fmt.Errorf("definitions: topic permissions of user '%s' in vhost '%s': %w", p.User, p.VHost, err)
 		}
 	}
@@ -263,7 +273,7 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 				return err
 			}
 			for k, n := range limitsOf(p.Value) {
-				if err := b.SetVHostLimit(p.VHost, k, n); err != nil {
+				if err := b.setVHostLimitLocal(p.VHost, k, n); err != nil {
 					return fmt.Errorf("definitions: limits of vhost '%s': %w", p.VHost, err)
 				}
 			}
@@ -303,7 +313,8 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 			}
 			args["x-queue-type"] = q.Type
 		}
-		if _, _, _, err := v.DeclareQueue(QueueSpec{Name: q.Name, Durable: boolOr(q.Durable, true), AutoDelete: q.AutoDelete, Args: args}, false); err != nil {
+		if _, _, _, err := v.declareQueueLocal(QueueSpec{Name: q.Name, Durable: boolOr(q.Durable, true), AutoDelete: q.AutoDelete, Args: args,
+			Home: homes[scopedKey(q.VHost, q.Name)]}, false); err != nil {
 			return fmt.Errorf("definitions: queue '%s' in vhost '%s': %w", q.Name, q.VHost, err)
 		}
 	}
@@ -320,7 +331,7 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 		if !toExchange && bd.DestinationType != "queue" {
 			return fmt.Errorf("definitions: binding from '%s' to '%s' in vhost '%s': destination_type '%s' is not queue or exchange", bd.Source, bd.Destination, bd.VHost, bd.DestinationType)
 		}
-		if err := v.Bind(bd.Source, bd.Destination, toExchange, bd.RoutingKey, args, 0); err != nil {
+		if err := v.bindLocal(bd.Source, bd.Destination, toExchange, bd.RoutingKey, args, 0); err != nil {
 			return fmt.Errorf("definitions: binding from '%s' to '%s' in vhost '%s': %w", bd.Source, bd.Destination, bd.VHost, err)
 		}
 	}
@@ -351,11 +362,7 @@ func (b *Broker) defSetPolicy(vhost string, p Policy, operator bool) error {
 	if err != nil {
 		return err
 	}
-	if operator {
-		err = v.SetOperatorPolicy(p)
-	} else {
-		err = v.SetPolicy(p)
-	}
+	err = v.setPolicyLocal(p, operator)
 	if err != nil {
 		return fmt.Errorf("definitions: %s '%s' in vhost '%s': %w", kind, p.Name, vhost, err)
 	}

@@ -86,11 +86,24 @@ func (b *Broker) SetVHostLimit(vhost, name string, value int64) error {
 	if !slices.Contains(VHostLimitNames, name) {
 		return errUnknownLimit(name, value, "limits")
 	}
+	if b.replicating() {
+		return b.propose(fmt.Sprintf("limits of vhost '%s'", vhost), &command{Op: opVLimitSet, VHost: vhost, Limit: name, Value: value})
+	}
+	return b.updateVHostLimits(vhost, func(m map[string]int64) { m[name] = value })
+}
+
+func (b *Broker) setVHostLimitLocal(vhost, name string, value int64) error {
+	if !slices.Contains(VHostLimitNames, name) {
+		return errUnknownLimit(name, value, "limits")
+	}
 	return b.updateVHostLimits(vhost, func(m map[string]int64) { m[name] = value })
 }
 
 // ClearVHostLimit removes one of a vhost's limits.
 func (b *Broker) ClearVHostLimit(vhost, name string) error {
+	if b.replicating() {
+		return b.propose(fmt.Sprintf("limits of vhost '%s'", vhost), &command{Op: opVLimitClear, VHost: vhost, Limit: name})
+	}
 	return b.updateVHostLimits(vhost, func(m map[string]int64) { delete(m, name) })
 }
 
@@ -142,11 +155,24 @@ func (b *Broker) SetUserLimit(user, name string, value int64) error {
 	if !slices.Contains(UserLimitNames, name) {
 		return errUnknownLimit(name, value, "user-limits")
 	}
+	if b.replicating() {
+		return b.propose(fmt.Sprintf("limits of user '%s'", user), &command{Op: opULimitSet, User: user, Limit: name, Value: value})
+	}
+	return b.updateUserLimits(user, func(m map[string]int64) { m[name] = value })
+}
+
+func (b *Broker) setUserLimitLocal(user, name string, value int64) error {
+	if !slices.Contains(UserLimitNames, name) {
+		return errUnknownLimit(name, value, "user-limits")
+	}
 	return b.updateUserLimits(user, func(m map[string]int64) { m[name] = value })
 }
 
 // ClearUserLimit removes one of a user's limits.
 func (b *Broker) ClearUserLimit(user, name string) error {
+	if b.replicating() {
+		return b.propose(fmt.Sprintf("limits of user '%s'", user), &command{Op: opULimitClear, User: user, Limit: name})
+	}
 	return b.updateUserLimits(user, func(m map[string]int64) { delete(m, name) })
 }
 

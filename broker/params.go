@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"maps"
 	"sort"
 	"strings"
@@ -26,6 +27,14 @@ func (b *Broker) SetParameter(vhost, component, name string, value map[string]an
 // setParameter is SetParameter kept with the user it acts for (a
 // shovel's).
 func (b *Broker) setParameter(vhost, component, name string, value map[string]any, user string) error {
+	if b.replicating() {
+		return b.propose(fmt.Sprintf("parameter '%s' of component '%s' in vhost '%s'", name, component, vhost),
+			&command{Op: opParamSet, VHost: vhost, Component: component, Name: name, Param: value, User: user})
+	}
+	return b.setParameterLocal(vhost, component, name, value, user)
+}
+
+func (b *Broker) setParameterLocal(vhost, component, name string, value map[string]any, user string) error {
 	b.mu.Lock()
 	if b.vhosts[vhost] == nil {
 		b.mu.Unlock()
@@ -41,7 +50,16 @@ func (b *Broker) setParameter(vhost, component, name string, value map[string]an
 }
 
 // DeleteParameter removes a runtime parameter, if there is one.
-func (b *Broker) DeleteParameter(vhost, component, name string) {
+func (b *Broker) DeleteParameter(vhost, component, name string) error {
+	if b.replicating() {
+		return b.propose(fmt.Sprintf("parameter '%s' of component '%s' in vhost '%s'", name, component, vhost),
+			&command{Op: opParamDelete, VHost: vhost, Component: component, Name: name})
+	}
+	b.deleteParameterLocal(vhost, component, name)
+	return nil
+}
+
+func (b *Broker) deleteParameterLocal(vhost, component, name string) {
 	b.mu.Lock()
 	k := paramKey(vhost, component, name)
 	if _, ok := b.params[k]; !ok {

@@ -131,6 +131,12 @@ type defOp struct {
 type queueRecord struct {
 	DefQueue
 	AMQPArgs []byte `json:"amqp_arguments,omitempty"`
+	// Node is the queue's home node in a cluster (Queue.Home; "" on a
+	// single node). Exclusive and Owner are kept in a cluster only,
+	// where every queue's record is (Queue.recorded).
+	Node      string `json:"node,omitempty"`
+	Exclusive bool   `json:"exclusive,omitempty"`
+	Owner     uint64 `json:"owner,omitempty"`
 }
 
 type exchangeRecord struct {
@@ -297,6 +303,25 @@ func delOp(kind, key string) defOp { return defOp{kind: kind, key: key, del: tru
 // persisted reports whether q is written to the store.
 func (q *Queue) persisted() bool { return q.Durable && !q.Exclusive }
 
+// recorded reports whether q's definition is written to the store: a
+// durable queue's; in a cluster every queue's, since the store keeps the
+// applied replicated state that a restarted node resumes from (issue 13).
+// Its messages are kept by persisted only.
+func (q *Queue) recorded() bool { return q.persisted() || q.vhost.b.node != "" }
+
+// recorded is Queue.recorded for exchanges (the built-in ones never).
+func (x *Exchange) recorded() bool {
+	return x.persisted() || x.vhost.b.node != "" && x.Name != "" && !strings.HasPrefix(x.Name, "amq.")
+}
+
+// recorded is Queue.recorded for bindings.
+func (bd *Binding) recorded() bool {
+	if bd.Source.vhost.b.node != "" {
+		return bd.Source.Name != ""
+	}
+	return bd.persisted()
+}
+
 // persisted reports whether x is written to the store.
 func (x *Exchange) persisted() bool {
 	return x.Durable && x.Name != "" && !strings.HasPrefix(x.Name, "amq.")
@@ -346,7 +371,7 @@ func queueOp(v *VHost, q *Queue) defOp {
 	return putOp(DefKindQueues, scopedKey(v.Name, q.Name), queueRecord{
 		DefQueue: DefQueue{Name: q.Name, VHost: v.Name, Type: typ, Durable: &durable, AutoDelete: q.AutoDelete,
 			Arguments: tableToJSON(q.Args)},
-		AMQPArgs: encodeArgs(q.Args)})
+		AMQPArgs: encodeArgs(q.Args), Node: q.Home, Exclusive: q.Exclusive, Owner: q.Owner})
 }
 
 func exchangeOp(v *VHost, x *Exchange) defOp {
@@ -524,7 +549,13 @@ func (b *Broker) FirstBoot() bool {
 // full permissions on "/", as RabbitMQ does on first boot.
 func (b *Broker) createDefaults() {
 	b.AddVHost("/")
-	b.PutUser("guest", "guest", []string{"administrator"})
+	if b.node != "" {
+		// Every node of a cluster starts with the same state, so the
+		// default user's salt is fixed there (its password is no secret).
+		b.PutUserHash("guest", hashWithSalt(make([]byte, 4), "guest"), []string{"administrator"})
+	} else {
+		b.PutUser("guest", "guest", []string{"administrator"})
+	}
 	b.SetPermissions("/", "guest", Permission{Configure: ".*", Write: ".*", Read: ".*"})
 	b.mu.Lock()
 	b.firstBoot = true
@@ -583,6 +614,13 @@ func (b *Broker) Recover() error {
 	for _, r := range recs[DefKindMeta] {
 		if r.key == metaInitialized {
 			initialized = true
+		}
+		if r.key == metaApplied {
+			n, err := strconv.ParseUint(string(r.value), 10, 64)
+			if err != nil {
+				return fmt.Errorf("definition store: applied index %q: %w", r.value, err)
+			}
+			b.applied.Store(n)
 		}
 	}
 
@@ -775,7 +813,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
 			_, _, _, err = v.DeclareQueue(QueueSpec{Name: d.Name, Durable: boolOr(d.Durable, true), AutoDelete: d.AutoDelete,
-				Args: args, ServerNamed: strings.HasPrefix(d.Name, "amq.")}, false)
+				Args: args, ServerNamed: strings.HasPrefix(d.Name, "amq."), Home: d.Node, Exclusive: d.Exclusive, Owner: d.Owner}, false)
 		}
 		if err != nil {
 			skip(DefKindQueues, r.key, err)
@@ -813,7 +851,11 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 		rekey(DefKindBindings, r, bindingKeyOf(d.VHost, d.Source, dt, d.Destination, d.RoutingKey, string(d.AMQPArgs)))
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
-			err = v.Bind(d.Source, d.Destination, d.DestinationType == "exchange", d.RoutingKey, args, 0)
+			var owner uint64 // an exclusive queue's (recorded in a cluster only)
+			if q := v.Queue(d.Destination); q != nil && dt == "q" {
+				owner = q.Owner
+			}
+			err = v.Bind(d.Source, d.Destination, d.DestinationType == "exchange", d.RoutingKey, args, owner)
 		}
 		if err != nil {
 			skip(DefKindBindings, r.key, err)

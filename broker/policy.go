@@ -510,6 +510,18 @@ func (v *VHost) SetPolicy(p Policy) error { return v.setPolicy(p, false) }
 func (v *VHost) SetOperatorPolicy(p Policy) error { return v.setPolicy(p, true) }
 
 func (v *VHost) setPolicy(p Policy, operator bool) error {
+	if v.b.replicating() {
+		p.VHost = v.Name
+		if _, err := compilePolicy(p, operator); err != nil {
+			return err
+		}
+		return v.b.propose(fmt.Sprintf("policy '%s' in vhost '%s'", p.Name, v.Name),
+			&command{Op: opPolicySet, VHost: v.Name, Policy: &p, Operator: operator})
+	}
+	return v.setPolicyLocal(p, operator)
+}
+
+func (v *VHost) setPolicyLocal(p Policy, operator bool) error {
 	p.VHost = v.Name
 	p.Definition = copyDefinition(p.Definition)
 	cp, err := compilePolicy(p, operator)
@@ -532,6 +544,14 @@ func (v *VHost) DeletePolicy(name string) bool { return v.deletePolicy(name, fal
 func (v *VHost) DeleteOperatorPolicy(name string) bool { return v.deletePolicy(name, true) }
 
 func (v *VHost) deletePolicy(name string, operator bool) bool {
+	ok, err := v.deletePolicyE(name, operator)
+	if err != nil {
+		v.b.log.Error("deleting a policy", "vhost", v.Name, "policy", name, "err", err)
+	}
+	return ok
+}
+
+func (v *VHost) deletePolicyLocal(name string, operator bool) bool {
 	v.policies.mu.Lock()
 	defer v.policies.mu.Unlock()
 	if !v.policies.put(operator, name, nil) {

@@ -625,7 +625,7 @@ func (q *Queue) onTimer() {
 		// x-expires: unused for its whole lifetime; deleted without
 		// dead-lettering (R2.7).
 		q.mu.Unlock()
-		q.vhost.deleteQueue(q, false, false)
+		q.vhost.dropQueue(q, "expiry")
 		return
 	}
 	q.m.Tick(now)
@@ -800,7 +800,7 @@ func (q *Queue) RemoveConsumer(c *Consumer) {
 	}
 	q.unlock()
 	if autoDelete {
-		q.vhost.deleteQueue(q, false, false)
+		q.vhost.dropQueue(q, "auto-delete")
 	}
 }
 

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"regexp"
 	"sort"
 	"strings"
@@ -48,6 +49,19 @@ func compileTopic(expr, user, vhost string) (*regexp.Regexp, error) {
 // SetTopicPermission sets a user's topic permission on an exchange of a
 // vhost, replacing the one it had there. An invalid expression is an error.
 func (b *Broker) SetTopicPermission(vhost, user string, p TopicPermission) error {
+	if b.replicating() {
+		if _, err := compileTopic(p.Write, user, vhost); err != nil {
+			return err
+		}
+		if _, err := compileTopic(p.Read, user, vhost); err != nil {
+			return err
+		}
+		return b.propose(fmt.Sprintf("topic permissions of user '%s' in vhost '%s'", user, vhost), &command{Op: opTopicSet, VHost: vhost, User: user, Topic: &p})
+	}
+	return b.setTopicPermissionLocal(vhost, user, p)
+}
+
+func (b *Broker) setTopicPermissionLocal(vhost, user string, p TopicPermission) error {
 	ct := &compiledTopic{TopicPermission: p}
 	var err error
 	if ct.write, err = compileTopic(p.Write, user, vhost); err != nil {
@@ -81,6 +95,14 @@ func (b *Broker) SetTopicPermission(vhost, user string, p TopicPermission) error
 // one on exchange, or all of them when exchange is "". It reports whether
 // there was one.
 func (b *Broker) ClearTopicPermissions(vhost, user, exchange string) bool {
+	ok, err := b.ClearTopicPermissionsE(vhost, user, exchange)
+	if err != nil {
+		b.log.Error("clearing topic permissions", "vhost", vhost, "user", user, "err", err)
+	}
+	return ok
+}
+
+func (b *Broker) clearTopicPermissionsLocal(vhost, user, exchange string) bool {
 	b.mu.Lock()
 	u := b.users[user]
 	var xs map[string]*compiledTopic

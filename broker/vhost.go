@@ -91,6 +91,13 @@ type ExchangeSpec struct {
 // DeclareExchange creates an exchange or checks that an existing one is
 // equivalent. passive only checks existence.
 func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) (err error) {
+	if !passive && s.Name != "" && v.b.replicating() && v.Exchange(s.Name) == nil {
+		return v.b.propose(fmt.Sprintf("declare of exchange '%s' in vhost '%s'", s.Name, v.Name), exchangeCommand(v.Name, s))
+	}
+	return v.declareExchangeLocal(s, passive)
+}
+
+func (v *VHost) declareExchangeLocal(s ExchangeSpec, passive bool) (err error) {
 	v.mu.Lock()
 	defer func() { err = v.unlockPersist(err) }()
 	if s.Name == "" {
@@ -117,7 +124,7 @@ func (v *VHost) DeclareExchange(s ExchangeSpec, passive bool) (err error) {
 		}
 		x = newExchange(v, s.Name, s.Kind, s.Durable, s.AutoDelete, s.Internal, s.Args)
 		v.exchanges[s.Name] = x
-		if x.persisted() {
+		if x.recorded() {
 			v.recordLocked(exchangeOp(v, x))
 		}
 		return nil
@@ -159,6 +166,14 @@ func (v *VHost) Exchanges() []*Exchange {
 // DeleteExchange deletes an exchange and its bindings. Deleting a missing
 // exchange succeeds, as in RabbitMQ.
 func (v *VHost) DeleteExchange(name string, ifUnused bool) (err error) {
+	if name != "" && v.b.replicating() && v.Exchange(name) != nil {
+		return v.b.propose(fmt.Sprintf("delete of exchange '%s' in vhost '%s'", name, v.Name),
+			&command{Op: opExchangeDelete, VHost: v.Name, Name: name, IfUnused: ifUnused})
+	}
+	return v.deleteExchangeLocal(name, ifUnused)
+}
+
+func (v *VHost) deleteExchangeLocal(name string, ifUnused bool) (err error) {
 	v.mu.Lock()
 	defer func() { err = v.unlockPersist(err) }()
 	if name == "" {
@@ -181,7 +196,7 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) (err error) {
 func (v *VHost) deleteExchangeLocked(x *Exchange) {
 	delete(v.exchanges, x.Name)
 	x.deleted = true
-	if x.persisted() {
+	if x.recorded() {
 		v.recordLocked(delOp(DefKindExchanges, scopedKey(v.Name, x.Name)))
 	}
 	if x.delayed != nil {
@@ -199,7 +214,7 @@ func (v *VHost) deleteExchangeLocked(x *Exchange) {
 // source exchange if that was its last binding.
 func (v *VHost) unlinkLocked(b *Binding) {
 	b.Source.removeBinding(b)
-	if b.persisted() {
+	if b.recorded() {
 		v.recordLocked(delOp(DefKindBindings, bindingKey(v.Name, b)))
 	}
 	if b.dest.q != nil {
@@ -237,6 +252,13 @@ func NewQueueName() string {
 // DeclareQueue creates a queue or checks an existing one. It returns the
 // queue with its ready message and consumer counts.
 func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error) {
+	if !passive && v.b.replicating() && v.Queue(s.Name) == nil {
+		return v.proposeQueueDeclare(s)
+	}
+	return v.declareQueueLocal(s, passive)
+}
+
+func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, error) {
 	v.mu.Lock()
 	q := v.queues[s.Name]
 	if q != nil && q.Exclusive && q.Owner != s.Owner {
@@ -273,10 +295,13 @@ func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error
 			return nil, 0, 0, err
 		}
 		q = newQueue(v, s)
+		q.Home = s.Home
 		v.applyQueuePolicies(q) // existing policies apply (R1.12)
 		v.queues[s.Name] = q
-		if q.persisted() {
+		if q.recorded() {
 			v.recordLocked(queueOp(v, q))
+		}
+		if q.persisted() {
 			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() && q.IsLocal() {
 				q.disk = ms.newDisk(q, 0, "")
 			}
@@ -361,6 +386,14 @@ func (v *VHost) DeleteQueue(name string, conn uint64, ifUnused, ifEmpty bool) (i
 	if q.Exclusive && q.Owner != conn {
 		return 0, lockedQueue(name, v.Name)
 	}
+	if v.b.replicating() {
+		// The deletion applies on every node, the home's messages with
+		// it; a queue whose home is down cannot be deleted (RabbitMQ).
+		if err := q.checkHome(); err != nil {
+			return 0, err
+		}
+		return v.proposeQueueDelete(q, conn, ifUnused, ifEmpty)
+	}
 	home, err := q.deleteAtHome(ifUnused, ifEmpty) // a remote queue's messages are on its home
 	if err != nil {
 		return 0, err
@@ -391,7 +424,7 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 	for b := range q.bindings {
 		v.unlinkLocked(b)
 	}
-	if q.persisted() {
+	if q.recorded() {
 		v.recordLocked(delOp(DefKindQueues, scopedKey(v.Name, q.Name)))
 	}
 	perr := v.unlockPersist(nil)
@@ -404,6 +437,14 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 
 // DeleteExclusive deletes the exclusive queues owned by a closing connection.
 func (v *VHost) DeleteExclusive(conn uint64) {
+	if v.b.replicating() {
+		v.proposeExclusiveDrop(conn)
+		return
+	}
+	v.deleteExclusiveLocal(conn)
+}
+
+func (v *VHost) deleteExclusiveLocal(conn uint64) {
 	var qs []*Queue
 	v.mu.RLock()
 	for _, q := range v.queues {
@@ -419,6 +460,14 @@ func (v *VHost) DeleteExclusive(conn uint64) {
 
 // Bind binds a queue (or, with toExchange, an exchange) to an exchange.
 func (v *VHost) Bind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
+	if v.b.replicating() {
+		return v.b.propose(fmt.Sprintf("binding from exchange '%s' in vhost '%s'", source, v.Name),
+			bindCommand(opBind, v.Name, source, destination, toExchange, key, args, conn))
+	}
+	return v.bindLocal(source, destination, toExchange, key, args, conn)
+}
+
+func (v *VHost) bindLocal(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
 	v.mu.Lock()
 	defer func() { err = v.unlockPersist(err) }()
 	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)
@@ -441,7 +490,7 @@ func (v *VHost) Bind(source, destination string, toExchange bool, key string, ar
 	} else {
 		d.x.inbound[b] = struct{}{}
 	}
-	if b.persisted() {
+	if b.recorded() {
 		v.recordLocked(bindingOp(v, b))
 	}
 	return nil
@@ -450,6 +499,14 @@ func (v *VHost) Bind(source, destination string, toExchange bool, key string, ar
 // Unbind removes a binding; removing a missing binding succeeds, even
 // when its queue or exchange does not exist (as in RabbitMQ 3.10).
 func (v *VHost) Unbind(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
+	if v.b.replicating() {
+		return v.b.propose(fmt.Sprintf("binding from exchange '%s' in vhost '%s'", source, v.Name),
+			bindCommand(opUnbind, v.Name, source, destination, toExchange, key, args, conn))
+	}
+	return v.unbindLocal(source, destination, toExchange, key, args, conn)
+}
+
+func (v *VHost) unbindLocal(source, destination string, toExchange bool, key string, args amqp.Table, conn uint64) (err error) {
 	v.mu.Lock()
 	defer func() { err = v.unlockPersist(err) }()
 	d, src, err := v.bindEndsLocked(source, destination, toExchange, conn)

@@ -85,7 +85,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{s: s, nc: nc, id: s.nextConn.Add(1), channels: map[uint16]*channel{}, connectedAt: time.Now(),
+	return &conn{s: s, nc: nc, id: s.cfg.ConnIDBase + s.nextConn.Add(1), channels: map[uint16]*channel{}, connectedAt: time.Now(),
 		outSignal: make(chan struct{}, 1), outDrained: make(chan struct{}, 1), done: make(chan struct{}), writerDone: make(chan struct{}), closeCh: make(chan struct{}),
 		frameMax: s.cfg.FrameMax, channelMax: s.cfg.ChannelMax}
 }

@@ -76,6 +76,10 @@ type Config struct {
 	// closed. A Broker given here belongs to the caller, who closes it
 	// after Shutdown (Close if Shutdown returned nil, else CloseUnclean).
 	Broker *broker.Broker
+	// ConnIDBase is added to every connection id, so that ids are unique
+	// in a cluster (broker.ConnIDBase of the node's name); 0 for a
+	// single node.
+	ConnIDBase uint64
 }
 
 func (c *Config) setDefaults() {
