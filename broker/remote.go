@@ -1042,8 +1042,8 @@ func (q *Queue) remoteGet(noAck bool) (Delivery, int, bool) {
 
 // remoteCounts is declare-ok's message and consumer counts from the home;
 // the call is a use of the queue (x-expires) there.
-func (q *Queue) remoteCounts() (int, int, error) {
-	d, err := q.call(q.appendRef(nil, callCounts))
+func (q *Queue) remoteCounts(touch bool) (int, int, error) {
+	d, err := q.call(appendBool(q.appendRef(nil, callCounts), touch))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -1112,7 +1112,9 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		if err != nil {
 			return appendResult(nil, err), nil
 		}
-		q.Touch()
+		if d.bool() {
+			q.Touch()
+		}
 		m, c := q.Counts()
 		return binary.AppendUvarint(binary.AppendUvarint(appendResult(nil, nil), uint64(m)), uint64(c)), nil
 	case callPurge:
@@ -1214,7 +1216,7 @@ func (b *Broker) awaitBarrier(from string, id uint64) {
 // declare is a use (x-expires); from the home for a remote queue.
 func (q *Queue) declareCounts() (*Queue, int, int, error) {
 	if !q.IsLocal() {
-		m, c, err := q.remoteCounts()
+		m, c, err := q.remoteCounts(true)
 		if err != nil {
 			return nil, 0, 0, err
 		}

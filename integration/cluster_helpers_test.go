@@ -46,17 +46,41 @@ type loopLink struct {
 	ch chan []byte
 }
 
-// startCluster starts one node per name ("warren@a", ...).
+// startCluster starts one node per name ("warren@a", ...); definitions
+// are declared on each node by the test (declareQueue, ...).
 func startCluster(t *testing.T, names ...string) *testCluster {
+	t.Helper()
+	return startClusterWith(t, nil, names...)
+}
+
+// startReplicatedCluster starts nodes whose definition changes go through
+// a loopback replicator (every command applied on every node in one
+// order, as the metadata group would), place choosing each new queue's
+// home: clients declare, bind and delete over AMQP on any node.
+func startReplicatedCluster(t *testing.T, place func(vhost, name string) string, names ...string) *testCluster {
+	t.Helper()
+	return startClusterWith(t, &loopRepl{place: place}, names...)
+}
+
+func startClusterWith(t *testing.T, repl *loopRepl, names ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, nodes: map[string]*testNode{}, cut: map[[2]string]bool{}, links: map[[2]string]*loopLink{}}
 	for _, n := range names {
-		b, err := broker.Open(broker.Config{DataDir: t.TempDir(), Node: n})
+		cfg := broker.Config{DataDir: t.TempDir(), Node: n}
+		if repl != nil {
+			cfg.PlaceQueue = repl.place
+		}
+		b, err := broker.Open(cfg)
 		if err != nil {
 			t.Fatalf("node %s: %v", n, err)
 		}
 		nd := &testNode{name: n, b: b, c: c}
 		b.SetPeers(&loopPeers{self: n, c: c})
+		if repl != nil {
+			repl.nodes = append(repl.nodes, b)
+			b.SetReplicator(loopMember{repl, len(repl.nodes) - 1})
+			b.SetNodes(func() []string { return names })
+		}
 		srv, err := server.New(server.Config{AMQPAddr: "127.0.0.1:0", Broker: b})
 		if err != nil {
 			t.Fatalf("node %s: %v", n, err)
@@ -238,4 +262,33 @@ func toWireTable(t amqp.Table) map[string]any {
 		}
 	}
 	return out
+}
+
+// loopRepl is a loopback metadata group: it sequences proposals and
+// applies each command on every node in the same order, answering the
+// proposer with its own apply's result.
+type loopRepl struct {
+	mu    sync.Mutex
+	index uint64
+	nodes []*broker.Broker
+	place func(vhost, name string) string
+}
+
+type loopMember struct {
+	l    *loopRepl
+	self int
+}
+
+func (m loopMember) Propose(_ context.Context, cmd []byte) error {
+	l := m.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.index++
+	var res error
+	for i, b := range l.nodes {
+		if err := b.ApplyCommand(l.index, cmd); i == m.self {
+			res = err
+		}
+	}
+	return res
 }

@@ -517,3 +517,58 @@ func TestClusterRemoteDeletedAtHomeAndExclusive(t *testing.T) {
 		t.Fatal("no basic.cancel after the queue was deleted on its home")
 	}
 }
+
+// issue 13 (remote queues) with replicated definitions: a client on A
+// declares a durable queue that placement puts on B, binds it, publishes
+// with confirms, consumes, and deletes it, all over AMQP on A; the
+// delete-ok counts B's messages and the queue is gone on both nodes.
+func TestClusterRemoteReplicated(t *testing.T) {
+	c := startReplicatedCluster(t, func(_, name string) string { return nodeB }, nodeA, nodeB)
+	conn := c.node(nodeA).dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("h6-r", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if q := c.homeQueue(nodeA, "h6-r"); q == nil || q.Home != nodeB || q.IsLocal() {
+		t.Fatalf("queue on A: %+v; want a remote queue homed on B", q)
+	}
+	if err := ch.ExchangeDeclare("h6-rx", "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("h6-r", "k", "h6-rx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if acked, nacked := confirmAll(t, conn, "h6-rx", "k", 10); acked != 10 || nacked != 0 {
+		t.Fatalf("confirms: %d acks %d nacks", acked, nacked)
+	}
+	q, err := ch.QueueDeclarePassive("h6-r", true, false, false, false, nil)
+	if err != nil || q.Messages != 10 {
+		t.Fatalf("passive declare: %+v %v; want 10 messages", q, err)
+	}
+	g, ok, err := ch.Get("h6-r", false)
+	if err != nil || !ok || string(g.Body) != "0" {
+		t.Fatalf("get: %v %q %v", ok, g.Body, err)
+	}
+	if err := g.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete("h6-r", false, true, false); err == nil {
+		t.Fatal("delete if-empty of a queue with 9 messages on its home succeeded")
+	}
+	ch, err = conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := ch.QueueDelete("h6-r", false, false, false)
+	if err != nil || n != 9 {
+		t.Fatalf("delete: %d %v; want 9", n, err)
+	}
+	for _, nd := range []string{nodeA, nodeB} {
+		if c.homeQueue(nd, "h6-r") != nil {
+			t.Fatalf("queue still on %s after delete", nd)
+		}
+	}
+}
