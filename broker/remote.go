@@ -186,7 +186,10 @@ func (q *Queue) checkHome() error {
 		return nil
 	}
 	p := q.vhost.b.getPeers()
-	if p == nil || !p.Up(q.Home) {
+	if p == nil {
+		return nil // no data plane wired (a definitions-only broker): nothing to check
+	}
+	if !p.Up(q.Home) {
 		return q.homeDown()
 	}
 	return nil
@@ -1215,6 +1218,9 @@ func (b *Broker) awaitBarrier(from string, id uint64) {
 // declareCounts is queue.declare-ok's counts for an existing queue, whose
 // declare is a use (x-expires); from the home for a remote queue.
 func (q *Queue) declareCounts() (*Queue, int, int, error) {
+	if !q.IsLocal() && q.vhost.b.getPeers() == nil {
+		return q, 0, 0, nil // no data plane wired (a definitions-only broker)
+	}
 	if !q.IsLocal() {
 		m, c, err := q.remoteCounts(true)
 		if err != nil {
@@ -1230,7 +1236,7 @@ func (q *Queue) declareCounts() (*Queue, int, int, error) {
 // deleteAtHome deletes a remote queue on its home first (its checks and
 // its message count are there); nothing to do for a local queue.
 func (q *Queue) deleteAtHome(ifUnused, ifEmpty bool) (int, error) {
-	if q.IsLocal() {
+	if q.IsLocal() || q.vhost.b.getPeers() == nil {
 		return 0, nil
 	}
 	return q.remoteDelete(ifUnused, ifEmpty)

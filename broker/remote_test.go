@@ -40,7 +40,8 @@ func TestLocalPublishAllocs(t *testing.T) {
 
 // issue 13 (remote queues): a publish routed to a remote queue with no
 // peers installed fails its confirm rather than pretending success, and
-// still counts as routed (mandatory).
+// still counts as routed (mandatory); definitions work (a declare answers
+// counts of 0), data-plane calls find nothing.
 func TestRemotePublishWithoutPeersFails(t *testing.T) {
 	br := New(Config{Node: "warren@a"})
 	v := br.VHost("/")
@@ -52,8 +53,11 @@ func TestRemotePublishWithoutPeersFails(t *testing.T) {
 	if err != nil || res.Routed != 1 || !res.Failed {
 		t.Fatalf("publish to a remote queue without peers: %+v %v; want routed and failed", res, err)
 	}
-	if _, _, _, err := v.DeclareQueue(QueueSpec{Name: "rq", Home: "warren@b"}, true); err == nil {
-		t.Fatal("passive declare of a remote queue without peers succeeded")
+	if _, _, _, err := v.DeclareQueue(QueueSpec{Name: "rq", Home: "warren@b"}, true); err != nil {
+		t.Fatalf("passive declare of a remote queue without peers: %v", err)
+	}
+	if _, _, ok := v.Queue("rq").Get(true); ok {
+		t.Fatal("get from a remote queue without peers found a message")
 	}
 }
 
