@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
@@ -771,7 +772,11 @@ type proxy struct {
 	c      *Consumer
 	credit int // the consumer's prefetch; 0: unlimited
 	out    int // deliveries held by the node, not yet settled
+	retry  atomic.Bool
 }
+
+// sendRetry is how soon a delivery the link could not take is offered again.
+const sendRetry = 10 * time.Millisecond
 
 // Deliver sends d to the consumer's node, within its credit.
 func (p *proxy) Deliver(c *Consumer, d Delivery) bool {
@@ -792,6 +797,13 @@ func (p *proxy) Deliver(c *Consumer, d Delivery) bool {
 	buf = binary.AppendUvarint(append(buf, opDeliver), p.cid)
 	buf = appendDelivery(buf, &d)
 	if err := peers.Send(p.node, buf); err != nil {
+		// The link's send queue is full (or the node just went): offer
+		// again shortly, as nothing else may wake the consumer (a no-ack
+		// consumer has no settles to restore credit).
+		if peers.Up(p.node) && p.retry.CompareAndSwap(false, true) {
+			q := d.Queue
+			time.AfterFunc(sendRetry, func() { p.retry.Store(false); q.Dispatch() })
+		}
 		return false
 	}
 	if !c.NoAck {
