@@ -31,6 +31,10 @@ type testCluster struct {
 	cut   map[[2]string]bool // unreachable links, both orders
 	links map[[2]string]*loopLink
 	wg    sync.WaitGroup
+	// linkCap bounds the one-way messages a link queues (Send fails
+	// beyond it, as the transport's does); 0: 65536. Links take the
+	// value in force when they are first used.
+	linkCap int
 }
 
 // testNode is one node of a testCluster.
@@ -224,7 +228,11 @@ func (p *loopPeers) Send(node string, msg []byte) error {
 	k := [2]string{p.self, node}
 	l := c.links[k]
 	if l == nil {
-		l = &loopLink{ch: make(chan []byte, 1<<16)}
+		n := c.linkCap
+		if n == 0 {
+			n = 1 << 16
+		}
+		l = &loopLink{ch: make(chan []byte, n)}
 		c.links[k] = l
 		to, from := c.nodes[node].b, p.self
 		c.wg.Add(1)

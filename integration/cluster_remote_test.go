@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/broker"
 )
 
 const (
@@ -569,6 +571,43 @@ func TestClusterRemoteReplicated(t *testing.T) {
 	for _, nd := range []string{nodeA, nodeB} {
 		if c.homeQueue(nd, "h6-r") != nil {
 			t.Fatalf("queue still on %s after delete", nd)
+		}
+	}
+}
+
+// issue 13 (remote queues): deliveries that find the link's send queue
+// full are offered again: a no-ack consumer on A gets every message of a
+// queue on B through a link that holds 2 messages at a time.
+func TestClusterRemoteFullLink(t *testing.T) {
+	c := startCluster(t, nodeA, nodeB)
+	c.declareQueue("h6-l", nodeB, false, nil)
+	v := c.node(nodeB).b.VHost("/")
+	var r broker.Router
+	for i := 0; i < 300; i++ {
+		if _, err := v.Publish(&r, "", &broker.Message{RoutingKey: "h6-l", Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	c.linkCap = 2
+	c.mu.Unlock()
+	conn := c.node(nodeA).dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := ch.Consume("h6-l", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 300; i++ {
+		select {
+		case d := <-msgs:
+			if string(d.Body) != fmt.Sprint(i) {
+				t.Fatalf("delivery %d: %q", i, d.Body)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("got %d of 300 through a full link", i)
 		}
 	}
 }
