@@ -68,9 +68,9 @@ type Cluster interface {
 	RemoveMember(ctx context.Context, name string) error
 }
 
-// errNoQuorum stands for broker.ErrNoQuorum until it exists (issue 13,
-// helper H3); isNoQuorum is the only place that checks it.
-var errNoQuorum = errors.New("cluster has no quorum")
+// errNoQuorum is what a change without a quorum wraps; isNoQuorum is the
+// only place that checks it.
+var errNoQuorum = broker.ErrNoQuorum
 
 func isNoQuorum(err error) bool { return errors.Is(err, errNoQuorum) }
 
