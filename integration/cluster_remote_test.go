@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/warrentest"
 )
 
 const (
@@ -609,5 +610,90 @@ func TestClusterRemoteFullLink(t *testing.T) {
 		case <-time.After(waitTimeout):
 			t.Fatalf("got %d of 300 through a full link", i)
 		}
+	}
+}
+
+// issue 13 (remote queues) over the real inter-node link (warrentest's
+// cluster: transport, metadata group, glue): a client on node 1 uses a
+// durable queue placed on node 2: confirms, prefetch, acks, get, purge;
+// with node 2 crashed, declare answers the home-down 404 within the
+// call deadline and a confirmed publish is nacked.
+func TestClusterRemoteOverTransport(t *testing.T) {
+	home := warrentest.NodeName(1)
+	c := warrentest.StartCluster(t, 2, warrentest.PlaceQueuesOn(home))
+	conn, err := amqp.Dial(c.Node(0).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("h6-t", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if q := c.Node(0).Broker().VHost("/").Queue("h6-t"); q == nil || q.IsLocal() {
+		t.Fatalf("queue on node 1: %+v; want remote", q)
+	}
+	if acked, nacked := confirmAll(t, conn, "", "h6-t", 200); acked != 200 || nacked != 0 {
+		t.Fatalf("confirms: %d acks %d nacks", acked, nacked)
+	}
+	if s := c.Node(1).Broker().VHost("/").Queue("h6-t").Stats(); s.Ready != 200 || s.Persistent != 200 {
+		t.Fatalf("home: %d ready, %d persistent; want 200", s.Ready, s.Persistent)
+	}
+	if err := ch.Qos(20, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := ch.Consume("h6-t", "h6-tc", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 150; i++ {
+		select {
+		case d := <-msgs:
+			if string(d.Body) != fmt.Sprint(i) {
+				t.Fatalf("delivery %d: %q", i, d.Body)
+			}
+			if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("got %d of 150", i)
+		}
+	}
+	if err := ch.Cancel("h6-tc", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "home settles", func() bool {
+		s := c.Node(1).Broker().VHost("/").Queue("h6-t").Stats()
+		return s.Ready+s.Unacked == 50
+	})
+	// Deliveries that crossed the cancel went back; the unacked ones
+	// come back with a recover-less close of this channel.
+	ch.Close()
+	ch, err = conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "50 ready at home", func() bool { return c.Node(1).Broker().VHost("/").Queue("h6-t").Stats().Ready == 50 })
+	n, err := ch.QueuePurge("h6-t", false)
+	if err != nil || n != 50 {
+		t.Fatalf("purge: %d %v; want 50", n, err)
+	}
+
+	c.Node(1).Crash()
+	want := "NOT_FOUND - home node '" + home + "' of durable queue 'h6-t' in vhost '/' is down or inaccessible"
+	waitFor(t, "home-down 404", func() bool {
+		ch, err := conn.Channel()
+		if err != nil {
+			return false
+		}
+		_, err = ch.QueueDeclarePassive("h6-t", true, false, false, false, nil)
+		var ae *amqp.Error
+		return errors.As(err, &ae) && ae.Code == 404 && ae.Reason == want
+	})
+	if acked, nacked := confirmAll(t, conn, "", "h6-t", 3); acked != 0 || nacked != 3 {
+		t.Fatalf("publish with the home down: %d acks %d nacks; want 3 nacks", acked, nacked)
 	}
 }
