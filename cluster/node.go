@@ -89,6 +89,10 @@ type Node struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 	stop  chan struct{} // closed by Close
+	// workers feed each node's data-plane messages to the broker in
+	// order (dataMessage); closed once the transport is.
+	workers map[string]chan []byte
+	closing bool
 }
 
 // Start joins b (opened with broker.Config.Node = cfg.Node) and its
@@ -105,7 +109,8 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), b: b, m: m, peers: map[string]string{}, up: time.Now()}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), b: b, m: m, peers: map[string]string{}, up: time.Now(),
+		workers: map[string]chan []byte{}}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listening on %s: %w", cfg.Listen, err)
@@ -174,7 +179,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	b.SetNodes(n.nodeNames)
 	b.SetPeers(peers{n})
 	n.tr.Handle(svcData, b.HandlePeerCall)
-	n.tr.OnMessage(svcData, b.HandlePeerMessage)
+	n.tr.OnMessage(svcData, n.dataMessage)
 	n.tr.OnPeerState(func(name string, up bool) { b.PeerState(name, up) })
 	if m != nil {
 		m.SetCluster(mgmtCluster{n})
@@ -305,6 +310,14 @@ func (n *Node) Close() error {
 		if e := n.tr.Close(); err == nil {
 			err = e
 		}
+		// No reader hands messages any more: end the workers.
+		n.mu.Lock()
+		n.closing = true
+		for _, w := range n.workers {
+			close(w)
+		}
+		n.workers = map[string]chan []byte{}
+		n.mu.Unlock()
 		n.wg.Wait()
 	})
 	return err
@@ -336,13 +349,37 @@ func (p peers) Call(ctx context.Context, node string, req []byte) ([]byte, error
 	return p.n.tr.Call(ctx, node, svcData, req)
 }
 func (p peers) Send(node string, msg []byte) error { return p.n.tr.Send(node, svcData, msg) }
-func (p peers) Up(node string) bool {
-	for _, s := range p.n.tr.Peers() {
-		if s.Name == node {
-			return s.Up
+func (p peers) Up(node string) bool                { return p.n.tr.Up(node) }
+
+// dataQueue bounds the data-plane messages from one node waiting for
+// the broker; beyond it the link's reader waits (push-back on the peer).
+const dataQueue = 4096
+
+// dataMessage hands a data-plane message to the sender's worker, which
+// gives them to the broker in order. The broker may block on one (a
+// publish into a vhost with a dead-letter backlog waits for it); the
+// link's reader must not, since it also carries the Raft messages that
+// keep the metadata group alive.
+func (n *Node) dataMessage(from string, msg []byte) {
+	n.mu.Lock()
+	w := n.workers[from]
+	if w == nil {
+		if n.closing {
+			n.mu.Unlock()
+			return
 		}
+		w = make(chan []byte, dataQueue)
+		n.workers[from] = w
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			for m := range w {
+				n.b.HandlePeerMessage(from, m)
+			}
+		}()
 	}
-	return false
+	n.mu.Unlock()
+	w <- msg
 }
 
 // mgmtRequest is a management call run on another node.
