@@ -607,7 +607,7 @@ func TestClusterMetricsPerNode(t *testing.T) {
 type noQuorumErr struct{ text string }
 
 func (e noQuorumErr) Error() string { return e.text }
-func (e noQuorumErr) Unwrap() error { return mgmt.ErrNoQuorumForTest }
+func (e noQuorumErr) Unwrap() error { return broker.ErrNoQuorum }
 
 // connNamed finds, through f, the connection whose client named it
 // connName (cluster-wide, as guest).
@@ -658,5 +658,51 @@ func TestClusterStatusSingleNode(t *testing.T) {
 	var e map[string]any
 	if code := f.call("POST", "/api/cluster/members", map[string]any{"name": "warren@x", "address": "x:1"}, &e); code != 400 || e["error"] != "bad_request" {
 		t.Fatalf("add on a single node: %d %v", code, e)
+	}
+}
+
+// noQuorumRepl is a Replicator that cannot commit anything.
+type noQuorumRepl struct{}
+
+func (noQuorumRepl) Propose(ctx context.Context, cmd []byte) error {
+	return fmt.Errorf("%w: timed out after 5s", broker.ErrNoQuorum)
+}
+
+// Issue 13: a definition change through the API that the cluster cannot
+// commit answers 503 unavailable with the broker's reason; reads go on.
+func TestClusterNoQuorumChanges(t *testing.T) {
+	b, err := broker.Open(broker.Config{Node: nodeA, DataDir: t.TempDir()})
+	must(t, err)
+	t.Cleanup(func() { b.Close() })
+	w := warrentest.Start(t, warrentest.WithConfig(func(c *server.Config) { c.Broker = b }))
+	b.SetReplicator(noQuorumRepl{})
+	f := &fixture{t: t, w: w, api: w.MgmtURL()}
+	for _, r := range []struct {
+		method, path string
+		body         any
+		what         string
+	}{
+		{"PUT", "/api/queues/%2F/h5-nq", map[string]any{"durable": true}, "queue 'h5-nq'"},
+		{"PUT", "/api/exchanges/%2F/h5-nqx", map[string]any{"type": "fanout"}, "exchange 'h5-nqx'"},
+		{"PUT", "/api/vhosts/h5-nqv", nil, "h5-nqv"},
+		{"PUT", "/api/users/h5-nqu", map[string]any{"password": "p", "tags": ""}, "h5-nqu"},
+		{"PUT", "/api/policies/%2F/h5-nqp", map[string]any{"pattern": ".*", "definition": map[string]any{"max-length": 1}}, "h5-nqp"},
+		{"DELETE", "/api/exchanges/%2F/amq.direct", nil, "amq.direct"},
+		{"DELETE", "/api/users/guest", nil, "guest"},
+		{"DELETE", "/api/permissions/%2F/guest", nil, "guest"},
+		{"DELETE", "/api/vhosts/%2F", nil, "vhost '/'"},
+		{"POST", "/api/definitions", map[string]any{"vhosts": []any{map[string]any{"name": "h5-nqd"}}}, "definitions import"},
+	} {
+		var e map[string]any
+		code := f.call(r.method, r.path, r.body, &e)
+		reason := str(e["reason"])
+		if code != 503 || e["error"] != "unavailable" || !strings.HasPrefix(reason, "cluster has no quorum: ") ||
+			!strings.Contains(reason, r.what) || !strings.HasSuffix(reason, "not applied (timed out after 5s)") {
+			t.Errorf("%s %s without quorum: %d %v", r.method, r.path, code, e)
+		}
+	}
+	var qs []map[string]any
+	if code := f.call("GET", "/api/queues", nil, &qs); code != 200 {
+		t.Fatalf("GET /api/queues without quorum: %d", code)
 	}
 }
