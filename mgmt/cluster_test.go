@@ -153,7 +153,9 @@ func declareHomed(t *testing.T, nodes map[string]*clusterNode, vhost, name, home
 	everywhere(nodes, func(b *broker.Broker) {
 		q, _, _, err := b.VHost(vhost).DeclareQueue(broker.QueueSpec{Name: name, Durable: true, Home: home}, false)
 		must(t, err)
-		q.Home = home
+		if q.Home != home {
+			t.Fatalf("%s: queue %s declared with home %q", b.Node(), name, q.Home)
+		}
 	})
 }
 
