@@ -356,6 +356,14 @@ func TestClusterWideLists(t *testing.T) {
 		t.Fatalf("fetches %q, want %q", fetches, want)
 	}
 
+	// A queue PUT with "node" is homed there.
+	if st := nodes[nodeA].f.call("PUT", "/api/queues/h5v/h5-placed", map[string]any{"durable": true, "node": nodeC}, nil); st != 201 {
+		t.Fatalf("PUT with node: %d", st)
+	}
+	if q := nodes[nodeA].b.VHost("h5v").Queue("h5-placed"); q == nil || q.Home != nodeC {
+		t.Fatalf("h5-placed: %+v", q)
+	}
+
 	// Paging, sorting and columns apply to the merged list.
 	var page map[string]any
 	if st := nodes[nodeB].f.call("GET", "/api/queues?page=2&page_size=3&sort=name&columns=name,node", nil, &page); st != 200 {
