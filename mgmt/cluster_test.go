@@ -716,3 +716,66 @@ func TestClusterNoQuorumChanges(t *testing.T) {
 		t.Fatalf("GET /api/queues without quorum: %d", code)
 	}
 }
+
+// Issue 13: over a real in-process cluster (transport, Raft-replicated
+// definitions, remote queues): a queue homed on n3 that n1's client
+// publishes to shows, from every node, once, on n3 with its messages;
+// connections are listed from any node; with n3 stopped its queue is
+// "down" and cluster-status still answers.
+func TestClusterRealNodes(t *testing.T) {
+	c := warrentest.StartCluster(t, 3, warrentest.PlaceQueuesOn(warrentest.NodeName(2)))
+	n1, n3 := c.Node(0), c.Node(2)
+	conn, err := amqp.DialConfig(n1.URL(), amqp.Config{Properties: amqp.Table{"connection_name": "h5-real"}})
+	must(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("h5-real-q", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	for range 3 {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "h5-real-q", true, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("m")})
+		must(t, err)
+		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+			t.Fatalf("publish not confirmed: %v %v", ok, err)
+		}
+	}
+	for _, nd := range c.Nodes() {
+		f := &fixture{t: t, api: nd.MgmtURL()}
+		testutil.Eventually(t, 10*time.Second, nd.Name()+" lists h5-real-q on n3 with 3 messages, once", func() bool {
+			var qs []map[string]any
+			f.call("GET", "/api/queues/%2F", nil, &qs)
+			n := 0
+			for _, q := range qs {
+				if q["name"] == "h5-real-q" {
+					n++
+					if q["node"] != n3.Name() || q["messages"] != float64(3) || q["state"] != "running" {
+						return false
+					}
+				}
+			}
+			return n == 1
+		})
+		testutil.Eventually(t, 10*time.Second, nd.Name()+" lists h5-real on n1", func() bool {
+			var cs []map[string]any
+			f.call("GET", "/api/connections", nil, &cs)
+			for _, c := range cs {
+				if c["user_provided_name"] == "h5-real" {
+					return c["node"] == n1.Name()
+				}
+			}
+			return false
+		})
+	}
+	n3.Stop()
+	f := &fixture{t: t, api: n1.MgmtURL()}
+	testutil.Eventually(t, 10*time.Second, "h5-real-q down with n3 stopped", func() bool {
+		var q map[string]any
+		return f.call("GET", "/api/queues/%2F/h5-real-q", nil, &q) == 200 && q["state"] == "down" && q["node"] == n3.Name()
+	})
+	var st map[string]any
+	if code := f.call("GET", "/api/cluster-status", nil, &st); code != 200 || st["node"] != n1.Name() || len(st["members"].([]any)) != 3 || st["cluster_id"] == "" {
+		t.Fatalf("cluster-status: %d %v", code, st)
+	}
+}
