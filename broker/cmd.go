@@ -445,7 +445,7 @@ func (v *VHost) proposeQueueDeclare(s QueueSpec) (*Queue, int, int, error) {
 		// declare-ok once the queue exists on its home too, so that the
 		// client's next publish or consume finds it there.
 		v.b.awaitHome(q.Home)
-		return q.declareCounts()
+		return q, 0, 0, nil // new: empty, unused
 	}
 	m, n := q.Counts()
 	return q, m, n, nil
