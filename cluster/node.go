@@ -406,15 +406,35 @@ func (n *Node) serveMgmt(from string, req []byte) ([]byte, error) {
 // Links lists the node's inter-node links.
 func (n *Node) Links() []transport.PeerStatus { return n.tr.Peers() }
 
-// AwaitApplied asks node to wait until it has applied the metadata log up
-// to index (broker.HomeSyncer): a declare of a queue homed there answers
-// once the queue exists there.
-func (r replicator) AwaitApplied(ctx context.Context, node string, index uint64) error {
-	if r.n == nil || node == r.n.cfg.Node {
+// AwaitAllApplied waits until every other running member has applied
+// the metadata log up to index (broker.ClusterSyncer), asking them all at
+// once.
+func (r replicator) AwaitAllApplied(ctx context.Context, index uint64) error {
+	req := binary.AppendUvarint(nil, index)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for _, m := range r.g.Members() {
+		if m.Name == r.n.cfg.Node || !r.n.tr.Up(m.Name) {
+			continue
+		}
+		wg.Add(1)
+		go func(name string) {
+			defer wg.Done()
+			if _, err := r.n.tr.Call(ctx, name, svcSync, req); err != nil {
+				select {
+				case errs <- fmt.Errorf("%s: %w", name, err):
+				default:
+				}
+			}
+		}(m.Name)
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
 		return nil
 	}
-	_, err := r.n.tr.Call(ctx, node, svcSync, binary.AppendUvarint(nil, index))
-	return err
 }
 
 // serveSync answers an AwaitApplied: once this node's broker has applied
