@@ -150,9 +150,9 @@ func (s *seenSet) prune(applied uint64) {
 		}
 		i++
 	}
-	if i > 0 {
-		s.order = append(s.order[:0:0], s.order[i:]...)
-	}
+	// Re-slicing from the front is amortised O(1): append reallocates
+	// (and drops the pruned front) when the capacity runs out.
+	s.order = s.order[i:]
 }
 
 // marshal encodes the positions in order: node, inc, seq, index (8 bytes
