@@ -971,3 +971,42 @@ func TestDuplicateAfterSnapshot(t *testing.T) {
 	nw.waitOnce(t, "after-2")
 	nw.waitOnce(t, "dup")
 }
+
+// issue 13: the dedup window is a function of the log positions alone: a
+// key is a duplicate within the window after the last position that
+// carried it and forgotten beyond it, whenever pruning happened, and a
+// set carried through a snapshot decides the same.
+func TestSeenSetWindow(t *testing.T) {
+	k := func(i uint64) proposalKey { return proposalKey{Node: 1, Inc: 2, Seq: i} }
+	s := newSeenSet(3)
+	steps := []struct {
+		key  uint64
+		idx  uint64
+		want bool
+	}{
+		{1, 1, false}, {2, 2, false}, {1, 3, true}, // 1 carried at 1: 3-1 < 3
+		{1, 6, false}, // last carried at 3: 6-3 = 3, forgotten
+		{2, 7, false}, {1, 8, true},
+	}
+	for _, st := range steps {
+		if got := s.observe(k(st.key), st.idx); got != st.want {
+			t.Fatalf("observe(%d at %d) = %v, want %v", st.key, st.idx, got, st.want)
+		}
+	}
+	s.prune(9) // a snapshot at 9: positions 7 and 8 remain
+	c, err := unmarshalSeenSet(3, s.marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []*seenSet{s, c} {
+		if len(set.last) != 2 || set.last[k(1)] != 8 || set.last[k(2)] != 7 {
+			t.Fatalf("window at 9: %v", set.last)
+		}
+	}
+	if !c.observe(k(1), 10) || c.observe(k(2), 10) {
+		t.Fatalf("restored set decides differently")
+	}
+	if _, err := unmarshalSeenSet(3, make([]byte, 31)); err == nil {
+		t.Fatalf("malformed set accepted")
+	}
+}
