@@ -464,7 +464,10 @@ func TestClusterNoQuorum(t *testing.T) {
 	if !errors.As(err, &qe) || qe.Reason != strings.TrimPrefix(text, "INTERNAL_ERROR - ") {
 		t.Fatalf("QuorumError %+v", qe)
 	}
-	if _, err := bs[0].DeleteVHostE("/"); !errors.Is(err, ErrNoQuorum) {
+	// The group's own error wrapped by the Replicator: one "no quorum".
+	l.setFail(fmt.Errorf("%w: %w", ErrNoQuorum, errors.New("cluster has no quorum: no leader, proposal 7 was not applied")))
+	_, err = bs[0].DeleteVHostE("/")
+	if !errors.Is(err, ErrNoQuorum) || err.Error() != "INTERNAL_ERROR - cluster has no quorum: deletion of vhost '/' not applied (no leader, proposal 7 was not applied)" {
 		t.Fatalf("DeleteVHostE: %v", err)
 	}
 	if err := bs[2].PutUser("x", "y", nil); !errors.Is(err, ErrNoQuorum) {
