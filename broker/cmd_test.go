@@ -614,8 +614,8 @@ func TestClusterRestartKeepsHome(t *testing.T) {
 	b, err = Open(Config{Node: "warren@b", DataDir: dir})
 	must(t, err)
 	defer b.Close()
-	if q := b.VHost("/").Queue("q"); q == nil || q.Home != "warren@a" {
-		t.Fatalf("after a restart: %+v", q)
+	if q := b.VHost("/").Queue("q"); q == nil || q.Home != "warren@a" || q.disk != nil {
+		t.Fatalf("after a restart: %+v (a remote queue has no local log)", q)
 	}
 	if got := snap(t, b); !bytes.Equal(got, want) {
 		t.Fatalf("after a restart:\n%s\nwant\n%s", got, want)
