@@ -30,6 +30,15 @@ var (
 // buildWarren builds ./cmd/warren once and returns the binary's path.
 func buildWarren(t testing.TB) string {
 	t.Helper()
+	bin, err := buildWarrenBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// buildWarrenBin builds ./cmd/warren once; the error says why it could not.
+func buildWarrenBin() (string, error) {
 	warrenBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "warren-bin-")
 		if err != nil {
@@ -42,10 +51,7 @@ func buildWarren(t testing.TB) string {
 			warrenBinErr = fmt.Errorf("go build ./cmd/warren: %v\n%s", err, out)
 		}
 	})
-	if warrenBinErr != nil {
-		t.Fatal(warrenBinErr)
-	}
-	return warrenBin
+	return warrenBin, warrenBinErr
 }
 
 // proc is a warren process on a data directory.

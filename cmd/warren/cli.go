@@ -6,6 +6,7 @@ package main
 //	warren queues --vhost /
 //	warren dlq inspect orders.dlq
 //	warren dlq replay orders.dlq --reason rejected
+//	warren cluster status
 
 import (
 	"bytes"
@@ -130,6 +131,7 @@ var cliCommands = []*cliCommand{
 			run: cmdPoliciesSet},
 		{name: "delete", args: "NAME", summary: "delete a policy", run: cmdPoliciesDelete},
 	}},
+	clusterCommand,
 	{name: "help", args: "[COMMAND]", summary: "show this help, or a command's"},
 }
 

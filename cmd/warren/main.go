@@ -7,6 +7,14 @@
 // "name = value" using the flag names) or in the environment as
 // WARREN_<NAME> (WARREN_AMQP_ADDR=...). Flags win over the environment,
 // which wins over the file.
+//
+// Without --cluster-listen Warren is a single node. A cluster node (issue
+// 13; docs/cluster.md) has a name, an inter-node address, the peer list
+// and the shared secret:
+//
+//	warren --node-name warren@a --cluster-listen 10.0.0.1:25672 \
+//	    --cluster-peers warren@a=10.0.0.1:25672,warren@b=10.0.0.2:25672,warren@c=10.0.0.3:25672 \
+//	    --cluster-secret-file /etc/warren/secret
 package main
 
 import (
@@ -23,6 +31,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/cluster"
 	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/server"
 )
@@ -55,6 +64,7 @@ type options struct {
 	DiskFree    int64
 	QueueWindow int
 	Definitions string
+	Cluster     clusterOptions
 }
 
 func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
@@ -77,6 +87,7 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.Int64Var(&o.DiskFree, "disk-free-limit", 50_000_000, "block publishers while the data directory's disk has less free space than this, in bytes (-1: off)")
 	fs.IntVar(&o.QueueWindow, "queue-window", 2048, "ready messages a queue keeps in memory; the rest live on disk only (a sixteenth while memory is over half the watermark)")
 	fs.StringVar(&o.Definitions, "definitions", "", "RabbitMQ definitions JSON file (rabbitmqctl export_definitions) to import at start-up")
+	addClusterFlags(fs, &o.Cluster)
 	cfgFile := fs.String("config", "", "config file of 'name = value' lines (flag names)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: warren [flags]\n\nWarren is an AMQP 0-9-1 message broker compatible with RabbitMQ clients.\n\nFlags (also WARREN_<FLAG_NAME> in the environment):\n")
@@ -103,6 +114,14 @@ func run(args []string, out io.Writer) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	ccfg, err := clusterConfig(o.Cluster, o.DataDir, log)
+	if err != nil {
+		return err
+	}
+	node := ""
+	if ccfg != nil {
+		node = ccfg.Node
+	}
 
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return err
@@ -114,13 +133,14 @@ func run(args []string, out io.Writer) error {
 	// The broker owns the definitions and message stores in the data
 	// directory: Open recovers the durable definitions and messages, and
 	// Close (after the server's shutdown) closes the stores.
-	b, err := broker.Open(broker.Config{Logger: log, DataDir: o.DataDir, QueueWindow: o.QueueWindow})
+	b, err := broker.Open(broker.Config{Logger: log, DataDir: o.DataDir, QueueWindow: o.QueueWindow, Node: node})
 	if err != nil {
 		return err
 	}
 	cfg := server.Config{AMQPAddr: o.AMQPAddr, AMQPSAddr: o.AMQPSAddr, Heartbeat: hb, FrameMax: uint32(o.FrameMax),
 		ChannelMax: uint16(o.ChannelMax), Logger: log, DataDir: o.DataDir,
-		MemoryHighWatermark: o.MemoryHigh, DiskFreeLimit: o.DiskFree, Broker: b}
+		MemoryHighWatermark: o.MemoryHigh, DiskFreeLimit: o.DiskFree, Broker: b,
+		ConnIDBase: b.RunConnIDBase()} // exclusive queues' owners are known cluster-wide
 	if o.TLSCert != "" || o.TLSKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
 		if err != nil {
@@ -135,10 +155,24 @@ func run(args []string, out io.Writer) error {
 		b.Close()
 		return err
 	}
-	// stop shuts the server down, then closes the broker's stores: marked
-	// clean only if every connection closed in time.
+	var mg *mgmt.Server
+	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
+		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI()})
+	}
+	var cn *cluster.Node
+	// stop shuts the management API and the server down, leaves the
+	// cluster, then closes the broker's stores: marked clean only if
+	// every connection closed in time.
 	stop := func(ctx context.Context) error {
+		if mg != nil {
+			mg.Close()
+		}
 		err := srv.Shutdown(ctx)
+		if cn != nil {
+			if cerr := cn.Close(); cerr != nil {
+				log.Warn("leaving the cluster", "err", cerr)
+			}
+		}
 		if err == nil {
 			err = b.Close()
 		} else {
@@ -151,23 +185,33 @@ func run(args []string, out io.Writer) error {
 		defer cancel()
 		stop(ctx)
 	}
-	if err := setUp(b, o); err != nil {
-		closeAll()
-		return err
-	}
 	// SIGTERM must mean a clean shutdown from the moment clients can
 	// connect: a signal that comes while the rest starts up waits here.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	if ccfg != nil {
+		// The node joins the cluster (transport, metadata group, remote
+		// queues) before clients can connect, so every definition change
+		// they make is replicated.
+		cn, err = cluster.Start(*ccfg, b, mg)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("starting the cluster node: %w", err)
+		}
+		log.Info("cluster node started", "node", ccfg.Node, "listen", ccfg.Listen, "advertise", ccfg.Advertise,
+			"peers", peerNames(ccfg.Peers), "join", ccfg.Join, "tls", ccfg.TLS != nil)
+	}
+	if err := setUp(b, o); err != nil {
+		closeAll()
+		return err
+	}
 	if err := srv.Start(); err != nil {
 		closeAll()
 		return err
 	}
 	log.Info("Warren started", "version", server.Version, "amqp", srv.Addr().String(), "data_dir", o.DataDir)
-	var mg *mgmt.Server
-	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
-		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI()})
+	if mg != nil {
 		if err := mg.Start(); err != nil {
 			closeAll()
 			return fmt.Errorf("management HTTP listener: %w", err)
@@ -182,9 +226,6 @@ func run(args []string, out io.Writer) error {
 
 	s := <-sig
 	log.Info("shutting down", "signal", s.String())
-	if mg != nil {
-		mg.Close()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return stop(ctx)

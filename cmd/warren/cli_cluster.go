@@ -1,0 +1,146 @@
+package main
+
+// warren cluster status|join|forget (issue 13), over the management API
+// of any node: GET /api/cluster-status (Warren's; RabbitMQ's /api/nodes
+// when a broker has no such endpoint), POST /api/cluster/members,
+// DELETE /api/cluster/members/{name}.
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+)
+
+// clusterStatus is GET /api/cluster-status.
+type clusterStatus struct {
+	Node        string          `json:"node"`
+	ClusterName string          `json:"cluster_name"`
+	ClusterID   string          `json:"cluster_id"`
+	Leader      string          `json:"leader"`
+	Members     []clusterMember `json:"members"`
+}
+
+type clusterMember struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	Running bool   `json:"running"`
+	Leader  bool   `json:"leader"`
+}
+
+var clusterCommand = &cliCommand{name: "cluster", summary: "cluster nodes: status, join, forget", subs: []*cliCommand{
+	{name: "status", args: "", summary: "show the cluster's nodes, which are running and which leads (as rabbitmqctl cluster_status)", run: cmdClusterStatus},
+	{name: "join", args: "NAME HOST:PORT", summary: "add node NAME (started with --cluster-join, inter-node address HOST:PORT) to the cluster", run: cmdClusterJoin},
+	{name: "forget", args: "NAME", summary: "remove node NAME from the cluster (as rabbitmqctl forget_cluster_node)", run: cmdClusterForget},
+}}
+
+func cmdClusterStatus(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 0, 0, "cluster status"); err != nil {
+		return err
+	}
+	var st clusterStatus
+	raw, err := c.api.getJSON(apiPath("cluster-status"), &st)
+	if isNotFound(err) {
+		// A broker without Warren's endpoint (RabbitMQ): its /api/nodes.
+		return c.nodesStatus()
+	}
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return printJSON(c.stdout, raw)
+	}
+	members := st.Members
+	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	w := c.stdout
+	fmt.Fprintf(w, "Cluster status of node %s ...\n\nBasics\n\n", st.Node)
+	fmt.Fprintf(w, "Cluster name: %s\n", orDefault(st.ClusterName, "(none)"))
+	fmt.Fprintf(w, "Cluster id: %s\n", orDefault(st.ClusterID, "(not yet known)"))
+	fmt.Fprintf(w, "Leader: %s\n\nDisk Nodes\n\n", orDefault(st.Leader, "(none: no quorum)"))
+	for _, m := range members {
+		fmt.Fprintln(w, m.Name)
+	}
+	fmt.Fprintf(w, "\nRunning Nodes\n\n")
+	for _, m := range members {
+		if m.Running {
+			fmt.Fprintln(w, m.Name)
+		}
+	}
+	fmt.Fprintf(w, "\nMembers\n\n")
+	t := newTable(w, "NAME", "ADDRESS", "RUNNING", "LEADER")
+	for _, m := range members {
+		t.row(m.Name, m.Address, yesNo(m.Running), yesNo(m.Leader))
+	}
+	return t.flush()
+}
+
+// nodesStatus prints the status from GET /api/nodes (RabbitMQ's).
+func (c *cliCtx) nodesStatus() error {
+	var nodes []map[string]any
+	raw, err := c.api.getJSON(apiPath("nodes"), &nodes)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return printJSON(c.stdout, raw)
+	}
+	var overview struct {
+		Node        string `json:"node"`
+		ClusterName string `json:"cluster_name"`
+	}
+	c.api.getJSON(apiPath("overview"), &overview)
+	sort.Slice(nodes, func(i, j int) bool { return str(nodes[i]["name"]) < str(nodes[j]["name"]) })
+	w := c.stdout
+	fmt.Fprintf(w, "Cluster status of node %s ...\n\nBasics\n\nCluster name: %s\n\nDisk Nodes\n\n", overview.Node, orDefault(overview.ClusterName, "(none)"))
+	for _, n := range nodes {
+		fmt.Fprintln(w, str(n["name"]))
+	}
+	fmt.Fprintf(w, "\nRunning Nodes\n\n")
+	for _, n := range nodes {
+		if r, _ := n["running"].(bool); r {
+			fmt.Fprintln(w, str(n["name"]))
+		}
+	}
+	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func cmdClusterJoin(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 2, 2, "cluster join NAME HOST:PORT"); err != nil {
+		return err
+	}
+	name, addr := args[0], args[1]
+	if err := validNodeName(name); err != nil {
+		return fmt.Errorf("cluster join: %w", err)
+	}
+	if err := validAddr(addr); err != nil {
+		return fmt.Errorf("cluster join: address %q: %v (want the node's inter-node HOST:PORT, its --cluster-advertise)", addr, err)
+	}
+	if _, err := c.api.do(http.MethodPost, apiPath("cluster", "members"), map[string]string{"name": name, "address": addr}); err != nil {
+		return err
+	}
+	if c.json {
+		return printValueJSON(c.stdout, map[string]any{"name": name, "address": addr, "added": true})
+	}
+	fmt.Fprintf(c.stdout, "Added node %s (%s) to the cluster.\n", name, addr)
+	return nil
+}
+
+func cmdClusterForget(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 1, 1, "cluster forget NAME"); err != nil {
+		return err
+	}
+	if _, err := c.api.do(http.MethodDelete, apiPath("cluster", "members", args[0]), nil); err != nil {
+		return err
+	}
+	if c.json {
+		return printValueJSON(c.stdout, map[string]any{"name": args[0], "removed": true})
+	}
+	fmt.Fprintf(c.stdout, "Removed node %s from the cluster.\n", args[0])
+	return nil
+}
