@@ -59,8 +59,12 @@ func (e *QuorumError) Error() string   { return e.AMQP.Text }
 func (e *QuorumError) Unwrap() []error { return []error{e.AMQP, e.Err} }
 
 func quorumError(what string, err error) *QuorumError {
-	reason := strings.TrimPrefix(err.Error(), ErrNoQuorum.Error())
-	reason = strings.TrimLeft(reason, ": ")
+	// The Replicator's text, without the "cluster has no quorum" that
+	// both it and the group's own error may begin with.
+	reason := err.Error()
+	for strings.HasPrefix(reason, ErrNoQuorum.Error()) {
+		reason = strings.TrimLeft(strings.TrimPrefix(reason, ErrNoQuorum.Error()), ": ")
+	}
 	text := fmt.Sprintf("cluster has no quorum: %s not applied", what)
 	if reason != "" {
 		text += " (" + reason + ")"
