@@ -130,6 +130,8 @@ type remoteState struct {
 	// mu) for the calls waiting for theirs.
 	barriers map[string]uint64
 	barrierC *sync.Cond
+	// outboxes: the lossless, ordered one-way messages per node (remoteout.go).
+	outs map[string]*outbox
 }
 
 type pubWait struct {
@@ -210,9 +212,7 @@ func (q *Queue) call(req []byte) (*msgDecoder, error) {
 	rs.mu.Lock()
 	bid := rs.id()
 	rs.mu.Unlock()
-	if err := p.Send(q.Home, binary.AppendUvarint([]byte{opBarrier}, bid)); err != nil {
-		return nil, q.homeDown()
-	}
+	q.vhost.b.sendOrdered(q.Home, binary.AppendUvarint([]byte{opBarrier}, bid))
 	req = append(binary.AppendUvarint([]byte{req[0]}, bid), req[1:]...)
 	ctx, cancel := context.WithTimeout(context.Background(), remoteCallTimeout)
 	defer cancel()
@@ -697,8 +697,10 @@ func (q *Queue) remoteRemoveConsumer(c *Consumer) {
 	// The cancel first: the returned messages must not go back to it.
 	// rc stays known (gone) until the home's answer ends its stream, so
 	// that deliveries crossing the cancel are returned.
-	if p := q.vhost.b.getPeers(); p == nil || p.Send(q.Home, binary.AppendUvarint([]byte{opCancel}, rc.id)) != nil {
+	if p := q.vhost.b.getPeers(); p == nil || !p.Up(q.Home) {
 		q.forgetConsumer(rc)
+	} else {
+		q.vhost.b.sendOrdered(q.Home, binary.AppendUvarint([]byte{opCancel}, rc.id))
 	}
 	q.returnDeliveries(buf)
 }
@@ -718,9 +720,7 @@ func (b *Broker) deliverFromHome(from string, d *msgDecoder) {
 		// its messages back then), or of a previous run of this node
 		// that the home did not see go: the home drops it and requeues
 		// what it holds.
-		if p := b.getPeers(); p != nil && d.err == nil {
-			_ = p.Send(from, binary.AppendUvarint([]byte{opStale}, cid))
-		}
+		b.sendOrdered(from, binary.AppendUvarint([]byte{opStale}, cid))
 		return
 	}
 	q := rc.q
@@ -792,19 +792,12 @@ func (q *Queue) remoteDispatch() {
 
 // remoteSettle sends acks, rejects or requeues to the home, one message.
 func (q *Queue) remoteSettle(ds []Delivery, kind byte) {
-	p := q.vhost.b.getPeers()
-	if p == nil || len(ds) == 0 {
+	if len(ds) == 0 {
 		return
 	}
-	buf := q.appendRef(make([]byte, 0, 16+len(q.Name)+len(q.vhost.Name)+5*len(ds)), opSettle)
-	buf = append(buf, kind)
-	buf = binary.AppendUvarint(buf, uint64(len(ds)))
-	for i := range ds {
-		buf = binary.AppendUvarint(buf, ds[i].Seq)
-	}
-	// A failure means the home is down: it returns what this node held
-	// when it learns so (PeerState).
-	_ = p.Send(q.Home, buf)
+	// Never lost while the home is up (a full link waits, in order); when
+	// it is down, it returns what this node held (PeerState).
+	q.vhost.b.settleOrdered(q, kind, ds)
 }
 
 // --- consume (home node) ---
@@ -831,29 +824,14 @@ func (p *proxy) Deliver(c *Consumer, d Delivery) bool {
 	if peers == nil {
 		return false
 	}
+	// Held before it is sent: its settle may come back before Send
+	// returns.
 	if !c.NoAck {
 		rs.mu.Lock()
 		if p.credit > 0 && p.out >= p.credit {
 			rs.mu.Unlock()
 			return false
 		}
-		rs.mu.Unlock()
-	}
-	buf := make([]byte, 0, 48+len(d.Msg.Body)+len(d.Msg.Exchange)+len(d.Msg.RoutingKey))
-	buf = binary.AppendUvarint(append(buf, opDeliver), p.cid)
-	buf = appendDelivery(buf, &d)
-	if err := peers.Send(p.node, buf); err != nil {
-		// The link's send queue is full (or the node just went): offer
-		// again shortly, as nothing else may wake the consumer (a no-ack
-		// consumer has no settles to restore credit).
-		if peers.Up(p.node) && p.retry.CompareAndSwap(false, true) {
-			q := d.Queue
-			time.AfterFunc(sendRetry, func() { p.retry.Store(false); q.Dispatch() })
-		}
-		return false
-	}
-	if !c.NoAck {
-		rs.mu.Lock()
 		p.out++
 		h := rs.held[p.node]
 		if h == nil {
@@ -866,6 +844,29 @@ func (p *proxy) Deliver(c *Consumer, d Delivery) bool {
 		h[heldKey{d.Queue, d.Seq}] = heldDelivery{d: d, p: p}
 		rs.mu.Unlock()
 	}
+	buf := make([]byte, 0, 48+len(d.Msg.Body)+len(d.Msg.Exchange)+len(d.Msg.RoutingKey))
+	buf = binary.AppendUvarint(append(buf, opDeliver), p.cid)
+	buf = appendDelivery(buf, &d)
+	if err := peers.Send(p.node, buf); err != nil {
+		if !c.NoAck {
+			rs.mu.Lock()
+			if h := rs.held[p.node]; h != nil {
+				if _, ok := h[heldKey{d.Queue, d.Seq}]; ok {
+					delete(h, heldKey{d.Queue, d.Seq})
+					p.out--
+				}
+			}
+			rs.mu.Unlock()
+		}
+		// The link's send queue is full (or the node just went): offer
+		// again shortly, as nothing else may wake the consumer (a no-ack
+		// consumer has no settles to restore credit).
+		if peers.Up(p.node) && p.retry.CompareAndSwap(false, true) {
+			q := d.Queue
+			time.AfterFunc(sendRetry, func() { p.retry.Store(false); q.Dispatch() })
+		}
+		return false
+	}
 	return true
 }
 
@@ -875,9 +876,7 @@ func (p *proxy) Cancelled(c *Consumer) {
 	rs.mu.Lock()
 	delete(rs.proxies, proxyKey{p.node, p.cid})
 	rs.mu.Unlock()
-	if peers := p.b.getPeers(); peers != nil {
-		_ = peers.Send(p.node, binary.AppendUvarint([]byte{opCanceled}, p.cid))
-	}
+	p.b.sendOrdered(p.node, binary.AppendUvarint([]byte{opCanceled}, p.cid))
 }
 
 func (b *Broker) consumeForPeer(from string, d *msgDecoder) error {
@@ -953,9 +952,7 @@ func (b *Broker) cancelForPeer(from string, d *msgDecoder) {
 		p.c.Queue.RemoveConsumer(p.c)
 	}
 	// The end of the consumer's stream: nothing more follows for cid.
-	if peers := b.getPeers(); peers != nil {
-		_ = peers.Send(from, binary.AppendUvarint([]byte{opCanceled}, cid))
-	}
+	b.sendOrdered(from, binary.AppendUvarint([]byte{opCanceled}, cid))
 }
 
 // takeHeld removes the deliveries node holds for q's seqs and restores
