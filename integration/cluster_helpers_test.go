@@ -249,7 +249,23 @@ func (p *loopPeers) Send(node string, msg []byte) error {
 	case l.ch <- msg:
 		return nil
 	default:
-		return fmt.Errorf("%s: send queue full", node)
+		return fmt.Errorf("%s: %w", node, broker.ErrLinkFull)
+	}
+}
+
+// SendWait is Send that waits while the link is full (broker.PacedPeers,
+// as the cluster glue's), polling it.
+func (p *loopPeers) SendWait(ctx context.Context, node string, msg []byte) error {
+	for {
+		err := p.Send(node, msg)
+		if err == nil || !errors.Is(err, broker.ErrLinkFull) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Microsecond):
+		}
 	}
 }
 
