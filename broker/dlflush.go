@@ -63,7 +63,7 @@ func (q *Queue) unlock() {
 // called on a flusher.
 func (q *Queue) unlockPaced() {
 	q.kickFlusherLocked()
-	busy := q.dlFlushing
+	busy := q.dlFlushing || len(q.rdl) > 0
 	q.mu.Unlock()
 	if busy && q.vhost.dlq.n.Load() >= dlBacklogLimit {
 		q.vhost.dlq.wait()

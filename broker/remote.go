@@ -464,6 +464,8 @@ func (b *Broker) enqueuedFromHome(d *msgDecoder) {
 		pw.rw.done(nil)
 	case enqRejected:
 		pw.rw.done(ErrRemoteRejected)
+	case enqNoQueue:
+		pw.rw.done(errRemoteNoQueue)
 	default:
 		pw.rw.done(errRemoteFailed)
 	}
