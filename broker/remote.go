@@ -395,8 +395,9 @@ func (w *rwait) wait(ctx context.Context) error {
 	}
 }
 
-// forward sends m to q's home node. r (nil for dead letters and moves,
-// which nobody confirms) collects the wait for the home's answer.
+// forward sends m to q's home node. r (nil for moves, which nobody
+// confirms) collects the wait for the home's answer. Dead letters go
+// through forwardDL instead (dlremote.go: at least once).
 func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 	b := q.vhost.b
 	rs := &b.remote
