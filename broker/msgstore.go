@@ -672,7 +672,7 @@ type recState struct {
 	requeues map[uint64]reqInfo
 	purges   []purgeRec
 	moves    map[uint64][]uint64 // X without A: seq -> target queue ids
-	remote   []store.Pos          // Y records (dlremote.go)
+	remote   []store.Pos         // Y records (dlremote.go)
 	maxSeq   uint64
 }
 

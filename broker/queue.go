@@ -111,11 +111,9 @@ type Queue struct {
 	outboxN    int               // the dead letters in outbox
 	dlInFlight int               // the dead letters the flusher took and is publishing
 	dlFlushing bool              // the queue's flusher goroutine runs (dlflush.go)
-	// rdl are the dead letters owed to queues on other nodes (dlremote.go),
-	// retried by rdlTimer with the backoff rdlBackoff.
-	rdl        []*remoteDL
-	rdlTimer   clock.Timer
-	rdlBackoff time.Duration
+	rdl        []*remoteDL       // dead letters owed to queues on other nodes (dlremote.go)
+	rdlTimer   clock.Timer       // retries rdl
+	rdlBackoff time.Duration     // rdlTimer's next delay
 	dlCond     *sync.Cond        // on mu: waiting for the flusher to go idle (waitDeadLetters)
 	dlHook     func()            // tests: runs before each outbox batch is published
 	disk       *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
