@@ -163,6 +163,11 @@ func (b *Broker) CloseUnclean() error { return b.close(false) }
 func (b *Broker) close(clean bool) error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		for _, vn := range b.VHosts() {
+			if v := b.VHost(vn); v != nil {
+				v.dlq.release() // clients waiting on dead letters owed to other nodes
+			}
+		}
 		b.HaltShovels() // they publish into the stores closed below
 		if b.ownsMsgs {
 			if err := b.msgs.Close(clean); err != nil {

@@ -274,6 +274,25 @@ func (q *Queue) retryRemoteDLs() {
 	}
 }
 
+// retryRemoteDLsNow starts the next round of every queue owing dead
+// letters to other nodes at once (a node came up), the backoff reset.
+func (b *Broker) retryRemoteDLsNow() {
+	for _, vn := range b.VHosts() {
+		v := b.VHost(vn)
+		if v == nil {
+			continue
+		}
+		for _, q := range v.Queues() {
+			q.mu.Lock()
+			if q.rdlTimer != nil && q.rdlTimer.Stop() {
+				q.rdlTimer, q.rdlBackoff = nil, 0
+				q.rdlTimer = b.clock.AfterFunc(0, q.retryRemoteDLs)
+			}
+			q.mu.Unlock()
+		}
+	}
+}
+
 // dropRemoteDLsLocked forgets the owed dead letters of a deleted queue
 // (a purge keeps them: they already left the queue).
 func (q *Queue) dropRemoteDLsLocked() {

@@ -987,6 +987,9 @@ func (q *Queue) settleLocal(ds []Delivery, kind byte) {
 // the local consumers of queues homed there are cancelled and the
 // publishes waiting for it fail (nack).
 func (b *Broker) PeerState(node string, up bool) {
+	if up && node != b.node {
+		b.retryRemoteDLsNow()
+	}
 	if up || node == b.node {
 		return
 	}
