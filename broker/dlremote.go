@@ -64,11 +64,10 @@ type remoteDL struct {
 	seg     uint32
 	ondisk  bool
 	sending int  // answers awaited
-	failed  bool // a target of this round did not confirm
-	dead    bool // the source queue was deleted
+	dead    bool // confirmed everywhere, or the source queue was deleted
 }
 
-// appendRemoteDLRecord appends q's Y record for rd (under q.mu, q.disk
+// appendRemoteDLRecordLocked appends q's Y record for rd (under q.mu, q.disk
 // open) and reports whether it did.
 func (q *Queue) appendRemoteDLRecordLocked(rd *remoteDL) bool {
 	d := q.disk
@@ -217,8 +216,6 @@ func (q *Queue) remoteDLAnswer(rd *remoteDL, name string, err error) {
 		if err == nil {
 			q.rdlBackoff = 0
 		}
-	} else {
-		rd.failed = true
 	}
 	rd.sending--
 	if rd.sending > 0 {
@@ -226,7 +223,6 @@ func (q *Queue) remoteDLAnswer(rd *remoteDL, name string, err error) {
 		return
 	}
 	if len(rd.targets) > 0 {
-		rd.failed = false
 		q.armRemoteDLRetryLocked()
 		q.mu.Unlock()
 		return
