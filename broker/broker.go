@@ -75,6 +75,7 @@ type Broker struct {
 	nodes      func() []string
 	placeQueue func(vhost, name string) string
 	applied    atomic.Uint64 // the last replicated command applied (cmd.go)
+	remote     remoteState   // remote queues (remote.go)
 
 	mu     sync.RWMutex
 	vhosts map[string]*VHost

@@ -24,6 +24,9 @@ type Browsed struct {
 // disk only (spill.go) are read from the queue's log, so the queue is
 // locked while fn runs: keep fn cheap and stop early.
 func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
+	if !q.IsLocal() {
+		return q.remoteBrowse(offset, fn)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	total = q.readyLocked()

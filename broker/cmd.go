@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/warrenmq/warren/amqp"
 )
@@ -440,8 +441,35 @@ func (v *VHost) proposeQueueDeclare(s QueueSpec) (*Queue, int, int, error) {
 	if q == nil { // deleted again at once
 		return nil, 0, 0, notFoundQueue(s.Name, v.Name)
 	}
+	if !q.IsLocal() {
+		// declare-ok once the queue exists on its home too, so that the
+		// client's next publish or consume finds it there.
+		v.b.awaitHome(q.Home)
+		return q, 0, 0, nil // new: empty, unused
+	}
 	m, n := q.Counts()
 	return q, m, n, nil
+}
+
+// HomeSyncer is implemented by a Replicator that can wait for another
+// node to apply the metadata log up to an index.
+type HomeSyncer interface {
+	AwaitApplied(ctx context.Context, node string, index uint64) error
+}
+
+// awaitHome waits (at most 5s) until node has applied every command this
+// node has applied. A failure is logged: the declare stands, and a use of
+// the queue before its home caught up answers what the home answers.
+func (b *Broker) awaitHome(node string) {
+	hs, ok := b.repl.(HomeSyncer)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.AwaitApplied(ctx, node, b.applied.Load()); err != nil {
+		b.log.Warn("cluster: a queue's home node did not confirm the declare", "node", node, "err", err)
+	}
 }
 
 // proposeQueueDelete deletes q through the cluster. if-unused and if-empty

@@ -21,11 +21,17 @@ import (
 type Durability struct {
 	logs  []*store.Log
 	sy    *store.Syncer
-	owned bool // logs is this value's own, not a Router's scratch
+	owned bool // logs (and rws) are this value's own, not a Router's scratch
+	// rws are the answers awaited from the home nodes of remote queues
+	// (remote.go): the message on disk there, or refused (a nack).
+	rws []*rwait
 }
 
 // Pending reports whether there is anything to wait for.
-func (d Durability) Pending() bool { return d.sy != nil && len(d.logs) > 0 }
+func (d Durability) Pending() bool { return d.sy != nil && len(d.logs) > 0 || len(d.rws) > 0 }
+
+// localPending reports whether there are local logs to wait for.
+func (d Durability) localPending() bool { return d.sy != nil && len(d.logs) > 0 }
 
 // Wait blocks until everything d covers is on disk, or ctx is done
 // (ctx.Err(); the sync still happens). It returns the store's error if a
@@ -34,8 +40,15 @@ func (d Durability) Wait(ctx context.Context) error {
 	if !d.Pending() {
 		return nil
 	}
-	for _, l := range d.logs {
-		if err := d.sy.Wait(ctx, l); err != nil {
+	if d.localPending() {
+		for _, l := range d.logs {
+			if err := d.sy.Wait(ctx, l); err != nil {
+				return err
+			}
+		}
+	}
+	for _, w := range d.rws {
+		if err := w.wait(ctx); err != nil {
 			return err
 		}
 	}
@@ -53,17 +66,27 @@ func (d Durability) Notify(done func(error)) {
 		done(nil)
 		return
 	}
-	if len(d.logs) == 1 {
+	local := d.localPending()
+	if len(d.rws) == 0 && len(d.logs) == 1 {
 		if err := d.sy.Request(d.logs[0], done); err != nil {
 			done(err)
 		}
 		return
 	}
-	j := &joinWait{left: len(d.logs), done: done}
-	for _, l := range d.logs {
-		if err := d.sy.Request(l, j.one); err != nil {
-			j.one(err)
+	n := len(d.rws)
+	if local {
+		n += len(d.logs)
+	}
+	j := &joinWait{left: n, done: done}
+	if local {
+		for _, l := range d.logs {
+			if err := d.sy.Request(l, j.one); err != nil {
+				j.one(err)
+			}
 		}
+	}
+	for _, w := range d.rws {
+		w.notify(j.one)
 	}
 }
 
@@ -96,14 +119,18 @@ func (d *Durability) Add(o Durability) {
 	}
 	if !d.owned {
 		d.logs = slices.Clone(d.logs)
+		d.rws = slices.Clone(d.rws)
 		d.owned = true
 	}
-	d.sy = o.sy
+	if o.sy != nil {
+		d.sy = o.sy
+	}
 	for _, l := range o.logs {
 		if !slices.Contains(d.logs, l) {
 			d.logs = append(d.logs, l)
 		}
 	}
+	d.rws = append(d.rws, o.rws...)
 }
 
 // Reset empties d, keeping the space it owns for reuse.
@@ -114,6 +141,8 @@ func (d *Durability) Reset() {
 	}
 	clear(d.logs)
 	d.logs = d.logs[:0]
+	clear(d.rws)
+	d.rws = d.rws[:0]
 }
 
 // WaitDurable waits until what tok covers is on disk, or ctx is done: the

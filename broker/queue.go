@@ -34,6 +34,9 @@ type Consumer struct {
 	Sink      Sink
 	// Owner identifies the connection that created the consumer.
 	Owner uint64
+	// Prefetch is the channel's prefetch count when the consumer was
+	// created (0: none): the credit a remote queue's home grants it.
+	Prefetch int
 	// m is the consumer in its queue's machine.
 	m *mconsumer
 }
@@ -123,6 +126,7 @@ type Queue struct {
 	dlxPending []pendingDL // at-least-once dead letters not yet taken (R1.14)
 	dlxTimer   clock.Timer
 	deleted    bool
+	rq         *remoteQ // a remote queue's consumers on this node (remote.go)
 }
 
 // The queue machine as the broker instantiates it: messages are
@@ -142,7 +146,7 @@ type entry struct {
 
 func newQueue(v *VHost, spec QueueSpec) *Queue {
 	q := &Queue{vhost: v, Name: spec.Name, Durable: spec.Durable, Exclusive: spec.Exclusive, AutoDelete: spec.AutoDelete,
-		Args: spec.Args, Config: ParseQueueArgs(spec.Args), bindings: map[*Binding]struct{}{}}
+		Args: spec.Args, Config: ParseQueueArgs(spec.Args), bindings: map[*Binding]struct{}{}, Home: spec.Home}
 	q.eff = q.Config
 	if spec.Exclusive {
 		q.Owner = spec.Owner
@@ -363,6 +367,9 @@ const (
 // appended to the queue's log first; r (nil when nobody waits for it)
 // collects the logs that a publisher confirm must wait for.
 func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
+	if !q.IsLocal() {
+		return q.forward(m, r)
+	}
 	if !q.mu.TryLock() {
 		// The queue is busy (its consumers are settling or being
 		// delivered to): the publisher backs off a little
@@ -526,6 +533,10 @@ type dlItem struct {
 // Dispatch delivers ready messages to consumers that can take them. Sinks
 // call it when they can take messages again.
 func (q *Queue) Dispatch() {
+	if !q.IsLocal() {
+		q.remoteDispatch()
+		return
+	}
 	q.mu.Lock()
 	q.m.Dispatch(q.clockMs(nil))
 	q.armLocked()
@@ -568,6 +579,9 @@ func (s *QueueStats) Delivered() uint64 {
 // Get takes the head message for basic.get. ok is false when the queue is
 // empty; remaining is the count left after the take.
 func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
+	if !q.IsLocal() {
+		return q.remoteGet(noAck)
+	}
 	q.mu.Lock()
 	defer q.unlock()
 	e, remaining, ok := q.m.Get(q.nowMs(), noAck)
@@ -585,7 +599,7 @@ func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 // expiry, delayed retry or x-expires.
 func (q *Queue) armLocked() {
 	next := q.m.NextDeadline()
-	if next == 0 || q.deleted {
+	if next == 0 || q.deleted || q.Home != "" && !q.IsLocal() {
 		return
 	}
 	if q.timer != nil && q.timerAt <= next && q.timerAt != 0 {
@@ -643,6 +657,10 @@ func (q *Queue) settledLocked(ds []Delivery) {
 
 // Ack settles deliveries of this queue as done.
 func (q *Queue) Ack(ds []Delivery) {
+	if !q.IsLocal() {
+		q.remoteSettle(ds, settleAck)
+		return
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.settledLocked(ds)
@@ -668,6 +686,10 @@ func (q *Queue) Ack(ds []Delivery) {
 // dead-lettered with reason rejected when the queue has a DLX, else
 // discarded (R5.2).
 func (q *Queue) Reject(ds []Delivery) {
+	if !q.IsLocal() {
+		q.remoteSettle(ds, settleReject)
+		return
+	}
 	q.mu.Lock()
 	q.settledLocked(ds)
 	for i := range ds {
@@ -686,6 +708,14 @@ func (q *Queue) Reject(ds []Delivery) {
 // delayed retry (R5.5), the deadline (R2.3) and drop-head (R4.4): see
 // machine.Machine.Requeue.
 func (q *Queue) Requeue(ds []Delivery, failed bool) {
+	if !q.IsLocal() {
+		kind := settleRequeue
+		if failed {
+			kind = settleRequeueFailed
+		}
+		q.remoteSettle(ds, kind)
+		return
+	}
 	q.mu.Lock()
 	defer q.unlockPaced()
 	q.settledLocked(ds)
@@ -702,6 +732,10 @@ func (q *Queue) Requeue(ds []Delivery, failed bool) {
 // Purge drops all ready and delayed messages and returns how many there
 // were. Purged messages are never dead-lettered (R3.1).
 func (q *Queue) Purge() int {
+	if !q.IsLocal() {
+		n, _ := q.remotePurge()
+		return n
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.purgeDiskLocked()
@@ -720,6 +754,9 @@ func (q *Queue) AddConsumer(c *Consumer) error { return q.AddConsumerThen(c, nil
 // delivered to c, so that basic.consume-ok is sent only on success and
 // ahead of the first delivery. added follows the rules of Sink.Deliver.
 func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
+	if !q.IsLocal() {
+		return q.remoteAddConsumer(c, added)
+	}
 	q.mu.Lock()
 	if q.deleted {
 		q.mu.Unlock()
@@ -744,6 +781,10 @@ func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 // RemoveConsumer unsubscribes c. If the queue is auto-delete and c was its
 // last consumer, the queue is deleted.
 func (q *Queue) RemoveConsumer(c *Consumer) {
+	if !q.IsLocal() {
+		q.remoteRemoveConsumer(c)
+		return
+	}
 	q.mu.Lock()
 	if c.m != nil && c.Queue == q {
 		q.m.RemoveConsumer(q.nowMs(), c.m)
@@ -799,10 +840,18 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.deleted = true
+	if q.rq != nil { // a remote queue: its local consumers
+		for id, rc := range q.rq.cons {
+			delete(q.rq.cons, id)
+			rc.gone, rc.buf = true, nil
+			q.vhost.b.remote.forget(rc)
+			cs = append(cs, rc.c)
+		}
+	}
 	if q.disk != nil {
 		q.disk.close(true)
 	}
-	cs = q.consumersLocked()
+	cs = append(cs, q.consumersLocked()...)
 	messages, _ = q.m.Delete()
 	q.spill = spillState{}
 	q.dlxPending = nil

@@ -272,9 +272,7 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 		}
 		// RabbitMQ renews x-expires on a passive declare too (its stat
 		// call restarts the expiry timer).
-		q.Touch()
-		m, c := q.Counts()
-		return q, m, c, nil
+		return q.declareCounts()
 	}
 	if q == nil {
 		if strings.HasPrefix(s.Name, "amq.") && !s.ServerNamed {
@@ -336,9 +334,7 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 	if err := queueArgsEquivalent(what, q, s.Args); err != nil { // R1.10
 		return nil, 0, 0, err
 	}
-	q.Touch() // a redeclare is a use (x-expires, R2.7)
-	m, c := q.Counts()
-	return q, m, c, nil
+	return q.declareCounts() // a redeclare is a use (x-expires, R2.7)
 }
 
 func lockedQueue(name, vhost string) *amqp.Error {
@@ -374,6 +370,9 @@ func (v *VHost) LookupQueue(name string, conn uint64) (*Queue, error) {
 	if q.Exclusive && q.Owner != conn {
 		return nil, lockedQueue(name, v.Name)
 	}
+	if err := q.checkHome(); err != nil { // a remote queue whose home is down
+		return nil, err
+	}
 	return q, nil
 }
 
@@ -388,9 +387,19 @@ func (v *VHost) DeleteQueue(name string, conn uint64, ifUnused, ifEmpty bool) (i
 		return 0, lockedQueue(name, v.Name)
 	}
 	if v.b.replicating() {
+		// The deletion applies on every node, the home's messages with
+		// it; a queue whose home is down cannot be deleted (RabbitMQ).
+		if err := q.checkHome(); err != nil {
+			return 0, err
+		}
 		return v.proposeQueueDelete(q, conn, ifUnused, ifEmpty)
 	}
-	return v.deleteQueue(q, ifUnused, ifEmpty)
+	home, err := q.deleteAtHome(ifUnused, ifEmpty) // a remote queue's messages are on its home
+	if err != nil {
+		return 0, err
+	}
+	n, err := v.deleteQueue(q, ifUnused, ifEmpty)
+	return n + home, err
 }
 
 func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
@@ -623,6 +632,8 @@ type Router struct {
 	logs   []*store.Log
 	failed bool
 	busy   bool
+	rw     *rwait   // this publish's wait for remote queues' homes (remote.go)
+	rws    []*rwait // scratch for Durability
 }
 
 func (r *Router) addLog(l *store.Log) {
@@ -682,6 +693,11 @@ func (v *VHost) Publish(r *Router, exchange string, m *Message) (PublishResult, 
 	}
 	clear(r.queues)
 	res.Durable, res.Failed, res.Busy = v.b.durability(r.logs), r.failed, r.busy
+	if r.rw != nil { // routed to remote queues: wait for their homes too
+		r.rws = append(r.rws[:0], r.rw)
+		r.rw = nil
+		res.Durable.rws = r.rws
+	}
 	return res, nil
 }
 

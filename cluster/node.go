@@ -1,16 +1,43 @@
 // Package cluster makes Warren nodes a cluster (issue 13): the inter-node
 // transport (cluster/transport), the metadata Raft group holding the
-// definitions (cluster/meta), and the glue that connects them to a broker,
-// its management API and its remote queues.
+// definitions (cluster/meta), and the glue in this file that connects them
+// to a node's broker (definitions through Raft, remote queues) and its
+// management API (cluster-wide lists, /api/nodes).
+//
+// One node, one transport: every other node is reached over one
+// authenticated TCP connection that multiplexes three services:
+//
+//	svcMeta  one-way   Raft messages of the metadata group
+//	svcData  call/one-way  the data plane of remote queues (broker.Peers)
+//	svcMgmt  call      the management API's local view of a node (mgmt.Cluster)
+//	svcSync  call      wait until a node has applied the metadata log to an index
 package cluster
 
 import (
+	"context"
 	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"time"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/cluster/meta"
+	"github.com/warrenmq/warren/cluster/transport"
 	"github.com/warrenmq/warren/mgmt"
+)
+
+// The services multiplexed on an inter-node link.
+const (
+	svcMeta byte = 1
+	svcData byte = 2
+	svcMgmt byte = 3
+	svcSync byte = 4
 )
 
 // Config configures a node.
@@ -18,30 +45,392 @@ type Config struct {
 	// Node is this node's name, "warren@host".
 	Node string
 	// Listen is the inter-node listen address ("host:port"); Advertise
-	// the address other nodes dial (default Listen).
+	// the address other nodes dial (default: Listen, or the listener's
+	// address when Listen's port is 0).
 	Listen, Advertise string
-	// Peers are the other nodes of a static peer list: name -> address.
+	// Peers are the nodes of a static peer list: name -> address. This
+	// node may be in it.
 	Peers map[string]string
 	// Secret is the shared cluster secret (RabbitMQ's Erlang cookie).
 	Secret []byte
-	// TLS, if set, encrypts inter-node links.
+	// TLS, if set, encrypts inter-node links (both ends use it).
 	TLS *tls.Config
 	// Join starts the node empty, waiting to be added to a running
 	// cluster (warren cluster join), instead of forming one from Peers.
 	Join bool
-	// DataDir keeps the node's Raft state.
+	// DataDir keeps the node's Raft state (meta-raft.db).
 	DataDir string
 	Logger  *slog.Logger
+	// Tick is the Raft tick (default 100 ms; tests use less).
+	Tick time.Duration
+	// ProposeTimeout bounds a definition change without a quorum
+	// (default 5 s).
+	ProposeTimeout time.Duration
 }
 
 // Node is a running cluster node.
-type Node struct{}
+type Node struct {
+	cfg  Config
+	log  *slog.Logger
+	b    *broker.Broker
+	m    *mgmt.Server
+	tr   *transport.Transport
+	ln   net.Listener
+	meta *meta.Group
+	addr string
+	up   time.Time
 
-// Start joins b (opened with Config.Node set) and its management server m
-// (nil if disabled) to the cluster. Call it before serving clients.
-func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
-	return nil, errors.New("cluster: not built yet (issue 13 in progress)")
+	mu    sync.Mutex
+	peers map[string]string // name -> address, as the transport has them
+	wg    sync.WaitGroup
+	once  sync.Once
+	stop  chan struct{} // closed by Close
 }
 
-// Close leaves the cluster's links and stops the node's Raft groups.
-func (n *Node) Close() error { return nil }
+// Start joins b (opened with broker.Config.Node = cfg.Node) and its
+// management server m (nil if disabled) to the cluster. Call it before
+// serving clients: it returns once the node has replayed its own Raft log
+// into b.
+func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
+	if cfg.Node == "" || b.Node() != cfg.Node {
+		return nil, fmt.Errorf("cluster: the broker's node name %q must be the node's %q", b.Node(), cfg.Node)
+	}
+	if len(cfg.Secret) == 0 {
+		return nil, errors.New("cluster: a cluster secret is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), b: b, m: m, peers: map[string]string{}, up: time.Now()}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listening on %s: %w", cfg.Listen, err)
+	}
+	n.ln = ln
+	n.addr = cfg.Advertise
+	if n.addr == "" {
+		n.addr = ln.Addr().String()
+	}
+	n.tr = transport.New(transport.Config{
+		Self:      cfg.Node,
+		Secret:    cfg.Secret,
+		ClusterID: n.clusterID,
+		LearnID: func(id string) {
+			if g := n.group(); g != nil {
+				if err := g.SetClusterID(id); err != nil {
+					n.log.Error("cluster: learning the cluster id", "id", id, "err", err)
+				}
+			}
+		},
+		TLS:    cfg.TLS,
+		Logger: n.log,
+	})
+	initial := map[string]string{cfg.Node: n.addr}
+	for name, addr := range cfg.Peers {
+		if name != cfg.Node {
+			initial[name] = addr
+			n.setPeer(name, addr)
+		}
+	}
+	n.tr.OnMessage(svcMeta, func(from string, msg []byte) {
+		if g := n.group(); g != nil {
+			g.Step(from, msg)
+		}
+	})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		_ = n.tr.Serve(ln)
+	}()
+
+	g, err := meta.Open(meta.Config{
+		Self:           cfg.Node,
+		Dir:            cfg.DataDir,
+		Peers:          initial,
+		Join:           cfg.Join,
+		SM:             stateMachine{b},
+		Send:           func(to string, data []byte) error { return n.tr.Send(to, svcMeta, data) },
+		Logger:         n.log,
+		Tick:           cfg.Tick,
+		ProposeTimeout: cfg.ProposeTimeout,
+	})
+	if err != nil {
+		n.tr.Close()
+		n.wg.Wait()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.mu.Lock()
+	n.meta = g
+	n.mu.Unlock()
+	g.OnMembers(n.membersChanged)
+	n.membersChanged(g.Members())
+
+	b.SetReplicator(replicator{g: g, n: n})
+	n.tr.Handle(svcSync, n.serveSync)
+	b.SetNodes(n.nodeNames)
+	b.SetPeers(peers{n})
+	n.tr.Handle(svcData, b.HandlePeerCall)
+	n.tr.OnMessage(svcData, b.HandlePeerMessage)
+	n.tr.OnPeerState(func(name string, up bool) { b.PeerState(name, up) })
+	if m != nil {
+		m.SetCluster(mgmtCluster{n})
+		n.tr.Handle(svcMgmt, n.serveMgmt)
+	}
+	return n, nil
+}
+
+func (n *Node) group() *meta.Group {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.meta
+}
+
+func (n *Node) clusterID() string {
+	if g := n.group(); g != nil {
+		return g.ClusterID()
+	}
+	return ""
+}
+
+func (n *Node) setPeer(name, addr string) {
+	n.mu.Lock()
+	old, ok := n.peers[name]
+	n.peers[name] = addr
+	n.mu.Unlock()
+	if !ok || old != addr {
+		n.tr.SetPeer(name, addr)
+	}
+}
+
+// membersChanged brings the transport's peers in line with the metadata
+// group's members.
+func (n *Node) membersChanged(ms []meta.Member) {
+	keep := map[string]bool{}
+	for _, m := range ms {
+		if m.Name == n.cfg.Node || m.Addr == "" {
+			continue
+		}
+		keep[m.Name] = true
+		n.setPeer(m.Name, m.Addr)
+	}
+	n.mu.Lock()
+	var gone []string
+	for name := range n.peers {
+		if !keep[name] {
+			if _, static := n.cfg.Peers[name]; static && len(ms) == 0 {
+				continue
+			}
+			gone = append(gone, name)
+		}
+	}
+	for _, name := range gone {
+		delete(n.peers, name)
+	}
+	n.mu.Unlock()
+	if len(ms) == 0 {
+		return
+	}
+	for _, name := range gone {
+		n.tr.RemovePeer(name)
+		n.b.PeerState(name, false)
+	}
+}
+
+// nodeNames lists the cluster's members, this node included, sorted.
+func (n *Node) nodeNames() []string {
+	names := []string{n.cfg.Node}
+	if g := n.group(); g != nil {
+		for _, m := range g.Members() {
+			if m.Name != n.cfg.Node {
+				names = append(names, m.Name)
+			}
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Name is the node's name; Addr its inter-node address.
+func (n *Node) Name() string { return n.cfg.Node }
+func (n *Node) Addr() string { return n.addr }
+
+// Meta is the node's metadata group, for status and tests.
+func (n *Node) Meta() *meta.Group { return n.group() }
+
+// Close leaves the cluster's links and stops the node's Raft group. The
+// broker and management server stay the caller's to close (after).
+func (n *Node) Close() error {
+	var err error
+	n.once.Do(func() {
+		if n.stop != nil {
+			close(n.stop)
+		}
+		if g := n.group(); g != nil {
+			err = g.Close()
+		}
+		if e := n.tr.Close(); err == nil {
+			err = e
+		}
+		n.wg.Wait()
+	})
+	return err
+}
+
+// stateMachine applies the metadata group's log to the broker.
+type stateMachine struct{ b *broker.Broker }
+
+func (s stateMachine) Apply(index uint64, cmd []byte) error { return s.b.ApplyCommand(index, cmd) }
+func (s stateMachine) Snapshot() ([]byte, error)            { return s.b.SnapshotDefinitions() }
+func (s stateMachine) Restore(index uint64, data []byte) error {
+	return s.b.RestoreDefinitions(index, data)
+}
+
+// replicator proposes definition changes to the metadata group.
+type replicator struct {
+	g *meta.Group
+	n *Node
+}
+
+func (r replicator) Propose(ctx context.Context, cmd []byte) error {
+	return quorum(r.g.Propose(ctx, cmd))
+}
+
+// peers is the broker's data plane over the transport.
+type peers struct{ n *Node }
+
+func (p peers) Call(ctx context.Context, node string, req []byte) ([]byte, error) {
+	return p.n.tr.Call(ctx, node, svcData, req)
+}
+func (p peers) Send(node string, msg []byte) error { return p.n.tr.Send(node, svcData, msg) }
+func (p peers) Up(node string) bool {
+	for _, s := range p.n.tr.Peers() {
+		if s.Name == node {
+			return s.Up
+		}
+	}
+	return false
+}
+
+// mgmtRequest is a management call run on another node.
+type mgmtRequest struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Body   []byte `json:"body,omitempty"`
+}
+
+type mgmtResponse struct {
+	Status int    `json:"status"`
+	Body   []byte `json:"body"`
+}
+
+func (n *Node) serveMgmt(from string, req []byte) ([]byte, error) {
+	var r mgmtRequest
+	if err := json.Unmarshal(req, &r); err != nil {
+		return nil, fmt.Errorf("bad management request: %w", err)
+	}
+	st, body := n.m.ServeLocal(r.Method, r.Path, r.Body)
+	return json.Marshal(mgmtResponse{Status: st, Body: body})
+}
+
+// Links lists the node's inter-node links.
+func (n *Node) Links() []transport.PeerStatus { return n.tr.Peers() }
+
+// AwaitApplied asks node to wait until it has applied the metadata log up
+// to index (broker.HomeSyncer): a declare of a queue homed there answers
+// once the queue exists there.
+func (r replicator) AwaitApplied(ctx context.Context, node string, index uint64) error {
+	if r.n == nil || node == r.n.cfg.Node {
+		return nil
+	}
+	_, err := r.n.tr.Call(ctx, node, svcSync, binary.AppendUvarint(nil, index))
+	return err
+}
+
+// serveSync answers an AwaitApplied: once this node's broker has applied
+// the index asked for, or after 5s.
+func (n *Node) serveSync(from string, req []byte) ([]byte, error) {
+	index, k := binary.Uvarint(req)
+	if k <= 0 {
+		return nil, errors.New("bad sync request")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for n.b.AppliedIndex() < index {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s has applied %d of %d after 5s", n.cfg.Node, n.b.AppliedIndex(), index)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil, nil
+}
+
+// mgmtCluster is the management API's view of the cluster.
+type mgmtCluster struct{ n *Node }
+
+func (c mgmtCluster) Self() string { return c.n.cfg.Node }
+
+func (c mgmtCluster) Nodes() []mgmt.NodeInfo {
+	g := c.n.group()
+	if g == nil {
+		return []mgmt.NodeInfo{{Name: c.n.cfg.Node, Address: c.n.addr, Running: true}}
+	}
+	leader := g.Leader()
+	up := map[string]bool{}
+	for _, p := range c.n.tr.Peers() {
+		up[p.Name] = p.Up
+	}
+	var out []mgmt.NodeInfo
+	seen := false
+	for _, m := range g.Members() {
+		if m.Name == c.n.cfg.Node {
+			seen = true
+		}
+		out = append(out, mgmt.NodeInfo{Name: m.Name, Address: m.Addr, Running: m.Name == c.n.cfg.Node || up[m.Name],
+			Leader: m.Name == leader})
+	}
+	if !seen {
+		out = append(out, mgmt.NodeInfo{Name: c.n.cfg.Node, Address: c.n.addr, Running: true, Leader: leader == c.n.cfg.Node})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (c mgmtCluster) Status() mgmt.ClusterStatus {
+	g := c.n.group()
+	if g == nil {
+		return mgmt.ClusterStatus{}
+	}
+	return mgmt.ClusterStatus{ID: g.ClusterID(), Leader: g.Leader()}
+}
+
+func (c mgmtCluster) Fetch(ctx context.Context, node, method, path string, body []byte) (int, []byte, error) {
+	req, err := json.Marshal(mgmtRequest{Method: method, Path: path, Body: body})
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := c.n.tr.Call(ctx, node, svcMgmt, req)
+	if err != nil {
+		return 0, nil, err
+	}
+	var r mgmtResponse
+	if err := json.Unmarshal(resp, &r); err != nil {
+		return 0, nil, fmt.Errorf("bad management response from %s: %w", node, err)
+	}
+	return r.Status, r.Body, nil
+}
+
+func (c mgmtCluster) AddMember(ctx context.Context, name, addr string) error {
+	return quorum(c.n.group().AddMember(ctx, name, addr))
+}
+
+func (c mgmtCluster) RemoveMember(ctx context.Context, name string) error {
+	return quorum(c.n.group().RemoveMember(ctx, name))
+}
+
+// quorum makes a metadata group's no-quorum error one the broker and the
+// management API recognise.
+func quorum(err error) error {
+	if err != nil && errors.Is(err, meta.ErrNoQuorum) && !errors.Is(err, broker.ErrNoQuorum) {
+		return fmt.Errorf("%w: %v", broker.ErrNoQuorum, err)
+	}
+	return err
+}

@@ -101,6 +101,56 @@ func TestAmqp091Suite(t *testing.T) {
 		url = w.URL()
 		_, port, _ = net.SplitHostPort(strings.TrimPrefix(w.MgmtURL(), "http://"))
 	}
+	runAmqp091Suite(t, goBin, dir, env, url, port)
+}
+
+// TestAmqp091SuiteCluster is issue 13's must-show 1: the same suite with
+// the client connected to one node of a two-node cluster while every
+// queue it declares lives on the other (warrentest.PlaceQueuesOn), so that
+// every publish, delivery, ack, get, purge and delete crosses the
+// inter-node link. The recovery tests close their connections through the
+// management API of the client's node.
+func TestAmqp091SuiteCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("amqp091-go integration suite takes minutes; skipped with -short")
+	}
+	goBin := requireProgram(t, "go", "install the Go toolchain")
+	srcDir := amqp091ModuleDir(t, goBin)
+	dir := filepath.Join(t.TempDir(), "amqp091-go")
+	if err := copyTree(srcDir, dir); err != nil {
+		t.Fatalf("copying %s: %v", srcDir, err)
+	}
+	env := suiteGoEnv()
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := command(ctx, dir, env, goBin, "mod", "download")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			missing(t, "go mod download for %s failed (module proxy unreachable?): %v\n%s", amqp091Module, err, out)
+		}
+	}
+	c := warrentest.StartCluster(t, 2, warrentest.PlaceQueuesOn(warrentest.NodeName(1)))
+	client, home := c.Node(0), c.Node(1)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(client.MgmtURL(), "http://"))
+	runAmqp091Suite(t, goBin, dir, env, client.URL(), port)
+	// The suite's queues lived on the other node: the link into it must
+	// have carried the suite's traffic (it publishes megabytes).
+	var in uint64
+	for _, l := range home.Cluster().Links() {
+		if l.Name == client.Name() {
+			in = l.BytesIn
+		}
+	}
+	if in < 1<<20 {
+		t.Fatalf("node %s received %d bytes from %s: the suite's queues did not live on it", home.Name(), in, client.Name())
+	}
+	t.Logf("queues' home node %s received %d bytes over the inter-node link", home.Name(), in)
+}
+
+// runAmqp091Suite runs the copied, downloaded suite in dir against url,
+// with port the management API's port the recovery tests use.
+func runAmqp091Suite(t *testing.T, goBin, dir string, env []string, url, port string) {
+	t.Helper()
 	patchSuite(t, dir, port)
 	timeout := suiteTimeout(t, 8*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -43,7 +43,7 @@ func (s *Server) accessRoutes() {
 	s.handle("PUT /api/topic-permissions/{vhost}/{user}", lvlAdmin, (*call).topicPermissionPut)
 	s.handle("DELETE /api/topic-permissions/{vhost}/{user}", lvlAdmin, (*call).topicPermissionDelete)
 	s.handle("GET /api/global-parameters", lvlAdmin, func(c *call) error {
-		return c.ok([]any{map[string]any{"name": "cluster_name", "value": c.s.node}})
+		return c.ok([]any{map[string]any{"name": "cluster_name", "value": c.s.clusterName()}})
 	})
 	s.handle("GET /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionGet)
 	s.handle("PUT /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionPut)
@@ -53,10 +53,29 @@ func (s *Server) accessRoutes() {
 func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	var ready, unacked int
 	qs := v.Queues()
-	for _, q := range qs {
-		st := q.Stats()
-		ready += st.Ready
-		unacked += st.Unacked
+	state := map[string]any{c.s.node: "running"}
+	if c.clustered() {
+		// Each node's counts of the queues homed on it (overviewParts);
+		// a node that does not answer counts none.
+		state = map[string]any{}
+		for _, n := range c.s.cluster().Nodes() {
+			state[n.Name] = "running"
+			if !n.Running {
+				state[n.Name] = "nodedown"
+			}
+		}
+		for _, p := range c.clusterParts() {
+			if ov := p.VHosts[v.Name]; ov != nil {
+				ready += ov.Ready
+				unacked += ov.Unacked
+			}
+		}
+	} else {
+		for _, q := range qs {
+			st := q.Stats()
+			ready += st.Ready
+			unacked += st.Unacked
+		}
 	}
 	meta := v.Meta()
 	desc, tags := meta.Description, meta.Tags
@@ -68,7 +87,7 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	}
 	m := map[string]any{"name": v.Name, "description": desc, "tags": tags, "default_queue_type": "undefined",
 		"metadata": map[string]any{"description": desc, "tags": tags}, "tracing": false,
-		"cluster_state": map[string]any{c.s.node: "running"}}
+		"cluster_state": state}
 	// As RabbitMQ, whose vhost message counts are its queues' statistics:
 	// a vhost without queues has none (rabbitmqadmin list vhosts shows an
 	// empty cell, not 0).
@@ -219,7 +238,7 @@ func (c *call) topicPermissionPut() error {
 	}
 	existed := len(c.s.b.TopicPermissions(vh, u)) > 0
 	if err := c.s.b.SetTopicPermission(vh, u, broker.TopicPermission{Exchange: *b.Exchange, Write: *b.Write, Read: *b.Read}); err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	return c.created(!existed)
 }
@@ -407,7 +426,7 @@ func (c *call) permissionPut() error {
 	}
 	_, existed := c.s.b.Permissions(vh, u)
 	if err := c.s.b.SetPermissions(vh, u, broker.Permission{Configure: *b.Configure, Write: *b.Write, Read: *b.Read}); err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	return c.created(!existed)
 }

@@ -31,6 +31,10 @@ type call struct {
 	w    http.ResponseWriter
 	r    *http.Request
 	user *broker.User
+	// local marks a request another node runs here (ServeLocal): trusted,
+	// answered with this node's own objects, never fanned out.
+	local bool
+	parts []*overviewParts // clusterParts
 
 	byQueue map[[2]string][]server.ConsumerInfo // consumers by vhost and queue; see queueConsumers
 	xstats  map[[2]string]server.ExchangeCounts // see exchangeCounts
@@ -77,7 +81,12 @@ type handler func(c *call) error
 func (s *Server) handle(pattern string, lvl level, h handler) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c := &call{s: s, w: w, r: r}
-		err := c.authenticate(lvl)
+		var err error
+		if isLocalRequest(r) {
+			c.local, c.user = true, internalUser
+		} else {
+			err = c.authenticate(lvl)
+		}
 		if err == nil {
 			err = h(c)
 		}
@@ -167,14 +176,14 @@ func (c *call) visibleVHosts() ([]*broker.VHost, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !c.s.b.CanAccessVHost(c.user.Name, v.Name) {
+		if !c.local && !c.s.b.CanAccessVHost(c.user.Name, v.Name) {
 			return nil, nil
 		}
 		return []*broker.VHost{v}, nil
 	}
 	var vs []*broker.VHost
 	for _, n := range c.s.b.VHosts() {
-		if c.s.b.CanAccessVHost(c.user.Name, n) {
+		if c.local || c.s.b.CanAccessVHost(c.user.Name, n) {
 			if v := c.s.b.VHost(n); v != nil {
 				vs = append(vs, v)
 			}

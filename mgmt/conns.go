@@ -1,6 +1,11 @@
 package mgmt
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/server"
 )
@@ -86,7 +91,36 @@ func (c *call) connections() error {
 	for _, ci := range cs {
 		list = append(list, c.connJSON(ci))
 	}
+	if c.clustered() {
+		list = append(list, c.remoteVisible(func(m map[string]any) bool { return c.seesUser(str(m["user"])) })...)
+	}
 	return c.list(list)
+}
+
+// remoteVisible is the other nodes' list for this path, without what
+// keep refuses (what the user may not see).
+func (c *call) remoteVisible(keep func(map[string]any) bool) []map[string]any {
+	items, _ := c.remoteList()
+	out := items[:0]
+	for _, m := range items {
+		if keep(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// remoteConn finds a connection on another node: the node and the
+// connection as that node shows it, if the user may see it.
+func (c *call) remoteConn() (string, map[string]any, error) {
+	if !c.clustered() {
+		return "", nil, errNotFound
+	}
+	node, m, ok := c.remoteItem("/api/connections/" + url.PathEscape(c.pv("name")))
+	if !ok || !c.seesUser(str(m["user"])) {
+		return "", nil, errNotFound
+	}
+	return node, m, nil
 }
 
 func (c *call) findConn() (server.ConnectionInfo, error) {
@@ -101,6 +135,13 @@ func (c *call) findConn() (server.ConnectionInfo, error) {
 
 func (c *call) connectionGet() error {
 	ci, err := c.findConn()
+	if err == errNotFound && c.clustered() {
+		_, m, err := c.remoteConn()
+		if err != nil {
+			return err
+		}
+		return c.ok(m)
+	}
 	if err != nil {
 		return err
 	}
@@ -111,19 +152,59 @@ func (c *call) connectionGet() error {
 // reason from the X-Reason header, as RabbitMQ ("Closed via management
 // plugin" by default).
 func (c *call) connectionDelete() error {
+	reason := c.reason()
 	ci, err := c.findConn()
+	if err == errNotFound && c.clustered() {
+		// On another node: checked here, closed there.
+		node, m, err := c.remoteConn()
+		if err != nil {
+			return err
+		}
+		if !c.admin() && str(m["user"]) != c.user.Name {
+			return notAuthorised("Not administrator user")
+		}
+		body, _ := json.Marshal(map[string]string{"reason": reason})
+		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
+		defer cancel()
+		st, resp, err := c.s.cluster().Fetch(ctx, node, http.MethodDelete, c.escapedPath(), body)
+		if err != nil {
+			return &apiError{Status: http.StatusServiceUnavailable, Err: "unavailable", Reason: "node " + node + ": " + err.Error()}
+		}
+		if st != http.StatusNoContent {
+			c.w.Header().Set("Content-Type", "application/json")
+			c.w.WriteHeader(st)
+			_, _ = c.w.Write(resp)
+			return nil
+		}
+		return c.noContent()
+	}
 	if err != nil {
 		return err
 	}
 	if !c.admin() && ci.User != c.user.Name {
 		return notAuthorised("Not administrator user")
 	}
+	c.s.srv.CloseConnection(ci.Name, reason)
+	return c.noContent()
+}
+
+// reason is a connection close's reason: the X-Reason header, or for a
+// request from another node the body's "reason" (ServeLocal carries no
+// headers); "Closed via management plugin" by default, as RabbitMQ.
+func (c *call) reason() string {
 	reason := c.r.Header.Get("X-Reason")
+	if c.local {
+		var b struct {
+			Reason string `json:"reason"`
+		}
+		if c.decode(&b) == nil {
+			reason = b.Reason
+		}
+	}
 	if reason == "" {
 		reason = "Closed via management plugin"
 	}
-	c.s.srv.CloseConnection(ci.Name, reason)
-	return c.noContent()
+	return reason
 }
 
 // userConns returns the connections of user name. A user may act on its
@@ -153,6 +234,10 @@ func (c *call) userConnections(name string) error {
 	for _, ci := range cs {
 		list = append(list, map[string]any{"name": ci.Name, "vhost": ci.VHost, "user": ci.User, "node": c.s.node})
 	}
+	if c.clustered() {
+		items, _ := c.remoteList()
+		list = append(list, items...)
+	}
 	return c.ok(list)
 }
 
@@ -163,12 +248,13 @@ func (c *call) userConnectionsDelete(name string) error {
 	if err != nil {
 		return err
 	}
-	reason := c.r.Header.Get("X-Reason")
-	if reason == "" {
-		reason = "Closed via management plugin"
-	}
+	reason := c.reason()
 	for _, ci := range cs {
 		c.s.srv.CloseConnection(ci.Name, reason)
+	}
+	if c.clustered() {
+		body, _ := json.Marshal(map[string]string{"reason": reason})
+		c.fanOut(http.MethodDelete, c.escapedPath(), body)
 	}
 	return c.noContent()
 }
@@ -211,11 +297,28 @@ func (c *call) channels() error {
 	if err != nil {
 		return err
 	}
-	return c.list(c.channelsOf(func(ch server.ChannelInfo) bool { return vhost == "" || ch.VHost == vhost }))
+	list := c.channelsOf(func(ch server.ChannelInfo) bool { return vhost == "" || ch.VHost == vhost })
+	if c.clustered() {
+		list = append(list, c.remoteVisible(func(m map[string]any) bool { return c.seesUser(str(m["user"])) })...)
+	}
+	return c.list(list)
 }
 
 func (c *call) connectionChannels() error {
 	ci, err := c.findConn()
+	if err == errNotFound && c.clustered() {
+		node, _, err := c.remoteConn()
+		if err != nil {
+			return err
+		}
+		for _, r := range c.fanOut(http.MethodGet, c.escapedPath(), nil) {
+			if r.node == node && r.ok200() {
+				writeBody(c.w, http.StatusOK, r.body)
+				return nil
+			}
+		}
+		return errNotFound
+	}
 	if err != nil {
 		return err
 	}
@@ -238,6 +341,11 @@ func (c *call) channelGet() error {
 			return c.ok(ch)
 		}
 	}
+	if c.clustered() {
+		if _, m, ok := c.remoteItem(c.escapedPath()); ok && c.seesUser(str(m["user"])) {
+			return c.ok(m)
+		}
+	}
 	return errNotFound
 }
 
@@ -252,6 +360,12 @@ func (c *call) consumers() error {
 			continue
 		}
 		list = append(list, consumerJSON(c.s.node, cs))
+	}
+	if c.clustered() {
+		list = append(list, c.remoteVisible(func(m map[string]any) bool {
+			q, _ := m["queue"].(map[string]any)
+			return c.canSee(str(q["vhost"]))
+		})...)
 	}
 	return c.ok(list)
 }

@@ -123,7 +123,7 @@ func (c *call) exchangePut() error {
 	}
 	args, err := broker.JSONTable(b.Arguments)
 	if err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	if name == "amq.default" || strings.HasPrefix(name, "amq.") {
 		return notAuthorised("Access refused.")
@@ -235,7 +235,7 @@ func (s *Server) publish(ctx context.Context, v *broker.VHost, exchange, key str
 	if props.Expiration != "" {
 		ttl, err := broker.ParseExpiration(props.Expiration)
 		if err != nil {
-			return false, badRequest(err.Error())
+			return false, changeFailed(err)
 		}
 		m.TTL, m.HasTTL = ttl, true
 	}
@@ -249,7 +249,7 @@ func (s *Server) publish(ctx context.Context, v *broker.VHost, exchange, key str
 		if errors.As(err, &e) {
 			return false, badRequest(strconv.Itoa(int(e.Code)) + " " + e.Text)
 		}
-		return false, badRequest(err.Error())
+		return false, changeFailed(err)
 	}
 	if res.Failed {
 		return false, &apiError{Status: 500, Err: "internal_server_error", Reason: "the message could not be written to disk"}
@@ -410,7 +410,7 @@ func bindingCreate(kind string) handler {
 		}
 		args, err := broker.JSONTable(b.Arguments)
 		if err != nil {
-			return badRequest(err.Error())
+			return changeFailed(err)
 		}
 		if err := c.check(v, broker.Write, destKind(kind), dst); err != nil {
 			return err

@@ -116,13 +116,13 @@ func (c *call) userLimitPut() error {
 		if ae, ok := err.(*apiError); ok {
 			return ae
 		}
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	if c.s.b.User(u) == nil {
 		return badRequestList("no_such_user", u)
 	}
 	if err := c.s.b.SetUserLimit(u, name, n); err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	return c.noContent()
 }

@@ -267,6 +267,9 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, q := range v.Queues() {
+			if !q.IsLocal() {
+				continue // as RabbitMQ's per-node scrape: a queue is its home node's
+			}
 			rows = append(rows, queueRow{vhost: vn, name: q.Name, q: q, st: q.Stats()})
 		}
 	}
@@ -283,7 +286,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	p.one("rabbitmq_build_info", "untyped", "RabbitMQ & Erlang/OTP version info (Warren: the RabbitMQ version it serves, Go version)", 1,
 		"rabbitmq_version", Version, "prometheus_plugin_version", Version, "erlang_version", runtime.Version(), "product_name", "Warren")
 	p.one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1,
-		"rabbitmq_node", s.node, "rabbitmq_cluster", s.node)
+		"rabbitmq_node", s.node, "rabbitmq_cluster", s.clusterName())
 	p.one("rabbitmq_alarms_file_descriptor_limit", "untyped", "is 1 if file descriptor limit alarm is in effect (Warren has none: always 0)", 0)
 	p.one("rabbitmq_alarms_free_disk_space_watermark", "untyped", "is 1 if free disk space watermark alarm is in effect", b2i(s.srv.AlarmRaised("disk")))
 	p.one("rabbitmq_alarms_memory_used_watermark", "untyped", "is 1 if VM memory watermark alarm is in effect", b2i(s.srv.AlarmRaised("memory")))

@@ -1,13 +1,18 @@
 package mgmt
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	amqpc "github.com/warrenmq/warren/amqp"
@@ -28,6 +33,7 @@ func (s *Server) routes() {
 	s.handle("GET /api/nodes", lvlMonitoring, (*call).nodes)
 	s.handle("GET /api/nodes/{node}", lvlMonitoring, (*call).nodeGet)
 	s.healthRoutes()
+	s.clusterRoutes()
 
 	s.connRoutes()
 	s.accessRoutes()
@@ -55,7 +61,7 @@ func (c *call) whoami() error {
 	return c.ok(map[string]any{"name": c.user.Name, "tags": tags})
 }
 
-func (c *call) clusterName() error { return c.ok(map[string]any{"name": c.s.node}) }
+func (c *call) clusterName() error { return c.ok(map[string]any{"name": c.s.clusterName()}) }
 
 // statsWithRates renders counters as RabbitMQ's message_stats: each
 // counter and its _details rate.
@@ -71,56 +77,178 @@ func (s *Server) statsWithRates(key string, c counters, fields ...string) map[st
 var overviewStatFields = []string{"publish", "confirm", "return_unroutable", "drop_unroutable", "deliver", "deliver_no_ack",
 	"get", "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack", "disk_reads", "disk_writes"}
 
-func (c *call) overview() error {
-	s := c.s
-	ms := serverCounters(s.srv.MessageStats())
-	var ready, unacked, queues, consumers, exchanges int
-	var dead uint64
-	for _, v := range c.seenVHosts() {
+// overviewParts is what a node contributes to the overview: its own
+// message counters, its own queues' counts by vhost (the queues homed on
+// it) and its connections by user. The node asked sums the parts of every
+// node over what the user may see (ServeLocal answers /api/overview with
+// its parts).
+type overviewParts struct {
+	Stats  counters                  `json:"stats"`  // the node's channel counters (overviewStatFields)
+	Rates  map[string]float64        `json:"rates"`  // their rates, and the queue totals' (messages...)
+	VHosts map[string]*overviewVHost `json:"vhosts"` // by vhost
+	Users  map[string]*overviewUser  `json:"users"`  // by user
+	// Listeners are the node's, as the overview lists them (every node's
+	// in a cluster, as RabbitMQ's).
+	Listeners []any `json:"listeners"`
+}
+
+type overviewVHost struct {
+	Ready     int                `json:"ready"`
+	Unacked   int                `json:"unacked"`
+	Consumers int                `json:"consumers"`
+	Dead      uint64             `json:"dead"`
+	Stats     counters           `json:"stats"` // the queues' publish, deliver_get, ack, redeliver
+	Rates     map[string]float64 `json:"rates"`
+}
+
+type overviewUser struct {
+	Connections int `json:"connections"`
+	Channels    int `json:"channels"`
+}
+
+var visibleQueueStatFields = []string{"publish", "deliver_get", "ack", "redeliver"}
+
+// overviewParts gathers this node's part of the overview.
+func (s *Server) overviewParts() *overviewParts {
+	p := &overviewParts{Stats: serverCounters(s.srv.MessageStats()), Rates: map[string]float64{},
+		VHosts: map[string]*overviewVHost{}, Users: map[string]*overviewUser{}, Listeners: []any{}}
+	for _, l := range s.listeners() {
+		p.Listeners = append(p.Listeners, listener(s.node, l.proto, l.addr))
+	}
+	for _, f := range overviewStatFields {
+		p.Rates[f] = s.rates.rate("overview", f)
+	}
+	for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {
+		p.Rates["queue."+f] = s.rates.rate("overview", f)
+	}
+	for _, vn := range s.b.VHosts() {
+		v := s.b.VHost(vn)
+		if v == nil {
+			continue
+		}
+		ov := &overviewVHost{Stats: counters{}, Rates: map[string]float64{}}
+		p.VHosts[vn] = ov
 		for _, q := range v.Queues() {
+			if !q.IsLocal() {
+				continue
+			}
 			st := q.Stats()
-			ready += st.Ready
-			unacked += st.Unacked
-			consumers += st.Consumers
-			queues++
+			ov.Ready += st.Ready
+			ov.Unacked += st.Unacked
+			ov.Consumers += st.Consumers
 			for _, n := range st.DeadLettered {
-				dead += n
+				ov.Dead += n
+			}
+			qc := queueCounters(st)
+			key := queueKey(vn, q.Name)
+			for _, f := range visibleQueueStatFields {
+				ov.Stats[f] += qc[f]
+				ov.Rates[f] += s.rates.rate(key, f)
 			}
 		}
+	}
+	for _, ci := range s.srv.Connections() {
+		u := p.Users[ci.User]
+		if u == nil {
+			u = &overviewUser{}
+			p.Users[ci.User] = u
+		}
+		u.Connections++
+		u.Channels += ci.Channels
+	}
+	return p
+}
+
+// clusterParts returns every node's overview parts, this node's first
+// (only this node's on a single node), read once per request.
+func (c *call) clusterParts() []*overviewParts {
+	if c.parts != nil {
+		return c.parts
+	}
+	c.parts = []*overviewParts{c.s.overviewParts()}
+	if c.clustered() {
+		for _, r := range c.fanOut(http.MethodGet, "/api/overview", nil) {
+			var p overviewParts
+			if r.ok200() && json.Unmarshal(r.body, &p) == nil {
+				c.parts = append(c.parts, &p)
+			}
+		}
+	}
+	return c.parts
+}
+
+func (c *call) overview() error {
+	s := c.s
+	if c.local {
+		return c.ok(s.overviewParts())
+	}
+	parts := c.clusterParts()
+	var ready, unacked, queues, consumers, exchanges int
+	var dead uint64
+	seen := c.seenVHosts()
+	for _, v := range seen {
+		queues += len(v.Queues())
 		exchanges += len(v.Exchanges())
 	}
-	conns := s.srv.Connections()
 	nconn, nch := 0, 0
-	for _, ci := range conns {
-		if c.seesUser(ci.User) {
-			nconn++
-			nch += ci.Channels
+	stats, rates := counters{}, map[string]float64{}
+	vstats, vrates := counters{}, map[string]float64{}
+	for _, p := range parts {
+		for _, v := range seen {
+			if ov := p.VHosts[v.Name]; ov != nil {
+				ready += ov.Ready
+				unacked += ov.Unacked
+				consumers += ov.Consumers
+				dead += ov.Dead
+				for _, f := range visibleQueueStatFields {
+					vstats[f] += ov.Stats[f]
+					vrates[f] += ov.Rates[f]
+				}
+			}
+		}
+		for name, u := range p.Users {
+			if c.seesUser(name) {
+				nconn += u.Connections
+				nch += u.Channels
+			}
+		}
+		for f, n := range p.Stats {
+			stats[f] += n
+		}
+		for f, r := range p.Rates {
+			rates[f] += r
 		}
 	}
 	qt := map[string]any{
-		"messages": ready + unacked, "messages_details": details(s.rates.rate("overview", "messages")),
-		"messages_ready": ready, "messages_ready_details": details(s.rates.rate("overview", "messages_ready")),
-		"messages_unacknowledged": unacked, "messages_unacknowledged_details": details(s.rates.rate("overview", "messages_unacknowledged")),
+		"messages": ready + unacked, "messages_details": details(rates["queue.messages"]),
+		"messages_ready": ready, "messages_ready_details": details(rates["queue.messages_ready"]),
+		"messages_unacknowledged": unacked, "messages_unacknowledged_details": details(rates["queue.messages_unacknowledged"]),
 	}
-	msgStats := s.statsWithRates("overview", ms, overviewStatFields...)
+	msgStats := make(map[string]any, 2*len(overviewStatFields))
+	for _, f := range overviewStatFields {
+		msgStats[f], msgStats[f+"_details"] = stats[f], details(rates[f])
+	}
 	if !c.monitor() {
 		// A user who may not see everything sees the message counts of
 		// the queues in its vhosts only, as RabbitMQ.
-		msgStats = c.visibleQueueStats()
+		msgStats = map[string]any{}
+		for _, f := range visibleQueueStatFields {
+			msgStats[f], msgStats[f+"_details"] = vstats[f], details(vrates[f])
+		}
 	}
 	// Warren's own: messages dead-lettered by every queue.
 	msgStats["dead_lettered"] = dead
-	msgStats["dead_lettered_details"] = details(s.rates.rate("overview", "dead_lettered"))
+	msgStats["dead_lettered_details"] = details(rates["queue.dead_lettered"])
 	listeners := []any{}
-	for _, l := range s.listeners() {
-		listeners = append(listeners, listener(s.node, l.proto, l.addr))
+	for _, p := range parts {
+		listeners = append(listeners, p.Listeners...)
 	}
 	return c.ok(map[string]any{
 		"management_version": Version, "rates_mode": "basic",
 		"sample_retention_policies": map[string]any{"global": []int{600, 3600, 28800, 86400}, "basic": []int{600, 3600}, "detailed": []int{600}},
 		"exchange_types":            exchangeTypes(),
 		"product_version":           server.Version, "product_name": "Warren", "rabbitmq_version": Version,
-		"cluster_name": s.node, "erlang_version": runtime.Version(), "erlang_full_version": runtime.Version(),
+		"cluster_name": s.clusterName(), "erlang_version": runtime.Version(), "erlang_full_version": runtime.Version(),
 		"release_series_support_status": "supported", "disable_stats": false, "enable_queue_totals": false,
 		"message_stats":             msgStats,
 		"churn_rates":               map[string]any{},
@@ -130,29 +258,6 @@ func (c *call) overview() error {
 		"listeners": listeners,
 		"contexts":  []any{map[string]any{"node": s.node, "description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
 	})
-}
-
-// visibleQueueStats sums the message counters and rates of the queues in
-// the vhosts the user may see.
-func (c *call) visibleQueueStats() map[string]any {
-	fields := []string{"publish", "deliver_get", "ack", "redeliver"}
-	sum := counters{}
-	rates := map[string]float64{}
-	for _, v := range c.seenVHosts() {
-		for _, q := range v.Queues() {
-			qc := queueCounters(q.Stats())
-			key := queueKey(v.Name, q.Name)
-			for _, f := range fields {
-				sum[f] += qc[f]
-				rates[f] += c.s.rates.rate(key, f)
-			}
-		}
-	}
-	m := map[string]any{}
-	for _, f := range fields {
-		m[f], m[f+"_details"] = sum[f], details(rates[f])
-	}
-	return m
 }
 
 func listener(node, proto string, a net.Addr) map[string]any {
@@ -213,13 +318,62 @@ func (s *Server) node1() map[string]any {
 	return m
 }
 
-func (c *call) nodes() error { return c.ok([]any{c.s.node1()}) }
+func (c *call) nodes() error {
+	if !c.clustered() {
+		return c.ok([]any{c.s.node1()})
+	}
+	nodes := c.s.cluster().Nodes()
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	out := make([]any, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = c.clusterNode(n)
+		}()
+	}
+	wg.Wait()
+	return c.ok(out)
+}
 
 func (c *call) nodeGet() error {
-	if c.pv("node") != c.s.node {
-		return errNotFound
+	name := c.pv("node")
+	if !c.clustered() {
+		if name != c.s.node {
+			return errNotFound
+		}
+		return c.ok(c.s.node1())
 	}
-	return c.ok(c.s.node1())
+	for _, n := range c.s.cluster().Nodes() {
+		if n.Name == name {
+			return c.ok(c.clusterNode(n))
+		}
+	}
+	return errNotFound
+}
+
+// clusterNode is a member as /api/nodes shows it: what the node reports
+// about itself, or, when it does not answer, its name with running false.
+// Warren adds "leader" (it leads the metadata group) and "address".
+func (c *call) clusterNode(n NodeInfo) map[string]any {
+	var m map[string]any
+	if n.Name == c.s.node {
+		m = c.s.node1()
+	} else if n.Running {
+		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
+		st, body, err := c.s.cluster().Fetch(ctx, n.Name, http.MethodGet, "/api/nodes/"+url.PathEscape(n.Name), nil)
+		cancel()
+		if err == nil && st == http.StatusOK && json.Unmarshal(body, &m) != nil {
+			m = nil
+		}
+	}
+	if m == nil {
+		m = map[string]any{"name": n.Name, "type": "disc", "running": false, "partitions": []any{},
+			"being_drained": false}
+	}
+	m["leader"], m["address"] = n.Leader, n.Address
+	return m
 }
 
 func (c *call) failed(err error) error {
@@ -233,6 +387,9 @@ func amqpError(err error) error {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
+	}
+	if isNoQuorum(err) {
+		return noQuorum(err)
 	}
 	var e *amqpc.Error
 	if !errors.As(err, &e) {

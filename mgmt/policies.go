@@ -131,7 +131,7 @@ func policyPut(op bool) handler {
 				// RabbitMQ's reply HTML-escapes the reason.
 				return badRequest("Validation failed\n\n" + htmlEscaper.Replace(pe.Reason) + "\n")
 			}
-			return badRequest(err.Error())
+			return changeFailed(err)
 		}
 		return c.created(!existed)
 	}
@@ -294,7 +294,7 @@ func (c *call) definitionsPost() error {
 		}
 	}
 	if err := c.s.b.ApplyDefinitions(&d); err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	for _, vh := range created {
 		if _, has := c.s.b.Permissions(vh, c.user.Name); !has {

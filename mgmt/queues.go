@@ -1,6 +1,7 @@
 package mgmt
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -127,12 +128,64 @@ func (c *call) queues() error {
 		return err
 	}
 	list := []map[string]any{}
+	if !c.clustered() {
+		for _, v := range vs {
+			for _, q := range v.Queues() {
+				if c.local && !q.IsLocal() {
+					continue // another node's: its home node lists it
+				}
+				list = append(list, c.queueJSON(v, q))
+			}
+		}
+		return c.list(list)
+	}
+	// Each queue from its home node; one whose home did not answer from
+	// the record here, "down".
+	remote, answered := c.remoteList()
 	for _, v := range vs {
 		for _, q := range v.Queues() {
-			list = append(list, c.queueJSON(v, q))
+			switch {
+			case q.IsLocal():
+				list = append(list, c.queueJSON(v, q))
+			case !answered[q.Home]:
+				list = append(list, c.downQueueJSON(v, q))
+			}
+		}
+	}
+	visible := map[string]bool{}
+	for _, v := range vs {
+		visible[v.Name] = true
+	}
+	for _, m := range remote {
+		if visible[str(m["vhost"])] {
+			list = append(list, m)
 		}
 	}
 	return c.list(list)
+}
+
+// downQueueJSON is a queue whose home node is not answering, from its
+// record, as RabbitMQ lists a queue on a node that is down.
+func (c *call) downQueueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
+	args := map[string]any{}
+	if q.Args != nil {
+		args = broker.TableJSON(q.Args)
+	}
+	typ := q.Effective().Type
+	if typ == "" {
+		typ = "classic"
+	}
+	pol, opPol := v.QueuePolicy(q)
+	nilIfEmpty := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	return map[string]any{"name": q.Name, "vhost": v.Name, "node": q.Home, "type": typ, "state": "down",
+		"durable": q.Durable, "auto_delete": q.AutoDelete, "exclusive": q.Exclusive, "arguments": args,
+		"policy": nilIfEmpty(pol), "operator_policy": nilIfEmpty(opPol),
+		"effective_policy_definition": v.EffectivePolicyDefinition(q)}
 }
 
 // queue returns the {vhost}/{name} queue, 404 if there is none.
@@ -152,6 +205,20 @@ func (c *call) queueGet() error {
 	v, q, err := c.queue()
 	if err != nil {
 		return err
+	}
+	if c.local && !q.IsLocal() {
+		return errNotFound // not homed here (the asking node's record is ahead of ours)
+	}
+	if c.clustered() && !q.IsLocal() {
+		// Its stats are its home node's.
+		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
+		defer cancel()
+		st, body, err := c.s.cluster().Fetch(ctx, q.Home, http.MethodGet, c.escapedPath(), nil)
+		if err == nil && st == http.StatusOK {
+			writeBody(c.w, st, body)
+			return nil
+		}
+		return c.ok(c.downQueueJSON(v, q))
 	}
 	m := c.queueJSON(v, q)
 	// Per-exchange and per-channel rates: empty in the "basic" rates
@@ -189,7 +256,7 @@ func (c *call) queuePut() error {
 	}
 	args, err := broker.JSONTable(b.Arguments)
 	if err != nil {
-		return badRequest(err.Error())
+		return changeFailed(err)
 	}
 	if b.Type != "" && args["x-queue-type"] == nil {
 		if args == nil {

@@ -153,6 +153,9 @@ func (s *Server) sample() {
 			continue
 		}
 		for _, q := range v.Queues() {
+			if !q.IsLocal() {
+				continue // sampled on its home node
+			}
 			c := queueCounters(q.Stats())
 			all = append(all, qs{queueKey(vn, q.Name), c})
 			for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {

@@ -87,7 +87,8 @@ type Server struct {
 	wg      sync.WaitGroup
 	rates   rateTable
 	started time.Time
-	mstate  metricsState // metrics.go
+	mstate  metricsState            // metrics.go
+	cl      atomic.Pointer[Cluster] // SetCluster (cluster.go); nil: a single node
 }
 
 // New returns a management server for cfg.Server; it does not listen
@@ -124,7 +125,11 @@ func New(cfg Config) *Server {
 	if host == "" {
 		host = "localhost"
 	}
-	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: "warren@" + host,
+	node := "warren@" + host
+	if n := cfg.Server.Broker().Node(); n != "" {
+		node = n // a cluster node's own name
+	}
+	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: node,
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), started: time.Now()}
 	s.rates.init()
 	s.routes()
@@ -487,7 +492,9 @@ func same(cleaned, orig reflect.Value, t reflect.Type) reflect.Value {
 
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
-	if !errors.As(err, &ae) {
+	if !errors.As(err, &ae) && isNoQuorum(err) {
+		ae = noQuorum(err)
+	} else if ae == nil {
 		ae = &apiError{Status: http.StatusInternalServerError, Err: "internal_server_error", Reason: err.Error()}
 	}
 	if ae.Status == http.StatusUnauthorized {

@@ -736,7 +736,7 @@ func (ch *channel) consume(m *amqp.BasicConsume) error {
 		}
 	}
 	cs := &consumer{ch: ch, prefetch: ch.prefetch}
-	cs.bc = &broker.Consumer{Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio, Args: m.Arguments, Sink: cs, Owner: ch.c.id}
+	cs.bc = &broker.Consumer{Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio, Args: m.Arguments, Sink: cs, Owner: ch.c.id, Prefetch: ch.prefetch}
 	ch.consumers[tag] = cs
 	ch.mu.Unlock()
 	// consume-ok is sent only once the queue accepted the consumer (not

@@ -405,19 +405,24 @@ function overviewPage(ctx) {
 function nodesTable(list) {
   if (!list.length) return h('p', {class: 'muted'}, 'No nodes reported.');
   const usage = (used, limit, fmt) => (limit ? `${fmt(used)} of ${fmt(limit)}` : fmt(used));
+  // A cluster's nodes say which one leads the metadata group.
+  const cluster = list.some(n => n.leader !== undefined);
+  const cols = ['Node', 'State', ...(cluster ? ['Leader'] : []), 'Uptime', 'Memory used', 'Disk free', 'Disk free limit',
+    'File descriptors', 'Sockets', 'Alarms'];
   return h('table', {class: 'grid'},
-    h('thead', null, h('tr', null, ['Node', 'State', 'Uptime', 'Memory used', 'Disk free', 'Disk free limit', 'File descriptors', 'Alarms']
-      .map(c => h('th', {scope: 'col'}, c)))),
+    h('thead', null, h('tr', null, cols.map(c => h('th', {scope: 'col'}, c)))),
     h('tbody', null, list.map(n => {
       const al = [n.mem_alarm && badge('memory', 'danger'), n.disk_free_alarm && badge('disk', 'danger')].filter(Boolean);
-      return h('tr', null,
+      return h('tr', {'data-node': n.name},
         h('td', null, n.name),
-        h('td', null, n.running === false ? badge('stopped', 'danger') : badge('running', 'ok')),
+        h('td', {'data-col': 'state'}, n.running === false ? badge('stopped', 'danger') : badge('running', 'ok')),
+        cluster ? h('td', {'data-col': 'leader'}, n.leader ? badge('leader', 'ok') : '') : null,
         h('td', null, n.uptime != null ? duration(n.uptime) : '—'),
         h('td', null, usage(n.mem_used, n.mem_limit, bytes)),
         h('td', null, n.disk_free != null ? bytes(n.disk_free) : '—'),
         h('td', null, n.disk_free_limit != null ? bytes(n.disk_free_limit) : '—'),
         h('td', null, n.fd_used != null ? usage(n.fd_used, n.fd_total, num) : '—'),
+        h('td', null, n.sockets_used != null ? num(n.sockets_used) : '—'),
         h('td', {class: 'alarms'}, al.length ? al : badge('none', 'ok')));
     })));
 }
@@ -430,6 +435,7 @@ const QUEUE_COLUMNS = [
   ['Name', 'name', q => h('a', {href: queueHref(q.vhost, q.name)}, q.name)],
   ['Type', 'type', q => q.type || 'classic'],
   ['State', 'state', q => badge(q.state || '—', q.state === 'running' || q.state === 'idle' ? 'ok' : 'warn')],
+  ['Node', 'node', q => q.node || '—'],
   ['Messages', 'messages', q => num(q.messages), 'messages'],
   ['Ready', 'messages_ready', q => num(q.messages_ready), 'ready'],
   ['Unacked', 'messages_unacknowledged', q => num(q.messages_unacknowledged), 'unacked'],

@@ -1,0 +1,236 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/goleak"
+
+	"github.com/warrenmq/warren/internal/testutil"
+	"github.com/warrenmq/warren/warrentest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func dial(t *testing.T, nd *warrentest.Node) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	conn, err := amqp.Dial(nd.URL())
+	if err != nil {
+		t.Fatalf("dial %s: %v", nd.Name(), err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, ch
+}
+
+// queueOn reports whether nd's broker knows queue name in vhost "/".
+func queueOn(nd *warrentest.Node, name string) bool {
+	b := nd.Broker()
+	if b == nil {
+		return false
+	}
+	return b.VHost("/").Queue(name) != nil
+}
+
+// issue 13: a declare answered -ok on one node is visible on every node,
+// and so is a delete; routing on every node uses its own copy.
+func TestDefinitionsReplicated(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	_, ch := dial(t, c.Node(0))
+	if _, err := ch.QueueDeclare("repl-q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare("repl-x", "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("repl-q", "k", "repl-x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// -ok means applied on the asking node; the others apply it right
+	// after (same log), so poll there.
+	if !queueOn(c.Node(0), "repl-q") {
+		t.Fatal("declare-ok before the queue exists on the declaring node")
+	}
+	for _, nd := range c.Nodes()[1:] {
+		eventually(t, 5*time.Second, func() bool {
+			return queueOn(nd, "repl-q") && nd.Broker().VHost("/").Exchange("repl-x") != nil
+		}, "queue and exchange on "+nd.Name())
+	}
+	// Publish through node 3, consume through node 2: the queue lives on
+	// node 1 (client-local).
+	_, ch3 := dial(t, c.Node(2))
+	if err := ch3.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirms := ch3.NotifyPublish(make(chan amqp.Confirmation, 1))
+	if err := ch3.PublishWithContext(context.Background(), "repl-x", "k", false, false,
+		amqp.Publishing{Body: []byte("through node 3"), DeliveryMode: amqp.Persistent}); err != nil {
+		t.Fatal(err)
+	}
+	if cf := <-confirms; !cf.Ack {
+		t.Fatal("publish through node 3 nacked")
+	}
+	_, ch2 := dial(t, c.Node(1))
+	var got amqp.Delivery
+	eventually(t, 5*time.Second, func() bool {
+		d, ok, err := ch2.Get("repl-q", true)
+		got = d
+		return err == nil && ok
+	}, "basic.get through node 2")
+	if string(got.Body) != "through node 3" {
+		t.Fatalf("got %q", got.Body)
+	}
+	if _, err := ch.QueueDelete("repl-q", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range c.Nodes() {
+		eventually(t, 5*time.Second, func() bool { return !queueOn(nd, "repl-q") }, "queue deleted on "+nd.Name())
+	}
+}
+
+// issue 13: a node that was down catches up from the log when it returns,
+// and the definitions it missed are there before it serves clients.
+func TestNodeCatchesUp(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	c.Node(2).Stop()
+	_, ch := dial(t, c.Node(0))
+	for i := 0; i < 20; i++ {
+		if _, err := ch.QueueDeclare(fmt.Sprintf("catchup-%d", i), true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Node(2).Start()
+	eventually(t, 10*time.Second, func() bool {
+		for i := 0; i < 20; i++ {
+			if !queueOn(c.Node(2), fmt.Sprintf("catchup-%d", i)) {
+				return false
+			}
+		}
+		return true
+	}, "node 3 has every queue declared while it was down")
+}
+
+// issue 13: without a quorum, a definition change fails with a clear error
+// (541 over AMQP, 503 over HTTP) and changes nothing, while publishing to
+// and consuming from an existing queue on a surviving node goes on.
+func TestNoQuorum(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	_, ch := dial(t, c.Node(0))
+	if _, err := ch.QueueDeclare("nq-existing", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Node(1).Stop()
+	c.Node(2).Stop()
+
+	_, pub := dial(t, c.Node(0))
+	if err := pub.PublishWithContext(context.Background(), "", "nq-existing", false, false, amqp.Publishing{Body: []byte("still")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		d, ok, err := pub.Get("nq-existing", true)
+		return err == nil && ok && string(d.Body) == "still"
+	}, "publish and get on an existing queue without quorum")
+
+	conn, ch2 := dial(t, c.Node(0))
+	start := time.Now()
+	_, err := ch2.QueueDeclare("nq-new", true, false, false, false, nil)
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.InternalError || !strings.Contains(ae.Reason, "no quorum") {
+		t.Fatalf("declare without quorum: %v, want 541 INTERNAL_ERROR naming the missing quorum", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("declare without quorum took %v", took)
+	}
+	_ = conn
+	if queueOn(c.Node(0), "nq-new") {
+		t.Fatal("the failed declare left a queue behind")
+	}
+
+	req, _ := http.NewRequest(http.MethodPut, c.Node(0).MgmtURL()+"/api/queues/%2F/nq-http", strings.NewReader(`{"durable":true}`))
+	req.SetBasicAuth("guest", "guest")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "no quorum") {
+		t.Fatalf("PUT queue without quorum: %d %s, want 503 naming the missing quorum", resp.StatusCode, body)
+	}
+
+	c.Node(1).Start()
+	c.WaitReady()
+	eventually(t, 10*time.Second, func() bool {
+		_, ch, err := tryDial(c.Node(0))
+		if err != nil {
+			return false
+		}
+		defer ch.Close()
+		_, err = ch.QueueDeclare("nq-new", true, false, false, false, nil)
+		return err == nil
+	}, "declares work again once a quorum is back")
+}
+
+func tryDial(nd *warrentest.Node) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.Dial(nd.URL())
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	go func() { <-ch.NotifyClose(make(chan *amqp.Error, 1)); conn.Close() }()
+	return conn, ch, nil
+}
+
+// issue 13: /api/nodes on any node lists every node with its state.
+func TestAPINodes(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	check := func(want map[string]bool) {
+		t.Helper()
+		eventually(t, 10*time.Second, func() bool {
+			req, _ := http.NewRequest(http.MethodGet, c.Node(0).MgmtURL()+"/api/nodes", nil)
+			req.SetBasicAuth("guest", "guest")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var nodes []struct {
+				Name    string `json:"name"`
+				Running bool   `json:"running"`
+			}
+			if json.NewDecoder(resp.Body).Decode(&nodes) != nil || len(nodes) != len(want) {
+				return false
+			}
+			for _, n := range nodes {
+				if r, ok := want[n.Name]; !ok || r != n.Running {
+					return false
+				}
+			}
+			return true
+		}, fmt.Sprintf("/api/nodes = %v", want))
+	}
+	check(map[string]bool{"warren@n1": true, "warren@n2": true, "warren@n3": true})
+	c.Node(2).Stop()
+	check(map[string]bool{"warren@n1": true, "warren@n2": true, "warren@n3": false})
+}
+
+func eventually(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	testutil.Eventually(t, d, what, cond)
+}

@@ -1,0 +1,287 @@
+package warrentest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/cluster"
+	"github.com/warrenmq/warren/mgmt"
+	"github.com/warrenmq/warren/server"
+)
+
+// Cluster is an in-process Warren cluster for tests: n nodes in this
+// process, each a broker, an AMQP server, a management API and a cluster
+// node, linked over loopback TCP by the real inter-node transport and
+// metadata Raft group (issue 13). Fault tests that need kill -9 and a
+// network proxy run real processes instead (integration's proc cluster).
+//
+//	c := warrentest.StartCluster(t, 3)
+//	conn, _ := amqp091.Dial(c.Node(0).URL())
+type Cluster struct {
+	t     testing.TB
+	nodes []*Node
+	cfg   clusterConfig
+}
+
+// Node is one node of a test cluster.
+type Node struct {
+	c       *Cluster
+	i       int
+	name    string
+	dataDir string
+	caddr   string // inter-node address, kept across Restart
+	addr    string // AMQP
+	mgAddr  string
+
+	mu   sync.Mutex
+	b    *broker.Broker
+	srv  *server.Server
+	mg   *mgmt.Server
+	node *cluster.Node
+}
+
+type clusterConfig struct {
+	place  func(vhost, name string) string
+	server func(*server.Config)
+	tick   time.Duration
+}
+
+// ClusterOption adjusts a test cluster.
+type ClusterOption func(*clusterConfig)
+
+// PlaceQueuesOn homes every new queue on the named node, whichever node
+// the declaring client is connected to (broker.Config.PlaceQueue), so that
+// a test can use queues that live on another node than its client's.
+func PlaceQueuesOn(node string) ClusterOption {
+	return func(c *clusterConfig) { c.place = func(string, string) string { return node } }
+}
+
+// WithServerConfig changes every node's server settings.
+func WithServerConfig(f func(*server.Config)) ClusterOption {
+	return func(c *clusterConfig) { c.server = f }
+}
+
+// NodeName is the name of node i of a test cluster: warren@n1, warren@n2...
+func NodeName(i int) string { return fmt.Sprintf("warren@n%d", i+1) }
+
+// ClusterSecret is the test clusters' shared secret.
+const ClusterSecret = "warrentest-cluster-secret"
+
+// StartCluster starts an n-node cluster, waits until it has a leader and
+// every node knows the cluster id, and registers its shutdown with
+// t.Cleanup.
+func StartCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, cfg: clusterConfig{tick: 20 * time.Millisecond}}
+	for _, o := range opts {
+		o(&c.cfg)
+	}
+	// Reserve the inter-node ports first: every node's peer list names all.
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("warrentest: %v", err)
+		}
+		c.nodes = append(c.nodes, &Node{c: c, i: i, name: NodeName(i), dataDir: t.TempDir(),
+			caddr: ln.Addr().String(), addr: "127.0.0.1:0", mgAddr: "127.0.0.1:0"})
+		ln.Close()
+	}
+	t.Cleanup(c.Close)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, nd := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = nd.start()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("warrentest: %v", err)
+		}
+	}
+	c.WaitReady()
+	return c
+}
+
+// Node returns node i.
+func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
+
+// Nodes returns every node.
+func (c *Cluster) Nodes() []*Node { return c.nodes }
+
+// WaitReady waits until the running nodes agree on a leader and a cluster id.
+func (c *Cluster) WaitReady() {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		leader, id, ok := "", "", true
+		for _, nd := range c.nodes {
+			g := nd.Cluster()
+			if g == nil {
+				continue
+			}
+			l, cid := g.Meta().Leader(), g.Meta().ClusterID()
+			if l == "" || cid == "" || (leader != "" && l != leader) || (id != "" && cid != id) {
+				ok = false
+				break
+			}
+			leader, id = l, cid
+		}
+		if ok && leader != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("warrentest: the cluster has no leader or no id after 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Close stops every node.
+func (c *Cluster) Close() {
+	for _, nd := range c.nodes {
+		nd.Stop()
+	}
+}
+
+func (c *Cluster) peers() map[string]string {
+	m := map[string]string{}
+	for _, nd := range c.nodes {
+		m[nd.name] = nd.caddr
+	}
+	return m
+}
+
+func (nd *Node) start() error {
+	var logger *slog.Logger
+	if os.Getenv("WARREN_TEST_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", nd.name)
+	}
+	b, err := broker.Open(broker.Config{DataDir: nd.dataDir, Node: nd.name, Logger: logger, PlaceQueue: nd.c.cfg.place})
+	if err != nil {
+		return err
+	}
+	cfg := server.Config{AMQPAddr: nd.addr, Heartbeat: 60 * time.Second, Broker: b, DataDir: nd.dataDir, Logger: logger,
+		ConnIDBase: broker.ConnIDBase(nd.name)}
+	if nd.c.cfg.server != nil {
+		nd.c.cfg.server(&cfg)
+		cfg.Broker, cfg.ConnIDBase = b, broker.ConnIDBase(nd.name)
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		b.Close()
+		return err
+	}
+	mg := mgmt.New(mgmt.Config{Server: srv, Addr: nd.mgAddr, Logger: logger, UI: mgmt.DefaultUI()})
+	node, err := cluster.Start(cluster.Config{Node: nd.name, Listen: nd.caddr, Peers: nd.c.peers(),
+		Secret: []byte(ClusterSecret), DataDir: nd.dataDir, Logger: logger, Tick: nd.c.cfg.tick}, b, mg)
+	if err != nil {
+		b.Close()
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		node.Close()
+		b.Close()
+		return err
+	}
+	if err := mg.Start(); err != nil {
+		srv.Close()
+		node.Close()
+		b.Close()
+		return err
+	}
+	nd.mu.Lock()
+	nd.b, nd.srv, nd.mg, nd.node = b, srv, mg, node
+	nd.addr, nd.mgAddr = srv.Addr().String(), mg.Addr().String()
+	nd.mu.Unlock()
+	return nil
+}
+
+// Name is the node's name.
+func (nd *Node) Name() string { return nd.name }
+
+// URL is the node's amqp:// URL for the guest user.
+func (nd *Node) URL() string { return fmt.Sprintf("amqp://guest:guest@%s/", nd.addr) }
+
+// Addr is the node's AMQP host:port.
+func (nd *Node) Addr() string { return nd.addr }
+
+// MgmtURL is the base URL of the node's management API.
+func (nd *Node) MgmtURL() string { return "http://" + nd.mgAddr }
+
+// Broker returns the node's broker while it runs (nil when stopped).
+func (nd *Node) Broker() *broker.Broker {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.b
+}
+
+// Cluster returns the node's cluster node while it runs (nil when stopped).
+func (nd *Node) Cluster() *cluster.Node {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.node
+}
+
+// Running reports whether the node runs.
+func (nd *Node) Running() bool { return nd.Cluster() != nil }
+
+// Stop shuts the node down cleanly (its data directory stays for Start).
+func (nd *Node) Stop() { nd.stop(true) }
+
+// Crash stops the node without a clean shutdown, as close to kill -9 as a
+// process can do to itself: connections are dropped and the broker's
+// stores are closed unclean.
+func (nd *Node) Crash() { nd.stop(false) }
+
+func (nd *Node) stop(clean bool) {
+	nd.mu.Lock()
+	b, srv, mg, node := nd.b, nd.srv, nd.mg, nd.node
+	nd.b, nd.srv, nd.mg, nd.node = nil, nil, nil, nil
+	nd.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	mg.Close()
+	var serr error
+	if clean {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		serr = srv.Shutdown(ctx)
+		cancel()
+	} else {
+		serr = srv.Close()
+	}
+	if err := node.Close(); err != nil {
+		nd.c.t.Logf("warrentest: %s: cluster node close: %v", nd.name, err)
+	}
+	if clean && serr == nil {
+		if err := b.Close(); err != nil {
+			nd.c.t.Errorf("warrentest: %s: broker close: %v", nd.name, err)
+		}
+	} else {
+		b.CloseUnclean()
+	}
+}
+
+// Start starts a stopped node again on the same ports and data directory.
+func (nd *Node) Start() {
+	nd.c.t.Helper()
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = nd.start(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	nd.c.t.Fatalf("warrentest: restarting %s: %v", nd.name, err)
+}
