@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -22,6 +23,9 @@ import (
 
 	"github.com/warrenmq/warren/internal/testutil"
 )
+
+// quoted matches a quoted name in an error text.
+var quoted = regexp.MustCompile(`'[^']*'`)
 
 // faultDuration is how long the storm runs.
 func faultDuration(t *testing.T) time.Duration {
@@ -569,6 +573,17 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 		counts[op.out]++
 	}
 	t.Logf("%d definition changes: %d ok, %d failed, %d unknown", len(ops), counts[outOK], counts[outFailed], counts[outUnknown])
+	reasons := map[string]int{}
+	for _, op := range ops {
+		if op.out != outOK {
+			// The kind of error, without the names.
+			r := quoted.ReplaceAllString(op.err, "'…'")
+			reasons[fmt.Sprintf("n%d %s %s: %s", op.node+1, op.kind, op.out, r)]++
+		}
+	}
+	for r, n := range reasons {
+		t.Logf("  %5d × %s", n, r)
+	}
 	if counts[outOK] == 0 {
 		t.Fatal("no definition change succeeded")
 	}
