@@ -68,6 +68,8 @@ type Broker struct {
 	log   *slog.Logger
 	clock clock.Clock
 	node  string // Config.Node
+	// runBase is this run's connection id base (RunConnIDBase).
+	runBase uint64
 
 	// repl, nodes and placeQueue make definition changes replicated
 	// commands in a cluster (cmd.go); repl is set before serving.
@@ -189,7 +191,7 @@ func New(cfg Config) *Broker {
 		cfg.Clock = clock.Real{}
 	}
 	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store, msgs: cfg.Messages,
-		queueWindow: cfg.QueueWindow, node: cfg.Node, placeQueue: cfg.PlaceQueue}
+		queueWindow: cfg.QueueWindow, node: cfg.Node, placeQueue: cfg.PlaceQueue, runBase: newRunBase(cfg.Node)}
 	if b.queueWindow <= 0 {
 		b.queueWindow = DefaultQueueWindow
 	}

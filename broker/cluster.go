@@ -1,6 +1,10 @@
 package broker
 
-import "hash/fnv"
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"hash/fnv"
+)
 
 // Cluster membership as the broker sees it (issue 13). A broker with
 // Config.Node == "" is a single node: no replication, no remote queues,
@@ -25,6 +29,22 @@ func ConnIDBase(node string) uint64 {
 	h := fnv.New32a()
 	h.Write([]byte(node))
 	return uint64(h.Sum32()&0xFFFFFF) << 40
+}
+
+// RunConnIDBase is what this run of the node adds to its connection ids
+// (server.Config.ConnIDBase): ConnIDBase(node) plus a random 16-bit run
+// epoch in bits 24-39, so that a restarted node's connections never take
+// over the exclusive queues of its previous run's connections (which
+// DropStaleExclusive deletes). 0 for a single node.
+func (b *Broker) RunConnIDBase() uint64 { return b.runBase }
+
+func newRunBase(node string) uint64 {
+	if node == "" {
+		return 0
+	}
+	var e [2]byte
+	_, _ = rand.Read(e[:])
+	return ConnIDBase(node) | uint64(binary.LittleEndian.Uint16(e[:]))<<24
 }
 
 // IsLocal reports whether q lives on this node: always for a single

@@ -274,7 +274,7 @@ func (b *Broker) apply(c *command) error {
 		b.deleteParameterLocal(c.VHost, c.Component, c.Name)
 		return nil
 	case opNodeExclusive:
-		b.dropNodeExclusiveLocal(c.Home)
+		b.dropNodeExclusiveLocal(c.Home, c.Conn)
 		return nil
 	case opImport:
 		if c.Defs == nil {
@@ -572,13 +572,36 @@ func (b *Broker) proposeImport(d *Definitions) error {
 // the deletion is one replicated command.
 func (b *Broker) DropNodeExclusive(node string) error {
 	if !b.replicating() {
-		b.dropNodeExclusiveLocal(node)
+		b.dropNodeExclusiveLocal(node, 0)
 		return nil
 	}
 	return b.propose(fmt.Sprintf("deletion of the exclusive queues of node '%s'", node), &command{Op: opNodeExclusive, Home: node})
 }
 
-func (b *Broker) dropNodeExclusiveLocal(node string) {
+// DropStaleExclusive deletes the exclusive queues of this node's earlier
+// runs (their connections died with the process; RunConnIDBase tells
+// this run's from theirs). The glue calls it at start, before or while
+// serving: it keeps this run's.
+func (b *Broker) DropStaleExclusive() error {
+	if !b.HasStaleExclusive() {
+		return nil
+	}
+	return b.propose(fmt.Sprintf("deletion of the exclusive queues of node '%s' before its restart", b.node),
+		&command{Op: opNodeExclusive, Home: b.node, Conn: b.runBase})
+}
+
+// HasStaleExclusive reports whether an exclusive queue of an earlier run
+// of this node exists.
+func (b *Broker) HasStaleExclusive() bool {
+	found := false
+	b.eachNodeExclusive(b.node, b.runBase, func(*VHost, *Queue) { found = true })
+	return found
+}
+
+// eachNodeExclusive calls fn for every exclusive queue owned by a
+// connection of node, except those of the run whose RunConnIDBase is
+// keep (0: keep none).
+func (b *Broker) eachNodeExclusive(node string, keep uint64, fn func(*VHost, *Queue)) {
 	base := ConnIDBase(node)
 	if base == 0 {
 		return
@@ -591,16 +614,20 @@ func (b *Broker) dropNodeExclusiveLocal(node string) {
 		var qs []*Queue
 		v.mu.RLock()
 		for _, q := range v.queues {
-			if q.Exclusive && q.Owner>>40 == base>>40 {
+			if q.Exclusive && q.Owner>>40 == base>>40 && (keep == 0 || q.Owner>>24 != keep>>24) {
 				qs = append(qs, q)
 			}
 		}
 		v.mu.RUnlock()
 		sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
 		for _, q := range qs {
-			v.deleteQueue(q, false, false)
+			fn(v, q)
 		}
 	}
+}
+
+func (b *Broker) dropNodeExclusiveLocal(node string, keep uint64) {
+	b.eachNodeExclusive(node, keep, func(v *VHost, q *Queue) { v.deleteQueue(q, false, false) })
 }
 
 // metaApplied is the meta record that keeps the index of the last

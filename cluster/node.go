@@ -68,6 +68,10 @@ type Config struct {
 	ProposeTimeout time.Duration
 }
 
+// leaderWait bounds how long Start waits for the metadata group to have
+// a leader.
+const leaderWait = 3 * time.Second
+
 // Node is a running cluster node.
 type Node struct {
 	cfg  Config
@@ -176,7 +180,37 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		m.SetCluster(mgmtCluster{n})
 		n.tr.Handle(svcMgmt, n.serveMgmt)
 	}
+	// Serve clients once the group has a leader, so that their first
+	// definition changes do not meet an election; without a quorum the
+	// node serves anyway after a while (publishing and consuming work).
+	for end := time.Now().Add(leaderWait); g.Leader() == "" && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The exclusive queues of this node's previous run died with its
+	// connections: delete them once a quorum lets us (this run's are
+	// kept: broker.RunConnIDBase).
+	n.stop = make(chan struct{})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.dropStaleExclusive()
+	}()
 	return n, nil
+}
+
+func (n *Node) dropStaleExclusive() {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		err := n.b.DropStaleExclusive()
+		if err == nil {
+			return
+		}
+		n.log.Warn("cluster: deleting the exclusive queues of this node's previous run; will retry", "err", err)
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(delay):
+		}
+	}
 }
 
 func (n *Node) group() *meta.Group {

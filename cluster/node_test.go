@@ -234,3 +234,42 @@ func eventually(t *testing.T, d time.Duration, cond func() bool, what string) {
 	t.Helper()
 	testutil.Eventually(t, d, what, cond)
 }
+
+// issue 13: exclusive queues follow their owner connection: another
+// node's connection gets 405 RESOURCE_LOCKED, and when the owner's node
+// dies the queue goes with it once the node is back (its connections
+// are gone), on every node, while the new run's exclusive queues stay.
+func TestExclusiveQueueFollowsOwner(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	_, ch2 := dial(t, c.Node(1))
+	if _, err := ch2.QueueDeclare("excl-old", false, false, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range c.Nodes() {
+		eventually(t, 5*time.Second, func() bool { return queueOn(nd, "excl-old") }, "exclusive queue on "+nd.Name())
+	}
+	if q := c.Node(0).Broker().VHost("/").Queue("excl-old"); q.Home != c.Node(1).Name() {
+		t.Fatalf("exclusive queue homed on %q, want its owner's node %s", q.Home, c.Node(1).Name())
+	}
+	_, ch1 := dial(t, c.Node(0))
+	_, err := ch1.QueueDeclarePassive("excl-old", false, false, true, false, nil)
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked {
+		t.Fatalf("passive declare of another node's exclusive queue: %v, want 405", err)
+	}
+
+	c.Node(1).Crash()
+	// Crashed, it could not delete the queue of its lost connection.
+	if !queueOn(c.Node(0), "excl-old") {
+		t.Fatal("the crashed node's exclusive queue went before the node came back")
+	}
+	c.Node(1).Start()
+	_, ch2 = dial(t, c.Node(1))
+	if _, err := ch2.QueueDeclare("excl-new", false, false, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range c.Nodes() {
+		eventually(t, 10*time.Second, func() bool { return !queueOn(nd, "excl-old") && queueOn(nd, "excl-new") },
+			"the old run's exclusive queue gone and the new one kept on "+nd.Name())
+	}
+}

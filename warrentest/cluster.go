@@ -172,10 +172,10 @@ func (nd *Node) start() error {
 		return err
 	}
 	cfg := server.Config{AMQPAddr: nd.addr, Heartbeat: 60 * time.Second, Broker: b, DataDir: nd.dataDir, Logger: logger,
-		ConnIDBase: broker.ConnIDBase(nd.name)}
+		ConnIDBase: b.RunConnIDBase()}
 	if nd.c.cfg.server != nil {
 		nd.c.cfg.server(&cfg)
-		cfg.Broker, cfg.ConnIDBase = b, broker.ConnIDBase(nd.name)
+		cfg.Broker, cfg.ConnIDBase = b, b.RunConnIDBase()
 	}
 	srv, err := server.New(cfg)
 	if err != nil {

@@ -54,8 +54,9 @@
 // previous batches are on disk, as etcd raft's Ready contract requires.
 // Because the applied index is persisted after the batch, a crash between
 // an apply and that write makes the next Open apply the last batch again:
-// StateMachine.Apply must ignore an index it has already applied (the
-// broker records its applied index with its definitions). A state machine
+// StateMachine.Apply must ignore an index it has already applied (a
+// durable state machine keeps its own applied index with its state) or be
+// idempotent. A state machine
 // that keeps nothing itself sets Config.RestoreOnOpen: Open then restores
 // it from the stored snapshot and raft replays the log after it.
 //
@@ -73,9 +74,12 @@
 // quorum: ...") in two ways, which callers (and the storm test of
 // issue 13) must tell apart:
 //
-//   - definitely not applied: the node knows no leader (raft dropped the
-//     proposal before it reached any log), or the loop never took it
-//     within the timeout. The change is in no log and never applies.
+//   - definitely not applied: no leader took it within ProposeTimeout.
+//     On a node that knows no leader raft drops a proposal before it
+//     reaches any log; the group keeps it and retries it as soon as a
+//     leader is known (an election in progress costs a short wait, not a
+//     failure), and fails it when the timeout passes. The change is in no
+//     log and never applies.
 //   - outcome unknown (also wraps ErrOutcomeUnknown): the proposal was
 //     handed to raft but not seen applied within ProposeTimeout (or ctx
 //     ended, or the group closed). It may be in some node's log and may
@@ -93,8 +97,8 @@
 // everywhere and that every definitely failed one is absent everywhere.
 // On a cut-off minority node the first proposals after the cut are
 // "unknown" until the node notices it has no leader (an election
-// timeout, 1 to 2 s); from then on every proposal fails at once,
-// definitely.
+// timeout, 1 to 2 s); from then on every proposal fails definitely after
+// ProposeTimeout.
 //
 // # Cluster id
 //

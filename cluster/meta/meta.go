@@ -46,9 +46,9 @@ type StateMachine interface {
 	// is this node (the very value, so its type survives); other nodes
 	// ignore it, so Apply must be deterministic: an error is an outcome,
 	// not a failure of the node. After a crash Apply may be called again
-	// for the entries of the last applied batch (at most the last
-	// Config.Tick worth of entries): it must ignore an index it already
-	// applied.
+	// for the entries of the last applied batch (the group persists its
+	// applied index after each batch): it must ignore an index it already
+	// applied, or apply it again to the same effect.
 	Apply(index uint64, cmd []byte) error
 	// Snapshot returns the whole state as of the last applied index.
 	Snapshot() ([]byte, error)
@@ -125,9 +125,20 @@ type Status struct {
 }
 
 type proposal struct {
-	key  proposalKey
-	data []byte         // a normal entry (envelope)
-	cc   *pb.ConfChange // or a conf change
+	key      proposalKey
+	data     []byte         // a normal entry (envelope)
+	cc       *pb.ConfChange // or a conf change
+	what     string         // for error texts ("" for a command)
+	deadline time.Time      // give up (definitely) when no leader took it by then
+}
+
+// waiter is a Propose waiting for its entry to apply. handed is set
+// (under Group.mu) before the proposal is given to raft and cleared when
+// raft dropped it, so a proposer that gives up knows whether its change
+// can still be in some log.
+type waiter struct {
+	ch     chan error
+	handed bool
 }
 
 // Group is this node's member of the metadata Raft group.
@@ -147,7 +158,7 @@ type Group struct {
 	close sync.Once
 
 	mu        sync.Mutex
-	waiters   map[proposalKey]chan error
+	waiters   map[proposalKey]*waiter
 	members   map[uint64]memberInfo
 	names     map[uint64]string // id -> name, from Peers and received messages
 	voters    map[uint64]bool
@@ -164,7 +175,8 @@ type Group struct {
 	snapIndex      uint64
 	idProposedTerm uint64
 	removed        bool
-	snapNow        bool // a member was added: the next snapshot must include it
+	parked         []proposal // dropped for want of a leader: retried until their deadline
+	snapNow        bool       // a member was added: the next snapshot must include it
 }
 
 // Open opens (or creates) the group's storage in cfg.Dir and starts it.
@@ -211,7 +223,7 @@ func Open(cfg Config) (*Group, error) {
 		propc:   make(chan proposal),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
-		waiters: map[proposalKey]chan error{},
+		waiters: map[proposalKey]*waiter{},
 		names:   map[uint64]string{},
 		voters:  map[uint64]bool{},
 	}
@@ -363,7 +375,7 @@ func (g *Group) nextKey() proposalKey {
 func (g *Group) Propose(ctx context.Context, cmd []byte) error {
 	key := g.nextKey()
 	env := envelope{kind: kindCommand, key: key, notAfter: time.Now().Add(g.cfg.ProposeTimeout).UnixMilli(), payload: cmd}
-	return g.propose(ctx, proposal{key: key, data: env.marshal()}, "the change")
+	return g.propose(ctx, proposal{key: key, data: env.marshal()})
 }
 
 // AddMember adds (or updates the address of) a member; the new node must
@@ -384,7 +396,7 @@ func (g *Group) AddMember(ctx context.Context, name, addr string) error {
 	}
 	key := g.nextKey()
 	cc := &pb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: memberInfo{Name: name, Addr: addr, Key: &key}.context()}
-	return g.propose(ctx, proposal{key: key, cc: cc}, "adding "+name)
+	return g.propose(ctx, proposal{key: key, cc: cc, what: "adding " + name})
 }
 
 // RemoveMember removes a member; the removed node stops its group.
@@ -398,26 +410,46 @@ func (g *Group) RemoveMember(ctx context.Context, name string) error {
 	}
 	key := g.nextKey()
 	cc := &pb.ConfChange{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(id), Context: memberInfo{Name: name, Key: &key}.context()}
-	return g.propose(ctx, proposal{key: key, cc: cc}, "removing "+name)
+	return g.propose(ctx, proposal{key: key, cc: cc, what: "removing " + name})
 }
 
 func (g *Group) noQuorum(what string, unknown bool) error {
+	reason := fmt.Sprintf("no leader within %s", g.cfg.ProposeTimeout)
 	if unknown {
-		return fmt.Errorf("%w: %s was not committed within %s; %w", ErrNoQuorum, what, g.cfg.ProposeTimeout, ErrOutcomeUnknown)
+		reason = fmt.Sprintf("timed out after %s (the change may still be applied)", g.cfg.ProposeTimeout)
 	}
-	return fmt.Errorf("%w: no leader, %s was not applied", ErrNoQuorum, what)
+	if what != "" {
+		reason = what + " not applied: " + reason
+	}
+	return &noQuorumError{text: ErrNoQuorum.Error() + ": " + reason, unknown: unknown}
 }
 
-func (g *Group) propose(ctx context.Context, p proposal, what string) error {
-	res := make(chan error, 1)
+// noQuorumError is Propose's failure: errors.Is matches ErrNoQuorum, and
+// ErrOutcomeUnknown when the change may still apply. Its text is
+// "cluster has no quorum: no leader within 5s" or "cluster has no
+// quorum: timed out after 5s (the change may still be applied)".
+type noQuorumError struct {
+	text    string
+	unknown bool
+}
+
+func (e *noQuorumError) Error() string { return e.text }
+
+func (e *noQuorumError) Is(target error) bool {
+	return target == ErrNoQuorum || (e.unknown && target == ErrOutcomeUnknown)
+}
+
+func (g *Group) propose(ctx context.Context, p proposal) error {
+	w := &waiter{ch: make(chan error, 1)}
 	g.mu.Lock()
 	if g.endErr != nil {
 		err := g.endErr
 		g.mu.Unlock()
 		return err
 	}
-	g.waiters[p.key] = res
+	g.waiters[p.key] = w
 	g.mu.Unlock()
+	p.deadline = time.Now().Add(g.cfg.ProposeTimeout)
 	timer := time.NewTimer(g.cfg.ProposeTimeout)
 	defer timer.Stop()
 	select {
@@ -427,36 +459,46 @@ func (g *Group) propose(ctx context.Context, p proposal, what string) error {
 		return ctx.Err()
 	case <-timer.C:
 		g.dropWaiter(p.key)
-		return g.noQuorum(what, false)
+		return g.noQuorum(p.what, false)
 	case <-g.donec:
 		g.dropWaiter(p.key)
 		return g.ended()
 	}
-	unknown := func(err error) error {
-		g.dropWaiter(p.key)
+	// giveUp answers for a change not seen applied: definitely failed if
+	// raft never held it, else an unknown outcome.
+	giveUp := func(definite, unknown error) error {
+		handed := g.dropWaiter(p.key)
 		select {
-		case r := <-res: // raced with the apply
+		case r := <-w.ch: // raced with the apply (or the loop's answer)
 			return r
 		default:
-			return err
 		}
+		if !handed && definite != nil {
+			return definite
+		}
+		return unknown
 	}
 	select {
-	case err := <-res:
+	case err := <-w.ch:
 		return err
 	case <-timer.C:
-		return unknown(g.noQuorum(what, true))
+		return giveUp(g.noQuorum(p.what, false), g.noQuorum(p.what, true))
 	case <-ctx.Done():
-		return unknown(fmt.Errorf("%w (%w)", ctx.Err(), ErrOutcomeUnknown))
+		return giveUp(ctx.Err(), fmt.Errorf("%w (%w)", ctx.Err(), ErrOutcomeUnknown))
 	case <-g.donec:
-		return unknown(fmt.Errorf("%w (%w)", g.ended(), ErrOutcomeUnknown))
+		return giveUp(nil, fmt.Errorf("%w (%w)", g.ended(), ErrOutcomeUnknown))
 	}
 }
 
-func (g *Group) dropWaiter(k proposalKey) {
+// dropWaiter forgets a waiter and tells whether raft may hold its change.
+func (g *Group) dropWaiter(k proposalKey) (handed bool) {
 	g.mu.Lock()
-	delete(g.waiters, k)
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	if w := g.waiters[k]; w != nil {
+		delete(g.waiters, k)
+		return w.handed
+	}
+	return true // already answered or swept at close: be conservative
 }
 
 func (g *Group) deliver(k *proposalKey, err error) {
@@ -464,11 +506,11 @@ func (g *Group) deliver(k *proposalKey, err error) {
 		return
 	}
 	g.mu.Lock()
-	ch := g.waiters[*k]
+	w := g.waiters[*k]
 	delete(g.waiters, *k)
 	g.mu.Unlock()
-	if ch != nil {
-		ch <- err
+	if w != nil {
+		w.ch <- err
 	}
 }
 
@@ -585,10 +627,14 @@ func (g *Group) run() {
 			g.status.Role = "removed"
 		}
 		waiters := g.waiters
-		g.waiters = map[proposalKey]chan error{}
+		g.waiters = map[proposalKey]*waiter{}
 		g.mu.Unlock()
-		for _, ch := range waiters {
-			ch <- fmt.Errorf("%w (%w)", endErr, ErrOutcomeUnknown)
+		for _, w := range waiters {
+			if w.handed {
+				w.ch <- fmt.Errorf("%w (%w)", endErr, ErrOutcomeUnknown)
+			} else {
+				w.ch <- endErr
+			}
 		}
 		close(g.donec)
 	}()
@@ -605,6 +651,7 @@ func (g *Group) run() {
 			g.handleProposal(p)
 		}
 		g.drain()
+		g.retryParked()
 		g.maybeProposeClusterID()
 		for g.rn.HasReady() {
 			if err := g.handleReady(); err != nil {
@@ -657,17 +704,69 @@ func (g *Group) step(m *pb.Message) {
 	}
 }
 
+// handleProposal gives a proposal to raft. Raft drops it when this node
+// knows no leader (an election is under way, or this node is cut off):
+// such a proposal is in no log, so it is parked and retried until a
+// leader takes it or its deadline passes (then it definitely failed).
 func (g *Group) handleProposal(p proposal) {
+	if !g.tryPropose(p) {
+		g.parked = append(g.parked, p)
+	}
+}
+
+// tryPropose reports whether p is settled (given to raft, answered, or
+// abandoned by its proposer).
+func (g *Group) tryPropose(p proposal) bool {
+	g.mu.Lock()
+	w := g.waiters[p.key]
+	if w == nil {
+		g.mu.Unlock()
+		return true // the proposer gave up
+	}
+	w.handed = true
+	g.mu.Unlock()
 	var err error
 	if p.cc != nil {
 		err = g.rn.ProposeConfChange(p.cc)
 	} else {
 		err = g.rn.Propose(p.data)
 	}
-	if err != nil {
-		k := p.key
-		g.deliver(&k, g.noQuorum("the change", false))
+	if err == nil {
+		return true
 	}
+	g.mu.Lock()
+	w.handed = false
+	g.mu.Unlock()
+	if !time.Now().Before(p.deadline) || !errors.Is(err, raft.ErrProposalDropped) {
+		k := p.key
+		g.deliver(&k, g.noQuorum(p.what, false))
+		return true
+	}
+	return false
+}
+
+func (g *Group) retryParked() {
+	if len(g.parked) == 0 {
+		return
+	}
+	now := time.Now()
+	lead := g.rn.BasicStatus().Lead != raft.None
+	kept := g.parked[:0]
+	for _, p := range g.parked {
+		switch {
+		case !now.Before(p.deadline):
+			k := p.key
+			g.deliver(&k, g.noQuorum(p.what, false))
+		case lead:
+			if !g.tryPropose(p) {
+				kept = append(kept, p)
+			}
+		default:
+			kept = append(kept, p)
+		}
+	}
+	clear(g.parked[len(kept):])
+	g.parked = kept
 }
 
 func (g *Group) maybeProposeClusterID() {

@@ -140,7 +140,7 @@ func run(args []string, out io.Writer) error {
 	cfg := server.Config{AMQPAddr: o.AMQPAddr, AMQPSAddr: o.AMQPSAddr, Heartbeat: hb, FrameMax: uint32(o.FrameMax),
 		ChannelMax: uint16(o.ChannelMax), Logger: log, DataDir: o.DataDir,
 		MemoryHighWatermark: o.MemoryHigh, DiskFreeLimit: o.DiskFree, Broker: b,
-		ConnIDBase: broker.ConnIDBase(node)} // exclusive queues' owners are known cluster-wide
+		ConnIDBase: b.RunConnIDBase()} // exclusive queues' owners are known cluster-wide
 	if o.TLSCert != "" || o.TLSKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
 		if err != nil {
