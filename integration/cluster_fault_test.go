@@ -547,8 +547,10 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 			t.Fatalf("the majority did not take a definition change while %s was cut off: %v", c.Name(cut), e)
 		}
 	}
-	// Stay cut for longer than an election timeout and the propose timeout.
-	if left := max(6*time.Second, dur/4) - time.Since(cutAt); left > 0 {
+	// Stay cut for longer than an election timeout and twice the propose
+	// timeout (5 s), so that changes on the cut node start and end within
+	// the cut.
+	if left := max(12*time.Second, dur/4) - time.Since(cutAt); left > 0 {
 		time.Sleep(left)
 	}
 	healAt := time.Now()
@@ -595,10 +597,13 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 	// delete of what was there, counts.
 	_, before := foldStates(ops)
 	settled := cutAt.Add(2 * time.Second)
-	majorityOK := 0
+	majorityOK, minorityRefused := 0, 0
 	for i, op := range ops {
 		if op.start.After(settled) && op.end.Before(healAt) {
 			isChange := op.kind == "declare" || op.kind == "bind" || before[i] == "present"
+			if op.node == cut && op.out == outFailed {
+				minorityRefused++
+			}
 			if op.node == cut && op.out == outOK && isChange {
 				t.Errorf("the cut-off %s accepted a definition change: %s", c.Name(cut), op)
 			}
@@ -609,6 +614,9 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 		if op.node == cut && op.out == outFailed && op.start.After(settled) && op.end.Before(healAt) && !strings.Contains(op.err, "no quorum") {
 			t.Errorf("the cut-off %s refused a change with an unexpected error: %s", c.Name(cut), op)
 		}
+	}
+	if minorityRefused == 0 {
+		t.Errorf("no change on the cut-off %s both started and was refused while it was cut off: the check saw nothing", c.Name(cut))
 	}
 	if majorityOK == 0 {
 		t.Errorf("the majority answered no definition change -ok while %s was cut off", c.Name(cut))
