@@ -461,6 +461,25 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The others see it gone: every link into and out of it is cut (a
+	// node that dialled it at an address without a proxy would still
+	// see it running).
+	for _, other := range []int{(cut + 1) % 3, (cut + 2) % 3} {
+		if err := testutil.UntilNil(20*time.Second, func() error {
+			st, err := c.clusterStatus(other)
+			if err != nil {
+				return err
+			}
+			for _, m := range st.Members {
+				if m.Name == c.Name(cut) && m.Running {
+					return fmt.Errorf("%s still sees the cut-off %s running", c.Name(other), m.Name)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A definition change on the cut node fails with 541 and the no
 	// quorum text, in bounded time.
 	probeLog := func(node int, name string, err error, start time.Time) {
