@@ -59,8 +59,12 @@ func (e *QuorumError) Error() string   { return e.AMQP.Text }
 func (e *QuorumError) Unwrap() []error { return []error{e.AMQP, e.Err} }
 
 func quorumError(what string, err error) *QuorumError {
-	reason := strings.TrimPrefix(err.Error(), ErrNoQuorum.Error())
-	reason = strings.TrimLeft(reason, ": ")
+	// The Replicator's text, without the "cluster has no quorum" that
+	// both it and the group's own error may begin with.
+	reason := err.Error()
+	for strings.HasPrefix(reason, ErrNoQuorum.Error()) {
+		reason = strings.TrimLeft(strings.TrimPrefix(reason, ErrNoQuorum.Error()), ": ")
+	}
 	text := fmt.Sprintf("cluster has no quorum: %s not applied", what)
 	if reason != "" {
 		text += " (" + reason + ")"
@@ -96,6 +100,7 @@ func (b *Broker) propose(what string, c *command) error {
 		}
 		return err
 	}
+	b.awaitAll()
 	return nil
 }
 
@@ -442,33 +447,37 @@ func (v *VHost) proposeQueueDeclare(s QueueSpec) (*Queue, int, int, error) {
 		return nil, 0, 0, notFoundQueue(s.Name, v.Name)
 	}
 	if !q.IsLocal() {
-		// declare-ok once the queue exists on its home too, so that the
-		// client's next publish or consume finds it there.
-		v.b.awaitHome(q.Home)
-		return q, 0, 0, nil // new: empty, unused
+		return q, 0, 0, nil // new: empty, unused (and on its home: awaitAll)
 	}
 	m, n := q.Counts()
 	return q, m, n, nil
 }
 
-// HomeSyncer is implemented by a Replicator that can wait for another
-// node to apply the metadata log up to an index.
-type HomeSyncer interface {
-	AwaitApplied(ctx context.Context, node string, index uint64) error
+// ClusterSyncer is implemented by a Replicator that can wait for the
+// other running nodes to apply the metadata log up to an index.
+type ClusterSyncer interface {
+	AwaitAllApplied(ctx context.Context, index uint64) error
 }
 
-// awaitHome waits (at most 5s) until node has applied every command this
-// node has applied. A failure is logged: the declare stands, and a use of
-// the queue before its home caught up answers what the home answers.
-func (b *Broker) awaitHome(node string) {
-	hs, ok := b.repl.(HomeSyncer)
+// awaitAllWait bounds how long a change waits for the other nodes.
+const awaitAllWait = 2 * time.Second
+
+// awaitAll waits (at most awaitAllWait) until every running node has
+// applied every command this node has applied, so that a change answered
+// -ok is visible on every node (as RabbitMQ's definitions are): a client
+// that declares and binds through one node and publishes through another
+// behind a load balancer finds its binding there. A node that does not
+// confirm in time (slow, or cut off and not yet known to be down) does
+// not fail the change: it applies it when it catches up.
+func (b *Broker) awaitAll() {
+	cs, ok := b.repl.(ClusterSyncer)
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), awaitAllWait)
 	defer cancel()
-	if err := hs.AwaitApplied(ctx, node, b.applied.Load()); err != nil {
-		b.log.Warn("cluster: a queue's home node did not confirm the declare", "node", node, "err", err)
+	if err := cs.AwaitAllApplied(ctx, b.applied.Load()); err != nil {
+		b.log.Debug("cluster: a node did not confirm a definition change in time", "err", err)
 	}
 }
 

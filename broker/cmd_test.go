@@ -58,6 +58,56 @@ func (m loopMember) Propose(_ context.Context, cmd []byte) error {
 
 var clusterNames = []string{"warren@a", "warren@b", "warren@c"}
 
+// loopPeers is the inter-node link of the test brokers, in process: a
+// call runs the other broker's HandlePeerCall, messages go through one
+// ordered queue per sender and receiver.
+type loopPeers struct {
+	self  string
+	nodes map[string]*Broker
+	mu    sync.Mutex
+	out   map[string]chan []byte
+}
+
+func (p *loopPeers) Call(_ context.Context, node string, req []byte) ([]byte, error) {
+	b := p.nodes[node]
+	if b == nil {
+		return nil, fmt.Errorf("no node %s", node)
+	}
+	return b.HandlePeerCall(p.self, req)
+}
+
+func (p *loopPeers) Send(node string, msg []byte) error {
+	b := p.nodes[node]
+	if b == nil {
+		return fmt.Errorf("no node %s", node)
+	}
+	p.mu.Lock()
+	ch := p.out[node]
+	if ch == nil {
+		ch = make(chan []byte, 1024)
+		p.out[node] = ch
+		go func() {
+			for m := range ch {
+				b.HandlePeerMessage(p.self, m)
+			}
+		}()
+	}
+	p.mu.Unlock()
+	ch <- msg
+	return nil
+}
+
+func (p *loopPeers) Up(node string) bool { return p.nodes[node] != nil }
+
+func (p *loopPeers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ch := range p.out {
+		close(ch)
+	}
+	p.out = map[string]chan []byte{}
+}
+
 // newCluster opens three brokers (each with its own data directory and
 // node name) joined by a loopback replicator.
 func newCluster(t *testing.T, place func(vhost, name string) string) (*loopback, []*Broker) {
@@ -82,6 +132,15 @@ func newClusterOn(t *testing.T, place func(vhost, name string) string, disk bool
 		b.SetReplicator(loopMember{l, i})
 		b.SetNodes(func() []string { return clusterNames })
 		l.nodes = append(l.nodes, b)
+	}
+	byName := map[string]*Broker{}
+	for _, b := range l.nodes {
+		byName[b.Node()] = b
+	}
+	for _, b := range l.nodes {
+		p := &loopPeers{self: b.Node(), nodes: byName, out: map[string]chan []byte{}}
+		b.SetPeers(p)
+		t.Cleanup(p.close)
 	}
 	return l, l.nodes
 }
@@ -464,7 +523,10 @@ func TestClusterNoQuorum(t *testing.T) {
 	if !errors.As(err, &qe) || qe.Reason != strings.TrimPrefix(text, "INTERNAL_ERROR - ") {
 		t.Fatalf("QuorumError %+v", qe)
 	}
-	if _, err := bs[0].DeleteVHostE("/"); !errors.Is(err, ErrNoQuorum) {
+	// The group's own error wrapped by the Replicator: one "no quorum".
+	l.setFail(fmt.Errorf("%w: %w", ErrNoQuorum, errors.New("cluster has no quorum: no leader, proposal 7 was not applied")))
+	_, err = bs[0].DeleteVHostE("/")
+	if !errors.Is(err, ErrNoQuorum) || err.Error() != "INTERNAL_ERROR - cluster has no quorum: deletion of vhost '/' not applied (no leader, proposal 7 was not applied)" {
 		t.Fatalf("DeleteVHostE: %v", err)
 	}
 	if err := bs[2].PutUser("x", "y", nil); !errors.Is(err, ErrNoQuorum) {
@@ -611,8 +673,8 @@ func TestClusterRestartKeepsHome(t *testing.T) {
 	b, err = Open(Config{Node: "warren@b", DataDir: dir})
 	must(t, err)
 	defer b.Close()
-	if q := b.VHost("/").Queue("q"); q == nil || q.Home != "warren@a" {
-		t.Fatalf("after a restart: %+v", q)
+	if q := b.VHost("/").Queue("q"); q == nil || q.Home != "warren@a" || q.disk != nil {
+		t.Fatalf("after a restart: %+v (a remote queue has no local log)", q)
 	}
 	if got := snap(t, b); !bytes.Equal(got, want) {
 		t.Fatalf("after a restart:\n%s\nwant\n%s", got, want)

@@ -303,6 +303,10 @@ func (q *Queue) Stats() QueueStats {
 // Counts returns the message and consumer counts, as queue.declare-ok
 // reports them. Delayed retries count as messages (R5.5).
 func (q *Queue) Counts() (messages, consumers int) {
+	if !q.IsLocal() { // the home's counts (0, 0 while it is down)
+		messages, consumers, _ = q.remoteCounts(false)
+		return messages, consumers
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.m.Messages(), len(q.m.Consumers())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
@@ -186,7 +187,10 @@ func (q *Queue) checkHome() error {
 		return nil
 	}
 	p := q.vhost.b.getPeers()
-	if p == nil || !p.Up(q.Home) {
+	if p == nil {
+		return nil // no data plane wired (a definitions-only broker): nothing to check
+	}
+	if !p.Up(q.Home) {
 		return q.homeDown()
 	}
 	return nil
@@ -768,7 +772,11 @@ type proxy struct {
 	c      *Consumer
 	credit int // the consumer's prefetch; 0: unlimited
 	out    int // deliveries held by the node, not yet settled
+	retry  atomic.Bool
 }
+
+// sendRetry is how soon a delivery the link could not take is offered again.
+const sendRetry = 10 * time.Millisecond
 
 // Deliver sends d to the consumer's node, within its credit.
 func (p *proxy) Deliver(c *Consumer, d Delivery) bool {
@@ -789,6 +797,13 @@ func (p *proxy) Deliver(c *Consumer, d Delivery) bool {
 	buf = binary.AppendUvarint(append(buf, opDeliver), p.cid)
 	buf = appendDelivery(buf, &d)
 	if err := peers.Send(p.node, buf); err != nil {
+		// The link's send queue is full (or the node just went): offer
+		// again shortly, as nothing else may wake the consumer (a no-ack
+		// consumer has no settles to restore credit).
+		if peers.Up(p.node) && p.retry.CompareAndSwap(false, true) {
+			q := d.Queue
+			time.AfterFunc(sendRetry, func() { p.retry.Store(false); q.Dispatch() })
+		}
 		return false
 	}
 	if !c.NoAck {
@@ -1042,8 +1057,8 @@ func (q *Queue) remoteGet(noAck bool) (Delivery, int, bool) {
 
 // remoteCounts is declare-ok's message and consumer counts from the home;
 // the call is a use of the queue (x-expires) there.
-func (q *Queue) remoteCounts() (int, int, error) {
-	d, err := q.call(q.appendRef(nil, callCounts))
+func (q *Queue) remoteCounts(touch bool) (int, int, error) {
+	d, err := q.call(appendBool(q.appendRef(nil, callCounts), touch))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -1076,7 +1091,9 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		return nil, errors.New("cluster: empty call")
 	}
 	d := &msgDecoder{b: req[1:]}
-	b.awaitBarrier(from, d.uvarint())
+	if bid := d.uvarint(); d.err == nil {
+		b.awaitBarrier(from, bid)
+	}
 	switch req[0] {
 	case callConsume:
 		return appendResult(nil, b.consumeForPeer(from, d)), nil
@@ -1110,7 +1127,9 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		if err != nil {
 			return appendResult(nil, err), nil
 		}
-		q.Touch()
+		if d.bool() {
+			q.Touch()
+		}
 		m, c := q.Counts()
 		return binary.AppendUvarint(binary.AppendUvarint(appendResult(nil, nil), uint64(m)), uint64(c)), nil
 	case callPurge:
@@ -1211,8 +1230,11 @@ func (b *Broker) awaitBarrier(from string, id uint64) {
 // declareCounts is queue.declare-ok's counts for an existing queue, whose
 // declare is a use (x-expires); from the home for a remote queue.
 func (q *Queue) declareCounts() (*Queue, int, int, error) {
+	if !q.IsLocal() && q.vhost.b.getPeers() == nil {
+		return q, 0, 0, nil // no data plane wired (a definitions-only broker)
+	}
 	if !q.IsLocal() {
-		m, c, err := q.remoteCounts()
+		m, c, err := q.remoteCounts(true)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -1226,7 +1248,7 @@ func (q *Queue) declareCounts() (*Queue, int, int, error) {
 // deleteAtHome deletes a remote queue on its home first (its checks and
 // its message count are there); nothing to do for a local queue.
 func (q *Queue) deleteAtHome(ifUnused, ifEmpty bool) (int, error) {
-	if q.IsLocal() {
+	if q.IsLocal() || q.vhost.b.getPeers() == nil {
 		return 0, nil
 	}
 	return q.remoteDelete(ifUnused, ifEmpty)

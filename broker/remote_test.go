@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/warrenmq/warren/amqp"
@@ -39,7 +40,8 @@ func TestLocalPublishAllocs(t *testing.T) {
 
 // issue 13 (remote queues): a publish routed to a remote queue with no
 // peers installed fails its confirm rather than pretending success, and
-// still counts as routed (mandatory).
+// still counts as routed (mandatory); definitions work (a declare answers
+// counts of 0), data-plane calls find nothing.
 func TestRemotePublishWithoutPeersFails(t *testing.T) {
 	br := New(Config{Node: "warren@a"})
 	v := br.VHost("/")
@@ -51,7 +53,39 @@ func TestRemotePublishWithoutPeersFails(t *testing.T) {
 	if err != nil || res.Routed != 1 || !res.Failed {
 		t.Fatalf("publish to a remote queue without peers: %+v %v; want routed and failed", res, err)
 	}
-	if _, _, _, err := v.DeclareQueue(QueueSpec{Name: "rq", Home: "warren@b"}, true); err == nil {
-		t.Fatal("passive declare of a remote queue without peers succeeded")
+	if _, _, _, err := v.DeclareQueue(QueueSpec{Name: "rq", Home: "warren@b"}, true); err != nil {
+		t.Fatalf("passive declare of a remote queue without peers: %v", err)
+	}
+	if _, _, ok := v.Queue("rq").Get(true); ok {
+		t.Fatal("get from a remote queue without peers found a message")
+	}
+}
+
+// issue 13 (remote queues): malformed peer input never panics: random
+// and truncated messages and calls are dropped or answered with an error.
+func TestPeerInputGarbage(t *testing.T) {
+	br := New(Config{Node: "warren@a"})
+	v := br.VHost("/")
+	if _, _, _, err := v.DeclareQueue(QueueSpec{Name: "q", Home: "warren@a"}, false); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ops := []byte{opEnqueue, opEnqueued, opDeliver, opSettle, opCancel, opCanceled, opBarrier, opStale}
+	calls := []byte{callConsume, callGet, callPurge, callCounts, callDelete, callBrowse}
+	valid := (&Queue{vhost: v, Name: "q"}).appendRef(nil, opSettle)
+	for i := 0; i < 2000; i++ {
+		n := rng.IntN(40)
+		b := make([]byte, 1+n)
+		for j := range b {
+			b[j] = byte(rng.IntN(256))
+		}
+		b[0] = ops[rng.IntN(len(ops))]
+		if i%3 == 0 { // a valid queue reference, then garbage
+			b = append(append([]byte{b[0]}, valid[1:]...), b[1:]...)
+		}
+		br.HandlePeerMessage("warren@b", b)
+		// Calls start with a barrier id: 0 has nothing to wait for.
+		c := append([]byte{calls[rng.IntN(len(calls))], 0}, b[1:]...)
+		_, _ = br.HandlePeerCall("warren@b", c)
 	}
 }

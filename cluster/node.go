@@ -89,6 +89,10 @@ type Node struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 	stop  chan struct{} // closed by Close
+	// workers feed each node's data-plane messages to the broker in
+	// order (dataMessage); closed once the transport is.
+	workers map[string]chan []byte
+	closing bool
 }
 
 // Start joins b (opened with broker.Config.Node = cfg.Node) and its
@@ -105,7 +109,8 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), b: b, m: m, peers: map[string]string{}, up: time.Now()}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), b: b, m: m, peers: map[string]string{}, up: time.Now(),
+		workers: map[string]chan []byte{}}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listening on %s: %w", cfg.Listen, err)
@@ -174,7 +179,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	b.SetNodes(n.nodeNames)
 	b.SetPeers(peers{n})
 	n.tr.Handle(svcData, b.HandlePeerCall)
-	n.tr.OnMessage(svcData, b.HandlePeerMessage)
+	n.tr.OnMessage(svcData, n.dataMessage)
 	n.tr.OnPeerState(func(name string, up bool) { b.PeerState(name, up) })
 	if m != nil {
 		m.SetCluster(mgmtCluster{n})
@@ -305,6 +310,14 @@ func (n *Node) Close() error {
 		if e := n.tr.Close(); err == nil {
 			err = e
 		}
+		// No reader hands messages any more: end the workers.
+		n.mu.Lock()
+		n.closing = true
+		for _, w := range n.workers {
+			close(w)
+		}
+		n.workers = map[string]chan []byte{}
+		n.mu.Unlock()
 		n.wg.Wait()
 	})
 	return err
@@ -336,13 +349,37 @@ func (p peers) Call(ctx context.Context, node string, req []byte) ([]byte, error
 	return p.n.tr.Call(ctx, node, svcData, req)
 }
 func (p peers) Send(node string, msg []byte) error { return p.n.tr.Send(node, svcData, msg) }
-func (p peers) Up(node string) bool {
-	for _, s := range p.n.tr.Peers() {
-		if s.Name == node {
-			return s.Up
+func (p peers) Up(node string) bool                { return p.n.tr.Up(node) }
+
+// dataQueue bounds the data-plane messages from one node waiting for
+// the broker; beyond it the link's reader waits (push-back on the peer).
+const dataQueue = 4096
+
+// dataMessage hands a data-plane message to the sender's worker, which
+// gives them to the broker in order. The broker may block on one (a
+// publish into a vhost with a dead-letter backlog waits for it); the
+// link's reader must not, since it also carries the Raft messages that
+// keep the metadata group alive.
+func (n *Node) dataMessage(from string, msg []byte) {
+	n.mu.Lock()
+	w := n.workers[from]
+	if w == nil {
+		if n.closing {
+			n.mu.Unlock()
+			return
 		}
+		w = make(chan []byte, dataQueue)
+		n.workers[from] = w
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			for m := range w {
+				n.b.HandlePeerMessage(from, m)
+			}
+		}()
 	}
-	return false
+	n.mu.Unlock()
+	w <- msg
 }
 
 // mgmtRequest is a management call run on another node.
@@ -369,15 +406,35 @@ func (n *Node) serveMgmt(from string, req []byte) ([]byte, error) {
 // Links lists the node's inter-node links.
 func (n *Node) Links() []transport.PeerStatus { return n.tr.Peers() }
 
-// AwaitApplied asks node to wait until it has applied the metadata log up
-// to index (broker.HomeSyncer): a declare of a queue homed there answers
-// once the queue exists there.
-func (r replicator) AwaitApplied(ctx context.Context, node string, index uint64) error {
-	if r.n == nil || node == r.n.cfg.Node {
+// AwaitAllApplied waits until every other running member has applied
+// the metadata log up to index (broker.ClusterSyncer), asking them all at
+// once.
+func (r replicator) AwaitAllApplied(ctx context.Context, index uint64) error {
+	req := binary.AppendUvarint(nil, index)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for _, m := range r.g.Members() {
+		if m.Name == r.n.cfg.Node || !r.n.tr.Up(m.Name) {
+			continue
+		}
+		wg.Add(1)
+		go func(name string) {
+			defer wg.Done()
+			if _, err := r.n.tr.Call(ctx, name, svcSync, req); err != nil {
+				select {
+				case errs <- fmt.Errorf("%s: %w", name, err):
+				default:
+				}
+			}
+		}(m.Name)
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
 		return nil
 	}
-	_, err := r.n.tr.Call(ctx, node, svcSync, binary.AppendUvarint(nil, index))
-	return err
 }
 
 // serveSync answers an AwaitApplied: once this node's broker has applied
@@ -461,10 +518,17 @@ func (c mgmtCluster) RemoveMember(ctx context.Context, name string) error {
 }
 
 // quorum makes a metadata group's no-quorum error one the broker and the
-// management API recognise.
+// management API recognise (errors.Is broker.ErrNoQuorum), keeping its
+// text (which already says "cluster has no quorum") and its chain
+// (meta.ErrOutcomeUnknown).
 func quorum(err error) error {
-	if err != nil && errors.Is(err, meta.ErrNoQuorum) && !errors.Is(err, broker.ErrNoQuorum) {
-		return fmt.Errorf("%w: %v", broker.ErrNoQuorum, err)
+	if err == nil || !errors.Is(err, meta.ErrNoQuorum) || errors.Is(err, broker.ErrNoQuorum) {
+		return err
 	}
-	return err
+	return noQuorumError{err}
 }
+
+type noQuorumError struct{ err error }
+
+func (e noQuorumError) Error() string   { return e.err.Error() }
+func (e noQuorumError) Unwrap() []error { return []error{broker.ErrNoQuorum, e.err} }

@@ -149,6 +149,9 @@ func TestNoQuorum(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != amqp.InternalError || !strings.Contains(ae.Reason, "no quorum") {
 		t.Fatalf("declare without quorum: %v, want 541 INTERNAL_ERROR naming the missing quorum", err)
 	}
+	if strings.Count(ae.Reason, "no quorum") != 1 {
+		t.Fatalf("the text repeats itself: %q", ae.Reason)
+	}
 	if took := time.Since(start); took > 20*time.Second {
 		t.Fatalf("declare without quorum took %v", took)
 	}
@@ -272,4 +275,93 @@ func TestExclusiveQueueFollowsOwner(t *testing.T) {
 		eventually(t, 10*time.Second, func() bool { return !queueOn(nd, "excl-old") && queueOn(nd, "excl-new") },
 			"the old run's exclusive queue gone and the new one kept on "+nd.Name())
 	}
+}
+
+func api(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth("guest", "guest")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func nodeNames(t *testing.T, nd *warrentest.Node) map[string]bool {
+	t.Helper()
+	st, body := api(t, http.MethodGet, nd.MgmtURL()+"/api/nodes", "")
+	if st != http.StatusOK {
+		t.Fatalf("/api/nodes: %d %s", st, body)
+	}
+	var nodes []struct {
+		Name    string `json:"name"`
+		Running bool   `json:"running"`
+	}
+	if err := json.Unmarshal([]byte(body), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]bool{}
+	for _, n := range nodes {
+		m[n.Name] = n.Running
+	}
+	return m
+}
+
+// issue 13: a node started empty (--cluster-join) is added later (warren
+// cluster join: POST /api/cluster/members), receives the definitions and
+// takes part; a stopped node is forgotten (warren cluster forget) and the
+// cluster goes on without it.
+func TestJoinAndForget(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	_, ch := dial(t, c.Node(0))
+	if _, err := ch.QueueDeclare("before-join", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	d := c.AddNode()
+	if queueOn(d, "before-join") {
+		t.Fatal("a node waiting to join has the cluster's definitions already")
+	}
+	if st, body := api(t, http.MethodPost, c.Node(0).MgmtURL()+"/api/cluster/members",
+		fmt.Sprintf(`{"name":%q,"address":%q}`, d.Name(), d.ClusterAddr())); st != http.StatusNoContent {
+		t.Fatalf("join: %d %s", st, body)
+	}
+	eventually(t, 10*time.Second, func() bool { return queueOn(d, "before-join") }, "the joined node has the definitions")
+	c.WaitReady()
+	_, chd := dial(t, d)
+	if _, err := chd.QueueDeclare("after-join", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool { return queueOn(c.Node(0), "after-join") }, "a declare through the joined node on node 1")
+	eventually(t, 5*time.Second, func() bool { return len(nodeNames(t, c.Node(0))) == 4 && nodeNames(t, c.Node(0))[d.Name()] },
+		"/api/nodes lists the joined node, running")
+
+	gone := c.Node(2)
+	gone.Stop()
+	eventually(t, 10*time.Second, func() bool {
+		l := c.Node(0).Cluster().Meta().Leader()
+		return l != "" && l != gone.Name()
+	}, "a leader other than the stopped node")
+	if st, body := api(t, http.MethodDelete, c.Node(0).MgmtURL()+"/api/cluster/members/"+gone.Name(), ""); st != http.StatusNoContent {
+		t.Fatalf("forget: %d %s", st, body)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		m := nodeNames(t, c.Node(0))
+		_, listed := m[gone.Name()]
+		return len(m) == 3 && !listed
+	}, "/api/nodes without the forgotten node")
+	// Three members left, one of them was n3's replacement: a majority
+	// of the remaining three commits.
+	if _, err := ch.QueueDeclare("after-forget", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool { return queueOn(d, "after-forget") }, "a declare after the forget reaches the joined node")
 }

@@ -31,6 +31,10 @@ type testCluster struct {
 	cut   map[[2]string]bool // unreachable links, both orders
 	links map[[2]string]*loopLink
 	wg    sync.WaitGroup
+	// linkCap bounds the one-way messages a link queues (Send fails
+	// beyond it, as the transport's does); 0: 65536. Links take the
+	// value in force when they are first used.
+	linkCap int
 }
 
 // testNode is one node of a testCluster.
@@ -46,17 +50,41 @@ type loopLink struct {
 	ch chan []byte
 }
 
-// startCluster starts one node per name ("warren@a", ...).
+// startCluster starts one node per name ("warren@a", ...); definitions
+// are declared on each node by the test (declareQueue, ...).
 func startCluster(t *testing.T, names ...string) *testCluster {
+	t.Helper()
+	return startClusterWith(t, nil, names...)
+}
+
+// startReplicatedCluster starts nodes whose definition changes go through
+// a loopback replicator (every command applied on every node in one
+// order, as the metadata group would), place choosing each new queue's
+// home: clients declare, bind and delete over AMQP on any node.
+func startReplicatedCluster(t *testing.T, place func(vhost, name string) string, names ...string) *testCluster {
+	t.Helper()
+	return startClusterWith(t, &loopRepl{place: place}, names...)
+}
+
+func startClusterWith(t *testing.T, repl *loopRepl, names ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, nodes: map[string]*testNode{}, cut: map[[2]string]bool{}, links: map[[2]string]*loopLink{}}
 	for _, n := range names {
-		b, err := broker.Open(broker.Config{DataDir: t.TempDir(), Node: n})
+		cfg := broker.Config{DataDir: t.TempDir(), Node: n}
+		if repl != nil {
+			cfg.PlaceQueue = repl.place
+		}
+		b, err := broker.Open(cfg)
 		if err != nil {
 			t.Fatalf("node %s: %v", n, err)
 		}
 		nd := &testNode{name: n, b: b, c: c}
 		b.SetPeers(&loopPeers{self: n, c: c})
+		if repl != nil {
+			repl.nodes = append(repl.nodes, b)
+			b.SetReplicator(loopMember{repl, len(repl.nodes) - 1})
+			b.SetNodes(func() []string { return names })
+		}
 		srv, err := server.New(server.Config{AMQPAddr: "127.0.0.1:0", Broker: b})
 		if err != nil {
 			t.Fatalf("node %s: %v", n, err)
@@ -200,7 +228,11 @@ func (p *loopPeers) Send(node string, msg []byte) error {
 	k := [2]string{p.self, node}
 	l := c.links[k]
 	if l == nil {
-		l = &loopLink{ch: make(chan []byte, 1<<16)}
+		n := c.linkCap
+		if n == 0 {
+			n = 1 << 16
+		}
+		l = &loopLink{ch: make(chan []byte, n)}
 		c.links[k] = l
 		to, from := c.nodes[node].b, p.self
 		c.wg.Add(1)
@@ -238,4 +270,33 @@ func toWireTable(t amqp.Table) map[string]any {
 		}
 	}
 	return out
+}
+
+// loopRepl is a loopback metadata group: it sequences proposals and
+// applies each command on every node in the same order, answering the
+// proposer with its own apply's result.
+type loopRepl struct {
+	mu    sync.Mutex
+	index uint64
+	nodes []*broker.Broker
+	place func(vhost, name string) string
+}
+
+type loopMember struct {
+	l    *loopRepl
+	self int
+}
+
+func (m loopMember) Propose(_ context.Context, cmd []byte) error {
+	l := m.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.index++
+	var res error
+	for i, b := range l.nodes {
+		if err := b.ApplyCommand(l.index, cmd); i == m.self {
+			res = err
+		}
+	}
+	return res
 }

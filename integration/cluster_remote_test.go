@@ -7,6 +7,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/warrentest"
 )
 
 const (
@@ -475,4 +478,222 @@ func TestClusterRemoteThreeNodes(t *testing.T) {
 		}
 	}
 	waitFor(t, "drained on B", func() bool { r, u := readyUnacked(c, nodeB, "h6-tb"); return r == 0 && u == 0 })
+}
+
+// issue 13 (remote queues): the queue deleted on its home cancels the
+// consumers other nodes have on it (basic.cancel), and an exclusive
+// consumer on the home refuses a consumer from another node with 403.
+func TestClusterRemoteDeletedAtHomeAndExclusive(t *testing.T) {
+	c := startCluster(t, nodeA, nodeB)
+	c.declareQueue("h6-x", nodeB, false, nil)
+	conn := c.node(nodeA).dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancels := ch.NotifyCancel(make(chan string, 1))
+	if _, err := ch.Consume("h6-x", "h6-xc", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	other := c.node(nodeB).dial(t)
+	och, err := other.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = och.Consume("h6-x", "", false, false, false, false, nil)
+	if err == nil {
+		_, err = och.QueueDeclarePassive("h6-x", false, false, false, false, nil)
+	}
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != 403 {
+		t.Fatalf("consume on B beside an exclusive consumer from A: %v; want 403", err)
+	}
+	if _, err := c.node(nodeB).b.VHost("/").DeleteQueue("h6-x", 0, false, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case tag := <-cancels:
+		if tag != "h6-xc" {
+			t.Fatalf("cancelled %q", tag)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no basic.cancel after the queue was deleted on its home")
+	}
+}
+
+// issue 13 (remote queues) with replicated definitions: a client on A
+// declares a durable queue that placement puts on B, binds it, publishes
+// with confirms, consumes, and deletes it, all over AMQP on A; the
+// delete-ok counts B's messages and the queue is gone on both nodes.
+func TestClusterRemoteReplicated(t *testing.T) {
+	c := startReplicatedCluster(t, func(_, name string) string { return nodeB }, nodeA, nodeB)
+	conn := c.node(nodeA).dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("h6-r", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if q := c.homeQueue(nodeA, "h6-r"); q == nil || q.Home != nodeB || q.IsLocal() {
+		t.Fatalf("queue on A: %+v; want a remote queue homed on B", q)
+	}
+	if err := ch.ExchangeDeclare("h6-rx", "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("h6-r", "k", "h6-rx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if acked, nacked := confirmAll(t, conn, "h6-rx", "k", 10); acked != 10 || nacked != 0 {
+		t.Fatalf("confirms: %d acks %d nacks", acked, nacked)
+	}
+	q, err := ch.QueueDeclarePassive("h6-r", true, false, false, false, nil)
+	if err != nil || q.Messages != 10 {
+		t.Fatalf("passive declare: %+v %v; want 10 messages", q, err)
+	}
+	g, ok, err := ch.Get("h6-r", false)
+	if err != nil || !ok || string(g.Body) != "0" {
+		t.Fatalf("get: %v %q %v", ok, g.Body, err)
+	}
+	if err := g.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete("h6-r", false, true, false); err == nil {
+		t.Fatal("delete if-empty of a queue with 9 messages on its home succeeded")
+	}
+	ch, err = conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := ch.QueueDelete("h6-r", false, false, false)
+	if err != nil || n != 9 {
+		t.Fatalf("delete: %d %v; want 9", n, err)
+	}
+	for _, nd := range []string{nodeA, nodeB} {
+		if c.homeQueue(nd, "h6-r") != nil {
+			t.Fatalf("queue still on %s after delete", nd)
+		}
+	}
+}
+
+// issue 13 (remote queues): deliveries that find the link's send queue
+// full are offered again: a no-ack consumer on A gets every message of a
+// queue on B through a link that holds 2 messages at a time.
+func TestClusterRemoteFullLink(t *testing.T) {
+	c := startCluster(t, nodeA, nodeB)
+	c.declareQueue("h6-l", nodeB, false, nil)
+	v := c.node(nodeB).b.VHost("/")
+	var r broker.Router
+	for i := 0; i < 300; i++ {
+		if _, err := v.Publish(&r, "", &broker.Message{RoutingKey: "h6-l", Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	c.linkCap = 2
+	c.mu.Unlock()
+	conn := c.node(nodeA).dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := ch.Consume("h6-l", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 300; i++ {
+		select {
+		case d := <-msgs:
+			if string(d.Body) != fmt.Sprint(i) {
+				t.Fatalf("delivery %d: %q", i, d.Body)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("got %d of 300 through a full link", i)
+		}
+	}
+}
+
+// issue 13 (remote queues) over the real inter-node link (warrentest's
+// cluster: transport, metadata group, glue): a client on node 1 uses a
+// durable queue placed on node 2: confirms, prefetch, acks, get, purge;
+// with node 2 crashed, declare answers the home-down 404 within the
+// call deadline and a confirmed publish is nacked.
+func TestClusterRemoteOverTransport(t *testing.T) {
+	home := warrentest.NodeName(1)
+	c := warrentest.StartCluster(t, 2, warrentest.PlaceQueuesOn(home))
+	conn, err := amqp.Dial(c.Node(0).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("h6-t", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if q := c.Node(0).Broker().VHost("/").Queue("h6-t"); q == nil || q.IsLocal() {
+		t.Fatalf("queue on node 1: %+v; want remote", q)
+	}
+	if acked, nacked := confirmAll(t, conn, "", "h6-t", 200); acked != 200 || nacked != 0 {
+		t.Fatalf("confirms: %d acks %d nacks", acked, nacked)
+	}
+	if s := c.Node(1).Broker().VHost("/").Queue("h6-t").Stats(); s.Ready != 200 || s.Persistent != 200 {
+		t.Fatalf("home: %d ready, %d persistent; want 200", s.Ready, s.Persistent)
+	}
+	if err := ch.Qos(20, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := ch.Consume("h6-t", "h6-tc", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 150; i++ {
+		select {
+		case d := <-msgs:
+			if string(d.Body) != fmt.Sprint(i) {
+				t.Fatalf("delivery %d: %q", i, d.Body)
+			}
+			if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("got %d of 150", i)
+		}
+	}
+	if err := ch.Cancel("h6-tc", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "home settles", func() bool {
+		s := c.Node(1).Broker().VHost("/").Queue("h6-t").Stats()
+		return s.Ready+s.Unacked == 50
+	})
+	// Deliveries that crossed the cancel went back; the unacked ones
+	// come back with a recover-less close of this channel.
+	ch.Close()
+	ch, err = conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "50 ready at home", func() bool { return c.Node(1).Broker().VHost("/").Queue("h6-t").Stats().Ready == 50 })
+	n, err := ch.QueuePurge("h6-t", false)
+	if err != nil || n != 50 {
+		t.Fatalf("purge: %d %v; want 50", n, err)
+	}
+
+	c.Node(1).Crash()
+	want := "NOT_FOUND - home node '" + home + "' of durable queue 'h6-t' in vhost '/' is down or inaccessible"
+	waitFor(t, "home-down 404", func() bool {
+		ch, err := conn.Channel()
+		if err != nil {
+			return false
+		}
+		_, err = ch.QueueDeclarePassive("h6-t", true, false, false, false, nil)
+		var ae *amqp.Error
+		return errors.As(err, &ae) && ae.Code == 404 && ae.Reason == want
+	})
+	if acked, nacked := confirmAll(t, conn, "", "h6-t", 3); acked != 0 || nacked != 3 {
+		t.Fatalf("publish with the home down: %d acks %d nacks; want 3 nacks", acked, nacked)
+	}
 }

@@ -128,7 +128,10 @@ func (c *call) vhostPut() error {
 		return err
 	}
 	existed := c.s.b.VHost(name) != nil
-	v := c.s.b.AddVHost(name)
+	v, err := c.s.b.AddVHostE(name)
+	if err != nil {
+		return changeFailed(err)
+	}
 	// As RabbitMQ, a PUT sets the metadata it carries, and resets what it
 	// leaves out.
 	var m broker.VHostMeta
@@ -143,7 +146,9 @@ func (c *call) vhostPut() error {
 		m.Tags = tags
 	}
 	if cur := v.Meta(); cur.Description != m.Description || !slices.Equal(cur.Tags, m.Tags) {
-		c.s.b.SetVHostMeta(name, m)
+		if _, err := c.s.b.SetVHostMetaE(name, m); err != nil {
+			return changeFailed(err)
+		}
 	}
 	if !existed {
 		// As RabbitMQ: the creating user gets full permissions.
@@ -162,7 +167,9 @@ func (c *call) vhostDelete() error {
 			c.s.srv.CloseConnection(ci.Name, fmt.Sprintf("vhost '%s' is deleted", name))
 		}
 	}
-	c.s.b.DeleteVHost(name)
+	if _, err := c.s.b.DeleteVHostE(name); err != nil {
+		return changeFailed(err)
+	}
 	return c.noContent()
 }
 
@@ -246,7 +253,12 @@ func (c *call) topicPermissionPut() error {
 // topicPermissionDelete removes every topic permission of a user in a
 // vhost.
 func (c *call) topicPermissionDelete() error {
-	if c.s.b.VHost(c.pv("vhost")) == nil || !c.s.b.ClearTopicPermissions(c.pv("vhost"), c.pv("user"), "") {
+	if c.s.b.VHost(c.pv("vhost")) == nil {
+		return errNotFound
+	}
+	if ok, err := c.s.b.ClearTopicPermissionsE(c.pv("vhost"), c.pv("user"), ""); err != nil {
+		return changeFailed(err)
+	} else if !ok {
 		return errNotFound
 	}
 	return c.noContent()
@@ -351,26 +363,32 @@ func (c *call) userPut() error {
 		}
 	}
 	existed := c.s.b.User(name) != nil
+	var err error
 	switch {
 	case b.Password != nil:
-		c.s.b.PutUser(name, *b.Password, tags)
+		err = c.s.b.PutUser(name, *b.Password, tags)
 	case b.PasswordHash != nil:
 		if b.HashingAlgorithm != "" && b.HashingAlgorithm != broker.HashingSHA256 {
 			return badRequest(fmt.Sprintf("unsupported hashing algorithm '%s'", b.HashingAlgorithm))
 		}
-		c.s.b.PutUserHash(name, *b.PasswordHash, tags)
+		err = c.s.b.PutUserHash(name, *b.PasswordHash, tags)
 	case existed:
 		u := c.s.b.User(name)
-		c.s.b.PutUserHash(name, u.PasswordHash, tags)
+		err = c.s.b.PutUserHash(name, u.PasswordHash, tags)
 	default:
 		// No password: the user can only authenticate by other means.
-		c.s.b.PutUserHash(name, "", tags)
+		err = c.s.b.PutUserHash(name, "", tags)
+	}
+	if err != nil {
+		return changeFailed(err)
 	}
 	return c.created(!existed)
 }
 
 func (c *call) userDelete() error {
-	if !c.s.b.DeleteUser(c.pv("user")) {
+	if ok, err := c.s.b.DeleteUserE(c.pv("user")); err != nil {
+		return changeFailed(err)
+	} else if !ok {
 		return errNotFound
 	}
 	return c.noContent()
@@ -384,7 +402,9 @@ func (c *call) usersBulkDelete() error {
 		return err
 	}
 	for _, u := range b.Users {
-		c.s.b.DeleteUser(u)
+		if _, err := c.s.b.DeleteUserE(u); err != nil {
+			return changeFailed(err)
+		}
 	}
 	return c.noContent()
 }
@@ -436,6 +456,8 @@ func (c *call) permissionDelete() error {
 	if _, ok := c.s.b.Permissions(vh, u); !ok {
 		return errNotFound
 	}
-	c.s.b.ClearPermissions(vh, u)
+	if err := c.s.b.ClearPermissions(vh, u); err != nil {
+		return changeFailed(err)
+	}
 	return c.noContent()
 }

@@ -68,15 +68,18 @@ type Cluster interface {
 	RemoveMember(ctx context.Context, name string) error
 }
 
-// errNoQuorum is what a change without a quorum wraps; isNoQuorum is the
-// only place that checks it.
-var errNoQuorum = broker.ErrNoQuorum
+// isNoQuorum reports a change the cluster could not commit.
+func isNoQuorum(err error) bool { return errors.Is(err, broker.ErrNoQuorum) }
 
-func isNoQuorum(err error) bool { return errors.Is(err, errNoQuorum) }
-
-// noQuorum is the 503 for a change the metadata group could not commit.
+// noQuorum is the 503 for a change the metadata group could not commit:
+// the broker's reason ("cluster has no quorum: declare of queue 'q' in
+// vhost '/' not applied (...)"), or the cluster's error text.
 func noQuorum(err error) *apiError {
 	reason := err.Error()
+	var qe *broker.QuorumError
+	if errors.As(err, &qe) {
+		reason = qe.Reason
+	}
 	if !strings.HasPrefix(reason, "cluster has no quorum") {
 		reason = "cluster has no quorum: " + reason
 	}

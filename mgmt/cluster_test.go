@@ -153,7 +153,9 @@ func declareHomed(t *testing.T, nodes map[string]*clusterNode, vhost, name, home
 	everywhere(nodes, func(b *broker.Broker) {
 		q, _, _, err := b.VHost(vhost).DeclareQueue(broker.QueueSpec{Name: name, Durable: true, Home: home}, false)
 		must(t, err)
-		q.Home = home
+		if q.Home != home {
+			t.Fatalf("%s: queue %s declared with home %q", b.Node(), name, q.Home)
+		}
 	})
 }
 
@@ -352,6 +354,14 @@ func TestClusterWideLists(t *testing.T) {
 	want := []string{nodeA + "->" + nodeB + " GET /api/connections", nodeA + "->" + nodeC + " GET /api/connections"}
 	if !slices.Equal(fetches, want) {
 		t.Fatalf("fetches %q, want %q", fetches, want)
+	}
+
+	// A queue PUT with "node" is homed there.
+	if st := nodes[nodeA].f.call("PUT", "/api/queues/h5v/h5-placed", map[string]any{"durable": true, "node": nodeC}, nil); st != 201 {
+		t.Fatalf("PUT with node: %d", st)
+	}
+	if q := nodes[nodeA].b.VHost("h5v").Queue("h5-placed"); q == nil || q.Home != nodeC {
+		t.Fatalf("h5-placed: %+v", q)
 	}
 
 	// Paging, sorting and columns apply to the merged list.
@@ -607,7 +617,7 @@ func TestClusterMetricsPerNode(t *testing.T) {
 type noQuorumErr struct{ text string }
 
 func (e noQuorumErr) Error() string { return e.text }
-func (e noQuorumErr) Unwrap() error { return mgmt.ErrNoQuorumForTest }
+func (e noQuorumErr) Unwrap() error { return broker.ErrNoQuorum }
 
 // connNamed finds, through f, the connection whose client named it
 // connName (cluster-wide, as guest).
@@ -658,5 +668,114 @@ func TestClusterStatusSingleNode(t *testing.T) {
 	var e map[string]any
 	if code := f.call("POST", "/api/cluster/members", map[string]any{"name": "warren@x", "address": "x:1"}, &e); code != 400 || e["error"] != "bad_request" {
 		t.Fatalf("add on a single node: %d %v", code, e)
+	}
+}
+
+// noQuorumRepl is a Replicator that cannot commit anything.
+type noQuorumRepl struct{}
+
+func (noQuorumRepl) Propose(ctx context.Context, cmd []byte) error {
+	return fmt.Errorf("%w: timed out after 5s", broker.ErrNoQuorum)
+}
+
+// Issue 13: a definition change through the API that the cluster cannot
+// commit answers 503 unavailable with the broker's reason; reads go on.
+func TestClusterNoQuorumChanges(t *testing.T) {
+	b, err := broker.Open(broker.Config{Node: nodeA, DataDir: t.TempDir()})
+	must(t, err)
+	t.Cleanup(func() { b.Close() })
+	w := warrentest.Start(t, warrentest.WithConfig(func(c *server.Config) { c.Broker = b }))
+	b.SetReplicator(noQuorumRepl{})
+	f := &fixture{t: t, w: w, api: w.MgmtURL()}
+	for _, r := range []struct {
+		method, path string
+		body         any
+		what         string
+	}{
+		{"PUT", "/api/queues/%2F/h5-nq", map[string]any{"durable": true}, "queue 'h5-nq'"},
+		{"PUT", "/api/exchanges/%2F/h5-nqx", map[string]any{"type": "fanout"}, "exchange 'h5-nqx'"},
+		{"PUT", "/api/vhosts/h5-nqv", nil, "h5-nqv"},
+		{"PUT", "/api/users/h5-nqu", map[string]any{"password": "p", "tags": ""}, "h5-nqu"},
+		{"PUT", "/api/policies/%2F/h5-nqp", map[string]any{"pattern": ".*", "definition": map[string]any{"max-length": 1}}, "h5-nqp"},
+		{"DELETE", "/api/exchanges/%2F/amq.direct", nil, "amq.direct"},
+		{"DELETE", "/api/users/guest", nil, "guest"},
+		{"DELETE", "/api/permissions/%2F/guest", nil, "guest"},
+		{"DELETE", "/api/vhosts/%2F", nil, "vhost '/'"},
+		{"POST", "/api/definitions", map[string]any{"vhosts": []any{map[string]any{"name": "h5-nqd"}}}, "definitions import"},
+	} {
+		var e map[string]any
+		code := f.call(r.method, r.path, r.body, &e)
+		reason := str(e["reason"])
+		if code != 503 || e["error"] != "unavailable" || !strings.HasPrefix(reason, "cluster has no quorum: ") ||
+			!strings.Contains(reason, r.what) || !strings.HasSuffix(reason, "not applied (timed out after 5s)") {
+			t.Errorf("%s %s without quorum: %d %v", r.method, r.path, code, e)
+		}
+	}
+	var qs []map[string]any
+	if code := f.call("GET", "/api/queues", nil, &qs); code != 200 {
+		t.Fatalf("GET /api/queues without quorum: %d", code)
+	}
+}
+
+// Issue 13: over a real in-process cluster (transport, Raft-replicated
+// definitions, remote queues): a queue homed on n3 that n1's client
+// publishes to shows, from every node, once, on n3 with its messages;
+// connections are listed from any node; with n3 stopped its queue is
+// "down" and cluster-status still answers.
+func TestClusterRealNodes(t *testing.T) {
+	c := warrentest.StartCluster(t, 3, warrentest.PlaceQueuesOn(warrentest.NodeName(2)))
+	n1, n3 := c.Node(0), c.Node(2)
+	conn, err := amqp.DialConfig(n1.URL(), amqp.Config{Properties: amqp.Table{"connection_name": "h5-real"}})
+	must(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("h5-real-q", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	for range 3 {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "h5-real-q", true, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("m")})
+		must(t, err)
+		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+			t.Fatalf("publish not confirmed: %v %v", ok, err)
+		}
+	}
+	for _, nd := range c.Nodes() {
+		f := &fixture{t: t, api: nd.MgmtURL()}
+		testutil.Eventually(t, 10*time.Second, nd.Name()+" lists h5-real-q on n3 with 3 messages, once", func() bool {
+			var qs []map[string]any
+			f.call("GET", "/api/queues/%2F", nil, &qs)
+			n := 0
+			for _, q := range qs {
+				if q["name"] == "h5-real-q" {
+					n++
+					if q["node"] != n3.Name() || q["messages"] != float64(3) || q["state"] != "running" {
+						return false
+					}
+				}
+			}
+			return n == 1
+		})
+		testutil.Eventually(t, 10*time.Second, nd.Name()+" lists h5-real on n1", func() bool {
+			var cs []map[string]any
+			f.call("GET", "/api/connections", nil, &cs)
+			for _, c := range cs {
+				if c["user_provided_name"] == "h5-real" {
+					return c["node"] == n1.Name()
+				}
+			}
+			return false
+		})
+	}
+	n3.Stop()
+	f := &fixture{t: t, api: n1.MgmtURL()}
+	testutil.Eventually(t, 10*time.Second, "h5-real-q down with n3 stopped", func() bool {
+		var q map[string]any
+		return f.call("GET", "/api/queues/%2F/h5-real-q", nil, &q) == 200 && q["state"] == "down" && q["node"] == n3.Name()
+	})
+	var st map[string]any
+	if code := f.call("GET", "/api/cluster-status", nil, &st); code != 200 || st["node"] != n1.Name() || len(st["members"].([]any)) != 3 || st["cluster_id"] == "" {
+		t.Fatalf("cluster-status: %d %v", code, st)
 	}
 }

@@ -148,9 +148,12 @@ func policyDelete(op bool) handler {
 		name := c.pv("name")
 		var ok bool
 		if op {
-			ok = v.DeleteOperatorPolicy(name)
+			ok, err = v.DeleteOperatorPolicyE(name)
 		} else {
-			ok = v.DeletePolicy(name)
+			ok, err = v.DeletePolicyE(name)
+		}
+		if err != nil {
+			return changeFailed(err)
 		}
 		if !ok {
 			return errNotFound

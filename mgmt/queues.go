@@ -265,6 +265,14 @@ func (c *call) queuePut() error {
 		args["x-queue-type"] = b.Type
 	}
 	spec := broker.QueueSpec{Name: name, Durable: b.Durable.or(false), AutoDelete: b.AutoDelete.or(false), Args: args}
+	if cl := c.s.cluster(); cl != nil && b.Node != "" {
+		// As RabbitMQ's "node": the queue's home, if it names a member.
+		for _, n := range cl.Nodes() {
+			if n.Name == b.Node {
+				spec.Home = b.Node
+			}
+		}
+	}
 	existed := v.Queue(name) != nil
 	if !existed {
 		if err := c.checkCreateArgs(v, "queue", name, args); err != nil {

@@ -82,3 +82,74 @@ func TestClusterNoQuorumClosesWith541(t *testing.T) {
 		waitFor(t, 5e9, "the connection closed", c.IsClosed)
 	}
 }
+
+// twoNodeGroup applies every proposal to both brokers in one order.
+type twoNodeGroup struct {
+	mu    sync.Mutex
+	bs    []*broker.Broker
+	index uint64
+}
+
+type twoNodeMember struct {
+	g    *twoNodeGroup
+	self int
+}
+
+func (m twoNodeMember) Propose(_ context.Context, cmd []byte) error {
+	m.g.mu.Lock()
+	defer m.g.mu.Unlock()
+	m.g.index++
+	var res error
+	for i, b := range m.g.bs {
+		if err := b.ApplyCommand(m.g.index, cmd); i == m.self {
+			res = err
+		}
+	}
+	return res
+}
+
+// TestClusterExclusiveAcrossNodes: issue 13: an exclusive queue declared
+// through one node is locked (405) for a connection of another node, and
+// goes from every node when its owner connection closes; a queue declared
+// through a node is homed there and visible from the other.
+func TestClusterExclusiveAcrossNodes(t *testing.T) {
+	g := &twoNodeGroup{}
+	var ss []*server.Server
+	for i, node := range []string{"warren@a", "warren@b"} {
+		b := broker.New(broker.Config{Node: node})
+		b.SetReplicator(twoNodeMember{g, i})
+		g.bs = append(g.bs, b)
+		ss = append(ss, startServer(t, server.Config{Broker: b, ConnIDBase: broker.ConnIDBase(node)}))
+	}
+	ca, cb := dial(t, ss[0]), dial(t, ss[1])
+	cha := channel(t, ca)
+	if _, err := cha.QueueDeclare("h3-ex", false, false, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var ae *amqp.Error
+	if _, err := channel(t, cb).QueueDeclare("h3-ex", false, false, true, false, nil); !errors.As(err, &ae) || ae.Code != 405 {
+		t.Fatalf("exclusive declare from the other node: %v", err)
+	}
+	if err := channel(t, cb).QueueBind("h3-ex", "k", "amq.direct", false, nil); !errors.As(err, &ae) || ae.Code != 405 {
+		t.Fatalf("bind from the other node: %v", err)
+	}
+	chb := channel(t, cb)
+	if _, err := chb.QueueDeclare("h3-shared", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if q := g.bs[0].VHost("/").Queue("h3-shared"); q == nil || q.Home != "warren@b" {
+		t.Fatalf("h3-shared on node a: %+v, want home warren@b", q)
+	}
+	if err := ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5e9, "the exclusive queue deleted on both nodes", func() bool {
+		return g.bs[0].VHost("/").Queue("h3-ex") == nil && g.bs[1].VHost("/").Queue("h3-ex") == nil
+	})
+	if _, err := chb.QueueDelete("h3-shared", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if g.bs[0].VHost("/").Queue("h3-shared") != nil {
+		t.Fatal("a deleted queue is still on the other node")
+	}
+}

@@ -37,6 +37,7 @@ type Node struct {
 	name    string
 	dataDir string
 	caddr   string // inter-node address, kept across Restart
+	join    bool   // started empty, waiting to be added (AddNode)
 	addr    string // AMQP
 	mgAddr  string
 
@@ -113,6 +114,28 @@ func StartCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
 	return c
 }
 
+// AddNode starts one more node, empty and waiting to be added (as
+// `warren --cluster-join`), and returns it; the test adds it with
+// `warren cluster join` or POST /api/cluster/members on a member.
+func (c *Cluster) AddNode() *Node {
+	c.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatalf("warrentest: %v", err)
+	}
+	nd := &Node{c: c, i: len(c.nodes), name: NodeName(len(c.nodes)), dataDir: c.t.TempDir(),
+		caddr: ln.Addr().String(), addr: "127.0.0.1:0", mgAddr: "127.0.0.1:0", join: true}
+	ln.Close()
+	c.nodes = append(c.nodes, nd)
+	if err := nd.start(); err != nil {
+		c.t.Fatalf("warrentest: %v", err)
+	}
+	return nd
+}
+
+// ClusterAddr is the node's inter-node address.
+func (nd *Node) ClusterAddr() string { return nd.caddr }
+
 // Node returns node i.
 func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
 
@@ -184,7 +207,7 @@ func (nd *Node) start() error {
 	}
 	mg := mgmt.New(mgmt.Config{Server: srv, Addr: nd.mgAddr, Logger: logger, UI: mgmt.DefaultUI()})
 	node, err := cluster.Start(cluster.Config{Node: nd.name, Listen: nd.caddr, Peers: nd.c.peers(),
-		Secret: []byte(ClusterSecret), DataDir: nd.dataDir, Logger: logger, Tick: nd.c.cfg.tick}, b, mg)
+		Secret: []byte(ClusterSecret), DataDir: nd.dataDir, Logger: logger, Tick: nd.c.cfg.tick, Join: nd.join}, b, mg)
 	if err != nil {
 		b.Close()
 		return err

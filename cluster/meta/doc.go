@@ -70,6 +70,46 @@
 // (the same value, so the broker keeps its error types and AMQP codes).
 // Followers forward proposals to the leader (raft's forwarding).
 //
+// # Re-proposals and duplicates
+//
+// A proposal forwarded to a leader that dies or is cut off before it
+// appends and replicates it is lost without a word, as is one a leader
+// appended only to its own log before losing leadership. So the group
+// keeps every command it handed raft, with the leader and term it was
+// handed under, until it applies here, its proposer gives up, or its
+// notAfter passes; whenever this node sees a leader again under another
+// leader or term, it hands raft the very same envelope again (same key,
+// same notAfter), which reaches the new leader. A leader failover costs
+// the proposer an election, not ProposeTimeout and an unknown outcome.
+//
+// The original may have survived too (it was in the new leader's log), so
+// a key can be committed twice. The apply drops the later copy as a no-op
+// on every node: it keeps the keys of the envelope entries at the last
+// dedupWindow (10,000) log positions, each with the last position that
+// carried it, and an entry whose key is in that window is a duplicate (it
+// is not given to the state machine, and the proposer's answer is the
+// result of the first copy's apply). The window is a function of the log
+// alone (it is pruned before each lookup), so every node decides alike:
+// it is part of the snapshot (snapshotData.Seen), and Open rebuilds it
+// from the stored snapshot and the stored entries up to the applied
+// index.
+//
+// Why 10,000 positions are enough: a position holding key K is only ever
+// created by a leader appending K, from its own Propose (fresh, retried or
+// re-proposed: all refused once K's notAfter has passed) or from a
+// forwarded MsgProp (refused when notAfter is past by the leader's
+// clock); replication copies entries to the same positions and creates
+// none. So every position of K was created before notAfter(K) plus the
+// clock skew between proposer and leader. If K commits at p1 < p2, the
+// leader that created p2 had the committed prefix, K at p1 included, in
+// its log: the p2-p1-1 entries between were all created after K was
+// proposed (notAfter - ProposeTimeout) and before notAfter + skew. A
+// duplicate escapes the window only if more than 10,000 entries are
+// appended within ProposeTimeout plus skew (2,000 definition changes a
+// second for 5 s), or if clocks differ by far more than a few seconds.
+// Membership changes are not re-proposed (raft refuses a second pending
+// one anyway).
+//
 // Propose fails with an error wrapping ErrNoQuorum ("cluster has no
 // quorum: ...") in two ways, which callers (and the storm test of
 // issue 13) must tell apart:
@@ -84,11 +124,15 @@
 //     handed to raft but not seen applied within ProposeTimeout (or ctx
 //     ended, or the group closed). It may be in some node's log and may
 //     still commit and apply later (a partition healing, a new leader
-//     committing the old term's entries). To make that rarer, a leader
+//     committing the old term's entries). Re-proposals make the common
+//     case, a leader failover, succeed within the timeout; they stop at
+//     notAfter, but a copy handed before may still commit later, so an
+//     unknown outcome stays unknown. To make late applies rarer, a leader
 //     drops forwarded proposals whose notAfter has passed by its clock
-//     (they arrived after the proposer gave up); this assumes clocks
-//     within a few seconds of each other and only ever drops, so a skewed
-//     clock costs availability, never safety.
+//     (they arrived after the proposer gave up), and no node hands raft
+//     its own command past its notAfter; this assumes clocks within a
+//     few seconds of each other and only ever drops, so a skewed clock
+//     costs availability, never safety.
 //
 // No deterministic rule can turn "unknown" into "failed" without a quorum
 // (a leader could have replicated the entry to a node that later commits

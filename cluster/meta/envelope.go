@@ -91,4 +91,93 @@ type snapshotData struct {
 	ClusterID string                `json:"cluster_id,omitempty"`
 	Members   map[uint64]memberInfo `json:"members"`
 	SM        []byte                `json:"sm"`
+	// Seen is the dedup window as of the snapshot's index
+	// (seenSet.marshal); absent in snapshots of older versions.
+	Seen []byte `json:"seen,omitempty"`
+}
+
+// dedupWindow is how many log positions a proposal key is remembered
+// after the last entry that carried it (see seenSet and the package doc).
+const dedupWindow = 10000
+
+// seenSet is the deterministic duplicate filter of the apply: the keys of
+// the envelope entries at log positions (applied-window, applied], each
+// with the last position that carried it. An entry whose key is in the
+// set is a duplicate (a re-proposal after a leader change whose original
+// also committed) and applies as a no-op on every node. Being a function
+// of the log alone, every node has the same set at the same index: it
+// travels in snapshots and Open rebuilds it from the snapshot and the
+// stored entries up to the applied index.
+type seenSet struct {
+	window uint64
+	last   map[proposalKey]uint64 // key -> last position carrying it
+	order  []seenAt               // positions in log order, for pruning
+}
+
+type seenAt struct {
+	key   proposalKey
+	index uint64
+}
+
+func newSeenSet(window uint64) *seenSet {
+	return &seenSet{window: window, last: map[proposalKey]uint64{}}
+}
+
+// observe records key at index (indexes only increase) and reports
+// whether an earlier entry within the window carried it (a duplicate).
+//
+// It prunes first, so the answer depends only on the positions in
+// (index-window, index): the same on every node whenever it pruned
+// before.
+func (s *seenSet) observe(key proposalKey, index uint64) (dup bool) {
+	s.prune(index)
+	_, dup = s.last[key]
+	s.last[key] = index
+	s.order = append(s.order, seenAt{key, index})
+	return dup
+}
+
+// prune forgets the positions at or before applied-window.
+func (s *seenSet) prune(applied uint64) {
+	if applied <= s.window {
+		return
+	}
+	cut := applied - s.window
+	i := 0
+	for i < len(s.order) && s.order[i].index <= cut {
+		if s.last[s.order[i].key] == s.order[i].index {
+			delete(s.last, s.order[i].key)
+		}
+		i++
+	}
+	// Re-slicing from the front is amortised O(1): append reallocates
+	// (and drops the pruned front) when the capacity runs out.
+	s.order = s.order[i:]
+}
+
+// marshal encodes the positions in order: node, inc, seq, index (8 bytes
+// each, big-endian) per position.
+func (s *seenSet) marshal() []byte {
+	b := make([]byte, 0, 32*len(s.order))
+	for _, o := range s.order {
+		b = binary.BigEndian.AppendUint64(b, o.key.Node)
+		b = binary.BigEndian.AppendUint64(b, o.key.Inc)
+		b = binary.BigEndian.AppendUint64(b, o.key.Seq)
+		b = binary.BigEndian.AppendUint64(b, o.index)
+	}
+	return b
+}
+
+func unmarshalSeenSet(window uint64, b []byte) (*seenSet, error) {
+	if len(b)%32 != 0 {
+		return nil, errors.New("meta: malformed dedup set in snapshot")
+	}
+	s := newSeenSet(window)
+	for ; len(b) > 0; b = b[32:] {
+		k := proposalKey{binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), binary.BigEndian.Uint64(b[16:])}
+		idx := binary.BigEndian.Uint64(b[24:])
+		s.last[k] = idx
+		s.order = append(s.order, seenAt{k, idx})
+	}
+	return s, nil
 }

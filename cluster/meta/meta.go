@@ -130,6 +130,17 @@ type proposal struct {
 	cc       *pb.ConfChange // or a conf change
 	what     string         // for error texts ("" for a command)
 	deadline time.Time      // give up (definitely) when no leader took it by then
+	notAfter int64          // a command's envelope deadline (unix ms); 0 for a conf change
+}
+
+// flight is a command of this node handed to raft and not applied yet:
+// re-proposed (the same envelope) when the leader or term differs from
+// the one it was last handed under, since a leader that dies or steps
+// down loses a forwarded proposal it had not replicated yet.
+type flight struct {
+	data       []byte
+	notAfter   int64
+	lead, term uint64 // handed while this leader was known in this term
 }
 
 // waiter is a Propose waiting for its entry to apply. handed is set
@@ -176,7 +187,11 @@ type Group struct {
 	idProposedTerm uint64
 	removed        bool
 	parked         []proposal // dropped for want of a leader: retried until their deadline
-	snapNow        bool       // a member was added: the next snapshot must include it
+	inflight       map[proposalKey]*flight
+	obsLead        uint64 // the leader and term last checked for re-proposals
+	obsTerm        uint64
+	seen           *seenSet // keys applied recently: duplicates apply as no-ops
+	snapNow        bool     // a member was added: the next snapshot must include it
 }
 
 // Open opens (or creates) the group's storage in cfg.Dir and starts it.
@@ -283,6 +298,30 @@ func Open(cfg Config) (*Group, error) {
 	}
 	g.setVoters(g.confState)
 
+	// The dedup window as of the applied index: the snapshot's, then the
+	// stored entries up to the applied index (a function of the log).
+	g.seen = newSeenSet(dedupWindow)
+	g.inflight = map[proposalKey]*flight{}
+	if snapIndex > 0 {
+		var sd snapshotData
+		if err := json.Unmarshal(l.snap.GetData(), &sd); err != nil {
+			return fail(fmt.Errorf("meta: snapshot data: %w", err))
+		}
+		if g.seen, err = unmarshalSeenSet(dedupWindow, sd.Seen); err != nil {
+			return fail(err)
+		}
+	}
+	for _, e := range l.entries {
+		if e.GetIndex() > applied {
+			break
+		}
+		if e.GetIndex() > snapIndex && e.GetType() == pb.EntryNormal && len(e.GetData()) > 0 {
+			if env, err := unmarshalEnvelope(e.GetData()); err == nil {
+				g.seen.observe(env.key, e.GetIndex())
+			}
+		}
+	}
+
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                g.id,
 		ElectionTick:      10,
@@ -375,7 +414,7 @@ func (g *Group) nextKey() proposalKey {
 func (g *Group) Propose(ctx context.Context, cmd []byte) error {
 	key := g.nextKey()
 	env := envelope{kind: kindCommand, key: key, notAfter: time.Now().Add(g.cfg.ProposeTimeout).UnixMilli(), payload: cmd}
-	return g.propose(ctx, proposal{key: key, data: env.marshal()})
+	return g.propose(ctx, proposal{key: key, data: env.marshal(), notAfter: env.notAfter})
 }
 
 // AddMember adds (or updates the address of) a member; the new node must
@@ -645,6 +684,7 @@ func (g *Group) run() {
 		case <-ticker.C:
 			g.rn.Tick()
 			g.updateStatus()
+			g.sweepInflight()
 		case m := <-g.recvc:
 			g.step(m)
 		case p := <-g.propc:
@@ -653,7 +693,11 @@ func (g *Group) run() {
 		g.drain()
 		g.retryParked()
 		g.maybeProposeClusterID()
-		for g.rn.HasReady() {
+		for {
+			g.reproposeOnLeaderChange()
+			if !g.rn.HasReady() {
+				break
+			}
 			if err := g.handleReady(); err != nil {
 				endErr = err
 				if err != ErrRemoved {
@@ -723,13 +767,26 @@ func (g *Group) tryPropose(p proposal) bool {
 		g.mu.Unlock()
 		return true // the proposer gave up
 	}
+	if p.notAfter != 0 && time.Now().UnixMilli() > p.notAfter {
+		// Past its envelope deadline: no leader may append it any more
+		// (the same rule as for forwarded proposals, see step), so it is
+		// in no log.
+		g.mu.Unlock()
+		k := p.key
+		g.deliver(&k, g.noQuorum(p.what, false))
+		return true
+	}
 	w.handed = true
 	g.mu.Unlock()
 	var err error
 	if p.cc != nil {
 		err = g.rn.ProposeConfChange(p.cc)
 	} else {
+		st := g.rn.BasicStatus()
 		err = g.rn.Propose(p.data)
+		if err == nil && p.notAfter != 0 {
+			g.inflight[p.key] = &flight{data: p.data, notAfter: p.notAfter, lead: st.Lead, term: st.GetTerm()}
+		}
 	}
 	if err == nil {
 		return true
@@ -767,6 +824,67 @@ func (g *Group) retryParked() {
 	}
 	clear(g.parked[len(kept):])
 	g.parked = kept
+}
+
+// reproposeOnLeaderChange hands raft again, once a leader is known, every
+// command of this node not applied yet that was last handed under another
+// leader or term: a follower's proposal forwarded to a leader that died or
+// was cut off before appending or replicating it is lost, as is one a
+// leader appended to its own log only and then lost leadership. The copy
+// carries the same envelope (key and notAfter); when the original also
+// commits, the apply drops the later one everywhere (seenSet). It stops at
+// the envelope's deadline (the proposer answered by then), as the leader's
+// filter of forwarded proposals does, which bounds how late a duplicate
+// can reach a log (see the package doc).
+func (g *Group) reproposeOnLeaderChange() {
+	if len(g.inflight) == 0 {
+		return
+	}
+	st := g.rn.BasicStatus()
+	if st.Lead == raft.None || (st.Lead == g.obsLead && st.GetTerm() == g.obsTerm) {
+		return
+	}
+	g.obsLead, g.obsTerm = st.Lead, st.GetTerm()
+	now := time.Now().UnixMilli()
+	for k, f := range g.inflight {
+		if f.lead == st.Lead && f.term == st.GetTerm() {
+			continue
+		}
+		if now > f.notAfter || !g.waiting(k) {
+			delete(g.inflight, k)
+			continue
+		}
+		if err := g.rn.Propose(f.data); err == nil {
+			f.lead, f.term = st.Lead, st.GetTerm()
+			g.log.Debug("meta: re-proposed after a leader change", "seq", k.Seq, "leader", g.nameOf(st.Lead), "term", st.GetTerm())
+		}
+	}
+}
+
+// sweepInflight forgets commands whose proposer gave up or whose deadline
+// passed (without a leader change they would stay).
+func (g *Group) sweepInflight() {
+	if len(g.inflight) == 0 {
+		return
+	}
+	now := time.Now().UnixMilli()
+	for k, f := range g.inflight {
+		if now > f.notAfter || !g.waiting(k) {
+			delete(g.inflight, k)
+		}
+	}
+}
+
+func (g *Group) waiting(k proposalKey) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiters[k] != nil
+}
+
+func (g *Group) nameOf(id uint64) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.names[id]
 }
 
 func (g *Group) maybeProposeClusterID() {
@@ -871,6 +989,11 @@ func (g *Group) restoreSnapshot(snap *pb.Snapshot) error {
 	if sd.Members == nil {
 		sd.Members = map[uint64]memberInfo{}
 	}
+	seen, err := unmarshalSeenSet(dedupWindow, sd.Seen)
+	if err != nil {
+		return err
+	}
+	g.seen = seen
 	g.confState = snap.GetMetadata().GetConfState()
 	g.applied, g.snapIndex = idx, idx
 	g.mu.Lock()
@@ -926,6 +1049,16 @@ func (g *Group) apply(ents []*pb.Entry) (membersChanged bool, err error) {
 			env, err := unmarshalEnvelope(e.GetData())
 			if err != nil {
 				g.log.Error("meta: skipping malformed entry", "index", e.GetIndex(), "err", err)
+				break
+			}
+			if env.key.Node == g.id && env.key.Inc == g.inc {
+				delete(g.inflight, env.key)
+			}
+			if g.seen.observe(env.key, e.GetIndex()) {
+				// A re-proposal whose original also committed (or the
+				// other way round): the first one applied is the change,
+				// and its result was the proposer's answer.
+				g.log.Debug("meta: dropping a duplicate entry", "index", e.GetIndex(), "seq", env.key.Seq)
 				break
 			}
 			switch env.kind {
@@ -1016,7 +1149,8 @@ func (g *Group) maybeSnapshot() error {
 		return nil // retried after the next batch
 	}
 	g.mu.Lock()
-	sd := snapshotData{ClusterID: g.clusterID, Members: g.copyMembersLocked(), SM: smData}
+	g.seen.prune(g.applied)
+	sd := snapshotData{ClusterID: g.clusterID, Members: g.copyMembersLocked(), SM: smData, Seen: g.seen.marshal()}
 	g.mu.Unlock()
 	data, err := json.Marshal(sd)
 	if err != nil {

@@ -80,6 +80,16 @@ func (s *kv) get() []string {
 	return append([]string(nil), s.seq...)
 }
 
+func (s *kv) count(c string) int {
+	n := 0
+	for _, x := range s.get() {
+		if x == c {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *kv) has(c string) bool {
 	for _, x := range s.get() {
 		if x == c {
@@ -693,6 +703,15 @@ func TestRandomizedPartitionsAndRestarts(t *testing.T) {
 				}
 			}
 		}
+		// Every command is proposed once under its own key: one applied
+		// twice is a re-proposal the apply failed to drop.
+		seen := map[string]bool{}
+		for _, c := range seqs[longest] {
+			if seen[c] {
+				t.Fatalf("%s applied twice: %v", c, seqs[longest])
+			}
+			seen[c] = true
+		}
 	}
 	deadline := time.Now().Add(8 * time.Second)
 	for step := 0; time.Now().Before(deadline); step++ {
@@ -789,5 +808,205 @@ func TestRandomizedPartitionsAndRestarts(t *testing.T) {
 	t.Logf("ok %d, failed %d, unknown %d, applied %d", len(ok), len(failed), len(unk), len(seq))
 	if len(ok) == 0 {
 		t.Fatalf("no change succeeded")
+	}
+}
+
+// others returns the open nodes but the given ones.
+func (nw *net) others(not ...string) []string {
+	var out []string
+	for _, n := range nw.names() {
+		skip := false
+		for _, x := range not {
+			skip = skip || n == x
+		}
+		if !skip {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitOnce waits until every open node applied cmd, and fails if any
+// applied it more than once.
+func (nw *net) waitOnce(t *testing.T, cmd string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, cmd+" applied everywhere", func() bool {
+		for _, n := range nw.names() {
+			if !nw.sm(n).has(cmd) {
+				return false
+			}
+		}
+		return true
+	})
+	nw.waitSame(t, 1)
+	for _, n := range nw.names() {
+		if c := nw.sm(n).count(cmd); c != 1 {
+			t.Fatalf("%s applied %s %d times: %v", n, cmd, c, nw.sm(n).get())
+		}
+	}
+}
+
+// issue 13: a proposal made on a follower and forwarded to a leader that
+// is cut off (as good as killed) before it replicates it is re-proposed
+// to the new leader: it succeeds within the timeout instead of ending as
+// "outcome unknown", and applies exactly once everywhere. Same for a
+// leader that appended its own proposal and lost leadership before
+// replicating it.
+func TestProposalSurvivesLeaderLoss(t *testing.T) {
+	nw := newNet(t, 3, func(c *Config) { c.ProposeTimeout = 3 * time.Second })
+	l := nw.waitLeader(t)
+	f := nw.others(l)[0]
+	propose(t, nw.g(f), "before")
+	nw.waitSame(t, 1)
+
+	// The follower still takes l for the leader and forwards to it.
+	nw.setCut(l, true)
+	if err := nw.g(f).Propose(context.Background(), []byte("from-follower")); err != nil {
+		t.Fatalf("Propose on a follower while the leader is lost = %v, want nil", err)
+	}
+	nw.setCut(l, false)
+	nw.waitOnce(t, "from-follower")
+
+	// A leader appends its own proposal, is cut off, steps down
+	// (CheckQuorum), and hears the new leader once healed: its entry is
+	// overwritten, the re-proposal commits.
+	l2 := nw.waitLeader(t)
+	nw.setCut(l2, true)
+	done := make(chan error, 1)
+	go func() { done <- nw.g(l2).Propose(context.Background(), []byte("from-leader")) }()
+	waitFor(t, 5*time.Second, "a new leader on the majority side", func() bool {
+		if nw.g(l2).Status().Role == "leader" {
+			return false
+		}
+		for _, n := range nw.others(l2) {
+			if nw.g(n).Status().Role == "leader" {
+				return true
+			}
+		}
+		return false
+	})
+	nw.setCut(l2, false)
+	if err := <-done; err != nil {
+		t.Fatalf("Propose on a leader that lost leadership = %v, want nil", err)
+	}
+	nw.waitOnce(t, "from-leader")
+}
+
+// stepProp hands to's group the proposal env as if from had forwarded it.
+func (nw *net) stepProp(t *testing.T, from, to string, env envelope) {
+	t.Helper()
+	m := &pb.Message{Type: pb.MsgProp.Enum(), From: new(NodeID(from)), To: new(NodeID(to)),
+		Entries: []*pb.Entry{{Type: pb.EntryNormal.Enum(), Data: env.marshal()}}}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw.g(to).Step(from, b)
+}
+
+func dupEnvelope(from, cmd string) envelope {
+	return envelope{kind: kindCommand, key: proposalKey{Node: NodeID(from), Inc: 42, Seq: 1}, notAfter: time.Now().Add(time.Minute).UnixMilli(), payload: []byte(cmd)}
+}
+
+// issue 13: the same envelope (same proposal key) committed twice, as a
+// re-proposal whose original also committed, applies once on every node,
+// also on a node restarted from disk after the first copy (the set of
+// applied keys is rebuilt from the stored entries).
+func TestDuplicateAppliedOnce(t *testing.T) {
+	nw := newNet(t, 3, nil)
+	l := nw.waitLeader(t)
+	f := nw.others(l)[0]
+	env := dupEnvelope(f, "dup")
+	nw.stepProp(t, f, l, env)
+	nw.stepProp(t, f, l, env)
+	propose(t, nw.g(l), "after-1")
+	nw.waitOnce(t, "after-1")
+	nw.waitOnce(t, "dup")
+
+	r := nw.others(l, f)[0]
+	nw.closeNode(r)
+	nw.open(r, false, nw.sm(r))
+	nw.waitLeader(t)
+	env.notAfter = time.Now().Add(time.Minute).UnixMilli()
+	nw.stepProp(t, f, nw.waitLeader(t), env)
+	propose(t, nw.g(r), "after-2")
+	nw.waitOnce(t, "after-2")
+	nw.waitOnce(t, "dup")
+}
+
+// issue 13: the set of applied keys travels in snapshots: a node that
+// caught up by snapshot (never saw the first copy's entry) and a node
+// restarted from a snapshot on disk drop a later duplicate too.
+func TestDuplicateAfterSnapshot(t *testing.T) {
+	nw := newNet(t, 3, func(c *Config) { c.SnapshotEvery, c.KeepEntries = 10, 3 })
+	l := nw.waitLeader(t)
+	f, d := nw.others(l)[0], nw.others(l)[1]
+	nw.closeNode(d)
+	env := dupEnvelope(f, "dup")
+	nw.stepProp(t, f, l, env)
+	for i := 0; i < 40; i++ {
+		propose(t, nw.g(l), fmt.Sprintf("s%d", i))
+	}
+	sm := nw.sm(d)
+	nw.open(d, false, sm)
+	nw.waitSame(t, 41)
+	sm.mu.Lock()
+	restores := sm.restores
+	sm.mu.Unlock()
+	if restores == 0 {
+		t.Fatalf("the lagging node caught up without a snapshot")
+	}
+	env.notAfter = time.Now().Add(time.Minute).UnixMilli()
+	nw.stepProp(t, f, nw.waitLeader(t), env)
+	propose(t, nw.g(l), "after-1")
+	nw.waitOnce(t, "after-1")
+	nw.waitOnce(t, "dup")
+
+	// f restarts from its own snapshot and the entries after it.
+	nw.closeNode(f)
+	nw.open(f, false, nw.sm(f))
+	env.notAfter = time.Now().Add(time.Minute).UnixMilli()
+	nw.stepProp(t, f, nw.waitLeader(t), env)
+	propose(t, nw.g(d), "after-2")
+	nw.waitOnce(t, "after-2")
+	nw.waitOnce(t, "dup")
+}
+
+// issue 13: the dedup window is a function of the log positions alone: a
+// key is a duplicate within the window after the last position that
+// carried it and forgotten beyond it, whenever pruning happened, and a
+// set carried through a snapshot decides the same.
+func TestSeenSetWindow(t *testing.T) {
+	k := func(i uint64) proposalKey { return proposalKey{Node: 1, Inc: 2, Seq: i} }
+	s := newSeenSet(3)
+	steps := []struct {
+		key  uint64
+		idx  uint64
+		want bool
+	}{
+		{1, 1, false}, {2, 2, false}, {1, 3, true}, // 1 carried at 1: 3-1 < 3
+		{1, 6, false}, // last carried at 3: 6-3 = 3, forgotten
+		{2, 7, false}, {1, 8, true},
+	}
+	for _, st := range steps {
+		if got := s.observe(k(st.key), st.idx); got != st.want {
+			t.Fatalf("observe(%d at %d) = %v, want %v", st.key, st.idx, got, st.want)
+		}
+	}
+	s.prune(9) // a snapshot at 9: positions 7 and 8 remain
+	c, err := unmarshalSeenSet(3, s.marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []*seenSet{s, c} {
+		if len(set.last) != 2 || set.last[k(1)] != 8 || set.last[k(2)] != 7 {
+			t.Fatalf("window at 9: %v", set.last)
+		}
+	}
+	if !c.observe(k(1), 10) || c.observe(k(2), 10) {
+		t.Fatalf("restored set decides differently")
+	}
+	if _, err := unmarshalSeenSet(3, make([]byte, 31)); err == nil {
+		t.Fatalf("malformed set accepted")
 	}
 }

@@ -7,9 +7,11 @@
 //
 // Of two nodes, the one whose name is lexically smaller dials (SetPeer with
 // a larger name starts a background dialer; with a smaller name it only
-// records the peer and waits to be dialled). The dialer redials with a
-// capped exponential backoff (50 ms doubling to 2 s) whenever the link is
-// down; RemovePeer stops it. The accepting side takes any link that
+// records the peer and waits to be dialled), so a link exists once the
+// smaller node has been told the larger's address: every node should
+// SetPeer every member. The dialer redials with a capped exponential
+// backoff (50 ms doubling to 2 s) whenever the link is down; RemovePeer
+// stops it. The accepting side takes any link that
 // authenticates: when one already exists for that name, the new link
 // replaces it (the peer restarted, the old link is dead but not noticed
 // yet), and the peer state goes down then up. Names not given to SetPeer
@@ -32,7 +34,10 @@
 // The MAC covers the role label, both nonces, both names and both cluster
 // ids, each length-prefixed; the secret itself never crosses the wire. The
 // acceptor answers with its own proof only after checking the dialer's,
-// so a client without the secret learns nothing it could guess offline.
+// so a client without the secret learns nothing it could guess offline;
+// the dialer's proof is shown to whoever answers at the peer's address,
+// so use a long random secret, and TLS with verified certificates where
+// that network is not trusted.
 // After authentication, when both cluster ids are non-empty and differ the
 // link is refused and both sides log an error naming both ids; a side
 // whose id is "" learns the peer's through Config.LearnID. A wrong secret,
@@ -58,7 +63,12 @@
 // goroutine per link runs OnMessage handlers inline and Handle handlers on
 // their own goroutines, at most 256 at once per link: beyond that the
 // reader waits (back-pressure on the peer). A link drop fails every call
-// pending on it at once with an error wrapping ErrUnreachable.
+// pending on it at once with an error wrapping ErrUnreachable. Since the
+// reader also delivers call responses, a handler that calls back the
+// peer that called it should not do so 256 deep in both directions.
+//
+// Close closes the listeners and links and waits for every goroutine the
+// transport started, handlers included: handlers must return.
 package transport
 
 import (
@@ -118,7 +128,7 @@ type Config struct {
 	Self      string        // node name
 	Secret    []byte        // shared cluster secret
 	ClusterID func() string // current id, "" if unknown; handshake compares
-	LearnID   func(string)  // called when a peer tells an id and ours is ""
+	LearnID   func(string)  // called when a peer tells an id and ours is "" (from handshake goroutines, before the link is up; may run concurrently)
 	TLS       *tls.Config   // nil: plain TCP
 	Logger    *slog.Logger
 	MaxFrame  int // bound on a frame (default 64 MiB); larger -> connection dropped
@@ -330,7 +340,7 @@ func (t *Transport) accept(raw net.Conn) {
 	if selfID == "" && them.id != "" {
 		t.cfg.LearnID(them.id)
 	}
-	t.attach(them.name, c, nil)
+	t.attach(them.name, c, raw, nil)
 }
 
 func isIDMismatch(err error) bool {
@@ -467,6 +477,14 @@ func (t *Transport) Send(to string, svc byte, msg []byte) error {
 	default:
 		return fmt.Errorf("transport: node %s: %w", to, ErrQueueFull)
 	}
+}
+
+// Up reports whether a live link to the named peer exists.
+func (t *Transport) Up(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[name]
+	return p != nil && p.link != nil
 }
 
 // Peers lists the peers, sorted by name.
@@ -625,7 +643,7 @@ func (t *Transport) dial(p *peer, addr string) error {
 	if selfID == "" && them.id != "" {
 		t.cfg.LearnID(them.id)
 	}
-	if !t.attach(p.name, c, p) {
+	if !t.attach(p.name, c, raw, p) {
 		return ErrClosed
 	}
 	return nil
@@ -633,17 +651,17 @@ func (t *Transport) dial(p *peer, addr string) error {
 
 // attach makes c the live link to name. want, if set, is the peer entry the
 // dialer works for: if it was removed meanwhile, the link is dropped.
-func (t *Transport) attach(name string, c net.Conn, want *peer) bool {
+func (t *Transport) attach(name string, c, raw net.Conn, want *peer) bool {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		c.Close()
+		raw.Close()
 		return false
 	}
 	p := t.peers[name]
 	if want != nil && p != want {
 		t.mu.Unlock()
-		c.Close()
+		raw.Close()
 		return false
 	}
 	if p == nil {
@@ -651,7 +669,7 @@ func (t *Transport) attach(name string, c net.Conn, want *peer) bool {
 		t.peers[name] = p
 	}
 	old := p.link
-	l := newLink(t, p, c)
+	l := newLink(t, p, c, raw)
 	p.link = l
 	p.since = time.Now()
 	if old != nil {
@@ -755,7 +773,8 @@ func (c countingConn) Write(b []byte) (int, error) {
 type link struct {
 	t    *Transport
 	peer *peer
-	conn net.Conn
+	conn net.Conn // TLS or raw
+	raw  net.Conn // closed to kill the link: a tls.Conn Close could block on close_notify
 	r    *bufio.Reader
 	w    *bufio.Writer
 	out  chan frame
@@ -774,10 +793,10 @@ type result struct {
 	err  error
 }
 
-func newLink(t *Transport, p *peer, c net.Conn) *link {
+func newLink(t *Transport, p *peer, c, raw net.Conn) *link {
 	cc := countingConn{Conn: c, p: p}
 	return &link{
-		t: t, peer: p, conn: c,
+		t: t, peer: p, conn: c, raw: raw,
 		r:     bufio.NewReaderSize(cc, 64<<10),
 		w:     bufio.NewWriterSize(cc, 64<<10),
 		out:   make(chan frame, sendQueueLen),
@@ -798,14 +817,14 @@ func (l *link) inFlight() (out, in int) {
 // ErrUnreachable. Idempotent.
 func (l *link) close(cause error) {
 	l.once.Do(func() {
-		err := fmt.Errorf("transport: node %s: %w (link lost: %v)", l.peer.name, ErrUnreachable, cause)
+		err := fmt.Errorf("transport: node %s: %w (link lost: %w)", l.peer.name, ErrUnreachable, cause)
 		l.mu.Lock()
 		l.err = err
 		calls := l.calls
 		l.calls = nil
 		l.mu.Unlock()
 		close(l.done)
-		l.conn.Close()
+		l.raw.Close()
 		for _, ch := range calls {
 			ch <- result{err: err}
 		}

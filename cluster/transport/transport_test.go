@@ -190,6 +190,9 @@ func TestCallBothWays(t *testing.T) {
 	if !s.Up || s.Addr != b.addr || s.BytesIn == 0 || s.BytesOut == 0 || s.Since.IsZero() {
 		t.Fatalf("peer status: %+v", s)
 	}
+	if !a.tr.Up(b.name) || !b.tr.Up(a.name) || a.tr.Up("warren@c") {
+		t.Fatal("Up disagrees with the links")
+	}
 	if n := len(a.tr.Peers()); n != 1 {
 		t.Fatalf("a has %d peers", n)
 	}
@@ -204,6 +207,9 @@ func TestManyConcurrentCalls(t *testing.T) {
 	b.tr.Handle(1, echo(b.name))
 	gate := make(chan struct{})
 	var running, peak atomic.Int64
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the transports close, even on failure
 	b.tr.Handle(2, func(_ string, req []byte) ([]byte, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
@@ -259,10 +265,11 @@ func TestManyConcurrentCalls(t *testing.T) {
 	if s, _ := b.status(a.name); s.CallsIn != maxIncoming {
 		t.Errorf("b reports %d incoming calls in flight", s.CallsIn)
 	}
-	if s, _ := a.status(b.name); s.CallsOut != 300 {
-		t.Errorf("a reports %d outgoing calls in flight", s.CallsOut)
-	}
-	close(gate)
+	testutil.Eventually(t, wait, "a reports 300 outgoing calls in flight", func() bool {
+		s, _ := a.status(b.name)
+		return s.CallsOut == 300
+	})
+	open()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -394,12 +401,12 @@ func TestClusterIDMismatch(t *testing.T) {
 	// c (no id) is dialled by a: learns X. 0 (no id) dials b: learns Y.
 	c := start(t, "warren@c", opts{})
 	linkUp(t, a, c)
-	if id := <-c.ids; id != "cluster-X" {
+	if id := learned(t, c); id != "cluster-X" {
 		t.Fatalf("c learned %q", id)
 	}
 	z := start(t, "warren@0", opts{})
 	linkUp(t, z, b)
-	if id := <-z.ids; id != "cluster-Y" {
+	if id := learned(t, z); id != "cluster-Y" {
 		t.Fatalf("warren@0 learned %q", id)
 	}
 	// Having learned X, c now refuses Y.
@@ -410,6 +417,18 @@ func TestClusterIDMismatch(t *testing.T) {
 	})
 	if len(a.ids)+len(b.ids) != 0 {
 		t.Fatal("a node with an id learned another")
+	}
+}
+
+// learned returns the id n was told through LearnID.
+func learned(t *testing.T, n *node) string {
+	t.Helper()
+	select {
+	case id := <-n.ids:
+		return id
+	case <-time.After(wait):
+		t.Fatalf("%s learned no cluster id", n.name)
+		return ""
 	}
 }
 
@@ -487,6 +506,9 @@ func TestDownPeerFailsFast(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("calls waited for the context")
 	}
+	if a.tr.Up("warren@b") {
+		t.Fatal("a dead peer is up")
+	}
 	testutil.Eventually(t, wait, "redial attempts logged", func() bool {
 		return a.logs.has(`msg="cluster link to peer failed" component=cluster-transport node=warren@a peer=warren@b`)
 	})
@@ -521,15 +543,35 @@ func TestPendingCallsFailOnDrop(t *testing.T) {
 	}
 	testutil.Eventually(t, wait, "6 calls in flight", func() bool { s, _ := b.status(a.name); return s.CallsIn == 6 })
 	// Cut the TCP connection under the link (as a network fault would).
+	s0, _ := a.status(b.name)
 	a.tr.mu.Lock()
-	a.tr.peers[b.name].link.conn.Close()
+	a.tr.peers[b.name].link.raw.Close()
 	a.tr.mu.Unlock()
 	for range 5 {
-		if err := <-errs; !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), b.name) {
-			t.Fatalf("pending call: %v", err)
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), b.name) {
+				t.Fatalf("pending call: %v", err)
+			}
+		case <-time.After(wait):
+			t.Fatal("pending calls not failed by the link drop")
 		}
 	}
-	testutil.Eventually(t, wait, "relinked", func() bool { return a.up(b.name) && b.up(a.name) })
+	testutil.Eventually(t, wait, "relinked", func() bool {
+		s, _ := a.status(b.name)
+		return s.Up && !s.Since.Equal(s0.Since) && b.up(a.name)
+	})
+
+	// Close fails the caller's pending calls too.
+	go func() { _, err := a.tr.Call(context.Background(), b.name, 1, nil); errs <- err }()
+	testutil.Eventually(t, wait, "call in flight", func() bool { s, _ := a.status(b.name); return s.CallsOut == 1 })
+	a.tr.Close()
+	if err := <-errs; !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrClosed) {
+		t.Fatalf("call pending at Close: %v", err)
+	}
+	if _, err := a.tr.Call(context.Background(), b.name, 1, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after Close: %v", err)
+	}
 }
 
 // TestOversizedFrameDropsLink: issue 13: a frame announcing more than

@@ -1,4 +1,0 @@
-package mgmt
-
-// ErrNoQuorumForTest is the error a cluster's no-quorum failures wrap.
-var ErrNoQuorumForTest = errNoQuorum
