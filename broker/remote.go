@@ -395,6 +395,52 @@ func (w *rwait) wait(ctx context.Context) error {
 	}
 }
 
+// PacedPeers is implemented by Peers whose one-way messages can wait for
+// room on the link (the transport's SendWait).
+type PacedPeers interface {
+	SendWait(ctx context.Context, node string, msg []byte) error
+}
+
+// forwardWait bounds how long a publish waits for room on the link to
+// its queue's home before it is dropped (a confirm is then a nack).
+const forwardWait = 5 * time.Second
+
+// sendPaced sends a publish to its home: it waits while the link is full,
+// so that a publisher faster than the home node (or the link) is slowed
+// down, as a local queue slows it, instead of its messages being dropped.
+// No lock is held (Queue.enqueue forwards before locking).
+func sendPaced(p Peers, node string, msg []byte) error {
+	pp, ok := p.(PacedPeers)
+	if !ok {
+		return p.Send(node, msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), forwardWait)
+	defer cancel()
+	return pp.SendWait(ctx, node, msg)
+}
+
+// answerPeer sends a publish's answer (the confirm the publisher's node
+// waits for). It runs on the message store's sync goroutine, so it must
+// not wait; an answer that finds the link's queue full is sent by a
+// goroutine that waits for room rather than lost (its publisher would
+// wait for it until the link dropped).
+func answerPeer(p Peers, node string, msg []byte) {
+	err := p.Send(node, msg)
+	pp, ok := p.(PacedPeers)
+	if err == nil || !ok || !errors.Is(err, ErrLinkFull) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = pp.SendWait(ctx, node, msg)
+	}()
+}
+
+// ErrLinkFull is what a Peers' Send wraps when its link to a node has no
+// room now (the message was not sent; the node may still be reachable).
+var ErrLinkFull = errors.New("link to the node is full")
+
 // forward sends m to q's home node. r (nil for moves, which nobody
 // confirms) collects the wait for the home's answer. Dead letters go
 // through forwardDL instead (dlremote.go: at least once).
@@ -402,7 +448,7 @@ func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 	b := q.vhost.b
 	rs := &b.remote
 	var w *rwait
-	if r != nil {
+	if r != nil && !r.NoWait {
 		if r.rw == nil {
 			r.rw = &rwait{}
 		}
@@ -433,7 +479,7 @@ func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 	buf = appendStr(buf, q.vhost.Name)
 	buf = appendStr(buf, q.Name)
 	buf = appendMessage(buf, m)
-	if err := p.Send(q.Home, buf); err != nil && w != nil {
+	if err := sendPaced(p, q.Home, buf); err != nil && w != nil {
 		rs.mu.Lock()
 		_, ok := rs.waits[id]
 		delete(rs.waits, id)
@@ -488,7 +534,7 @@ func (b *Broker) enqueueFromPeer(from string, d *msgDecoder) {
 		}
 		var a [12]byte
 		out := binary.AppendUvarint(append(a[:0], opEnqueued), id)
-		_ = p.Send(from, append(out, st))
+		answerPeer(p, from, append(out, st))
 	}
 	if err != nil {
 		answer(enqNoQueue)

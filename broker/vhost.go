@@ -634,6 +634,10 @@ type Router struct {
 	busy   bool
 	rw     *rwait   // this publish's wait for remote queues' homes (remote.go)
 	rws    []*rwait // scratch for Durability
+	// NoWait says the publisher will not wait for PublishResult.Durable
+	// (no confirms, no transaction): a queue on another node need not
+	// answer each message, which halves the link's traffic.
+	NoWait bool
 }
 
 func (r *Router) addLog(l *store.Log) {

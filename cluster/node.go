@@ -138,7 +138,6 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	for name, addr := range cfg.Peers {
 		if name != cfg.Node {
 			initial[name] = addr
-			n.setPeer(name, addr)
 		}
 	}
 	n.tr.OnMessage(svcMeta, func(from string, msg []byte) {
@@ -146,12 +145,9 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 			g.Step(from, msg)
 		}
 	})
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		_ = n.tr.Serve(ln)
-	}()
 
+	// The group first (it reads the cluster id this node keeps), then
+	// the links: a handshake always compares the id the node has.
 	g, err := meta.Open(meta.Config{
 		Self:           cfg.Node,
 		Dir:            cfg.DataDir,
@@ -165,12 +161,22 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	})
 	if err != nil {
 		n.tr.Close()
-		n.wg.Wait()
+		ln.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n.mu.Lock()
 	n.meta = g
 	n.mu.Unlock()
+	for name, addr := range initial {
+		if name != cfg.Node {
+			n.setPeer(name, addr)
+		}
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		_ = n.tr.Serve(ln)
+	}()
 	g.OnMembers(n.membersChanged)
 	n.membersChanged(g.Members())
 
@@ -250,7 +256,13 @@ func (n *Node) membersChanged(ms []meta.Member) {
 			continue
 		}
 		keep[m.Name] = true
-		n.setPeer(m.Name, m.Addr)
+		addr := m.Addr
+		if a, ok := n.cfg.Peers[m.Name]; ok {
+			// The configured address wins: it is how this node is told
+			// to reach that peer (a proxy, a NAT, a test's fault proxy).
+			addr = a
+		}
+		n.setPeer(m.Name, addr)
 	}
 	n.mu.Lock()
 	var gone []string
@@ -348,8 +360,17 @@ type peers struct{ n *Node }
 func (p peers) Call(ctx context.Context, node string, req []byte) ([]byte, error) {
 	return p.n.tr.Call(ctx, node, svcData, req)
 }
-func (p peers) Send(node string, msg []byte) error { return p.n.tr.Send(node, svcData, msg) }
-func (p peers) Up(node string) bool                { return p.n.tr.Up(node) }
+func (p peers) Send(node string, msg []byte) error {
+	err := p.n.tr.Send(node, svcData, msg)
+	if err != nil && errors.Is(err, transport.ErrQueueFull) {
+		return fmt.Errorf("%w: %w", broker.ErrLinkFull, err)
+	}
+	return err
+}
+func (p peers) SendWait(ctx context.Context, node string, msg []byte) error {
+	return p.n.tr.SendWait(ctx, node, svcData, msg)
+}
+func (p peers) Up(node string) bool { return p.n.tr.Up(node) }
 
 // dataQueue bounds the data-plane messages from one node waiting for
 // the broker; beyond it the link's reader waits (push-back on the peer).
@@ -530,5 +551,10 @@ func quorum(err error) error {
 
 type noQuorumError struct{ err error }
 
-func (e noQuorumError) Error() string   { return e.err.Error() }
-func (e noQuorumError) Unwrap() []error { return []error{broker.ErrNoQuorum, e.err} }
+func (e noQuorumError) Error() string { return e.err.Error() }
+func (e noQuorumError) Unwrap() []error {
+	if errors.Is(e.err, meta.ErrOutcomeUnknown) {
+		return []error{broker.ErrNoQuorum, broker.ErrOutcomeUnknown, e.err}
+	}
+	return []error{broker.ErrNoQuorum, e.err}
+}

@@ -640,6 +640,7 @@ func (ch *channel) publish(exchange string, m *broker.Message, mandatory bool) e
 	if testHookPublish != nil {
 		testHookPublish(exchange, m)
 	}
+	ch.router.NoWait = !ch.confirm && !ch.tx
 	res, err := ch.vhost().Publish(&ch.router, exchange, m)
 	if err != nil {
 		return err

@@ -479,6 +479,34 @@ func (t *Transport) Send(to string, svc byte, msg []byte) error {
 	}
 }
 
+// SendWait is Send that waits while the peer's send queue is full, until
+// ctx is done: the push-back a publisher feeding another node's queue
+// must feel (Send, which Raft uses, never waits). It fails at once when
+// the peer is unreachable.
+func (t *Transport) SendWait(ctx context.Context, to string, svc byte, msg []byte) error {
+	if len(msg) > t.cfg.MaxFrame {
+		return fmt.Errorf("transport: message of %d bytes exceeds the frame limit %d", len(msg), t.cfg.MaxFrame)
+	}
+	l, err := t.linkTo(to)
+	if err != nil {
+		return err
+	}
+	f := frame{kind: kindMessage, svc: svc, body: msg}
+	select {
+	case l.out <- f:
+		return nil
+	default:
+	}
+	select {
+	case l.out <- f:
+		return nil
+	case <-l.done:
+		return fmt.Errorf("transport: node %s: %w (link down)", to, ErrUnreachable)
+	case <-ctx.Done():
+		return fmt.Errorf("transport: node %s: %w (%w)", to, ErrQueueFull, ctx.Err())
+	}
+}
+
 // Up reports whether a live link to the named peer exists.
 func (t *Transport) Up(name string) bool {
 	t.mu.Lock()
