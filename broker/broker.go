@@ -103,6 +103,7 @@ type Broker struct {
 	defs      *store.Defs
 	ownsMsgs  bool
 	closeOnce sync.Once
+	closed    atomic.Bool // close began (stops dead-letter retries)
 	closeErr  error
 }
 
@@ -161,6 +162,12 @@ func (b *Broker) CloseUnclean() error { return b.close(false) }
 
 func (b *Broker) close(clean bool) error {
 	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		for _, vn := range b.VHosts() {
+			if v := b.VHost(vn); v != nil {
+				v.dlq.release() // clients waiting on dead letters owed to other nodes
+			}
+		}
 		b.HaltShovels() // they publish into the stores closed below
 		if b.ownsMsgs {
 			if err := b.msgs.Close(clean); err != nil {

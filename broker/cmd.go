@@ -41,6 +41,11 @@ type Replicator interface {
 // 541 INTERNAL_ERROR connection error.
 var ErrNoQuorum = errors.New("cluster has no quorum")
 
+// ErrOutcomeUnknown is wrapped (with ErrNoQuorum) by a Replicator's error
+// when the change was handed to the cluster but not seen applied in time:
+// it may still apply later.
+var ErrOutcomeUnknown = errors.New("the change may still be applied")
+
 // QuorumError is a definition change that was not applied because the
 // cluster has no quorum. errors.Is(err, ErrNoQuorum) holds, and
 // errors.As(err, **amqp.Error) gives the 541 INTERNAL_ERROR connection
@@ -66,6 +71,9 @@ func quorumError(what string, err error) *QuorumError {
 		reason = strings.TrimLeft(strings.TrimPrefix(reason, ErrNoQuorum.Error()), ": ")
 	}
 	text := fmt.Sprintf("cluster has no quorum: %s not applied", what)
+	if errors.Is(err, ErrOutcomeUnknown) {
+		text = fmt.Sprintf("cluster has no quorum: %s not confirmed", what)
+	}
 	if reason != "" {
 		text += " (" + reason + ")"
 	}

@@ -523,6 +523,12 @@ func TestClusterNoQuorum(t *testing.T) {
 	if !errors.As(err, &qe) || qe.Reason != strings.TrimPrefix(text, "INTERNAL_ERROR - ") {
 		t.Fatalf("QuorumError %+v", qe)
 	}
+	// An outcome the cluster could not confirm is not called "not applied".
+	l.setFail(fmt.Errorf("%w: timed out after 5s (%w)", ErrNoQuorum, ErrOutcomeUnknown))
+	_, _, _, err = bs[1].VHost("/").DeclareQueue(QueueSpec{Name: "q", Durable: true}, false)
+	if !errors.As(err, &ae) || !strings.HasPrefix(ae.Text, "INTERNAL_ERROR - cluster has no quorum: declare of queue 'q' in vhost '/' not confirmed (") {
+		t.Fatalf("unknown outcome: %v", err)
+	}
 	// The group's own error wrapped by the Replicator: one "no quorum".
 	l.setFail(fmt.Errorf("%w: %w", ErrNoQuorum, errors.New("cluster has no quorum: no leader, proposal 7 was not applied")))
 	_, err = bs[0].DeleteVHostE("/")

@@ -282,14 +282,25 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 		return false
 	}
 	var failed []string
+	var remote *remoteDL
 	for _, t := range r.queues {
 		if p.reason != ReasonRejected && isCycle(p.msg.Deaths, t.Name) {
 			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
 			continue
 		}
+		if !t.IsLocal() { // owed until its home confirms (dlremote.go)
+			if remote == nil {
+				remote = &remoteDL{msg: p.msg}
+			}
+			remote.targets = append(remote.targets, t.Name)
+			continue
+		}
 		if t.enqueue(p.msg, nil) == rejectedOverflow {
 			failed = append(failed, t.Name)
 		}
+	}
+	if remote != nil {
+		q.oweRemote([]*remoteDL{remote})
 	}
 	p.targets = failed
 	return len(failed) == 0

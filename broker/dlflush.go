@@ -63,7 +63,7 @@ func (q *Queue) unlock() {
 // called on a flusher.
 func (q *Queue) unlockPaced() {
 	q.kickFlusherLocked()
-	busy := q.dlFlushing
+	busy := q.dlFlushing || len(q.rdl) > 0
 	q.mu.Unlock()
 	if busy && q.vhost.dlq.n.Load() >= dlBacklogLimit {
 		q.vhost.dlq.wait()
@@ -154,20 +154,32 @@ func (q *Queue) waitDeadLetters() {
 type dlBacklog struct {
 	n       atomic.Int64
 	mu      sync.Mutex
-	waiting int // guarded by mu
+	waiting int  // guarded by mu
+	closed  bool // guarded by mu: the broker is closing (release)
 	low     *sync.Cond
 }
 
-// wait returns once the backlog is under dlBacklogLimit.
+// wait returns once the backlog is under dlBacklogLimit (or the broker
+// closes: dead letters owed to another node may wait for it for ever).
 func (b *dlBacklog) wait() {
 	b.mu.Lock()
-	for b.n.Load() >= dlBacklogLimit {
+	for b.n.Load() >= dlBacklogLimit && !b.closed {
 		if b.low == nil {
 			b.low = sync.NewCond(&b.mu)
 		}
 		b.waiting++
 		b.low.Wait()
 		b.waiting--
+	}
+	b.mu.Unlock()
+}
+
+// release lets every waiter go, for good (Broker.close).
+func (b *dlBacklog) release() {
+	b.mu.Lock()
+	b.closed = true
+	if b.low != nil {
+		b.low.Broadcast()
 	}
 	b.mu.Unlock()
 }

@@ -30,6 +30,8 @@ type dlMove struct {
 	// visible only after the source's sync.
 	tseqs []uint64
 	held  []heldDL
+	// remote is the part owed to queues on other nodes (dlremote.go).
+	remote *remoteDL
 }
 
 type heldDL struct {
@@ -54,6 +56,16 @@ func (q *Queue) planMove(r *Router, p *pendingDL) *dlMove {
 	for _, t := range r.queues {
 		if p.reason != ReasonRejected && isCycle(p.msg.Deaths, t.Name) {
 			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
+			continue
+		}
+		if !t.IsLocal() {
+			if mv == nil {
+				mv = &dlMove{seq: p.src.seq, seg: p.src.seg, msg: p.msg}
+			}
+			if mv.remote == nil {
+				mv.remote = &remoteDL{msg: p.msg, src: p.src.seq}
+			}
+			mv.remote.targets = append(mv.remote.targets, t.Name)
 			continue
 		}
 		if t.disk == nil || t.disk.paging {
@@ -83,6 +95,13 @@ func (q *Queue) startMoves(moves []*dlMove) {
 	for _, mv := range moves {
 		if err != nil {
 			break
+		}
+		if mv.remote != nil && !q.appendRemoteDLRecordLocked(mv.remote) {
+			err = store.ErrClosed
+			break
+		}
+		if len(mv.targets) == 0 {
+			continue
 		}
 		b := binary.LittleEndian.AppendUint64(d.buf[:0], mv.seq)
 		for _, t := range mv.targets {
@@ -145,11 +164,16 @@ func (q *Queue) finishMoves(moves []*dlMove) {
 		q.ackSeqs, q.ackSegs = seqs[:0], segs[:0]
 	}
 	q.mu.Unlock()
+	var rds []*remoteDL
 	for _, mv := range moves {
 		for _, h := range mv.held {
 			h.t.releaseHeld(h.e, h.pos)
 		}
+		if mv.remote != nil {
+			rds = append(rds, mv.remote)
+		}
 	}
+	q.oweRemote(rds)
 }
 
 // holdMovedIn takes a dead letter into t at the reserved position seq

@@ -16,6 +16,9 @@ const (
 	recRequeue  byte = 'R' // a message returned: seq, newSeq, counts
 	recMovedOut byte = 'X' // intent: seq is being dead-lettered to target queues
 	recPurge    byte = 'P' // a purge: every seq up to N except those listed
+	// recMovedRemote: a dead letter owed to queues on other nodes: rseq,
+	// target names, the copy (dlremote.go).
+	recMovedRemote byte = 'Y'
 )
 
 // msgHeader is what a queue keeps of a message besides the message: the

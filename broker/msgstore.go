@@ -672,6 +672,7 @@ type recState struct {
 	requeues map[uint64]reqInfo
 	purges   []purgeRec
 	moves    map[uint64][]uint64 // X without A: seq -> target queue ids
+	remote   []store.Pos         // Y records (dlremote.go)
 	maxSeq   uint64
 }
 
@@ -776,6 +777,7 @@ func (ms *MsgStore) recover(b *Broker) error {
 			ms.log.Error("message store: queue log unreadable past a point; later records ignored", "queue", st.q.Name, "vhost", st.q.vhost.Name, "err", err)
 		}
 		total += n
+		st.recoverRemoteDLs()
 	}
 	ms.log.Info("messages recovered", "queues", len(states), "messages", total, "moves_completed", moved,
 		"clean_shutdown", ms.clean, "took", time.Since(start).Round(time.Millisecond))
@@ -836,6 +838,12 @@ func (st *recState) pass1(srcMax map[uint64]uint64) error {
 				ts = append(ts, le64(pl))
 			}
 			st.moves[seq] = ts
+		case recMovedRemote:
+			if len(pl) < 8 {
+				return nil
+			}
+			st.maxSeq = max(st.maxSeq, le64(pl))
+			st.remote = append(st.remote, p)
 		}
 		return nil
 	})

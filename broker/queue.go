@@ -111,6 +111,9 @@ type Queue struct {
 	outboxN    int               // the dead letters in outbox
 	dlInFlight int               // the dead letters the flusher took and is publishing
 	dlFlushing bool              // the queue's flusher goroutine runs (dlflush.go)
+	rdl        []*remoteDL       // dead letters owed to queues on other nodes (dlremote.go)
+	rdlTimer   clock.Timer       // retries rdl
+	rdlBackoff time.Duration     // rdlTimer's next delay
 	dlCond     *sync.Cond        // on mu: waiting for the flusher to go idle (waitDeadLetters)
 	dlHook     func()            // tests: runs before each outbox batch is published
 	disk       *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
@@ -280,7 +283,7 @@ func (q *Queue) Stats() QueueStats {
 	s.Ready, s.ReadyBytes = l.Ready.All.N+l.Paged.All.N, l.Ready.All.Bytes+l.Paged.All.Bytes
 	s.Unacked, s.UnackedBytes = l.Unacked.All.N, l.Unacked.All.Bytes
 	s.Consumers, s.Delayed = len(q.m.Consumers()), l.Delayed
-	s.DeadLetterPending = len(q.dlxPending)
+	s.DeadLetterPending = len(q.dlxPending) + len(q.rdl)
 	if q.atLeastOnce() { // and those the flusher has yet to hand over
 		s.DeadLetterPending += q.outboxN + q.dlInFlight
 	}
@@ -859,6 +862,7 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	messages, _ = q.m.Delete()
 	q.spill = spillState{}
 	q.dlxPending = nil
+	q.dropRemoteDLsLocked()
 	if q.dlxTimer != nil {
 		q.dlxTimer.Stop()
 		q.dlxTimer = nil

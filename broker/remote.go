@@ -395,8 +395,6 @@ func (w *rwait) wait(ctx context.Context) error {
 	}
 }
 
-// forward sends m to q's home node. r (nil for dead letters and moves,
-// which nobody confirms) collects the wait for the home's answer.
 // PacedPeers is implemented by Peers whose one-way messages can wait for
 // room on the link (the transport's SendWait).
 type PacedPeers interface {
@@ -443,6 +441,9 @@ func answerPeer(p Peers, node string, msg []byte) {
 // room now (the message was not sent; the node may still be reachable).
 var ErrLinkFull = errors.New("link to the node is full")
 
+// forward sends m to q's home node. r (nil for moves, which nobody
+// confirms) collects the wait for the home's answer. Dead letters go
+// through forwardDL instead (dlremote.go: at least once).
 func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 	b := q.vhost.b
 	rs := &b.remote
@@ -510,6 +511,8 @@ func (b *Broker) enqueuedFromHome(d *msgDecoder) {
 		pw.rw.done(nil)
 	case enqRejected:
 		pw.rw.done(ErrRemoteRejected)
+	case enqNoQueue:
+		pw.rw.done(errRemoteNoQueue)
 	default:
 		pw.rw.done(errRemoteFailed)
 	}
@@ -1027,6 +1030,9 @@ func (q *Queue) settleLocal(ds []Delivery, kind byte) {
 // the local consumers of queues homed there are cancelled and the
 // publishes waiting for it fail (nack).
 func (b *Broker) PeerState(node string, up bool) {
+	if up && node != b.node {
+		b.retryRemoteDLsNow()
+	}
 	if up || node == b.node {
 		return
 	}

@@ -256,7 +256,13 @@ func (n *Node) membersChanged(ms []meta.Member) {
 			continue
 		}
 		keep[m.Name] = true
-		n.setPeer(m.Name, m.Addr)
+		addr := m.Addr
+		if a, ok := n.cfg.Peers[m.Name]; ok {
+			// The configured address wins: it is how this node is told
+			// to reach that peer (a proxy, a NAT, a test's fault proxy).
+			addr = a
+		}
+		n.setPeer(m.Name, addr)
 	}
 	n.mu.Lock()
 	var gone []string
@@ -545,5 +551,10 @@ func quorum(err error) error {
 
 type noQuorumError struct{ err error }
 
-func (e noQuorumError) Error() string   { return e.err.Error() }
-func (e noQuorumError) Unwrap() []error { return []error{broker.ErrNoQuorum, e.err} }
+func (e noQuorumError) Error() string { return e.err.Error() }
+func (e noQuorumError) Unwrap() []error {
+	if errors.Is(e.err, meta.ErrOutcomeUnknown) {
+		return []error{broker.ErrNoQuorum, broker.ErrOutcomeUnknown, e.err}
+	}
+	return []error{broker.ErrNoQuorum, e.err}
+}

@@ -365,3 +365,41 @@ func TestJoinAndForget(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, func() bool { return queueOn(d, "after-forget") }, "a declare after the forget reaches the joined node")
 }
+
+// issue 13: definitions export and import are cluster-wide: a document
+// imported through one node is exported identically by every node.
+func TestDefinitionsImportExportClusterWide(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	doc := `{"vhosts":[{"name":"imp"}],
+	  "users":[{"name":"imp-user","password_hash":"","tags":["monitoring"]}],
+	  "permissions":[{"user":"imp-user","vhost":"imp","configure":".*","write":".*","read":".*"}],
+	  "policies":[{"vhost":"imp","name":"dlx","pattern":"^work","apply-to":"queues","priority":1,"definition":{"dead-letter-exchange":"dlx"}}],
+	  "exchanges":[{"name":"dlx","vhost":"imp","type":"fanout","durable":true,"auto_delete":false,"internal":false,"arguments":{}}],
+	  "queues":[{"name":"work","vhost":"imp","durable":true,"auto_delete":false,"arguments":{"x-max-length":10}},
+	            {"name":"dead","vhost":"imp","durable":true,"auto_delete":false,"arguments":{}}],
+	  "bindings":[{"source":"dlx","vhost":"imp","destination":"dead","destination_type":"queue","routing_key":"","arguments":{}}]}`
+	if st, body := api(t, http.MethodPost, c.Node(1).MgmtURL()+"/api/definitions", doc); st/100 != 2 {
+		t.Fatalf("import through node 2: %d %s", st, body)
+	}
+	export := func(nd *warrentest.Node) string {
+		st, body := api(t, http.MethodGet, nd.MgmtURL()+"/api/definitions/imp", "")
+		if st != http.StatusOK {
+			t.Fatalf("export from %s: %d %s", nd.Name(), st, body)
+		}
+		return body
+	}
+	want := export(c.Node(1))
+	for _, name := range []string{`"work"`, `"dead"`, `"dlx"`, `"x-max-length"`} {
+		if !strings.Contains(want, name) {
+			t.Fatalf("the importing node's export lacks %s: %s", name, want)
+		}
+	}
+	for _, nd := range []*warrentest.Node{c.Node(0), c.Node(2)} {
+		eventually(t, 5*time.Second, func() bool { return export(nd) == want }, "the same export from "+nd.Name())
+	}
+	for _, nd := range c.Nodes() {
+		if _, ok := nodeNames(t, nd)[nd.Name()]; !ok {
+			t.Fatalf("%s does not list itself", nd.Name())
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -22,6 +23,9 @@ import (
 
 	"github.com/warrenmq/warren/internal/testutil"
 )
+
+// quoted matches a quoted name in an error text.
+var quoted = regexp.MustCompile(`'[^']*'`)
 
 // faultDuration is how long the storm runs.
 func faultDuration(t *testing.T) time.Duration {
@@ -457,6 +461,25 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The others see it gone: every link into and out of it is cut (a
+	// node that dialled it at an address without a proxy would still
+	// see it running).
+	for _, other := range []int{(cut + 1) % 3, (cut + 2) % 3} {
+		if err := testutil.UntilNil(20*time.Second, func() error {
+			st, err := c.clusterStatus(other)
+			if err != nil {
+				return err
+			}
+			for _, m := range st.Members {
+				if m.Name == c.Name(cut) && m.Running {
+					return fmt.Errorf("%s still sees the cut-off %s running", c.Name(other), m.Name)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A definition change on the cut node fails with 541 and the no
 	// quorum text, in bounded time.
 	probeLog := func(node int, name string, err error, start time.Time) {
@@ -543,8 +566,10 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 			t.Fatalf("the majority did not take a definition change while %s was cut off: %v", c.Name(cut), e)
 		}
 	}
-	// Stay cut for longer than an election timeout and the propose timeout.
-	if left := max(6*time.Second, dur/4) - time.Since(cutAt); left > 0 {
+	// Stay cut for longer than an election timeout and twice the propose
+	// timeout (5 s), so that changes on the cut node start and end within
+	// the cut.
+	if left := max(12*time.Second, dur/4) - time.Since(cutAt); left > 0 {
 		time.Sleep(left)
 	}
 	healAt := time.Now()
@@ -569,6 +594,17 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 		counts[op.out]++
 	}
 	t.Logf("%d definition changes: %d ok, %d failed, %d unknown", len(ops), counts[outOK], counts[outFailed], counts[outUnknown])
+	reasons := map[string]int{}
+	for _, op := range ops {
+		if op.out != outOK {
+			// The kind of error, without the names.
+			r := quoted.ReplaceAllString(op.err, "'…'")
+			reasons[fmt.Sprintf("n%d %s %s: %s", op.node+1, op.kind, op.out, r)]++
+		}
+	}
+	for r, n := range reasons {
+		t.Logf("  %5d × %s", n, r)
+	}
 	if counts[outOK] == 0 {
 		t.Fatal("no definition change succeeded")
 	}
@@ -580,10 +616,13 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 	// delete of what was there, counts.
 	_, before := foldStates(ops)
 	settled := cutAt.Add(2 * time.Second)
-	majorityOK := 0
+	majorityOK, minorityRefused := 0, 0
 	for i, op := range ops {
 		if op.start.After(settled) && op.end.Before(healAt) {
 			isChange := op.kind == "declare" || op.kind == "bind" || before[i] == "present"
+			if op.node == cut && op.out == outFailed {
+				minorityRefused++
+			}
 			if op.node == cut && op.out == outOK && isChange {
 				t.Errorf("the cut-off %s accepted a definition change: %s", c.Name(cut), op)
 			}
@@ -594,6 +633,9 @@ func TestClusterDefinitionsStorm(t *testing.T) {
 		if op.node == cut && op.out == outFailed && op.start.After(settled) && op.end.Before(healAt) && !strings.Contains(op.err, "no quorum") {
 			t.Errorf("the cut-off %s refused a change with an unexpected error: %s", c.Name(cut), op)
 		}
+	}
+	if minorityRefused == 0 {
+		t.Errorf("no change on the cut-off %s both started and was refused while it was cut off: the check saw nothing", c.Name(cut))
 	}
 	if majorityOK == 0 {
 		t.Errorf("the majority answered no definition change -ok while %s was cut off", c.Name(cut))

@@ -36,6 +36,9 @@ type procClusterOpts struct {
 	Extra []string
 	// LogLevel of the nodes (default "info").
 	LogLevel string
+	// Joiners is how many of the last nodes start with --cluster-join,
+	// out of the others' peer lists, to be added with warren cluster join.
+	Joiners int
 }
 
 // procCluster is n warren processes warren@n1..warren@nN.
@@ -129,6 +132,9 @@ func startProcCluster(t testing.TB, n int, opts procClusterOpts) *procCluster {
 		c.proxies[i] = make([]*faultproxy.Proxy, n)
 		var peers []string
 		for j := range n {
+			if j >= n-opts.Joiners && i < n-opts.Joiners {
+				continue // a joiner is not an initial member
+			}
 			if i == j {
 				peers = append(peers, c.nodes[i].name+"="+c.nodes[i].clusterAddr)
 				continue
@@ -219,6 +225,9 @@ func (c *procCluster) launch(i int) {
 		"--data-dir", nd.dataDir, "--log-level", c.opts.LogLevel, "--disk-free-limit", "-1", "--memory-high-watermark", "-1",
 		"--cluster-listen", nd.clusterAddr, "--cluster-advertise", nd.clusterAddr, "--cluster-peers", nd.peers,
 		"--cluster-secret-file", c.secretFile}
+	if i >= len(c.nodes)-c.opts.Joiners {
+		args = append(args, "--cluster-join")
+	}
 	args = append(args, c.opts.Extra...)
 	logf, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -470,10 +479,25 @@ func (c *procCluster) clusterStatus(i int) (clusterStatusReply, error) {
 // the leader's name.
 func (c *procCluster) waitClusterReady(t testing.TB) string {
 	t.Helper()
+	all := make([]int, len(c.nodes))
+	for i := range all {
+		all[i] = i
+	}
+	return c.waitMembers(t, all...)
+}
+
+// waitMembers is waitClusterReady for a cluster of the given nodes only
+// (before a joiner is added, after a node is forgotten).
+func (c *procCluster) waitMembers(t testing.TB, nodes ...int) string {
+	t.Helper()
+	want := map[string]bool{}
+	for _, i := range nodes {
+		want[c.Name(i)] = true
+	}
 	var leader string
 	err := testutil.UntilNil(90*time.Second, func() error {
 		leader = ""
-		for i := range c.nodes {
+		for _, i := range nodes {
 			st, err := c.clusterStatus(i)
 			if err != nil {
 				return err
@@ -485,10 +509,13 @@ func (c *procCluster) waitClusterReady(t testing.TB) string {
 				return fmt.Errorf("%s says the leader is %s, another node says %s", c.Name(i), st.Leader, leader)
 			}
 			leader = st.Leader
-			if len(st.Members) != len(c.nodes) {
-				return fmt.Errorf("%s lists %d members, want %d: %+v", c.Name(i), len(st.Members), len(c.nodes), st.Members)
+			if len(st.Members) != len(want) {
+				return fmt.Errorf("%s lists %d members, want %d: %+v", c.Name(i), len(st.Members), len(want), st.Members)
 			}
 			for _, m := range st.Members {
+				if !want[m.Name] {
+					return fmt.Errorf("%s lists member %s, want only %v", c.Name(i), m.Name, want)
+				}
 				if !m.Running {
 					return fmt.Errorf("%s sees %s not running", c.Name(i), m.Name)
 				}
@@ -497,7 +524,7 @@ func (c *procCluster) waitClusterReady(t testing.TB) string {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("cluster not ready within 90 s: %v", err)
+		t.Fatalf("cluster of %v not ready within 90 s: %v", nodes, err)
 	}
 	return leader
 }
@@ -541,5 +568,70 @@ func TestProcClusterHarness(t *testing.T) {
 
 	for i := range 3 {
 		c.Stop(i)
+	}
+}
+
+// TestProcClusterJoinForget: issue 13: warren cluster join adds a node
+// started with --cluster-join to a running cluster (it receives the
+// definitions and takes part in changes), warren cluster status shows it,
+// and warren cluster forget removes it after it is stopped. The CLI is the
+// warren binary run against a member's management API.
+func TestProcClusterJoinForget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs four warren processes")
+	}
+	c := startProcCluster(t, 4, procClusterOpts{Joiners: 1})
+	c.waitMembers(t, 0, 1, 2)
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(c.bin, append(args, "--url", c.MgmtURL(0))...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("warren %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	_, ch := rsDial(t, c.URL(0))
+	_, err := ch.QueueDeclare("h4j-before", true, false, false, false, nil)
+	rsCheck(t, "declare before the join", err)
+
+	out := cli("cluster", "join", c.Name(3), c.nodes[3].clusterAddr)
+	if !strings.Contains(out, "Added node "+c.Name(3)) {
+		t.Fatalf("cluster join: %q", out)
+	}
+	c.waitClusterReady(t)
+	_, ch4 := rsDial(t, c.URL(3))
+	if err := testutil.UntilNil(30*time.Second, func() error {
+		_, err := ch4.QueueDeclarePassive("h4j-before", true, false, false, false, nil)
+		if err != nil {
+			_, ch4 = rsDial(t, c.URL(3))
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the joined node lacks a queue declared before it joined: %v", err)
+	}
+	_, err = ch4.QueueDeclare("h4j-after", true, false, false, false, nil)
+	rsCheck(t, "declare through the joined node", err)
+	if err := testutil.UntilNil(30*time.Second, func() error {
+		var q map[string]any
+		return c.getJSON(1, "/api/queues/%2F/h4j-after", &q)
+	}); err != nil {
+		t.Fatalf("a queue declared through the joined node is not on the others: %v", err)
+	}
+	out = cli("cluster", "status")
+	for i := range 4 {
+		if !strings.Contains(out, c.Name(i)) {
+			t.Fatalf("cluster status lacks %s:\n%s", c.Name(i), out)
+		}
+	}
+
+	c.Stop(3)
+	out = cli("cluster", "forget", c.Name(3))
+	if !strings.Contains(out, "Removed node "+c.Name(3)) {
+		t.Fatalf("cluster forget: %q", out)
+	}
+	c.waitMembers(t, 0, 1, 2)
+	if out = cli("cluster", "status"); strings.Contains(out, c.Name(3)) {
+		t.Fatalf("cluster status still lists the forgotten %s:\n%s", c.Name(3), out)
 	}
 }

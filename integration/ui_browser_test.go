@@ -346,3 +346,31 @@ func uiWaitMessages(t *testing.T, ch *amqp.Channel, queue string, n int) {
 		t.Fatalf("%s holds %d messages, want %d", queue, q.Messages, n)
 	}
 }
+
+// TestUIBrowserClusterNodes: issue 13, the web UI shows the cluster's
+// nodes: the overview of one node lists every node with its state and
+// the metadata leader, and a stopped node shows as stopped.
+func TestUIBrowserClusterNodes(t *testing.T) {
+	chrome := uiChromium(t)
+	c := warrentest.StartCluster(t, 3)
+	base := c.Node(0).MgmtURL()
+	b := newUIBrowser(t, chrome)
+	b.do("log in",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(uiSel("#login-user")),
+		chromedp.SendKeys(uiSel("#login-user"), "guest"),
+		chromedp.SendKeys(uiSel("#login-pass"), "guest"),
+		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		chromedp.WaitVisible(uiSel("#ov-nodes table")))
+	for _, nd := range c.Nodes() {
+		b.poll("node "+nd.Name()+" running", fmt.Sprintf(
+			`(r => r && r.querySelector('[data-col="state"]').textContent === 'running')(document.querySelector('#ov-nodes tr[data-node=%q]'))`, nd.Name()))
+	}
+	b.poll("one leader", `document.querySelectorAll('#ov-nodes td[data-col="leader"] .badge').length === 1`)
+	b.shot("cluster-nodes")
+	c.Node(2).Stop()
+	b.do("reload", chromedp.Navigate(base+"/"), chromedp.WaitVisible(uiSel("#ov-nodes table")))
+	b.poll("stopped node shown stopped", fmt.Sprintf(
+		`(r => r && r.querySelector('[data-col="state"]').textContent === 'stopped')(document.querySelector('#ov-nodes tr[data-node=%q]'))`, c.Node(2).Name()))
+	b.checkNoExceptions()
+}
