@@ -17,8 +17,16 @@ import (
 // the consumer's credit, so consumption stalls). Once the consumer's
 // connection closes, every message it held unacked or buffered goes back
 // to the queue at home: no unacked left, no consumer, and the messages
-// acked plus those ready are exactly those published.
+// acked plus those ready are exactly those published. The same with a
+// basic.cancel mid-flow (the deliveries buffered on node A go back; those
+// the client still gets are acked after the cancel and count), then the
+// channel's close.
 func TestClusterRemoteConsumeUnderLoad(t *testing.T) {
+	t.Run("connection close", func(t *testing.T) { consumeUnderLoad(t, false) })
+	t.Run("cancel then channel close", func(t *testing.T) { consumeUnderLoad(t, true) })
+}
+
+func consumeUnderLoad(t *testing.T, cancelFirst bool) {
 	const (
 		total   = 100000
 		stopAt  = 10000 // the consumer's connection closes after this many acks
@@ -87,7 +95,23 @@ func TestClusterRemoteConsumeUnderLoad(t *testing.T) {
 	}
 	// Close mid-flow: the channel holds unacked deliveries and more are on
 	// their way or buffered on node A.
-	cconn.Close()
+	if cancelFirst {
+		if err := cch.Cancel("h6c-c", false); err != nil {
+			t.Fatal(err)
+		}
+		for d := range msgs { // what reached the client before the cancel
+			if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+			acked++
+		}
+		waitFor(t, "no consumer at home after basic.cancel", func() bool { return hq.Stats().Consumers == 0 })
+		if err := cch.Close(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		cconn.Close()
+	}
 	wg.Wait()
 	select {
 	case err := <-pubErr:
