@@ -479,10 +479,13 @@ func (t *Transport) Send(to string, svc byte, msg []byte) error {
 	}
 }
 
-// SendWait is Send that waits while the peer's send queue is full, until
-// ctx is done: the push-back a publisher feeding another node's queue
-// must feel (Send, which Raft uses, never waits). It fails at once when
-// the peer is unreachable.
+// SendWait is Send that waits while the peer's send queue holds
+// bulkLimit frames or more, until ctx is done: the push-back a publisher
+// feeding another node's queue must feel. It leaves the rest of the queue
+// to what must not wait behind bulk traffic (Raft messages, acks,
+// answers), so those queue behind at most bulkLimit publishes. Send,
+// which Raft uses, never waits. It fails at once when the peer is
+// unreachable.
 func (t *Transport) SendWait(ctx context.Context, to string, svc byte, msg []byte) error {
 	if len(msg) > t.cfg.MaxFrame {
 		return fmt.Errorf("transport: message of %d bytes exceeds the frame limit %d", len(msg), t.cfg.MaxFrame)
@@ -492,20 +495,27 @@ func (t *Transport) SendWait(ctx context.Context, to string, svc byte, msg []byt
 		return err
 	}
 	f := frame{kind: kindMessage, svc: svc, body: msg}
-	select {
-	case l.out <- f:
-		return nil
-	default:
-	}
-	select {
-	case l.out <- f:
-		return nil
-	case <-l.done:
-		return fmt.Errorf("transport: node %s: %w (link down)", to, ErrUnreachable)
-	case <-ctx.Done():
-		return fmt.Errorf("transport: node %s: %w (%w)", to, ErrQueueFull, ctx.Err())
+	for pause := 50 * time.Microsecond; ; pause = min(2*pause, 2*time.Millisecond) {
+		if len(l.out) < bulkLimit {
+			select {
+			case l.out <- f:
+				return nil
+			default:
+			}
+		}
+		select {
+		case <-l.done:
+			return fmt.Errorf("transport: node %s: %w (link down)", to, ErrUnreachable)
+		case <-ctx.Done():
+			return fmt.Errorf("transport: node %s: %w (%w)", to, ErrQueueFull, ctx.Err())
+		case <-time.After(pause):
+		}
 	}
 }
+
+// bulkLimit is how full SendWait lets a link's send queue get (a quarter
+// of it).
+const bulkLimit = sendQueueLen / 4
 
 // Up reports whether a live link to the named peer exists.
 func (t *Transport) Up(name string) bool {
