@@ -521,14 +521,24 @@ func (v *VHost) dropQueue(q *Queue, why string) {
 		return
 	}
 	c := &command{Op: opQueueDrop, VHost: v.Name, Name: q.Name}
-	go func() {
+	drop := func() {
 		if err := v.b.propose(fmt.Sprintf("%s of queue '%s' in vhost '%s'", why, q.Name, v.Name), c); err != nil {
 			v.b.log.Warn("cluster: deleting a queue", "queue", q.Name, "vhost", v.Name, "why", why, "err", err)
 			if why == "expiry" {
 				q.Touch() // expires again later: the deletion is retried then
 			}
 		}
-	}()
+	}
+	if why == "auto-delete" {
+		// The last consumer's cancel (or its channel's close) returns
+		// once the queue is gone everywhere, as with RabbitMQ, whose
+		// channel close waits for its queues: a client that reconnects
+		// and redeclares the queue gets a new one, not one about to go.
+		// The caller holds no lock.
+		drop()
+		return
+	}
+	go drop()
 }
 
 // proposeExclusiveDrop deletes, through the cluster, the exclusive queues

@@ -706,6 +706,12 @@ func (q *Queue) remoteRemoveConsumer(c *Consumer) {
 		q.vhost.b.sendOrdered(q.Home, binary.AppendUvarint([]byte{opCancel}, rc.id))
 	}
 	q.returnDeliveries(buf)
+	if q.AutoDelete {
+		// Wait until the home has handled the cancel (a call follows its
+		// barrier), and with it an auto-delete: the client's cancel or
+		// close answers once the queue is gone, as on the home node.
+		_, _, _ = q.remoteCounts(false)
+	}
 }
 
 // deliverFromHome hands a delivery from the home to the local consumer.

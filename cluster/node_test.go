@@ -403,3 +403,29 @@ func TestDefinitionsImportExportClusterWide(t *testing.T) {
 		}
 	}
 }
+
+// issue 13: an auto-delete queue whose last consumer goes is deleted
+// before the consumer's close answers, as RabbitMQ's channel close waits
+// for its queues, also when the queue lives on another node: a client
+// that reconnects at once and redeclares it gets a fresh queue, never one
+// about to be deleted under it (amqp091-go's ExampleConnection_reconnect).
+func TestAutoDeleteGoneBeforeCloseAnswers(t *testing.T) {
+	c := warrentest.StartCluster(t, 2, warrentest.PlaceQueuesOn(warrentest.NodeName(1)))
+	for i := 0; i < 20; i++ {
+		conn, ch := dial(t, c.Node(0))
+		if _, err := ch.QueueDeclare("ad-reconnect", false, true, false, false, nil); err != nil {
+			t.Fatalf("round %d: declare: %v", i, err)
+		}
+		if _, err := ch.Consume("ad-reconnect", "", false, true, false, false, nil); err != nil {
+			t.Fatalf("round %d: consume: %v", i, err)
+		}
+		if err := conn.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, nd := range c.Nodes() {
+			if queueOn(nd, "ad-reconnect") {
+				t.Fatalf("round %d: the auto-delete queue is still on %s after its last consumer's connection closed", i, nd.Name())
+			}
+		}
+	}
+}

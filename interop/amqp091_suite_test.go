@@ -27,7 +27,13 @@ const amqp091Module = "github.com/rabbitmq/amqp091-go"
 // against Warren, each with the reason. Keep it short: every entry is a gap.
 // (The 17 TestConnectionRecovery* tests, which close their connection
 // through the management HTTP API, pass since the API exists.)
-var amqp091AllowedFailures = map[string]string{}
+var amqp091AllowedFailures = map[string]string{
+	// Not a broker test: it runs the client against its own in-memory
+	// mock server (newSession) and gives Connection.Close 1 ms to close
+	// a NotifyClose channel, which a loaded 2-core CI machine can miss
+	// (it did once, while the integration package ran alongside).
+	"TestNotifyClosesAllChansAfterConnectionClose": "client-only test with a 1 ms deadline; never talks to the broker",
+}
 
 // suitePatches adapt the copied amqp091-go tests to the broker under test:
 //   - the places that name the management API's port (internal/utils/http.go,
