@@ -652,6 +652,11 @@ func TestMgmtDiffQueues(t *testing.T) {
 		tg.waitQueueField(vh, "q-args", "messages", 3)
 		tg.waitQueueField(vh, "q-quorum", "messages", 3)
 		tg.waitQueueField(vh, "q-unacked", "messages_unacknowledged", 2)
+		// RabbitMQ can report the byte counts a stats round after the
+		// message counts (seen on a loaded CI machine): wait for them too.
+		tg.waitQueueField(vh, "q-args", "message_bytes_persistent", 6)
+		tg.waitQueueField(vh, "q-unacked", "message_bytes_unacknowledged", 5)
+		tg.waitQueueField(vh, "q-unacked", "message_bytes_persistent", 5)
 		qv := values("name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "type", "messages", "messages_ready", "messages_unacknowledged", "consumers", "policy", "effective_policy_definition", "operator_policy", "state",
 			"message_bytes", "message_bytes_ready", "message_bytes_unacknowledged", "messages_persistent", "message_bytes_persistent")
 		for _, d := range decls {
