@@ -198,16 +198,11 @@ type runner struct {
 }
 
 func run(o options, log io.Writer) error {
-	bin, err := os.MkdirTemp("", "warren-bench-")
+	bin, err := buildBinaries()
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(bin)
-	for _, p := range []string{"warren", "warren-perf"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, p), "./cmd/"+p).CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/%s: %v\n%s", p, err, out)
-		}
-	}
 	r := &runner{o: o, log: log, bin: bin}
 	if !o.skipRabbit {
 		if _, err := rabbitPID(); err != nil {
@@ -248,6 +243,22 @@ func run(o options, log io.Writer) error {
 		return r.write(o.out)
 	}
 	return nil
+}
+
+// buildBinaries builds warren and warren-perf into a new temporary
+// directory, which the caller removes.
+func buildBinaries() (string, error) {
+	bin, err := os.MkdirTemp("", "warren-bench-")
+	if err != nil {
+		return "", err
+	}
+	for _, p := range []string{"warren", "warren-perf"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, p), "./cmd/"+p).CombinedOutput(); err != nil {
+			os.RemoveAll(bin)
+			return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", p, err, out)
+		}
+	}
+	return bin, nil
 }
 
 // measure runs scenario s once on broker and returns its metric.

@@ -126,16 +126,11 @@ func declareOn(uri string, durable bool) error {
 // runRemote measures every remote scenario direct and through the other
 // node, alternating the order by round.
 func runRemote(o options, log io.Writer) error {
-	bin, err := os.MkdirTemp("", "warren-bench-")
+	bin, err := buildBinaries()
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(bin)
-	for _, p := range []string{"warren", "warren-perf"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, p), "./cmd/"+p).CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/%s: %v\n%s", p, err, out)
-		}
-	}
 	r := &runner{o: o, log: log, bin: bin}
 	fmt.Fprintf(log, "bench -remote: %d rounds, %v per run (%v warm-up), %d cores, %s\n", o.rounds, o.duration, o.warmup, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
 	var scs []scenario

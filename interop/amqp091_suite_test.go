@@ -82,22 +82,7 @@ func TestAmqp091Suite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("amqp091-go integration suite takes minutes; skipped with -short")
 	}
-	goBin := requireProgram(t, "go", "install the Go toolchain")
-	srcDir := amqp091ModuleDir(t, goBin)
-	dir := filepath.Join(t.TempDir(), "amqp091-go")
-	if err := copyTree(srcDir, dir); err != nil {
-		t.Fatalf("copying %s: %v", srcDir, err)
-	}
-
-	env := suiteGoEnv()
-	{
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := command(ctx, dir, env, goBin, "mod", "download")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			missing(t, "go mod download for %s failed (module proxy unreachable?): %v\n%s", amqp091Module, err, out)
-		}
-	}
+	goBin, dir, env := prepareAmqp091Suite(t)
 
 	// The suite's recovery tests close connections through the management
 	// API on localhost:<port> (15672 for a broker from WARREN_INTEROP_URL).
@@ -120,21 +105,7 @@ func TestAmqp091SuiteCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("amqp091-go integration suite takes minutes; skipped with -short")
 	}
-	goBin := requireProgram(t, "go", "install the Go toolchain")
-	srcDir := amqp091ModuleDir(t, goBin)
-	dir := filepath.Join(t.TempDir(), "amqp091-go")
-	if err := copyTree(srcDir, dir); err != nil {
-		t.Fatalf("copying %s: %v", srcDir, err)
-	}
-	env := suiteGoEnv()
-	{
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := command(ctx, dir, env, goBin, "mod", "download")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			missing(t, "go mod download for %s failed (module proxy unreachable?): %v\n%s", amqp091Module, err, out)
-		}
-	}
+	goBin, dir, env := prepareAmqp091Suite(t)
 	c := warrentest.StartCluster(t, 2, warrentest.PlaceQueuesOn(warrentest.NodeName(1)))
 	client, home := c.Node(0), c.Node(1)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(client.MgmtURL(), "http://"))
@@ -151,6 +122,30 @@ func TestAmqp091SuiteCluster(t *testing.T) {
 		t.Fatalf("node %s received %d bytes from %s: the suite's queues did not live on it", home.Name(), in, client.Name())
 	}
 	t.Logf("queues' home node %s received %d bytes over the inter-node link", home.Name(), in)
+}
+
+// prepareAmqp091Suite copies the amqp091-go module required by go.mod
+// into a temporary directory and downloads its dependencies; it returns
+// the go binary, the directory and the environment to run the suite with.
+func prepareAmqp091Suite(t *testing.T) (goBin, dir string, env []string) {
+	t.Helper()
+	goBin = requireProgram(t, "go", "install the Go toolchain")
+	srcDir := amqp091ModuleDir(t, goBin)
+	dir = filepath.Join(t.TempDir(), "amqp091-go")
+	if err := copyTree(srcDir, dir); err != nil {
+		t.Fatalf("copying %s: %v", srcDir, err)
+	}
+
+	env = suiteGoEnv()
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := command(ctx, dir, env, goBin, "mod", "download")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			missing(t, "go mod download for %s failed (module proxy unreachable?): %v\n%s", amqp091Module, err, out)
+		}
+	}
+	return goBin, dir, env
 }
 
 // runAmqp091Suite runs the copied, downloaded suite in dir against url,
