@@ -171,7 +171,7 @@ func (q *Queue) forwardDL(t *Queue, rd *remoteDL, name string) {
 		if rs.waits == nil {
 			rs.waits = map[uint64]pubWait{}
 		}
-		rs.waits[id] = pubWait{rw: w, node: t.Home}
+		rs.waits[id] = pubWait{rw: w, node: t.HomeNode()}
 	}
 	rs.mu.Unlock()
 	if p == nil {
@@ -194,7 +194,7 @@ func (q *Queue) forwardDL(t *Queue, rd *remoteDL, name string) {
 			w.done(errRemoteFailed)
 		}
 	}
-	if err := p.Send(t.Home, buf); err != nil {
+	if err := p.Send(t.HomeNode(), buf); err != nil {
 		fail()
 		return
 	}

@@ -130,6 +130,9 @@ type Queue struct {
 	dlxTimer   clock.Timer
 	deleted    bool
 	rq         *remoteQ // a remote queue's consumers on this node (remote.go)
+	// qq is a replicated quorum queue's state on this node (issue 14,
+	// qqleader.go): nil for every other queue, set at creation.
+	qq *qqState
 }
 
 // The queue machine as the broker instantiates it: messages are
@@ -606,7 +609,7 @@ func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 // expiry, delayed retry or x-expires.
 func (q *Queue) armLocked() {
 	next := q.m.NextDeadline()
-	if next == 0 || q.deleted || q.Home != "" && !q.IsLocal() {
+	if next == 0 || q.deleted || q.HomeNode() != "" && !q.IsLocal() {
 		return
 	}
 	if q.timer != nil && q.timerAt <= next && q.timerAt != 0 {

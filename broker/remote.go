@@ -100,6 +100,9 @@ const (
 	enqRejected
 	enqFailed
 	enqNoQueue
+	// enqNotLeader: the node is not (or no longer) the quorum queue's
+	// leader; the sender resends to the leader it learns (issue 14).
+	enqNotLeader
 )
 
 // ErrRemoteRejected fails a publish wait when the home node refused the
@@ -177,9 +180,9 @@ func (b *Broker) getPeers() Peers {
 // (rabbit_amqqueue:priv_absent, nodedown).
 func (q *Queue) homeDown() *amqp.Error {
 	if q.Durable {
-		return amqp.Errorf(amqp.NotFound, "home node '%s' of durable queue '%s' in vhost '%s' is down or inaccessible", q.Home, q.Name, q.vhost.Name)
+		return amqp.Errorf(amqp.NotFound, "home node '%s' of durable queue '%s' in vhost '%s' is down or inaccessible", q.HomeNode(), q.Name, q.vhost.Name)
 	}
-	return amqp.Errorf(amqp.NotFound, "home node '%s' of queue '%s' in vhost '%s' is down or inaccessible", q.Home, q.Name, q.vhost.Name)
+	return amqp.Errorf(amqp.NotFound, "home node '%s' of queue '%s' in vhost '%s' is down or inaccessible", q.HomeNode(), q.Name, q.vhost.Name)
 }
 
 // checkHome returns the unavailable-queue error when q is remote and its
@@ -192,7 +195,7 @@ func (q *Queue) checkHome() error {
 	if p == nil {
 		return nil // no data plane wired (a definitions-only broker): nothing to check
 	}
-	if !p.Up(q.Home) {
+	if !p.Up(q.HomeNode()) {
 		return q.homeDown()
 	}
 	return nil
@@ -202,7 +205,7 @@ func (q *Queue) checkHome() error {
 // unavailable-queue error, an error the home answered keeps its code.
 func (q *Queue) call(req []byte) (*msgDecoder, error) {
 	p := q.vhost.b.getPeers()
-	if p == nil || !p.Up(q.Home) {
+	if p == nil || !p.Up(q.HomeNode()) {
 		return nil, q.homeDown()
 	}
 	// Calls and one-way messages travel separately: a barrier sent
@@ -212,13 +215,13 @@ func (q *Queue) call(req []byte) (*msgDecoder, error) {
 	rs.mu.Lock()
 	bid := rs.id()
 	rs.mu.Unlock()
-	q.vhost.b.sendOrdered(q.Home, binary.AppendUvarint([]byte{opBarrier}, bid))
+	q.vhost.b.sendOrdered(q.HomeNode(), binary.AppendUvarint([]byte{opBarrier}, bid))
 	req = append(binary.AppendUvarint([]byte{req[0]}, bid), req[1:]...)
 	ctx, cancel := context.WithTimeout(context.Background(), remoteCallTimeout)
 	defer cancel()
-	resp, err := p.Call(ctx, q.Home, req)
+	resp, err := p.Call(ctx, q.HomeNode(), req)
 	if err != nil {
-		q.vhost.b.log.Warn("cluster: call to a queue's home node failed", "queue", q.Name, "vhost", q.vhost.Name, "home", q.Home, "err", err)
+		q.vhost.b.log.Warn("cluster: call to a queue's home node failed", "queue", q.Name, "vhost", q.vhost.Name, "home", q.HomeNode(), "err", err)
 		return nil, q.homeDown()
 	}
 	return decodeResult(resp)
@@ -463,7 +466,7 @@ func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 		if rs.waits == nil {
 			rs.waits = map[uint64]pubWait{}
 		}
-		rs.waits[id] = pubWait{rw: w, node: q.Home}
+		rs.waits[id] = pubWait{rw: w, node: q.HomeNode()}
 	}
 	rs.mu.Unlock()
 	if p == nil {
@@ -479,7 +482,7 @@ func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 	buf = appendStr(buf, q.vhost.Name)
 	buf = appendStr(buf, q.Name)
 	buf = appendMessage(buf, m)
-	if err := sendPaced(p, q.Home, buf); err != nil && w != nil {
+	if err := sendPaced(p, q.HomeNode(), buf); err != nil && w != nil {
 		rs.mu.Lock()
 		_, ok := rs.waits[id]
 		delete(rs.waits, id)
@@ -700,10 +703,10 @@ func (q *Queue) remoteRemoveConsumer(c *Consumer) {
 	// The cancel first: the returned messages must not go back to it.
 	// rc stays known (gone) until the home's answer ends its stream, so
 	// that deliveries crossing the cancel are returned.
-	if p := q.vhost.b.getPeers(); p == nil || !p.Up(q.Home) {
+	if p := q.vhost.b.getPeers(); p == nil || !p.Up(q.HomeNode()) {
 		q.forgetConsumer(rc)
 	} else {
-		q.vhost.b.sendOrdered(q.Home, binary.AppendUvarint([]byte{opCancel}, rc.id))
+		q.vhost.b.sendOrdered(q.HomeNode(), binary.AppendUvarint([]byte{opCancel}, rc.id))
 	}
 	q.returnDeliveries(buf)
 	if q.AutoDelete {
@@ -1063,7 +1066,7 @@ func (b *Broker) PeerState(node string, up bool) {
 	delete(rs.barriers, node) // a restarted node counts from 0 again
 	var rqs []*Queue
 	for id, rc := range rs.cons {
-		if rc.q.Home == node {
+		if rc.q.HomeNode() == node {
 			delete(rs.cons, id)
 			rqs = append(rqs, rc.q)
 		}

@@ -86,7 +86,7 @@ func (b *Broker) settleOrdered(q *Queue, kind byte, ds []Delivery) {
 	for i := range ds {
 		seqs[i] = ds[i].Seq
 	}
-	b.sendOut(q.Home, outMsg{q: q, kind: kind, seqs: seqs})
+	b.sendOut(q.HomeNode(), outMsg{q: q, kind: kind, seqs: seqs})
 }
 
 func (b *Broker) sendOut(node string, m outMsg) {

@@ -147,7 +147,7 @@ func (c *call) queues() error {
 			switch {
 			case q.IsLocal():
 				list = append(list, c.queueJSON(v, q))
-			case !answered[q.Home]:
+			case !answered[q.HomeNode()]:
 				list = append(list, c.downQueueJSON(v, q))
 			}
 		}
@@ -213,7 +213,7 @@ func (c *call) queueGet() error {
 		// Its stats are its home node's.
 		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
 		defer cancel()
-		st, body, err := c.s.cluster().Fetch(ctx, q.Home, http.MethodGet, c.escapedPath(), nil)
+		st, body, err := c.s.cluster().Fetch(ctx, q.HomeNode(), http.MethodGet, c.escapedPath(), nil)
 		if err == nil && st == http.StatusOK {
 			writeBody(c.w, st, body)
 			return nil
