@@ -59,7 +59,7 @@
 // last snapshot, the host asks the StateMachine for a Snapshot: its small
 // state plus the indices of the entries it still needs (live message
 // bodies). The raft log is compacted up to the snapshot (less a margin of
-// keepEntries); the live entries stay readable through ReadEntry. A
+// Config.KeepEntries); the live entries stay readable through ReadEntry. A
 // lagging follower gets the snapshot with the live entries' bodies, built
 // on demand; it writes them to its own log.
 //

@@ -102,6 +102,7 @@ type Group struct {
 	stoppedLoop      bool
 	installed        *snapData // a snapshot from the leader, persisted, to restore
 	installedMeta    *pb.Snapshot
+	snapNow          bool // a configuration change was applied
 	liveCount        uint64 // live entries kept below the raft log's first index
 	liveBytes        int64
 
@@ -783,6 +784,9 @@ func (g *Group) applyConfChange(e *pb.Entry) {
 		cc = c
 	}
 	g.confState = g.rn.ApplyConfChange(cc)
+	// A snapshot sent to a new member must list it (raft refuses one
+	// that does not): snapshot now, with the new configuration.
+	g.snapNow = true
 }
 
 // checkLeader notices a change of leader or term: it fails proposals that
@@ -814,14 +818,11 @@ func (g *Group) checkLeader() {
 
 func (g *Group) afterAdvance() {
 	g.checkLeader()
-	if g.sinceSnapEntries >= g.h.cfg.SnapshotEntries || g.sinceSnapBytes >= g.h.cfg.SnapshotBytes {
+	if g.snapNow || g.sinceSnapEntries >= g.h.cfg.SnapshotEntries || g.sinceSnapBytes >= g.h.cfg.SnapshotBytes {
+		g.snapNow = false
 		g.snapshot()
 	}
 }
-
-// keepEntries is how many applied entries stay in the raft log below a
-// snapshot, for followers lagging a little.
-const keepEntries = 256
 
 // snapshot takes a local snapshot at the applied index and compacts the
 // log: entries at or below it are dropped except the live ones.
@@ -874,8 +875,8 @@ func (g *Group) snapshot() {
 	g.live = newLive
 	g.liveMu.Unlock()
 	g.countLive()
-	if idx > keepEntries {
-		if err := g.mem.Compact(idx - keepEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
+	if keep := uint64(g.h.cfg.KeepEntries); idx > keep {
+		if err := g.mem.Compact(idx - keep); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			g.h.log.Error("qraft: compact", "group", g.id, "err", err)
 		}
 	}

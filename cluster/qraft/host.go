@@ -43,6 +43,9 @@ type Config struct {
 	// (default 4096 entries, 16 MiB applied since the last one).
 	SnapshotEntries uint64
 	SnapshotBytes   int64
+	// KeepEntries applied entries stay in the raft log below a snapshot,
+	// for followers lagging a little (default 256; negative: none).
+	KeepEntries int
 	// QuiesceTicks is how many ticks a leader's group must be idle (every
 	// online member caught up, nothing pending) before it quiesces
 	// (default 3; negative: never quiesce).
@@ -149,6 +152,11 @@ func Open(cfg Config) (*Host, error) {
 	}
 	if cfg.SnapshotBytes == 0 {
 		cfg.SnapshotBytes = 16 << 20
+	}
+	if cfg.KeepEntries == 0 {
+		cfg.KeepEntries = 256
+	} else if cfg.KeepEntries < 0 {
+		cfg.KeepEntries = 0
 	}
 	if cfg.QuiesceTicks == 0 {
 		cfg.QuiesceTicks = 3

@@ -272,3 +272,96 @@ func TestStopStartDeleteGroup(t *testing.T) {
 		t.Fatal("a deleted group came back after a restart")
 	}
 }
+
+// allQuiesced waits until every host drives n quiesced groups.
+func (c *tcluster) allQuiesced(n int) {
+	c.t.Helper()
+	waitFor(c.t, 10*time.Second, "every group to quiesce", func() bool {
+		for _, name := range c.names {
+			h := c.hosts[name]
+			if h == nil {
+				continue
+			}
+			if st := h.Stats(); st.Quiesced != n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// issue 14: idle groups quiesce: no ticks, no heartbeats, no messages at
+// all; a proposal wakes a group and it quiesces again after.
+func TestQuiescence(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	const groups = 20
+	for gid := uint64(1); gid <= groups; gid++ {
+		c.startAll(gid, c.names...)
+	}
+	for gid := uint64(1); gid <= groups; gid++ {
+		l := c.leader(gid)
+		if _, err := c.propose(l, gid, "enq:a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.allQuiesced(groups)
+	before := c.net.totalSent()
+	time.Sleep(40 * c.hosts["n1"].cfg.TickInterval) // a measurement window: 4 election timeouts
+	if d := c.net.totalSent() - before; d != 0 {
+		t.Fatalf("%d transport messages while every group was quiesced", d)
+	}
+	for _, n := range c.names {
+		for gid := uint64(1); gid <= groups; gid++ {
+			if !c.groups[n][gid].Status().Quiesced {
+				t.Fatalf("group %d on %s: status not quiesced", gid, n)
+			}
+		}
+	}
+	// A proposal wakes its group (leader and followers), then it settles.
+	l := c.leader(5)
+	if _, err := c.propose(l, 5, "enq:b"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(5, 2, c.names...)
+	c.allQuiesced(groups)
+}
+
+// issue 14: followers of a quiesced group wake when the transport reports
+// the leader's node down, and elect a new leader after the election
+// timeout; without that report they stay quiet (no spurious elections).
+func TestQuiescedWakeOnLeaderDown(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	if _, err := c.propose(l, 1, "enq:a"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 1, c.names...)
+	c.allQuiesced(1)
+	_, term := c.groups[l][1].Leader()
+	c.stop(l, false)
+	var others []string
+	for _, n := range c.names {
+		if n != l {
+			others = append(others, n)
+		}
+	}
+	time.Sleep(30 * c.hosts[others[0]].cfg.TickInterval) // a measurement window: 3 election timeouts
+	for _, n := range others {
+		if ld, tm := c.groups[n][1].Leader(); ld != l || tm != term {
+			t.Fatalf("%s: leader %q term %d: a quiesced group held an election without cause", n, ld, tm)
+		}
+	}
+	for _, n := range others {
+		c.hosts[n].PeerState(l, false)
+	}
+	l2 := c.leader(1, others...)
+	if _, err := c.propose(l2, 1, "enq:b"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 2, others...)
+	st := c.groups[l2][1].Status()
+	if len(st.Online) != 2 || len(st.Members) != 3 {
+		t.Fatalf("status members %v online %v", st.Members, st.Online)
+	}
+}

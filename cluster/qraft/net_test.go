@@ -2,6 +2,7 @@ package qraft
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -124,6 +125,7 @@ type testSM struct {
 	n         int
 	last      uint64
 	live      map[uint64]bool
+	datas     map[string]int // how many times each data was applied
 	restores  int
 	leader    string
 	term      uint64
@@ -133,7 +135,7 @@ type testSM struct {
 	onLeader      func(leader string, term uint64, self bool)
 }
 
-func newTestSM() *testSM { return &testSM{live: map[uint64]bool{}} }
+func newTestSM() *testSM { return &testSM{live: map[uint64]bool{}, datas: map[string]int{}} }
 
 func (s *testSM) Apply(ents []Entry) {
 	s.mu.Lock()
@@ -152,6 +154,7 @@ func (s *testSM) Apply(ents []Entry) {
 		s.n++
 		s.last = e.Index
 		d := string(e.Data)
+		s.datas[d]++
 		switch {
 		case strings.HasPrefix(d, "enq:"):
 			s.live[e.Index] = true
@@ -162,6 +165,13 @@ func (s *testSM) Apply(ents []Entry) {
 	}
 }
 
+type testSnap struct {
+	Hash  uint64
+	N     int
+	Live  []uint64
+	Datas map[string]int
+}
+
 func (s *testSM) Snapshot() ([]byte, []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -170,11 +180,9 @@ func (s *testSM) Snapshot() ([]byte, []uint64) {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	b := binary.AppendUvarint(nil, s.hash)
-	b = binary.AppendUvarint(b, uint64(s.n))
-	b = binary.AppendUvarint(b, uint64(len(ids)))
-	for _, id := range ids {
-		b = binary.AppendUvarint(b, id)
+	b, err := json.Marshal(testSnap{Hash: s.hash, N: s.n, Live: ids, Datas: s.datas})
+	if err != nil {
+		panic(err)
 	}
 	return b, ids
 }
@@ -184,23 +192,18 @@ func (s *testSM) Restore(index uint64, data []byte) {
 	defer s.mu.Unlock()
 	s.restores++
 	s.last = index
-	s.live = map[uint64]bool{}
-	s.hash, s.n = 0, 0
-	if len(data) == 0 {
-		return
+	var ts testSnap
+	if err := json.Unmarshal(data, &ts); err != nil {
+		panic(err)
 	}
-	v, k := binary.Uvarint(data)
-	data = data[k:]
-	s.hash = v
-	v, k = binary.Uvarint(data)
-	data = data[k:]
-	s.n = int(v)
-	cnt, k := binary.Uvarint(data)
-	data = data[k:]
-	for i := uint64(0); i < cnt; i++ {
-		id, k := binary.Uvarint(data)
-		data = data[k:]
+	s.hash, s.n = ts.Hash, ts.N
+	s.live = map[uint64]bool{}
+	for _, id := range ts.Live {
 		s.live[id] = true
+	}
+	s.datas = ts.Datas
+	if s.datas == nil {
+		s.datas = map[string]int{}
 	}
 }
 
