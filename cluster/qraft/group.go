@@ -102,7 +102,7 @@ type Group struct {
 	stoppedLoop      bool
 	installed        *snapData // a snapshot from the leader, persisted, to restore
 	installedMeta    *pb.Snapshot
-	snapNow          bool // a configuration change was applied
+	snapNow          bool   // a configuration change was applied
 	liveCount        uint64 // live entries kept below the raft log's first index
 	liveBytes        int64
 
