@@ -106,6 +106,8 @@ type Host struct {
 	closed         bool
 	pendingDeletes []uint64
 	stopping       map[uint64]*Group // stopped, not yet let go by the loop
+	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
+	afterSync      []recPos          // records to release once the next sync is done
 
 	notify chan struct{}
 	stopc  chan struct{}
@@ -126,13 +128,12 @@ type peerEvent struct {
 	up   bool
 }
 
-// recovered is one group's state read back from the store.
+// recovered is one group's state read back from the store (or kept by
+// StopGroup for a later StartGroup).
 type recovered struct {
-	hs    *pb.HardState
-	snap  *pb.Snapshot // local form (no bodies)
-	ents  []*pb.Entry  // contiguous, above the snapshot
-	live  map[uint64]*pb.Entry
-	names map[uint64]string
+	ls          *logStorage
+	names       map[uint64]string
+	pendingLive []liveRef // replay: live entries of a snapshot being installed
 }
 
 // Open opens the log store in cfg.Dir and reads every group's state
@@ -175,6 +176,7 @@ func Open(cfg Config) (*Host, error) {
 		names:    map[uint64]string{},
 		offline:  map[string]bool{},
 		stopping: map[uint64]*Group{},
+		tombs:    map[uint64]recPos{},
 		notify:   make(chan struct{}, 1),
 		stopc:    make(chan struct{}),
 		donec:    make(chan struct{}),
@@ -189,32 +191,38 @@ func Open(cfg Config) (*Host, error) {
 	return h, nil
 }
 
+// recover replays the store into each group's storage. Every replayed
+// record starts referenced once; the ones no group needs any more are
+// released once the replay is done.
 func (h *Host) recover() error {
+	var release []recPos
 	get := func(g uint64) *recovered {
 		r := h.rec[g]
 		if r == nil {
-			r = &recovered{live: map[uint64]*pb.Entry{}, names: map[uint64]string{}}
+			r = &recovered{ls: newLogStorage(h.store, g), names: map[uint64]string{}}
 			h.rec[g] = r
 		}
 		return r
 	}
-	return h.store.Replay(func(_ recPos, x rec) error {
+	err := h.store.Replay(func(p recPos, x rec) error {
+		if _, dead := h.tombs[x.Group]; dead && x.Kind != recDelete {
+			release = append(release, p) // after the group's tombstone: cannot happen, but harmless
+			return nil
+		}
 		switch x.Kind {
-		case recEntry, recLive, recConf, recConfV2:
-			e := entryOfRec(x)
+		case recEntry, recConf, recConfV2:
 			r := get(x.Group)
-			if x.Kind == recLive {
-				r.live[e.GetIndex()] = e
-				return nil
-			}
-			r.ents = appendEntry(r.ents, e)
+			release = append(release, r.ls.appendReplay(x.Index, x.Term, x.Kind, uint32(len(x.Data)), p)...)
+		case recLive:
+			r := get(x.Group)
+			r.pendingLive = append(r.pendingLive, liveRef{index: x.Index, term: x.Term, pos: p, size: uint32(len(x.Data))})
 		case recHardState:
 			hs := &pb.HardState{}
 			if err := proto.Unmarshal(x.Data, hs); err != nil {
 				return fmt.Errorf("qraft: group %d hard state: %w", x.Group, err)
 			}
-			get(x.Group).hs = hs
-		case recSnapshot:
+			release = append(release, get(x.Group).ls.setHardState(hs, p)...)
+		case recSnapshot, recSnapInstall:
 			s := &pb.Snapshot{}
 			if err := proto.Unmarshal(x.Data, s); err != nil {
 				return fmt.Errorf("qraft: group %d snapshot: %w", x.Group, err)
@@ -224,62 +232,63 @@ func (h *Host) recover() error {
 				return fmt.Errorf("qraft: group %d snapshot: %w", x.Group, err)
 			}
 			r := get(x.Group)
-			idx := s.GetMetadata().GetIndex()
-			live := map[uint64]*pb.Entry{}
+			pending := map[uint64]liveRef{}
+			for _, l := range r.pendingLive {
+				pending[l.index] = l
+			}
+			r.pendingLive = nil
+			var live []liveRef
 			for _, l := range sd.live {
-				if e := r.live[l.index]; e != nil {
-					live[l.index] = e
-				} else if e := entryAt(r.ents, l.index); e != nil {
-					live[l.index] = e
+				if ref, ok := pending[l.index]; ok {
+					live = append(live, ref)
+					delete(pending, l.index)
+				} else if ref, ok := r.ls.liveRefOf(l.index); ok {
+					live = append(live, ref)
 				}
 			}
-			r.live = live
-			r.ents = entriesAbove(r.ents, idx)
-			r.snap = s
+			for _, ref := range pending {
+				release = append(release, ref.pos)
+			}
+			if x.Kind == recSnapInstall {
+				release = append(release, r.ls.applySnapshot(s, p, live)...)
+			} else {
+				release = append(release, r.ls.createSnapshot(s, p, live, s.GetMetadata().GetIndex())...)
+			}
 			for id, n := range sd.names {
 				r.names[id] = n
 			}
 		case recDelete:
-			delete(h.rec, x.Group)
+			if r := h.rec[x.Group]; r != nil {
+				release = append(release, r.ls.allRecords()...)
+				for _, l := range r.pendingLive {
+					release = append(release, l.pos)
+				}
+				delete(h.rec, x.Group)
+				h.tombs[x.Group] = p
+			} else if old, ok := h.tombs[x.Group]; ok {
+				release = append(release, old)
+				h.tombs[x.Group] = p
+			} else {
+				// Nothing of the group is left before its tombstone: the
+				// tombstone itself is no longer needed.
+				release = append(release, p)
+			}
+		default:
+			release = append(release, p)
 		}
 		return nil
 	})
-}
-
-// appendEntry appends e to a contiguous run, truncating a conflicting tail.
-func appendEntry(ents []*pb.Entry, e *pb.Entry) []*pb.Entry {
-	idx := e.GetIndex()
-	if len(ents) == 0 {
-		return append(ents, e)
+	if err != nil {
+		return err
 	}
-	first := ents[0].GetIndex()
-	last := first + uint64(len(ents)) - 1
-	switch {
-	case idx == last+1:
-		return append(ents, e)
-	case idx >= first && idx <= last:
-		return append(ents[:idx-first:idx-first], e)
-	default:
-		return []*pb.Entry{e}
-	}
-}
-
-func entryAt(ents []*pb.Entry, idx uint64) *pb.Entry {
-	if len(ents) == 0 {
-		return nil
-	}
-	first := ents[0].GetIndex()
-	if idx < first || idx >= first+uint64(len(ents)) {
-		return nil
-	}
-	return ents[idx-first]
-}
-
-func entriesAbove(ents []*pb.Entry, idx uint64) []*pb.Entry {
-	for i, e := range ents {
-		if e.GetIndex() > idx {
-			return ents[i:]
+	for _, r := range h.rec {
+		for _, l := range r.pendingLive {
+			release = append(release, l.pos)
 		}
+		r.pendingLive = nil
+	}
+	for _, p := range release {
+		h.store.Release(p)
 	}
 	return nil
 }
@@ -636,6 +645,11 @@ func (h *Host) cycle(tick bool) error {
 	for _, g := range gs {
 		g.updateStatus()
 	}
+	if len(h.afterSync) > 0 {
+		if err := h.sync(); err != nil {
+			return err
+		}
+	}
 	// Any batches left (quiesce items without a Ready) go out now.
 	h.flushSends()
 	return nil
@@ -656,16 +670,18 @@ func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 			return err
 		}
 	}
+	var poss []recPos
 	if len(recs) > 0 {
-		if _, err := h.store.Append(recs); err != nil {
+		var err error
+		if poss, err = h.store.Append(recs); err != nil {
 			return fmt.Errorf("qraft: append: %w", err)
 		}
-		if err := h.store.Sync(); err != nil {
-			return fmt.Errorf("qraft: sync: %w", err)
+		if err := h.sync(); err != nil {
+			return err
 		}
 	}
 	for i, g := range gs {
-		if err := g.storeReady(&rds[i]); err != nil {
+		if err := g.storeReady(&rds[i], poss); err != nil {
 			return err
 		}
 	}
@@ -677,9 +693,22 @@ func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 		if err := g.applyReady(&rds[i]); err != nil {
 			return err
 		}
+		g.ls.uncache(g.applied)
 		g.rn.Advance(rds[i])
 		g.afterAdvance()
 	}
+	return nil
+}
+
+// sync syncs the store and then releases the records that waited for it.
+func (h *Host) sync() error {
+	if err := h.store.Sync(); err != nil {
+		return fmt.Errorf("qraft: sync: %w", err)
+	}
+	for _, p := range h.afterSync {
+		h.store.Release(p)
+	}
+	h.afterSync = h.afterSync[:0]
 	return nil
 }
 

@@ -46,6 +46,18 @@ func TestProposeApply(t *testing.T) {
 			t.Fatalf("%s sees leader %q, want %q", n, ld, l)
 		}
 	}
+	// Applied entries' bodies are not kept in memory: ReadEntry above read
+	// them back from the store.
+	for _, n := range c.names {
+		ls := c.groups[n][1].ls
+		ls.mu.Lock()
+		for i, m := range ls.ents[1:] {
+			if idx := ls.first + 1 + uint64(i); m.ent != nil && idx <= c.groups[n][1].Status().Applied {
+				t.Errorf("%s: body of applied entry %d still cached", n, idx)
+			}
+		}
+		ls.mu.Unlock()
+	}
 	st := c.groups[l][1].Status()
 	if st.Role != "leader" || st.Leader != l || len(st.Members) != 3 || st.Applied < last || st.Commit < last {
 		t.Fatalf("status %+v", st)

@@ -14,13 +14,14 @@ import (
 
 // Record kinds the host writes to its log store.
 const (
-	recEntry     = 1 // a normal raft entry: Index, Term, Data = the entry's data
-	recHardState = 2 // Data = marshaled raftpb.HardState
-	recSnapshot  = 3 // a local snapshot's meta: Data = marshaled raftpb.Snapshot (no bodies)
-	recLive      = 4 // a live (normal) entry received with a snapshot: Index, Term, Data
-	recDelete    = 5 // the group was deleted: drop everything before
-	recConf      = 6 // a ConfChange entry: Index, Term, Data
-	recConfV2    = 7 // a ConfChangeV2 entry
+	recEntry       = 1 // a normal raft entry: Index, Term, Data = the entry's data
+	recHardState   = 2 // Data = marshaled raftpb.HardState
+	recSnapshot    = 3 // a local snapshot's meta: Data = marshaled raftpb.Snapshot (no bodies)
+	recLive        = 4 // a live (normal) entry received with a snapshot: Index, Term, Data
+	recDelete      = 5 // the group was deleted: drop everything before
+	recConf        = 6 // a ConfChange entry: Index, Term, Data
+	recConfV2      = 7 // a ConfChangeV2 entry
+	recSnapInstall = 8 // a snapshot installed from the leader (replaces the log): as recSnapshot
 )
 
 // rec is one record of the node-wide log.

@@ -1,0 +1,441 @@
+package qraft
+
+import (
+	"sort"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// entMeta is one entry of a group's raft log: where its record is, and
+// its body while it may still be needed soon (not yet applied, or in the
+// recent tail); older bodies are read back from the store on demand.
+type entMeta struct {
+	term uint64
+	pos  recPos
+	size uint32
+	typ  byte // a rec kind: recEntry, recConf, recConfV2
+	ent  *pb.Entry
+}
+
+// liveRef is a live entry kept below the raft log (its body in the store).
+type liveRef struct {
+	index, term uint64
+	pos         recPos
+	size        uint32
+}
+
+// logStorage is a group's raft.Storage over the node-wide store: the
+// entries' metadata in memory, the bodies in the store. ents[0] is a
+// dummy at the compaction point (as in raft.MemoryStorage).
+type logStorage struct {
+	store logStore
+	group uint64
+
+	mu       sync.Mutex
+	hs       *pb.HardState
+	hsPos    recPos
+	hasHS    bool
+	snap     *pb.Snapshot // the latest snapshot (local form, no bodies)
+	snapPos  recPos
+	hasSnap  bool
+	ents     []entMeta
+	first    uint64 // index of ents[0] (the dummy)
+	cacheLo  uint64 // bodies at or below are dropped from the cache
+	live     []liveRef
+	liveSize int64
+}
+
+func newLogStorage(store logStore, group uint64) *logStorage {
+	return &logStorage{store: store, group: group, hs: &pb.HardState{}, snap: pb.EnsureSnapshot(nil), ents: []entMeta{{}}}
+}
+
+// InitialState implements raft.Storage.
+func (s *logStorage) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hs, pb.EnsureConfState(s.snap.GetMetadata().GetConfState()), nil
+}
+
+func (s *logStorage) lastLocked() uint64 { return s.first + uint64(len(s.ents)) - 1 }
+
+// LastIndex implements raft.Storage.
+func (s *logStorage) LastIndex() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastLocked(), nil
+}
+
+// FirstIndex implements raft.Storage.
+func (s *logStorage) FirstIndex() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first + 1, nil
+}
+
+// Term implements raft.Storage.
+func (s *logStorage) Term(i uint64) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i < s.first {
+		return 0, raft.ErrCompacted
+	}
+	if i-s.first >= uint64(len(s.ents)) {
+		return 0, raft.ErrUnavailable
+	}
+	return s.ents[i-s.first].term, nil
+}
+
+// Entries implements raft.Storage.
+func (s *logStorage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	s.mu.Lock()
+	if lo <= s.first {
+		s.mu.Unlock()
+		return nil, raft.ErrCompacted
+	}
+	if hi > s.lastLocked()+1 {
+		s.mu.Unlock()
+		return nil, raft.ErrUnavailable
+	}
+	if len(s.ents) == 1 {
+		s.mu.Unlock()
+		return nil, raft.ErrUnavailable
+	}
+	metas := s.ents[lo-s.first : hi-s.first]
+	var size uint64
+	n := 0
+	for i := range metas {
+		size += uint64(metas[i].size) + 16
+		if n > 0 && size > maxSize {
+			break
+		}
+		n++
+	}
+	metas = append([]entMeta(nil), metas[:n]...)
+	s.mu.Unlock()
+	out := make([]*pb.Entry, n)
+	for i := range metas {
+		if metas[i].ent != nil {
+			out[i] = metas[i].ent
+			continue
+		}
+		r, err := s.store.Read(metas[i].pos)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = entryOfRec(r)
+	}
+	return out, nil
+}
+
+// Snapshot implements raft.Storage.
+func (s *logStorage) Snapshot() (*pb.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snap, nil
+}
+
+// entry returns entry index from the raft log (not the live set).
+func (s *logStorage) entry(index uint64) (*pb.Entry, error) {
+	s.mu.Lock()
+	if index <= s.first || index > s.lastLocked() {
+		s.mu.Unlock()
+		return nil, raft.ErrCompacted
+	}
+	m := s.ents[index-s.first]
+	s.mu.Unlock()
+	if m.ent != nil {
+		return m.ent, nil
+	}
+	r, err := s.store.Read(m.pos)
+	if err != nil {
+		return nil, err
+	}
+	return entryOfRec(r), nil
+}
+
+// readEntry returns an entry's data from the raft log or the live set.
+func (s *logStorage) readEntry(index uint64) ([]byte, bool, error) {
+	s.mu.Lock()
+	if index > s.first && index <= s.lastLocked() {
+		m := s.ents[index-s.first]
+		s.mu.Unlock()
+		if m.ent != nil {
+			return m.ent.GetData(), true, nil
+		}
+		r, err := s.store.Read(m.pos)
+		if err != nil {
+			return nil, true, err
+		}
+		return r.Data, true, nil
+	}
+	i := sort.Search(len(s.live), func(i int) bool { return s.live[i].index >= index })
+	if i < len(s.live) && s.live[i].index == index {
+		p := s.live[i].pos
+		s.mu.Unlock()
+		r, err := s.store.Read(p)
+		if err != nil {
+			return nil, true, err
+		}
+		return r.Data, true, nil
+	}
+	s.mu.Unlock()
+	return nil, false, nil
+}
+
+// setHardState records a persisted hard state; it returns the superseded
+// record to release.
+func (s *logStorage) setHardState(hs *pb.HardState, p recPos) (old []recPos) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hasHS {
+		old = append(old, s.hsPos)
+	}
+	s.hs, s.hsPos, s.hasHS = hs, p, true
+	return old
+}
+
+// append records persisted entries (with their positions), truncating a
+// conflicting tail; it returns the records to release.
+func (s *logStorage) append(ents []*pb.Entry, poss []recPos) (old []recPos) {
+	if len(ents) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	firstNew := ents[0].GetIndex()
+	if firstNew <= s.first {
+		k := s.first + 1 - firstNew
+		if k >= uint64(len(ents)) {
+			for _, p := range poss {
+				old = append(old, p)
+			}
+			return old
+		}
+		for _, p := range poss[:k] {
+			old = append(old, p)
+		}
+		ents, poss = ents[k:], poss[k:]
+		firstNew = ents[0].GetIndex()
+	}
+	off := firstNew - s.first
+	if off > uint64(len(s.ents)) {
+		panic("qraft: missing log entries before an append")
+	}
+	for _, m := range s.ents[off:] {
+		old = append(old, m.pos)
+	}
+	s.ents = append(s.ents[:off:off], make([]entMeta, len(ents))...)
+	for i, e := range ents {
+		s.ents[int(off)+i] = entMeta{term: e.GetTerm(), pos: poss[i], size: uint32(len(e.GetData())), typ: recOfEntry(0, e).Kind, ent: e}
+	}
+	return old
+}
+
+// uncache drops the bodies of entries at or below index from memory.
+func (s *logStorage) uncache(index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cacheLo < s.first {
+		s.cacheLo = s.first
+	}
+	last := s.lastLocked()
+	if index > last {
+		index = last
+	}
+	for i := s.cacheLo + 1; i <= index; i++ {
+		s.ents[i-s.first].ent = nil
+	}
+	if index > s.cacheLo {
+		s.cacheLo = index
+	}
+}
+
+// createSnapshot makes snap (local form, persisted at p) the latest
+// snapshot with live (sorted by index) as its live entries, and compacts
+// the raft log up to compactTo. Each record has one owner: an entry in the
+// raft log, or a live entry below it. It returns the records to release
+// once p is synced.
+func (s *logStorage) createSnapshot(snap *pb.Snapshot, p recPos, live []liveRef, compactTo uint64) (old []recPos) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := make(map[recPos]bool, len(live))
+	for _, l := range live {
+		keep[l.pos] = true
+	}
+	if s.hasSnap {
+		old = append(old, s.snapPos)
+	}
+	s.snap, s.snapPos, s.hasSnap = snap, p, true
+	for _, l := range s.live {
+		if !keep[l.pos] {
+			old = append(old, l.pos)
+		}
+	}
+	newFirst := s.first
+	if compactTo > s.first && compactTo <= s.lastLocked() {
+		newFirst = compactTo
+	}
+	below := make([]liveRef, 0, len(live))
+	for _, l := range live {
+		if l.index <= newFirst {
+			below = append(below, l)
+		}
+	}
+	s.setLiveLocked(below)
+	if newFirst > s.first {
+		k := newFirst - s.first
+		for _, m := range s.ents[1 : k+1] {
+			if !keep[m.pos] {
+				old = append(old, m.pos)
+			}
+		}
+		ents := make([]entMeta, 1, uint64(len(s.ents))-k)
+		ents[0] = entMeta{term: s.ents[k].term}
+		s.ents = append(ents, s.ents[k+1:]...)
+		s.first = newFirst
+		if s.cacheLo < newFirst {
+			s.cacheLo = newFirst
+		}
+	}
+	return old
+}
+
+// appendReplay adds an entry read back from the store (no body kept).
+func (s *logStorage) appendReplay(index, term uint64, kind byte, size uint32, p recPos) (old []recPos) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch last := s.lastLocked(); {
+	case index <= s.first:
+		return []recPos{p} // compacted meanwhile
+	case index > last+1:
+		return []recPos{p} // a gap: cannot be (the log is written in order); dropped
+	default:
+		off := index - s.first
+		for _, m := range s.ents[off:] {
+			old = append(old, m.pos)
+		}
+		s.ents = append(s.ents[:off], entMeta{term: term, pos: p, size: size, typ: kind})
+		s.cacheLo = index
+	}
+	return old
+}
+
+// applySnapshot replaces the log with a snapshot from the leader (local
+// form, persisted at p) and its live entries (persisted). It returns every
+// record it supersedes.
+func (s *logStorage) applySnapshot(snap *pb.Snapshot, p recPos, live []liveRef) (old []recPos) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hasSnap {
+		old = append(old, s.snapPos)
+	}
+	for _, l := range s.live {
+		old = append(old, l.pos)
+	}
+	for _, m := range s.ents[1:] {
+		old = append(old, m.pos)
+	}
+	s.snap, s.snapPos, s.hasSnap = snap, p, true
+	idx := snap.GetMetadata().GetIndex()
+	s.first = idx
+	s.cacheLo = idx
+	s.ents = []entMeta{{term: snap.GetMetadata().GetTerm()}}
+	s.setLiveLocked(live)
+	return old
+}
+
+func (s *logStorage) setLiveLocked(live []liveRef) {
+	s.live = live
+	s.liveSize = 0
+	for _, l := range live {
+		s.liveSize += int64(l.size)
+	}
+}
+
+// liveBelow counts the live entries below the raft log and their bytes.
+func (s *logStorage) liveBelow() (n uint64, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.live {
+		if l.index <= s.first {
+			n++
+		}
+	}
+	return n, s.liveSize
+}
+
+// liveRefOf finds index among the live set or the raft log, for a new
+// snapshot's live set.
+func (s *logStorage) liveRefOf(index uint64) (liveRef, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index > s.first && index <= s.lastLocked() {
+		m := s.ents[index-s.first]
+		return liveRef{index: index, term: m.term, pos: m.pos, size: m.size}, true
+	}
+	i := sort.Search(len(s.live), func(i int) bool { return s.live[i].index >= index })
+	if i < len(s.live) && s.live[i].index == index {
+		return s.live[i], true
+	}
+	return liveRef{}, false
+}
+
+// allRecords lists every record the group holds (to release on delete).
+func (s *logStorage) allRecords() []recPos {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []recPos
+	if s.hasHS {
+		out = append(out, s.hsPos)
+	}
+	if s.hasSnap {
+		out = append(out, s.snapPos)
+	}
+	for _, l := range s.live {
+		out = append(out, l.pos)
+	}
+	for _, m := range s.ents[1:] {
+		out = append(out, m.pos)
+	}
+	return out
+}
+
+// moved updates a record's position after the store compacted it.
+func (s *logStorage) moved(old, nw recPos, r rec) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch r.Kind {
+	case recHardState:
+		if s.hasHS && s.hsPos == old {
+			s.hsPos = nw
+			return true
+		}
+	case recSnapshot:
+		if s.hasSnap && s.snapPos == old {
+			s.snapPos = nw
+			return true
+		}
+	}
+	if r.Index > s.first && r.Index <= s.lastLocked() {
+		if m := &s.ents[r.Index-s.first]; m.pos == old {
+			m.pos = nw
+			return true
+		}
+	}
+	i := sort.Search(len(s.live), func(i int) bool { return s.live[i].index >= r.Index })
+	if i < len(s.live) && s.live[i].index == r.Index && s.live[i].pos == old {
+		s.live[i].pos = nw
+		return true
+	}
+	return false
+}
+
+// cloneHS is the hard state (a copy).
+func (s *logStorage) cloneHS() *pb.HardState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return proto.Clone(s.hs).(*pb.HardState)
+}
