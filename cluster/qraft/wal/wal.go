@@ -134,7 +134,7 @@ type WAL struct {
 	buf      []byte // appended, not written: head bytes [written+len(pend), size)
 	pend     []byte // being written: head bytes [written, written+len(pend))
 	spare    []byte
-	extra    map[Pos]uint32  // references beyond the first (Retain)
+	extra    map[Pos]uint32   // references beyond the first (Retain)
 	fwd      map[uint32][]fwd // last Compact: old position -> copy
 	moved    []movedRec       // copies found by Open, for Replay
 	replayOK bool
