@@ -89,9 +89,8 @@ type CompactStats struct {
 // Errors.
 var (
 	ErrClosed   = errors.New("wal: closed")
-	ErrReleased = errors.New("wal: record released")
+	ErrReleased = errors.New("wal: no live record at this position (released)")
 	ErrGone     = errors.New("wal: segment deleted (record released or moved)")
-	ErrBadPos   = errors.New("wal: no record at this position")
 	ErrTooLarge = errors.New("wal: record data too large")
 	ErrReplay   = errors.New("wal: Replay must come before any Append or Compact")
 )
@@ -463,9 +462,7 @@ func (w *WAL) Retain(p Pos) error {
 	switch {
 	case s == nil:
 		return ErrGone
-	case i < 0:
-		return ErrBadPos
-	case s.offs[i]&deadBit != 0:
+	case i < 0 || s.offs[i]&deadBit != 0:
 		return ErrReleased
 	}
 	if w.extra == nil {
@@ -522,7 +519,9 @@ func (w *WAL) releaseLocked(p Pos, dead []*segment) []*segment {
 	return dead
 }
 
-// Read returns the record at p, which must not have been released. It runs
+// Read returns the record at p, which must not have been released
+// (ErrReleased: released, or p is not a record's; ErrGone: its segment was
+// deleted, the record released or moved by an earlier Compact). It runs
 // concurrently with appends (a record still buffered is copied from memory,
 // others are read with one pread). r.Data is the caller's.
 func (w *WAL) Read(p Pos) (Record, error) {
@@ -536,10 +535,7 @@ func (w *WAL) Read(p Pos) (Record, error) {
 	case s == nil:
 		w.mu.Unlock()
 		return Record{}, ErrGone
-	case i < 0:
-		w.mu.Unlock()
-		return Record{}, ErrBadPos
-	case s.offs[i]&deadBit != 0:
+	case i < 0 || s.offs[i]&deadBit != 0:
 		w.mu.Unlock()
 		return Record{}, ErrReleased
 	}

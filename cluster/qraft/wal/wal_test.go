@@ -199,7 +199,7 @@ func TestRetain(t *testing.T) {
 	if err := w.Retain(p); err == nil {
 		t.Fatal("Retain of a released record succeeded")
 	}
-	if err := w.Retain(Pos{Seg: pos[1].Seg, Off: pos[1].Off + 1}); !errors.Is(err, ErrBadPos) {
+	if err := w.Retain(Pos{Seg: pos[1].Seg, Off: pos[1].Off + 1}); !errors.Is(err, ErrReleased) {
 		t.Fatalf("Retain of a bad position: %v", err)
 	}
 }
