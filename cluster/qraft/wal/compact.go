@@ -46,7 +46,7 @@ func (w *WAL) Compact(move func(old, new Pos, r Record)) (CompactStats, error) {
 			dead = w.retireLocked(s, dead)
 			continue
 		}
-		if float64(s.liveBytes) < w.o.CompactRatio*float64(s.size-hdrSize) {
+		if w.compactable(s) {
 			cands = append(cands, s)
 		}
 	}
@@ -196,4 +196,9 @@ func (w *WAL) Compact(move func(old, new Pos, r Record)) (CompactStats, error) {
 	w.mu.Unlock()
 	w.remove(dead)
 	return st, nil
+}
+
+// compactable reports whether Compact would take s (mu held).
+func (w *WAL) compactable(s *segment) bool {
+	return s.sealed && !s.compacting && float64(s.liveBytes) < w.o.CompactRatio*float64(s.size-hdrSize)
 }

@@ -43,6 +43,9 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 		}
 	}
 	before := w.Stats()
+	if before.Compactable != 1 {
+		t.Fatalf("Compactable = %d, want 1 (segment 1)", before.Compactable)
+	}
 	if _, err := os.Stat(filepath.Join(dir, segName(1))); err != nil {
 		t.Fatalf("segment 1 should be pinned by record 3: %v", err)
 	}
@@ -68,7 +71,7 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 		}
 	}
 	after := w.Stats()
-	if after.LiveRecords != before.LiveRecords || after.Segments != 2 || after.Moved != 1 {
+	if after.LiveRecords != before.LiveRecords || after.Segments != 2 || after.Moved != 1 || after.Compactable != 0 {
 		t.Fatalf("stats after %+v, before %+v", after, before)
 	}
 	// Nothing more to do.
@@ -240,6 +243,9 @@ func TestCompactRatio(t *testing.T) {
 				w.Release(p)
 			}
 		}
+	}
+	if c := w.Stats().Compactable; c != 0 {
+		t.Fatalf("Compactable = %d with a half-live segment", c)
 	}
 	if st, _ := compact(t, w); st.Segments != 0 {
 		t.Fatalf("compacted a half-live segment: %+v", st)

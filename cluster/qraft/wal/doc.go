@@ -12,7 +12,7 @@
 //	r, err := w.Read(p)                             // concurrent with Append
 //	w.Release(p) / w.ReleaseAll(ps) / w.Retain(p)   // reference counts
 //	cs, err := w.Compact(func(old, new wal.Pos, r wal.Record) { ... })
-//	st := w.Stats()
+//	st := w.Stats()                                 // st.Compactable > 0: call Compact
 //	err = w.Close()  // or w.CrashForTest() in tests of the layers above
 //
 // A Record is {Group, Index, Term, Kind, Data}; the WAL gives none of them
@@ -53,7 +53,11 @@
 // Compact moves records, so positions change: the move callback tells the
 // host each old and new Pos (with Group, Index, Term and Kind to find its
 // entry). Until the next Compact, an old position still works (Read,
-// Retain, Release follow it to the copy).
+// Retain, Release follow it to the copy). The host calls Compact when
+// Stats().Compactable > 0 (after a round of snapshots, say, or on a timer);
+// it may run on another goroutine than the appends (it takes the writer
+// lock only to append its copies and sync them), with move updating the
+// host's index under the host's lock.
 //
 // # Durability
 //

@@ -127,7 +127,11 @@ func (w *WAL) scan(s *segment, last bool, moved []movedRec, buf []byte) ([]moved
 		if err == nil {
 			var flags byte
 			var orig uint64
-			if _, flags, orig, err = decodeBody(f[frameHdr:]); err == nil {
+			_, flags, orig, err = decodeBody(f[frameHdr:])
+			if err == nil && flags&flagMoved != 0 && orig >= (Pos{s.num, uint32(off)}).key() {
+				err = errFrame // a copy is always after its original
+			}
+			if err == nil {
 				n := int64(len(f))
 				s.offs = append(s.offs, uint32(off))
 				s.live++

@@ -76,6 +76,7 @@ type Stats struct {
 	Moved           uint64 // records copied by Compact since Open
 	SegmentsDeleted uint64 // segment files deleted since Open
 	IndexBytes      int64  // memory held by the per-record bookkeeping
+	Compactable     int    // sealed segments below Options.CompactRatio: what Compact would take
 }
 
 // CompactStats describe one Compact call.
@@ -592,6 +593,9 @@ func (w *WAL) Stats() Stats {
 		st.LiveRecords += int64(s.live)
 		st.LiveBytes += s.liveBytes
 		st.IndexBytes += int64(cap(s.offs)) * 4
+		if w.compactable(s) {
+			st.Compactable++
+		}
 	}
 	for _, fl := range w.fwd {
 		st.IndexBytes += int64(cap(fl)) * 12
