@@ -206,7 +206,8 @@ func (w *WAL) killAt(p Pos) {
 // appended: a record copied by Compact comes at its original place, with its
 // current position. Released records that are still on disk come too (the
 // WAL does not persist releases); a record is handed once even if a crash
-// left two copies. r.Data is valid only during the call. Every record
+// left two copies. r.Data is the callee's (a copy, one allocation per
+// record: recovery only). Every record
 // handed starts referenced once: the host Releases (during or after Replay)
 // each one it no longer needs.
 //
@@ -266,6 +267,7 @@ func (w *WAL) Replay(fn func(p Pos, r Record) error) error {
 		if err != nil {
 			return err
 		}
+		r.Data = bytes.Clone(r.Data)
 		return fn(m.cur, r)
 	}
 	handUpTo := func(k uint64) error {
@@ -308,6 +310,7 @@ func (w *WAL) Replay(fn func(p Pos, r Record) error) error {
 				mi++
 				continue
 			}
+			r.Data = bytes.Clone(r.Data)
 			if err := fn(p, r); err != nil {
 				return err
 			}
