@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren/cluster/qraft/wal"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -50,7 +51,9 @@ type Config struct {
 	// online member caught up, nothing pending) before it quiesces
 	// (default 3; negative: never quiesce).
 	QuiesceTicks int
-	NoSync       bool // tests and benchmarks only
+	// SegmentSize is the WAL's segment size (default 64 MiB).
+	SegmentSize int64
+	NoSync      bool // tests and benchmarks only
 }
 
 const (
@@ -73,11 +76,13 @@ func NodeID(name string) uint64 {
 type HostStats struct {
 	Groups      int
 	Quiesced    int
-	Syncs       uint64 // fsyncs of the log store
+	Syncs       uint64 // fdatasyncs of the WAL
 	Appends     uint64 // records appended
-	LogBytes    int64  // bytes in the log store's files
+	LogBytes    int64  // bytes in the WAL's files
 	LiveBytes   int64  // of which still needed
 	Segments    int
+	Compactions uint64 // WAL compactions run
+	Moved       uint64 // records the WAL's compactions copied
 	Cycles      uint64 // loop cycles that handled at least one Ready
 	Batches     uint64 // transport messages sent (one per peer per cycle, or more when large)
 	RaftMsgs    uint64 // raft messages sent inside them
@@ -119,7 +124,7 @@ type Host struct {
 	batches map[string]*batcher
 
 	st struct {
-		cycles, batches, raftMsgs, proposals, snaps, snapsSent, snapsIn, sendErrs, dropped atomic.Uint64
+		cycles, batches, raftMsgs, proposals, snaps, snapsSent, snapsIn, sendErrs, dropped, compactions atomic.Uint64
 	}
 }
 
@@ -133,7 +138,8 @@ type peerEvent struct {
 type recovered struct {
 	ls          *logStorage
 	names       map[uint64]string
-	pendingLive []liveRef // replay: live entries of a snapshot being installed
+	pendingLive []liveRef          // replay: live entries of a snapshot being installed
+	orphans     map[uint64]liveRef // replay: entries cut off by a gap (see appendReplay)
 }
 
 // Open opens the log store in cfg.Dir and reads every group's state
@@ -162,9 +168,10 @@ func Open(cfg Config) (*Host, error) {
 	if cfg.QuiesceTicks == 0 {
 		cfg.QuiesceTicks = 3
 	}
-	st, err := openFileStore(cfg.Dir, cfg.NoSync)
+	st, err := wal.Open(wal.Options{Dir: cfg.Dir, SegmentSize: cfg.SegmentSize, NoSync: cfg.NoSync, Logger: cfg.Logger,
+		CompactMaxBytes: 8 << 20})
 	if err != nil {
-		return nil, fmt.Errorf("qraft: open store: %w", err)
+		return nil, fmt.Errorf("qraft: open the WAL: %w", err)
 	}
 	h := &Host{
 		cfg:      cfg,
@@ -199,7 +206,7 @@ func (h *Host) recover() error {
 	get := func(g uint64) *recovered {
 		r := h.rec[g]
 		if r == nil {
-			r = &recovered{ls: newLogStorage(h.store, g), names: map[uint64]string{}}
+			r = &recovered{ls: newLogStorage(h.store, g), names: map[uint64]string{}, orphans: map[uint64]liveRef{}}
 			h.rec[g] = r
 		}
 		return r
@@ -212,7 +219,7 @@ func (h *Host) recover() error {
 		switch x.Kind {
 		case recEntry, recConf, recConfV2:
 			r := get(x.Group)
-			release = append(release, r.ls.appendReplay(x.Index, x.Term, x.Kind, uint32(len(x.Data)), p)...)
+			release = append(release, r.ls.appendReplay(x.Index, x.Term, x.Kind, uint32(len(x.Data)), p, r.orphans)...)
 		case recLive:
 			r := get(x.Group)
 			r.pendingLive = append(r.pendingLive, liveRef{index: x.Index, term: x.Term, pos: p, size: uint32(len(x.Data))})
@@ -244,16 +251,21 @@ func (h *Host) recover() error {
 					delete(pending, l.index)
 				} else if ref, ok := r.ls.liveRefOf(l.index); ok {
 					live = append(live, ref)
+				} else if ref, ok := r.orphans[l.index]; ok {
+					live = append(live, ref)
+					delete(r.orphans, l.index)
 				}
 			}
 			for _, ref := range pending {
 				release = append(release, ref.pos)
 			}
-			if x.Kind == recSnapInstall {
-				release = append(release, r.ls.applySnapshot(s, p, live)...)
-			} else {
-				release = append(release, r.ls.createSnapshot(s, p, live, s.GetMetadata().GetIndex())...)
+			for i, ref := range r.orphans {
+				if i <= s.GetMetadata().GetIndex() {
+					release = append(release, ref.pos)
+					delete(r.orphans, i)
+				}
 			}
+			release = append(release, r.ls.replaySnapshot(s, p, live, x.Kind == recSnapInstall)...)
 			for id, n := range sd.names {
 				r.names[id] = n
 			}
@@ -261,6 +273,9 @@ func (h *Host) recover() error {
 			if r := h.rec[x.Group]; r != nil {
 				release = append(release, r.ls.allRecords()...)
 				for _, l := range r.pendingLive {
+					release = append(release, l.pos)
+				}
+				for _, l := range r.orphans {
 					release = append(release, l.pos)
 				}
 				delete(h.rec, x.Group)
@@ -285,7 +300,10 @@ func (h *Host) recover() error {
 		for _, l := range r.pendingLive {
 			release = append(release, l.pos)
 		}
-		r.pendingLive = nil
+		for _, l := range r.orphans {
+			release = append(release, l.pos)
+		}
+		r.pendingLive, r.orphans = nil, nil
 	}
 	for _, p := range release {
 		h.store.Release(p)
@@ -400,6 +418,7 @@ func (h *Host) Stats() HostStats {
 	ss := h.store.Stats()
 	out := HostStats{
 		Syncs: ss.Syncs, Appends: ss.Appends, LogBytes: ss.Bytes, LiveBytes: ss.LiveBytes, Segments: ss.Segments,
+		Compactions: h.st.compactions.Load(), Moved: ss.Moved,
 		Cycles: h.st.cycles.Load(), Batches: h.st.batches.Load(), RaftMsgs: h.st.raftMsgs.Load(),
 		Proposals: h.st.proposals.Load(), Snapshots: h.st.snaps.Load(), SnapsSent: h.st.snapsSent.Load(),
 		SnapsIn: h.st.snapsIn.Load(), SendErrors: h.st.sendErrs.Load(), DroppedMsgs: h.st.dropped.Load(),
@@ -525,7 +544,7 @@ func (h *Host) close(crash bool) error {
 		close(h.stopc)
 		<-h.donec
 		if crash {
-			err = h.store.Crash()
+			err = h.store.CrashForTest()
 		} else {
 			err = h.store.Close()
 		}
@@ -553,7 +572,54 @@ func (h *Host) run() {
 			h.log.Error("qraft: host loop stopped", "err", err)
 			return
 		}
+		if tick && h.tickN%compactEveryTicks == 0 {
+			h.compact()
+		}
 	}
+}
+
+// compactEveryTicks: how often the loop checks whether the WAL has
+// segments worth compacting.
+const compactEveryTicks = 10
+
+// compact runs one bounded WAL compaction on the loop (nothing else moves
+// positions meanwhile: every position the host holds is in a group's
+// storage or a tombstone, and each move updates it).
+func (h *Host) compact() {
+	if h.store.Stats().Compactable == 0 {
+		return
+	}
+	h.mu.Lock()
+	owners := make(map[uint64]*logStorage, len(h.groups)+len(h.rec)+len(h.stopping))
+	for id, r := range h.rec {
+		owners[id] = r.ls
+	}
+	for id, g := range h.stopping {
+		owners[id] = g.ls
+	}
+	for id, g := range h.groups {
+		owners[id] = g.ls
+	}
+	h.mu.Unlock()
+	cs, err := h.store.Compact(func(old, nw recPos, r rec) {
+		if r.Kind == recDelete {
+			h.mu.Lock()
+			if h.tombs[r.Group] == old {
+				h.tombs[r.Group] = nw
+			}
+			h.mu.Unlock()
+			return
+		}
+		if ls := owners[r.Group]; ls != nil {
+			ls.moved(old, nw, r)
+		}
+	})
+	if err != nil {
+		h.log.Error("qraft: WAL compaction", "err", err)
+		return
+	}
+	h.st.compactions.Add(1)
+	h.log.Debug("qraft: WAL compacted", "segments", cs.Segments, "moved", cs.Moved, "freed", cs.FreedBytes)
 }
 
 func (h *Host) failAll() {

@@ -304,14 +304,23 @@ func (s *logStorage) createSnapshot(snap *pb.Snapshot, p recPos, live []liveRef,
 }
 
 // appendReplay adds an entry read back from the store (no body kept).
-func (s *logStorage) appendReplay(index, term uint64, kind byte, size uint32, p recPos) (old []recPos) {
+// Entries before a gap (their successors were released before the crash,
+// so a later snapshot record covers them) become orphans: a later
+// snapshot may still list one as live.
+func (s *logStorage) appendReplay(index, term uint64, kind byte, size uint32, p recPos, orphans map[uint64]liveRef) (old []recPos) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch last := s.lastLocked(); {
 	case index <= s.first:
 		return []recPos{p} // compacted meanwhile
 	case index > last+1:
-		return []recPos{p} // a gap: cannot be (the log is written in order); dropped
+		for i, m := range s.ents[1:] {
+			idx := s.first + 1 + uint64(i)
+			orphans[idx] = liveRef{index: idx, term: m.term, pos: m.pos, size: m.size}
+		}
+		s.first = index - 1
+		s.ents = []entMeta{{}, {term: term, pos: p, size: size, typ: kind}}
+		s.cacheLo = index
 	default:
 		off := index - s.first
 		for _, m := range s.ents[off:] {
@@ -329,14 +338,26 @@ func (s *logStorage) appendReplay(index, term uint64, kind byte, size uint32, p 
 func (s *logStorage) applySnapshot(snap *pb.Snapshot, p recPos, live []liveRef) (old []recPos) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.applySnapshotLocked(snap, p, live)
+}
+
+func (s *logStorage) applySnapshotLocked(snap *pb.Snapshot, p recPos, live []liveRef) (old []recPos) {
+	keep := make(map[recPos]bool, len(live))
+	for _, l := range live {
+		keep[l.pos] = true
+	}
 	if s.hasSnap {
 		old = append(old, s.snapPos)
 	}
 	for _, l := range s.live {
-		old = append(old, l.pos)
+		if !keep[l.pos] {
+			old = append(old, l.pos)
+		}
 	}
 	for _, m := range s.ents[1:] {
-		old = append(old, m.pos)
+		if !keep[m.pos] {
+			old = append(old, m.pos)
+		}
 	}
 	s.snap, s.snapPos, s.hasSnap = snap, p, true
 	idx := snap.GetMetadata().GetIndex()
@@ -345,6 +366,21 @@ func (s *logStorage) applySnapshot(snap *pb.Snapshot, p recPos, live []liveRef) 
 	s.ents = []entMeta{{term: snap.GetMetadata().GetTerm()}}
 	s.setLiveLocked(live)
 	return old
+}
+
+// replaySnapshot applies a snapshot record at recovery: an installed one
+// replaces the log; a local one compacts it, or replaces it when the
+// entries it covers are no longer there (released before the crash).
+func (s *logStorage) replaySnapshot(snap *pb.Snapshot, p recPos, live []liveRef, installed bool) []recPos {
+	idx := snap.GetMetadata().GetIndex()
+	s.mu.Lock()
+	inLog := idx >= s.first && idx <= s.lastLocked()
+	if installed || !inLog {
+		defer s.mu.Unlock()
+		return s.applySnapshotLocked(snap, p, live)
+	}
+	s.mu.Unlock()
+	return s.createSnapshot(snap, p, live, idx)
 }
 
 func (s *logStorage) setLiveLocked(live []liveRef) {
