@@ -112,7 +112,8 @@ type Host struct {
 	pendingDeletes []uint64
 	stopping       map[uint64]*Group // stopped, not yet let go by the loop
 	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
-	afterSync      []recPos          // records to release once the next sync is done
+	chunks         map[chunkKey]*chunkBuf
+	afterSync      []recPos // records to release once the next sync is done
 
 	notify chan struct{}
 	stopc  chan struct{}
@@ -184,6 +185,7 @@ func Open(cfg Config) (*Host, error) {
 		offline:  map[string]bool{},
 		stopping: map[uint64]*Group{},
 		tombs:    map[uint64]recPos{},
+		chunks:   map[chunkKey]*chunkBuf{},
 		notify:   make(chan struct{}, 1),
 		stopc:    make(chan struct{}),
 		donec:    make(chan struct{}),
@@ -329,6 +331,16 @@ func (h *Host) Step(from string, msg []byte) {
 	}
 	for i := range items {
 		it := &items[i]
+		if it.kind == itemChunk {
+			m, err := reassemble(h.chunks, from, it)
+			if err != nil {
+				h.log.Warn("qraft: malformed chunked message", "from", from, "err", err)
+			}
+			if m == nil {
+				continue
+			}
+			it.kind, it.msg, it.part = itemRaft, m, nil
+		}
 		if it.kind == itemRaft && (it.msg.GetFrom() != fromID || it.msg.GetTo() != h.self) {
 			continue
 		}

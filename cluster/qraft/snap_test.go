@@ -167,3 +167,37 @@ func TestWALReclaimsSpaceKeepsLiveEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// issue 14: a snapshot larger than a transport frame (live bodies) goes
+// in chunks and is reassembled by the lagging member.
+func TestSnapshotInstallChunked(t *testing.T) {
+	defer func(n int) { chunkSize = n }(chunkSize)
+	chunkSize = 1 << 10
+	c := newTCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = 20; cfg.KeepEntries = 5 })
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	lag := "n1"
+	if l == lag {
+		lag = "n2"
+	}
+	c.net.isolate(lag, c.names...)
+	pad := strings.Repeat("y", 700)
+	var live []uint64
+	for i := 0; i < 60; i++ {
+		idx, err := c.propose(l, 1, fmt.Sprintf("enq:%d:%s", i, pad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, idx)
+	}
+	c.net.heal()
+	c.converge(1, 60, c.names...)
+	if c.hosts[lag].Stats().SnapsIn == 0 {
+		t.Fatal("no snapshot installed")
+	}
+	for i, idx := range live {
+		if data, err := c.groups[lag][1].ReadEntry(idx); err != nil || string(data) != fmt.Sprintf("enq:%d:%s", i, pad) {
+			t.Fatalf("ReadEntry(%d) on the lagging member: %v", idx, err)
+		}
+	}
+}
