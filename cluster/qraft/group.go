@@ -102,7 +102,8 @@ type Group struct {
 	stoppedLoop      bool
 	installed        *snapData // a snapshot from the leader, persisted, to restore
 	installedMeta    *pb.Snapshot
-	snapNow          bool // a configuration change was applied
+	snapNow          bool  // a configuration change was applied
+	lastSnapSize     int64 // the last snapshot's weight (state bytes, live entries)
 
 	quiescedFlag atomic.Bool
 
@@ -786,10 +787,22 @@ func (g *Group) checkLeader() {
 
 func (g *Group) afterAdvance() {
 	g.checkLeader()
-	if g.snapNow || g.sinceSnapEntries >= g.h.cfg.SnapshotEntries || g.sinceSnapBytes >= g.h.cfg.SnapshotBytes {
+	if g.snapNow || g.snapshotDue() {
 		g.snapNow = false
 		g.snapshot()
 	}
+}
+
+// snapshotDue: SnapshotEntries or SnapshotBytes applied since the last
+// snapshot, and (so that a big state, a long queue, is not rewritten for
+// every few thousand small entries) at least as much log as the last
+// snapshot weighed, counting each entry's bookkeeping as 64 bytes: the
+// snapshots then write at most about as much as the log itself.
+func (g *Group) snapshotDue() bool {
+	if g.sinceSnapEntries < g.h.cfg.SnapshotEntries && g.sinceSnapBytes < g.h.cfg.SnapshotBytes {
+		return false
+	}
+	return g.sinceSnapBytes+64*int64(g.sinceSnapEntries) >= g.lastSnapSize
 }
 
 // snapshot takes a local snapshot at the applied index and compacts the
@@ -839,6 +852,7 @@ func (g *Group) snapshot() {
 	g.h.afterSync = append(g.h.afterSync, g.ls.createSnapshot(snap, poss[0], live, compactTo)...)
 	g.snapIndex = idx
 	g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
+	g.lastSnapSize = int64(len(data)) + 16*int64(len(live))
 	g.h.st.snaps.Add(1)
 }
 

@@ -201,3 +201,38 @@ func TestSnapshotInstallChunked(t *testing.T) {
 		}
 	}
 }
+
+// issue 14: a big state (a long queue) is not snapshotted every
+// SnapshotEntries entries: the log must weigh about as much as the last
+// snapshot first, bounding the snapshots' write amplification.
+func TestSnapshotPacedBySize(t *testing.T) {
+	c := newTCluster(t, 1, func(cfg *Config) { cfg.SnapshotEntries = 20; cfg.KeepEntries = -1 })
+	c.startAll(1, "n1")
+	c.leader(1)
+	big := strings.Repeat("z", 20000)
+	if _, err := c.propose("n1", 1, "enq:"+big); err != nil { // the test state keeps every data: a 20 kB state
+		t.Fatal(err)
+	}
+	for i := 0; i < 25; i++ { // past SnapshotEntries: the first snapshot (a 20 kB state)
+		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snaps := c.hosts["n1"].Stats().Snapshots
+	for i := 0; i < 100; i++ { // 100 small entries weigh less than 20 kB: no new snapshot
+		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:b%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.hosts["n1"].Stats().Snapshots; got != snaps {
+		t.Fatalf("%d snapshots of a big state after 100 small entries, want %d", got, snaps)
+	}
+	for i := 0; i < 300; i++ {
+		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:c%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.hosts["n1"].Stats().Snapshots; got == snaps {
+		t.Fatal("no snapshot once the log outweighed the state")
+	}
+}

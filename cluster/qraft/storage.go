@@ -261,16 +261,20 @@ func (s *logStorage) uncache(index uint64) {
 func (s *logStorage) createSnapshot(snap *pb.Snapshot, p recPos, live []liveRef, compactTo uint64) (old []recPos) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keep := make(map[recPos]bool, len(live))
-	for _, l := range live {
-		keep[l.pos] = true
+	// live and s.live are sorted by index: kept(l) walks live once.
+	j := 0
+	kept := func(idx uint64, pos recPos) bool {
+		for j < len(live) && live[j].index < idx {
+			j++
+		}
+		return j < len(live) && live[j].index == idx && live[j].pos == pos
 	}
 	if s.hasSnap {
 		old = append(old, s.snapPos)
 	}
 	s.snap, s.snapPos, s.hasSnap = snap, p, true
 	for _, l := range s.live {
-		if !keep[l.pos] {
+		if !kept(l.index, l.pos) {
 			old = append(old, l.pos)
 		}
 	}
@@ -278,17 +282,11 @@ func (s *logStorage) createSnapshot(snap *pb.Snapshot, p recPos, live []liveRef,
 	if compactTo > s.first && compactTo <= s.lastLocked() {
 		newFirst = compactTo
 	}
-	below := make([]liveRef, 0, len(live))
-	for _, l := range live {
-		if l.index <= newFirst {
-			below = append(below, l)
-		}
-	}
-	s.setLiveLocked(below)
 	if newFirst > s.first {
+		j = 0
 		k := newFirst - s.first
-		for _, m := range s.ents[1 : k+1] {
-			if !keep[m.pos] {
+		for i, m := range s.ents[1 : k+1] {
+			if !kept(s.first+1+uint64(i), m.pos) {
 				old = append(old, m.pos)
 			}
 		}
@@ -300,6 +298,8 @@ func (s *logStorage) createSnapshot(snap *pb.Snapshot, p recPos, live []liveRef,
 			s.cacheLo = newFirst
 		}
 	}
+	n := sort.Search(len(live), func(i int) bool { return live[i].index > newFirst })
+	s.setLiveLocked(append([]liveRef(nil), live[:n]...))
 	return old
 }
 
