@@ -21,7 +21,7 @@ func BenchmarkPropose(b *testing.B) {
 }
 
 func benchPropose(b *testing.B, groups int, noSync bool) {
-	c := newTCluster(b, 3, func(cfg *Config) { cfg.NoSync = noSync; cfg.TickInterval = 100 * time.Millisecond })
+	c := newTCluster(b, 3, func(cfg *Config) { cfg.NoSync = noSync; cfg.TickInterval = benchTick })
 	gs := make([]*Group, groups)
 	for i := range gs {
 		gid := uint64(i + 1)
@@ -61,3 +61,5 @@ func benchPropose(b *testing.B, groups int, noSync bool) {
 	b.ReportMetric(float64(syncs-syncs0)/float64(b.N), "fsyncs/op")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "proposals/s")
 }
+
+var benchTick = 100 * time.Millisecond

@@ -227,9 +227,11 @@ func (s *logStorage) append(ents []*pb.Entry, poss []recPos) (old []recPos) {
 	for _, m := range s.ents[off:] {
 		old = append(old, m.pos)
 	}
-	s.ents = append(s.ents[:off:off], make([]entMeta, len(ents))...)
+	// Entries copies the metadata it hands out, so the slice may be
+	// appended to (and a conflicting tail overwritten) in place.
+	s.ents = s.ents[:off]
 	for i, e := range ents {
-		s.ents[int(off)+i] = entMeta{term: e.GetTerm(), pos: poss[i], size: uint32(len(e.GetData())), typ: recOfEntry(0, e).Kind, ent: e}
+		s.ents = append(s.ents, entMeta{term: e.GetTerm(), pos: poss[i], size: uint32(len(e.GetData())), typ: recOfEntry(0, e).Kind, ent: e})
 	}
 	return old
 }
