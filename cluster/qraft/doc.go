@@ -49,9 +49,10 @@
 // response excepted). A follower wakes when PeerState reports its
 // leader's node down, then campaigns after the election timeout (PreVote
 // and CheckQuorum are on); a leader wakes when a member's node comes back
-// up, to catch it up. A quiesced follower woken by a vote request first
-// advances its election clock by the ticks it missed, so its leader lease
-// lapses as if it had ticked.
+// up, to catch it up. A woken follower keeps its election clock: its
+// leader lease (CheckQuorum) still protects a live leader from a member
+// that restarted and campaigns; that member's vote request wakes the
+// leader, whose heartbeats settle it.
 //
 // # Snapshots and compaction by live entries
 //

@@ -98,7 +98,6 @@ type Group struct {
 	quiesced         bool
 	idleTicks        int
 	idleCommit       uint64
-	quiescedTick     uint64
 	stoppedLoop      bool
 	installed        *snapData // a snapshot from the leader, persisted, to restore
 	installedMeta    *pb.Snapshot
@@ -417,18 +416,11 @@ func (g *Group) stepItem(it *inItem) {
 			return // proposals are never forwarded
 		}
 		if g.quiesced && t != pb.MsgHeartbeatResp {
-			if (t == pb.MsgPreVote || t == pb.MsgVote) && g.rn.BasicStatus().RaftState != raft.StateLeader {
-				// A follower that stayed quiesced has not ticked: bring
-				// its election clock to where it would be, so that its
-				// leader lease (CheckQuorum) lapses as it would have.
-				n := g.h.tickN - g.quiescedTick
-				if n > 2*electionTicks {
-					n = 2 * electionTicks
-				}
-				for i := uint64(0); i < n; i++ {
-					g.rn.TickQuiesced()
-				}
-			}
+			// Woken without touching the election clock: a quiesced
+			// follower still holds its leader lease (CheckQuorum), so a
+			// vote request from a member that merely restarted does not
+			// depose a live leader; the request wakes the leader, whose
+			// heartbeats settle the requester.
 			g.wake()
 		}
 		if err := g.rn.Step(m); err != nil {
@@ -441,7 +433,6 @@ func (g *Group) stepItem(it *inItem) {
 			st.GetCommit() == it.commit && last == it.commit {
 			g.quiesced = true
 			g.quiescedFlag.Store(true)
-			g.quiescedTick = g.h.tickN
 		}
 	}
 }
@@ -923,7 +914,6 @@ func (g *Group) maybeQuiesce() bool {
 	}
 	g.quiesced = true
 	g.quiescedFlag.Store(true)
-	g.quiescedTick = g.h.tickN
 	for _, f := range followers {
 		g.h.batcherFor(f).addQuiesce(g.id, st.GetTerm(), st.GetCommit())
 	}

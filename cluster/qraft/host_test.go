@@ -377,3 +377,35 @@ func TestQuiescedWakeOnLeaderDown(t *testing.T) {
 		t.Fatalf("status members %v online %v", st.Members, st.Online)
 	}
 }
+
+// issue 14: a member restarting while its group is quiesced (the leader
+// sends no heartbeats) does not depose the live leader: its vote request
+// wakes the leader, and it follows.
+func TestQuiescedMemberRestartKeepsLeader(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	if _, err := c.propose(l, 1, "enq:a"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 1, c.names...)
+	c.allQuiesced(1)
+	_, term := c.groups[l][1].Leader()
+	f := "n1"
+	if f == l {
+		f = "n2"
+	}
+	c.stop(f, false)
+	c.open(f)
+	c.start(f, 1, nil, false)
+	waitFor(t, 10*time.Second, "the restarted member to follow", func() bool {
+		ld, _ := c.groups[f][1].Leader()
+		return ld != ""
+	})
+	c.allQuiesced(1)
+	for _, n := range c.names {
+		if ld, tm := c.groups[n][1].Leader(); ld != l || tm != term {
+			t.Fatalf("%s: leader %q term %d, want %q term %d", n, ld, tm, l, term)
+		}
+	}
+}
