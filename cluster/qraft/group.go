@@ -600,7 +600,7 @@ func (g *Group) storeReady(rd *raft.Ready, poss []recPos) error {
 func (g *Group) queueMessages(msgs []*pb.Message) {
 	for _, m := range msgs {
 		to := m.GetTo()
-		name := g.h.nameOf(to)
+		name := g.h.loopName(to)
 		if name == "" {
 			g.rn.ReportUnreachable(to)
 			continue
@@ -892,7 +892,7 @@ func (g *Group) maybeQuiesce() bool {
 		if id == g.h.self {
 			return
 		}
-		name := g.h.nameOf(id)
+		name := g.h.loopName(id)
 		if name == "" || !g.h.isOnline(name) {
 			return
 		}

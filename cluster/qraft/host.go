@@ -121,8 +121,9 @@ type Host struct {
 	once   sync.Once
 
 	// loop-only
-	tickN   uint64
-	batches map[string]*batcher
+	tickN     uint64
+	batches   map[string]*batcher
+	loopNames map[uint64]string
 
 	st struct {
 		cycles, batches, raftMsgs, proposals, snaps, snapsSent, snapsIn, sendErrs, dropped, compactions atomic.Uint64
@@ -175,21 +176,22 @@ func Open(cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("qraft: open the WAL: %w", err)
 	}
 	h := &Host{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "qraft"),
-		self:     NodeID(cfg.Self),
-		store:    st,
-		groups:   map[uint64]*Group{},
-		rec:      map[uint64]*recovered{},
-		names:    map[uint64]string{},
-		offline:  map[string]bool{},
-		stopping: map[uint64]*Group{},
-		tombs:    map[uint64]recPos{},
-		chunks:   map[chunkKey]*chunkBuf{},
-		notify:   make(chan struct{}, 1),
-		stopc:    make(chan struct{}),
-		donec:    make(chan struct{}),
-		batches:  map[string]*batcher{},
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "qraft"),
+		self:      NodeID(cfg.Self),
+		store:     st,
+		groups:    map[uint64]*Group{},
+		rec:       map[uint64]*recovered{},
+		names:     map[uint64]string{},
+		offline:   map[string]bool{},
+		stopping:  map[uint64]*Group{},
+		tombs:     map[uint64]recPos{},
+		chunks:    map[chunkKey]*chunkBuf{},
+		notify:    make(chan struct{}, 1),
+		stopc:     make(chan struct{}),
+		donec:     make(chan struct{}),
+		batches:   map[string]*batcher{},
+		loopNames: map[uint64]string{},
 	}
 	h.names[h.self] = cfg.Self
 	if err := h.recover(); err != nil {
@@ -398,6 +400,19 @@ func (h *Host) nameOf(id uint64) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.names[id]
+}
+
+// loopName is nameOf for the loop, through a cache (a node id's name
+// never changes).
+func (h *Host) loopName(id uint64) string {
+	if n, ok := h.loopNames[id]; ok {
+		return n
+	}
+	n := h.nameOf(id)
+	if n != "" {
+		h.loopNames[id] = n
+	}
+	return n
 }
 
 func (h *Host) isOnline(name string) bool {

@@ -113,6 +113,14 @@ func TestManyGroups(t *testing.T) {
 			t.Fatalf("%s drives %d groups", n, st.Groups)
 		}
 	}
+	for _, n := range c.names {
+		// One fdatasync per batch of Readies (plus one after a round of
+		// snapshots, and the WAL's own at a segment roll).
+		st := c.hosts[n].Stats()
+		if st.Syncs > st.Cycles+st.Snapshots+uint64(st.Segments) {
+			t.Fatalf("%s: %d syncs for %d Ready batches", n, st.Syncs, st.Cycles)
+		}
+	}
 	if batches*2 > msgs {
 		t.Fatalf("raft messages are not batched: %d messages in %d transport messages", msgs, batches)
 	}
