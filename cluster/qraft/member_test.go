@@ -94,3 +94,34 @@ func TestTransferLeader(t *testing.T) {
 		t.Fatalf("transfer from a follower: %v, want ErrNotLeader", err)
 	}
 }
+
+// issue 14: the leader can remove itself: it steps down once the change
+// is applied, the others elect a leader among themselves and go on.
+func TestRemoveLeaderItself(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	if _, err := c.propose(l, 1, "enq:a"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.groups[l][1].RemoveMember(ctx, l); err != nil {
+		t.Fatalf("remove the leader %s: %v", l, err)
+	}
+	var rest []string
+	for _, n := range c.names {
+		if n != l {
+			rest = append(rest, n)
+		}
+	}
+	c.hosts[l].DeleteGroup(1)
+	l2 := c.leader(1, rest...)
+	if _, err := c.propose(l2, 1, "enq:b"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 2, rest...)
+	if m := c.groups[l2][1].Status().Members; !reflect.DeepEqual(m, rest) {
+		t.Fatalf("members %v, want %v", m, rest)
+	}
+}

@@ -132,6 +132,24 @@ func TestWALReclaimsSpaceKeepsLiveEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A reader (the leader's broker reading a body) runs all along, while
+	// snapshots compact the log and the WAL moves the old entry.
+	stop := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(readErr)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if data, err := c.groups["n1"][1].ReadEntry(old); err != nil || string(data) != "enq:old" {
+				readErr <- fmt.Errorf("concurrent ReadEntry(old) = %q, %v", data, err)
+				return
+			}
+		}
+	}()
 	pad := strings.Repeat("x", 1000)
 	for i := 0; i < 400; i++ {
 		idx, err := c.propose("n1", 1, fmt.Sprintf("enq:%d:%s", i, pad))
@@ -147,6 +165,10 @@ func TestWALReclaimsSpaceKeepsLiveEntry(t *testing.T) {
 		st := h.Stats()
 		return st.Moved > 0 && st.Segments <= 6
 	})
+	close(stop)
+	if err := <-readErr; err != nil {
+		t.Fatal(err)
+	}
 	st := h.Stats()
 	t.Logf("WAL: %d segments, %d bytes (%d live), %d compactions, %d records moved", st.Segments, st.LogBytes, st.LiveBytes, st.Compactions, st.Moved)
 	if data, err := c.groups["n1"][1].ReadEntry(old); err != nil || string(data) != "enq:old" {

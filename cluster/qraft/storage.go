@@ -157,32 +157,35 @@ func (s *logStorage) entry(index uint64) (*pb.Entry, error) {
 }
 
 // readEntry returns an entry's data from the raft log or the live set.
-func (s *logStorage) readEntry(index uint64) ([]byte, bool, error) {
-	s.mu.Lock()
-	if index > s.first && index <= s.lastLocked() {
-		m := s.ents[index-s.first]
+// A read racing with the WAL's compaction (the record moved twice since
+// its position was taken) is retried with the updated position.
+func (s *logStorage) readEntry(index uint64) (data []byte, found bool, err error) {
+	for try := 0; try < 3; try++ {
+		var p recPos
+		s.mu.Lock()
+		switch {
+		case index > s.first && index <= s.lastLocked():
+			m := s.ents[index-s.first]
+			if m.ent != nil {
+				s.mu.Unlock()
+				return m.ent.GetData(), true, nil
+			}
+			p = m.pos
+		default:
+			i := sort.Search(len(s.live), func(i int) bool { return s.live[i].index >= index })
+			if i >= len(s.live) || s.live[i].index != index {
+				s.mu.Unlock()
+				return nil, false, nil
+			}
+			p = s.live[i].pos
+		}
 		s.mu.Unlock()
-		if m.ent != nil {
-			return m.ent.GetData(), true, nil
+		var r rec
+		if r, err = s.store.Read(p); err == nil {
+			return r.Data, true, nil
 		}
-		r, err := s.store.Read(m.pos)
-		if err != nil {
-			return nil, true, err
-		}
-		return r.Data, true, nil
 	}
-	i := sort.Search(len(s.live), func(i int) bool { return s.live[i].index >= index })
-	if i < len(s.live) && s.live[i].index == index {
-		p := s.live[i].pos
-		s.mu.Unlock()
-		r, err := s.store.Read(p)
-		if err != nil {
-			return nil, true, err
-		}
-		return r.Data, true, nil
-	}
-	s.mu.Unlock()
-	return nil, false, nil
+	return nil, true, err
 }
 
 // setHardState records a persisted hard state; it returns the superseded
