@@ -123,6 +123,7 @@ type Host struct {
 	// loop-only
 	tickN     uint64
 	batches   map[string]*batcher
+	chunkSize int
 	loopNames map[uint64]string
 
 	st struct {
@@ -192,6 +193,7 @@ func Open(cfg Config) (*Host, error) {
 		donec:     make(chan struct{}),
 		batches:   map[string]*batcher{},
 		loopNames: map[uint64]string{},
+		chunkSize: defaultChunkSize,
 	}
 	h.names[h.self] = cfg.Self
 	if err := h.recover(); err != nil {
@@ -808,7 +810,7 @@ func (h *Host) sync() error {
 func (h *Host) batcherFor(peer string) *batcher {
 	b := h.batches[peer]
 	if b == nil {
-		b = &batcher{}
+		b = &batcher{chunk: h.chunkSize}
 		h.batches[peer] = b
 	}
 	return b

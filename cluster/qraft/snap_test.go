@@ -193,8 +193,9 @@ func TestWALReclaimsSpaceKeepsLiveEntry(t *testing.T) {
 // issue 14: a snapshot larger than a transport frame (live bodies) goes
 // in chunks and is reassembled by the lagging member.
 func TestSnapshotInstallChunked(t *testing.T) {
-	defer func(n int) { chunkSize = n }(chunkSize)
-	chunkSize = 1 << 10
+	old := defaultChunkSize
+	t.Cleanup(func() { defaultChunkSize = old }) // after the hosts close
+	defaultChunkSize = 1 << 10
 	c := newTCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = 20; cfg.KeepEntries = 5 })
 	c.startAll(1, c.names...)
 	l := c.leader(1)

@@ -32,9 +32,9 @@ const (
 	maxBatch = 8 << 20
 )
 
-// chunkSize bounds one item: larger raft messages travel in chunks (a
-// variable for tests).
-var chunkSize = 4 << 20
+// defaultChunkSize bounds one item: larger raft messages travel in chunks
+// (a variable for tests: read when a host opens).
+var defaultChunkSize = 4 << 20
 
 var chunkSeq atomic.Uint64
 
@@ -57,6 +57,7 @@ type batcher struct {
 	bufs   [][]byte // finished batches
 	cur    []byte
 	groups []uint64 // groups with a raft message in the batch (for ReportUnreachable)
+	chunk  int      // chunk size (0: defaultChunkSize)
 }
 
 func (b *batcher) begin() {
@@ -77,6 +78,10 @@ func (b *batcher) addRaft(group uint64, m *pb.Message) error {
 	data, err := proto.Marshal(m)
 	if err != nil {
 		return err
+	}
+	chunkSize := b.chunk
+	if chunkSize <= 0 {
+		chunkSize = 4 << 20
 	}
 	if len(data) > chunkSize {
 		id := chunkSeq.Add(1)
