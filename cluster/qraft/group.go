@@ -369,23 +369,23 @@ func (g *Group) handleInput(extra *[]rec) bool {
 			}
 		}
 		g.failPending(ErrClosed)
-		if deleted {
-			*extra = append(*extra, rec{Group: g.id, Kind: recDelete})
-			g.h.afterSync = append(g.h.afterSync, g.ls.allRecords()...)
-		} else {
-			r := g.recoveredState()
-			g.h.mu.Lock()
-			g.h.rec[g.id] = r
-			g.h.mu.Unlock()
-		}
+		r := g.recoveredState()
+		g.h.mu.Lock()
 		g.mu.Lock()
+		deleted = g.deleted // DeleteGroup may have come after StopGroup
 		g.status.Role = "stopped"
 		g.mu.Unlock()
-		g.h.mu.Lock()
+		if !deleted {
+			g.h.rec[g.id] = r
+		}
 		if g.h.stopping[g.id] == g {
 			delete(g.h.stopping, g.id)
 		}
 		g.h.mu.Unlock()
+		if deleted {
+			*extra = append(*extra, rec{Group: g.id, Kind: recDelete})
+			g.h.afterSync = append(g.h.afterSync, g.ls.allRecords()...)
+		}
 		close(g.stoppedc)
 		return false
 	}

@@ -109,7 +109,7 @@ type Host struct {
 	names          map[uint64]string
 	offline        map[string]bool // peers the transport reported down
 	closed         bool
-	pendingDeletes []uint64
+	pendingDeletes []pendingDelete
 	stopping       map[uint64]*Group // stopped, not yet let go by the loop
 	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
 	chunks         map[chunkKey]*chunkBuf
@@ -533,27 +533,36 @@ func (h *Host) DeleteGroup(id uint64) { h.stopGroup(id, true) }
 func (h *Host) stopGroup(id uint64, del bool) {
 	h.mu.Lock()
 	g := h.groups[id]
-	delete(h.groups, id)
 	if g != nil {
+		delete(h.groups, id)
 		h.stopping[id] = g
+	} else {
+		g = h.stopping[id] // a stop the loop has not handled yet
 	}
-	if del {
+	if g != nil {
+		g.mu.Lock()
+		g.stopped = true
+		if del {
+			g.deleted = true
+		}
+		g.mu.Unlock()
+	} else if del {
+		// Not started here (recovered only, or unknown): its records go
+		// once its tombstone is synced.
+		h.pendingDeletes = append(h.pendingDeletes, pendingDelete{id: id, r: h.rec[id]})
 		delete(h.rec, id)
 	}
 	h.mu.Unlock()
 	if g != nil {
-		g.mu.Lock()
-		g.stopped = true
-		g.deleted = del
-		g.mu.Unlock()
 		h.markDirty(g)
-	} else if del {
-		// Not started on this host: still mark its records dead.
-		h.mu.Lock()
-		h.pendingDeletes = append(h.pendingDeletes, id)
-		h.mu.Unlock()
+	} else {
 		h.signal()
 	}
+}
+
+type pendingDelete struct {
+	id uint64
+	r  *recovered
 }
 
 // Close stops the loop and closes the store (synced). Waiting proposals
@@ -685,8 +694,11 @@ func (h *Host) cycle(tick bool) error {
 	h.mu.Unlock()
 
 	var extra []rec
-	for _, id := range dels {
-		extra = append(extra, rec{Group: id, Kind: recDelete})
+	for _, d := range dels {
+		extra = append(extra, rec{Group: d.id, Kind: recDelete})
+		if d.r != nil {
+			h.afterSync = append(h.afterSync, d.r.ls.allRecords()...)
+		}
 	}
 
 	touched := make(map[*Group]bool, len(dirty))

@@ -417,3 +417,45 @@ func TestQuiescedMemberRestartKeepsLeader(t *testing.T) {
 		}
 	}
 }
+
+// issue 14: deleting a group recovered but never started releases its
+// records (the WAL keeps only the tombstone), and a delete right after a
+// stop is not undone by the stop.
+func TestDeleteRecoveredAndStoppingGroups(t *testing.T) {
+	c := newTCluster(t, 1, nil)
+	for _, gid := range []uint64{8, 9} {
+		c.startAll(gid, "n1")
+		c.leader(gid)
+		for i := 0; i < 20; i++ {
+			if _, err := c.propose("n1", gid, fmt.Sprintf("enq:%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	h := c.hosts["n1"]
+	h.StopGroup(9)
+	h.DeleteGroup(9)
+	c.stop("n1", false)
+	h = c.open("n1")
+	h.mu.Lock()
+	_, has8 := h.rec[8]
+	_, has9 := h.rec[9]
+	h.mu.Unlock()
+	if !has8 || has9 {
+		t.Fatalf("after restart: group 8 recovered %v (want true), group 9 %v (want false)", has8, has9)
+	}
+	before := h.store.Stats().LiveRecords
+	h.DeleteGroup(8) // never started since the restart
+	waitFor(t, 5*time.Second, "group 8's records to be released", func() bool {
+		return h.store.Stats().LiveRecords <= 2 // the tombstones
+	})
+	t.Logf("live WAL records: %d before the delete, %d after", before, h.store.Stats().LiveRecords)
+	c.stop("n1", false)
+	h = c.open("n1")
+	h.mu.Lock()
+	n := len(h.rec)
+	h.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d groups recovered after deleting them all", n)
+	}
+}
