@@ -15,10 +15,13 @@ import (
 )
 
 // StateMachine is a group's replicated state. Every method is called on
-// the host's loop goroutine (one for all groups): it must not block long,
-// and must not wait for the host (Propose is fine: it never blocks; the
-// ctx-taking Group methods would wait for the loop and must not be called
-// from here).
+// the host's loop goroutine (one for all groups), except the Restore of a
+// recovered snapshot, which StartGroup calls before it returns: it must not
+// block long, and must not wait for the host (Propose is fine: it never
+// blocks; the ctx-taking Group methods would wait for the loop and must not
+// be called from here). After StopGroup or DeleteGroup returns, a callback
+// already running on the loop may finish; none starts once the loop has
+// handled the stop (at its next pass).
 type StateMachine interface {
 	// Apply gets committed entries in log order. Empty entries and
 	// configuration changes are applied by the host and not passed (their
