@@ -57,7 +57,10 @@
 // Stats().Compactable > 0 (after a round of snapshots, say, or on a timer);
 // it may run on another goroutine than the appends (it takes the writer
 // lock only to append its copies and sync them), with move updating the
-// host's index under the host's lock.
+// host's index under the host's lock; then the host must record the
+// positions Append returns under that same lock, in the same critical
+// section as the Append (a concurrent Compact may move a record as soon as
+// Append returns, if a roll sealed its segment meanwhile).
 //
 // # Durability
 //
@@ -103,7 +106,11 @@
 //	      | [u64 original Pos key, if flags&1: a copy made by Compact] | data
 //
 // little-endian. A record larger than a segment gets a segment of its own;
-// Data is at most MaxDataSize.
+// Data is at most MaxDataSize. With Options.Preallocate the head is a
+// zero-filled file of SegmentSize bytes written over (a frame length of 0
+// ends the log; Open keeps those zeros, and cuts anything else after the
+// last good frame); a roll cuts it to its frames; the next one is prepared
+// in the background as wal-spare.tmp.
 //
 // # Concurrency and cost
 //
