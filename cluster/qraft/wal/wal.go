@@ -221,7 +221,7 @@ func (w *WAL) fail(err error) error {
 // records copies (flagMoved) with those original keys.
 func (w *WAL) appendLocked(recs []Record, pos []Pos, origs []uint64) error {
 	for i := range recs {
-		if len(recs[i].Data) > MaxDataSize {
+		if len(recs[i].Data) > maxData {
 			return ErrTooLarge
 		}
 	}
