@@ -641,7 +641,9 @@ func (w *WAL) Stats() Stats {
 }
 
 // Close writes and syncs what was appended (unless NoSync) and closes the
-// files. Later calls return ErrClosed.
+// files. It waits for a Compact or Replay in progress (so it must not be
+// called while holding a lock that a move callback takes). Later calls
+// return ErrClosed.
 func (w *WAL) Close() error {
 	w.cmu.Lock()
 	defer w.cmu.Unlock()
