@@ -119,3 +119,35 @@ func BenchmarkRelease(b *testing.B) {
 		w.Release(all[n])
 	}
 }
+
+// issue 14: ReadMany of every 4th record of 10000 (a leader loading its
+// messages' bodies), per record.
+func BenchmarkReadMany(b *testing.B) {
+	w, err := Open(Options{Dir: b.TempDir(), NoSync: true, Logger: quiet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	recs := make([]Record, 10000)
+	for i := range recs {
+		recs[i] = Record{Group: 1, Index: uint64(i), Data: make([]byte, 256)}
+	}
+	pos, err := w.Append(recs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	var ps []Pos
+	for i := 0; i < len(pos); i += 4 {
+		ps = append(ps, pos[i])
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += len(ps) {
+		if err := w.ReadMany(ps, func(int, Record) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -10,6 +10,7 @@
 //	pos, err := w.Append([]wal.Record{...})         // buffered, no syscall per record
 //	err = w.Sync()                                  // one fdatasync for all appended so far
 //	r, err := w.Read(p)                             // concurrent with Append
+//	err = w.ReadMany(ps, func(i int, r wal.Record) error { ... }) // many, few preads
 //	w.Release(p) / w.ReleaseAll(ps) / w.Retain(p)   // reference counts
 //	cs, err := w.Compact(func(old, new wal.Pos, r wal.Record) { ... })
 //	st := w.Stats()                                 // st.Compactable > 0: call Compact

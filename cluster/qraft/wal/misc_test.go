@@ -125,3 +125,57 @@ func TestLargeRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// issue 14: ReadMany reads any set of live records (buffered, on file,
+// moved by Compact, duplicates) in log order, and stops at a released one.
+func TestReadMany(t *testing.T) {
+	w := open(t, t.TempDir(), 8192)
+	defer w.Close()
+	pos := appendIDs(t, w, 0, 500)
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Segment 1 mostly released: 3 and 5 are moved.
+	for i, p := range pos {
+		if p.Seg == 1 && i != 3 && i != 5 {
+			w.Release(p)
+		}
+	}
+	if _, mv := compact(t, w); len(mv) != 2 {
+		t.Fatalf("moves %v", mv)
+	}
+	pos = append(pos, appendIDs(t, w, 500, 510)...) // buffered
+	var ps []Pos
+	var ids []uint64
+	for i := len(pos) - 1; i >= 0; i -= 3 {
+		if pos[i].Seg == 1 && i != 3 && i != 5 {
+			continue
+		}
+		ps = append(ps, pos[i])
+		ids = append(ids, uint64(i))
+	}
+	ps = append(ps, pos[3], pos[5], pos[3]) // old positions: forwarded; a duplicate
+	ids = append(ids, 3, 5, 3)
+	seen := 0
+	last := Pos{}
+	err := w.ReadMany(ps, func(i int, r Record) error {
+		seen++
+		if !sameRec(r, rec(ids[i], 0)) {
+			t.Fatalf("ReadMany item %d: record %d, want %d", i, r.Index, ids[i])
+		}
+		if ps[i].Seg != 1 && ps[i].Less(last) {
+			t.Fatalf("not in log order: %v after %v", ps[i], last)
+		}
+		if ps[i].Seg != 1 {
+			last = ps[i]
+		}
+		return nil
+	})
+	if err != nil || seen != len(ps) {
+		t.Fatalf("ReadMany: %v, %d of %d", err, seen, len(ps))
+	}
+	w.Release(pos[100])
+	if err := w.ReadMany([]Pos{pos[99], pos[100]}, func(int, Record) error { return nil }); !errors.Is(err, ErrReleased) {
+		t.Fatalf("ReadMany with a released record: %v", err)
+	}
+}
