@@ -59,7 +59,7 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 	if st.Moved != 1 || st.Segments != 1 || st.FreedBytes < 4000 {
 		t.Fatalf("compact stats %+v", st)
 	}
-	if mv[0].new.Seg != lastSeg || !pos[len(pos)-1].Less(mv[0].new) {
+	if !pos[len(pos)-1].Less(mv[0].new) {
 		t.Fatalf("copy at %v, want at the head after %v", mv[0].new, pos[len(pos)-1])
 	}
 	if _, err := os.Stat(filepath.Join(dir, segName(1))); !os.IsNotExist(err) {
@@ -71,7 +71,11 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 		}
 	}
 	after := w.Stats()
-	if after.LiveRecords != before.LiveRecords || after.Segments != 2 || after.Moved != 1 || after.Compactable != 0 {
+	wantSegs := 2
+	if mv[0].new.Seg != lastSeg {
+		wantSegs = 3 // preallocating: the head moved to the spare first
+	}
+	if after.LiveRecords != before.LiveRecords || after.Segments != wantSegs || after.Moved != 1 || after.Compactable != 0 {
 		t.Fatalf("stats after %+v, before %+v", after, before)
 	}
 	// Nothing more to do.

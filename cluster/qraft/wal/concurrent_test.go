@@ -20,13 +20,13 @@ func TestConcurrentReadAppend(t *testing.T) {
 	var mu sync.Mutex // the "host index"
 	index := map[uint64]Pos{}
 	var ids []uint64 // ids still live
-	var done atomic.Bool
+	var done, writerDone atomic.Bool
 	var wg sync.WaitGroup
 
 	wg.Add(1)
 	go func() { // writer
 		defer wg.Done()
-		defer done.Store(true)
+		defer writerDone.Store(true)
 		next := uint64(0)
 		for b := 0; b < 300; b++ {
 			n := 1 + b%40
@@ -34,21 +34,25 @@ func TestConcurrentReadAppend(t *testing.T) {
 			for i := range recs {
 				recs[i] = rec(next+uint64(i), 0)
 			}
+			// The index is updated under the host's lock together with
+			// the Append: a concurrent Compact may move a record as soon
+			// as Append returns (if its segment was sealed meanwhile).
+			mu.Lock()
 			pos, err := w.Append(recs)
 			if err != nil {
+				mu.Unlock()
 				t.Error(err)
 				return
 			}
-			if err := w.Sync(); err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
 			for i, p := range pos {
 				index[next+uint64(i)] = p
 				ids = append(ids, next+uint64(i))
 			}
 			mu.Unlock()
+			if err := w.Sync(); err != nil {
+				t.Error(err)
+				return
+			}
 			next += uint64(n)
 		}
 	}()
@@ -56,8 +60,17 @@ func TestConcurrentReadAppend(t *testing.T) {
 	wg.Add(1)
 	go func() { // releaser + compactor
 		defer wg.Done()
+		defer done.Store(true)
 		rng := rand.New(rand.NewPCG(5, 6))
-		for !done.Load() {
+		// Rounds go on after the writer is done until compaction happened
+		// (the writer may finish first on a fast machine).
+		for after := 0; !writerDone.Load() || after < 10 || w.Stats().Moved == 0; {
+			if writerDone.Load() {
+				if after++; after > 1000 {
+					t.Error("no compaction after 1000 rounds")
+					return
+				}
+			}
 			mu.Lock()
 			var rel []Pos
 			keep := ids[:0]

@@ -10,6 +10,7 @@
 //	pos, err := w.Append([]wal.Record{...})         // buffered, no syscall per record
 //	err = w.Sync()                                  // one fdatasync for all appended so far
 //	r, err := w.Read(p)                             // concurrent with Append
+//	err = w.ReadMany(ps, func(i int, r wal.Record) error { ... }) // many, few preads
 //	w.Release(p) / w.ReleaseAll(ps) / w.Retain(p)   // reference counts
 //	cs, err := w.Compact(func(old, new wal.Pos, r wal.Record) { ... })
 //	st := w.Stats()                                 // st.Compactable > 0: call Compact
@@ -57,7 +58,10 @@
 // Stats().Compactable > 0 (after a round of snapshots, say, or on a timer);
 // it may run on another goroutine than the appends (it takes the writer
 // lock only to append its copies and sync them), with move updating the
-// host's index under the host's lock.
+// host's index under the host's lock; then the host must record the
+// positions Append returns under that same lock, in the same critical
+// section as the Append (a concurrent Compact may move a record as soon as
+// Append returns, if a roll sealed its segment meanwhile).
 //
 // # Durability
 //
@@ -103,7 +107,11 @@
 //	      | [u64 original Pos key, if flags&1: a copy made by Compact] | data
 //
 // little-endian. A record larger than a segment gets a segment of its own;
-// Data is at most MaxDataSize.
+// Data is at most MaxDataSize. With Options.Preallocate the head is a
+// zero-filled file of SegmentSize bytes written over (a frame length of 0
+// ends the log; Open keeps those zeros, and cuts anything else after the
+// last good frame); a roll cuts it to its frames; the next one is prepared
+// in the background as wal-spare.tmp.
 //
 // # Concurrency and cost
 //

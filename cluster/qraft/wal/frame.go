@@ -31,6 +31,8 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+var maxData = MaxDataSize // lowered by tests
+
 func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 
 // frameLen is the size on disk of r's frame.

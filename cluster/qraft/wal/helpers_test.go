@@ -32,9 +32,12 @@ func sameRec(a, b Record) bool {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// testPrealloc makes open preallocate segments (prealloc.go) under NoSync.
+var testPrealloc bool
+
 func open(t testing.TB, dir string, seg int64) *WAL {
 	t.Helper()
-	w, err := Open(Options{Dir: dir, SegmentSize: seg, Logger: quiet(), NoSync: true})
+	w, err := Open(Options{Dir: dir, SegmentSize: seg, Logger: quiet(), NoSync: true, forcePrealloc: testPrealloc})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

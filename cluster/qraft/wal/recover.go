@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 )
 
@@ -33,6 +34,8 @@ func Open(o Options) (*WAL, error) {
 	}
 	slices.Sort(nums)
 	w := &WAL{o: o, log: o.Logger, segs: make(map[uint32]*segment)}
+	w.prealloc = (o.Preallocate && !o.NoSync) || o.forcePrealloc
+	os.Remove(filepath.Join(o.Dir, spareName)) // maybe half made
 	fail := func(err error) (*WAL, error) {
 		for _, s := range w.segs {
 			if s.f != nil {
@@ -81,6 +84,7 @@ func Open(o Options) (*WAL, error) {
 	}
 	w.remove(dead)
 	w.replayOK = true
+	w.startSpare()
 	return w, nil
 }
 
@@ -148,6 +152,17 @@ func (w *WAL) scan(s *segment, last bool, moved []movedRec, buf []byte) ([]moved
 		}
 		if !last {
 			return moved, &CorruptError{Seg: s.num, Off: off, Reason: "bad record (length or checksum)"}
+		}
+		if w.prealloc {
+			// A preallocated head: zeros after the frames are its end.
+			z, err := zerosFrom(s.f, off, size)
+			if err != nil {
+				return moved, err
+			}
+			if z {
+				s.prealloc = true
+				break
+			}
 		}
 		w.log.Warn("wal: cutting torn tail", "file", s.path, "offset", off, "bytes", size-off)
 		if err := s.f.Truncate(off); err != nil {

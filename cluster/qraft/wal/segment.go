@@ -21,10 +21,11 @@ type segment struct {
 	path string
 	f    *os.File
 
-	size    int64 // logical end: header + every frame appended (buffered included)
-	written int64 // bytes written to the file (differs from size only for the head)
-	synced  int64 // bytes covered by a Sync (or by the roll that sealed it)
-	sealed  bool
+	size     int64 // logical end: header + every frame appended (buffered included)
+	written  int64 // bytes written to the file (differs from size only for the head)
+	synced   int64 // bytes covered by a Sync (or by the roll that sealed it)
+	sealed   bool
+	prealloc bool // the file extends past size with zeros (the head only)
 
 	offs      []uint32
 	live      int   // live records
