@@ -260,6 +260,13 @@ func (g *Group) ReadEntry(index uint64) ([]byte, error) {
 	return data, nil
 }
 
+// ReadEntries reads the data of many entries (each one as ReadEntry
+// would) with few preads: fn gets them in index order. A new leader
+// rebuilding its queue reads its live messages' bodies this way.
+func (g *Group) ReadEntries(indices []uint64, fn func(index uint64, data []byte) error) error {
+	return g.ls.readEntries(indices, fn)
+}
+
 // Leader returns the leader ("" when unknown) and the term, as of the
 // loop's last pass over the group.
 func (g *Group) Leader() (node string, term uint64) {
@@ -633,13 +640,23 @@ func (g *Group) expandSnap(m *pb.Message) *pb.Message {
 		g.h.log.Error("qraft: own snapshot", "group", g.id, "err", err)
 		return m
 	}
+	idx := make([]uint64, len(sd.live))
 	for i := range sd.live {
-		l := &sd.live[i]
-		if data, err := g.ReadEntry(l.index); err == nil {
-			l.data, l.hasData = data, true
-		} else {
-			g.h.log.Error("qraft: live entry missing for a snapshot", "group", g.id, "index", l.index)
+		idx[i] = sd.live[i].index
+	}
+	sort.Slice(sd.live, func(i, j int) bool { return sd.live[i].index < sd.live[j].index })
+	i := 0
+	err = g.ReadEntries(idx, func(index uint64, data []byte) error {
+		for i < len(sd.live) && sd.live[i].index < index {
+			i++
 		}
+		if i < len(sd.live) && sd.live[i].index == index {
+			sd.live[i].data, sd.live[i].hasData = data, true
+		}
+		return nil
+	})
+	if err != nil {
+		g.h.log.Error("qraft: live entries for a snapshot", "group", g.id, "err", err)
 	}
 	m2 := proto.Clone(m).(*pb.Message)
 	m2.Snapshot.Data = sd.encode(true)

@@ -223,6 +223,27 @@ func TestSnapshotInstallChunked(t *testing.T) {
 			t.Fatalf("ReadEntry(%d) on the lagging member: %v", idx, err)
 		}
 	}
+	// ReadEntries: every live body, in index order, on both members.
+	rev := append([]uint64(nil), live...)
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	for _, n := range []string{l, lag} {
+		k := 0
+		err := c.groups[n][1].ReadEntries(rev, func(index uint64, data []byte) error {
+			if index != live[k] || string(data) != fmt.Sprintf("enq:%d:%s", k, pad) {
+				return fmt.Errorf("entry %d: got index %d %.10q", k, index, data)
+			}
+			k++
+			return nil
+		})
+		if err != nil || k != len(live) {
+			t.Fatalf("%s: ReadEntries: %v after %d entries", n, err, k)
+		}
+		if err := c.groups[n][1].ReadEntries([]uint64{live[0], 1 << 40}, func(uint64, []byte) error { return nil }); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s: ReadEntries of a missing entry: %v", n, err)
+		}
+	}
 }
 
 // issue 14: a big state (a long queue) is not snapshotted every

@@ -1,6 +1,7 @@
 package qraft
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 
@@ -186,6 +187,68 @@ func (s *logStorage) readEntry(index uint64) (data []byte, found bool, err error
 		}
 	}
 	return nil, true, err
+}
+
+// readEntries reads many entries' data (see Group.ReadEntries).
+func (s *logStorage) readEntries(indices []uint64, fn func(index uint64, data []byte) error) error {
+	const chunk = 4096
+	idx := append([]uint64(nil), indices...)
+	sort.Slice(idx, func(i, j int) bool { return idx[i] < idx[j] })
+	datas := make([][]byte, 0, chunk)
+	var ps []recPos
+	var at []int
+	for len(idx) > 0 {
+		n := min(chunk, len(idx))
+		part := idx[:n]
+		idx = idx[n:]
+		datas = datas[:0]
+		ps, at = ps[:0], at[:0]
+		s.mu.Lock()
+		for i, index := range part {
+			datas = append(datas, nil)
+			if index > s.first && index <= s.lastLocked() {
+				m := s.ents[index-s.first]
+				if m.ent != nil {
+					datas[i] = m.ent.GetData()
+				} else {
+					ps, at = append(ps, m.pos), append(at, i)
+				}
+				continue
+			}
+			j := sort.Search(len(s.live), func(j int) bool { return s.live[j].index >= index })
+			if j >= len(s.live) || s.live[j].index != index {
+				s.mu.Unlock()
+				return fmt.Errorf("%w: entry %d", ErrNotFound, index)
+			}
+			ps, at = append(ps, s.live[j].pos), append(at, i)
+		}
+		s.mu.Unlock()
+		if len(ps) > 0 {
+			err := s.store.ReadMany(ps, func(k int, r rec) error {
+				datas[at[k]] = r.Data
+				return nil
+			})
+			if err != nil {
+				// A compaction moved a record meanwhile: one by one.
+				for _, i := range at {
+					if datas[i] != nil {
+						continue
+					}
+					d, _, err := s.readEntry(part[i])
+					if err != nil {
+						return err
+					}
+					datas[i] = d
+				}
+			}
+		}
+		for i, index := range part {
+			if err := fn(index, datas[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // setHardState records a persisted hard state; it returns the superseded

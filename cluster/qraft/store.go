@@ -26,6 +26,7 @@ type logStore interface {
 	Append(recs []rec) ([]recPos, error) // buffered, no sync
 	Sync() error                         // one fdatasync for everything appended
 	Read(p recPos) (rec, error)
+	ReadMany(ps []recPos, fn func(i int, r rec) error) error
 	Replay(fn func(p recPos, r rec) error) error
 	Release(p recPos)
 	Compact(move func(old, new recPos, r rec)) (wal.CompactStats, error)
