@@ -49,7 +49,8 @@
 // response excepted). A follower wakes when PeerState reports its
 // leader's node down, then campaigns after the election timeout (PreVote
 // and CheckQuorum are on); a leader wakes when a member's node comes back
-// up, to catch it up. A woken follower keeps its election clock: its
+// up, to catch it up, or goes down, so that CheckQuorum makes a leader cut
+// off from its quorum step down. A woken follower keeps its election clock: its
 // leader lease (CheckQuorum) still protects a live leader from a member
 // that restarted and campaigns; that member's vote request wakes the
 // leader, whose heartbeats settle it.

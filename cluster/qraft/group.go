@@ -921,7 +921,17 @@ func (g *Group) maybeQuiesce() bool {
 		}
 		followers = append(followers, name)
 	})
-	if !ok {
+	// Without a quorum of reachable voters, keep ticking: CheckQuorum
+	// then makes this leader step down.
+	reachable := 1
+	for _, id := range g.confState.GetVoters() {
+		if id != g.h.self {
+			if n := g.h.loopName(id); n != "" && g.h.isOnline(n) {
+				reachable++
+			}
+		}
+	}
+	if !ok || reachable < len(g.confState.GetVoters())/2+1 {
 		return reset()
 	}
 	if st.GetCommit() != g.idleCommit {
@@ -950,7 +960,9 @@ func (g *Group) peerEvent(node uint64, up bool) bool {
 		g.wake()
 		return true
 	}
-	if up && st.RaftState == raft.StateLeader && g.isMember(node) {
+	if st.RaftState == raft.StateLeader && g.isMember(node) {
+		// Up: catch the member up. Down: tick again, so that CheckQuorum
+		// makes a leader cut off from its quorum step down (and say so).
 		g.wake()
 		return true
 	}

@@ -459,3 +459,45 @@ func TestDeleteRecoveredAndStoppingGroups(t *testing.T) {
 		t.Fatalf("%d groups recovered after deleting them all", n)
 	}
 }
+
+// issue 14: a quiesced leader cut off from both followers (the transport
+// reports them down) wakes, and CheckQuorum makes it step down and say so,
+// while the followers elect a new leader.
+func TestQuiescedLeaderPartitionedStepsDown(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	if _, err := c.propose(l, 1, "enq:a"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 1, c.names...)
+	c.allQuiesced(1)
+	c.net.isolate(l, c.names...)
+	var others []string
+	for _, n := range c.names {
+		if n != l {
+			others = append(others, n)
+			c.hosts[n].PeerState(l, false)
+			c.hosts[l].PeerState(n, false)
+		}
+	}
+	l2 := c.leader(1, others...)
+	waitFor(t, 10*time.Second, "the cut-off leader to step down", func() bool {
+		return c.groups[l][1].Status().Role != "leader"
+	})
+	sm := c.sms[l][1]
+	waitFor(t, 5*time.Second, "the cut-off leader's state machine to hear it", func() bool {
+		sm.mu.Lock()
+		defer sm.mu.Unlock()
+		return sm.leader != l
+	})
+	c.net.heal()
+	for _, n := range others {
+		c.hosts[n].PeerState(l, true)
+		c.hosts[l].PeerState(n, true)
+	}
+	waitFor(t, 10*time.Second, "the old leader to follow the new one", func() bool {
+		ld, _ := c.groups[l][1].Leader()
+		return ld == l2
+	})
+}
