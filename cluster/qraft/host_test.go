@@ -221,7 +221,7 @@ func TestProposalDroppedOnLeaderChange(t *testing.T) {
 // and reopened recover every group's log from disk; the state machines
 // are rebuilt and the groups go on.
 func TestRestartFromDisk(t *testing.T) {
-	c := newTCluster(t, 3, nil)
+	c := newTCluster(t, 3, func(cfg *Config) { cfg.NoSync = false }) // real fdatasyncs
 	for gid := uint64(1); gid <= 3; gid++ {
 		c.startAll(gid, c.names...)
 	}
