@@ -47,9 +47,14 @@
 // be handed (their segment may have been deleted), so the host must not
 // depend on seeing a superseded record; it only sees records in the order
 // they were appended, a subsequence that contains every record it had not
-// released. A group deleted by the host may thus leave some of its records
-// behind until their segments go: group ids must not be reused (or the host
-// writes and keeps a tombstone record).
+// released and that a Sync covered. A group deleted by the host may thus
+// leave some of its records behind until their segments go. If its id can
+// come back (a member removed, then added again), the host appends a
+// tombstone record (Replay drops what came before it for that group) and
+// keeps it until Stats().FirstSeg is above the segment of the Pos Append
+// gave it (not of a copy): every record older than the tombstone is then
+// gone, copies included (Compact only copies records that are live, so
+// before the deletion, to positions before the tombstone's).
 //
 // Compact moves records, so positions change: the move callback tells the
 // host each old and new Pos (with Group, Index, Term and Kind to find its

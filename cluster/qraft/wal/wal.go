@@ -83,6 +83,7 @@ type Stats struct {
 	SegmentsDeleted uint64 // segment files deleted since Open
 	IndexBytes      int64  // memory held by the per-record bookkeeping
 	Compactable     int    // sealed segments below Options.CompactRatio: what Compact would take
+	FirstSeg        uint32 // the oldest segment still on disk
 }
 
 // CompactStats describe one Compact call.
@@ -631,6 +632,9 @@ func (w *WAL) Stats() Stats {
 		st.IndexBytes += int64(cap(s.offs)) * 4
 		if w.compactable(s) {
 			st.Compactable++
+		}
+		if st.FirstSeg == 0 || s.num < st.FirstSeg {
+			st.FirstSeg = s.num
 		}
 	}
 	for _, fl := range w.fwd {
