@@ -51,10 +51,9 @@
 // leave some of its records behind until their segments go. If its id can
 // come back (a member removed, then added again), the host appends a
 // tombstone record (Replay drops what came before it for that group) and
-// keeps it until Stats().FirstSeg is above the segment of the Pos Append
-// gave it (not of a copy): every record older than the tombstone is then
-// gone, copies included (Compact only copies records that are live, so
-// before the deletion, to positions before the tombstone's).
+// keeps it until Stats().Oldest is after the Pos Append gave it (not a
+// copy's): every record appended before the tombstone, and every copy of
+// one, is then gone from the disk.
 //
 // Compact moves records, so positions change: the move callback tells the
 // host each old and new Pos (with Group, Index, Term and Kind to find its

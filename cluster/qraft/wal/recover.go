@@ -142,6 +142,9 @@ func (w *WAL) scan(s *segment, last bool, moved []movedRec, buf []byte) ([]moved
 				s.liveBytes += n
 				if flags&flagMoved != 0 {
 					moved = append(moved, movedRec{orig: orig, cur: Pos{s.num, uint32(off)}, size: n})
+					s.noteOrig(orig)
+				} else {
+					s.noteOrig(Pos{s.num, uint32(off)}.key())
 				}
 				off += n
 				continue

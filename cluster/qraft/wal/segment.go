@@ -32,6 +32,15 @@ type segment struct {
 	liveBytes int64 // their frames' bytes
 
 	compacting bool // Compact is copying its live records
+
+	minOrig uint64 // smallest original key of its records (copies carry older ones); 0: none
+}
+
+// noteOrig records that a record with original key k is in s.
+func (s *segment) noteOrig(k uint64) {
+	if s.minOrig == 0 || k < s.minOrig {
+		s.minOrig = k
+	}
 }
 
 func segName(num uint32) string { return fmt.Sprintf("wal-%016x.seg", num) }

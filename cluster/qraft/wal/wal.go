@@ -83,7 +83,10 @@ type Stats struct {
 	SegmentsDeleted uint64 // segment files deleted since Open
 	IndexBytes      int64  // memory held by the per-record bookkeeping
 	Compactable     int    // sealed segments below Options.CompactRatio: what Compact would take
-	FirstSeg        uint32 // the oldest segment still on disk
+	// Oldest is the smallest original position (the Pos Append returned,
+	// before any copy) of any record still on disk, released or not; zero
+	// if there is none.
+	Oldest Pos
 }
 
 // CompactStats describe one Compact call.
@@ -263,6 +266,9 @@ func (w *WAL) appendLocked(recs []Record, pos []Pos, origs []uint64) error {
 		var orig uint64
 		if origs != nil {
 			orig = origs[i]
+			h.noteOrig(orig)
+		} else {
+			h.noteOrig(Pos{Seg: h.num, Off: uint32(off)}.key())
 		}
 		w.buf = appendFrame(w.buf, r, flags, orig)
 		h.offs = append(h.offs, uint32(off))
@@ -633,8 +639,8 @@ func (w *WAL) Stats() Stats {
 		if w.compactable(s) {
 			st.Compactable++
 		}
-		if st.FirstSeg == 0 || s.num < st.FirstSeg {
-			st.FirstSeg = s.num
+		if s.minOrig != 0 && (st.Oldest.IsZero() || s.minOrig < st.Oldest.key()) {
+			st.Oldest = posOf(s.minOrig)
 		}
 	}
 	for _, fl := range w.fwd {
