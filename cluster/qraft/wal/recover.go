@@ -154,6 +154,17 @@ func (w *WAL) scan(s *segment, last bool, moved []movedRec, buf []byte) ([]moved
 			return moved, err
 		}
 		if !last {
+			if w.prealloc {
+				// A roll cuts a preallocated head to its frames, then
+				// syncs; should the cut not have reached the disk, zeros
+				// follow the frames.
+				if z, err := zerosFrom(s.f, off, size); err != nil {
+					return moved, err
+				} else if z {
+					w.log.Warn("wal: zeros after the frames of a sealed segment", "file", s.path, "offset", off)
+					break
+				}
+			}
 			return moved, &CorruptError{Seg: s.num, Off: off, Reason: "bad record (length or checksum)"}
 		}
 		if w.prealloc {
