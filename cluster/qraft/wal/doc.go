@@ -77,9 +77,8 @@
 // sealed, and the next segment is created and its directory entry synced:
 // so every sealed segment is complete on disk, and only the last one can
 // hold a torn tail. Compact syncs the copies before it deletes the
-// originals. Deletions are not synced: a deleted segment that comes back
-// after a crash holds only records the host had released (handed again by
-// Replay, released again by the host). A failed write or fdatasync fails
+// originals. Segment deletions are made durable (directory fsync) before
+// Stats().Oldest moves past them. A failed write or fdatasync fails
 // the WAL: every later Append, Sync and Compact returns the error; reopen to
 // recover (after a failed fdatasync the kernel may have dropped the pages,
 // so nothing written since the last good sync is trusted).

@@ -92,11 +92,22 @@ func TestRealSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	appendIDs(t, w, 0, 100) // several rolls, each synced
+	pos := appendIDs(t, w, 0, 100) // several rolls, each synced
 	if err := w.Sync(); err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range pos {
+		if p.Seg == 1 {
+			w.Release(p) // deleted, the directory synced
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, segName(1))); !os.IsNotExist(err) {
+		t.Fatalf("segment 1: %v", err)
+	}
 	st := w.Stats()
+	if st.Oldest.Seg != 2 {
+		t.Fatalf("Oldest %v after segment 1 went", st.Oldest)
+	}
 	if st.Syncs < uint64(st.Segments) {
 		t.Fatalf("Syncs %d < segments %d (each roll and the final Sync fdatasync)", st.Syncs, st.Segments)
 	}
