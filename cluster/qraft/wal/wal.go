@@ -376,6 +376,7 @@ func (w *WAL) roll() error {
 	}
 	w.mu.Lock()
 	old := w.head
+	needSync := old.written > old.synced
 	w.mu.Unlock()
 	if old.prealloc {
 		// Sealed segments keep no zeros after their frames.
@@ -384,9 +385,9 @@ func (w *WAL) roll() error {
 			defer w.mu.Unlock()
 			return w.fail(err)
 		}
-		old.synced = 0
+		needSync = true
 	}
-	if old.written > old.synced {
+	if needSync {
 		if err := w.datasync(old.f); err != nil {
 			w.mu.Lock()
 			defer w.mu.Unlock()
