@@ -27,10 +27,13 @@
 // snapshot still lists as live) and Releases each record once it no longer
 // needs it (superseded hard state, entries compacted by a snapshot and not
 // live, entries overwritten by a new leader, every record of a deleted
-// group). The WAL keeps per record only whether it is referenced: 4 bytes a
-// record while its segment is mostly live, at most 8 bytes per live record
-// once it is not (plus 16 bytes per record with references beyond the
-// first, from Retain). A segment other than the head is deleted as soon as
+// group). The WAL keeps per record only where it is and whether it is
+// referenced: 4 bytes per record of a segment while at least a quarter of
+// its entries are live; when fewer are, the entries are pruned to the live
+// records and their ends (8 bytes per live record), so a segment never
+// costs more than 16 bytes per live record, plus 16 bytes per record with
+// references beyond the first (Retain). A 1,000,000-record live set costs
+// 4 to 16 MB, whatever the number of groups. A segment other than the head is deleted as soon as
 // none of its records is referenced. A record must not be used after its
 // Release (Read returns ErrReleased or ErrGone; a later Release is ignored).
 //

@@ -15,7 +15,7 @@ const deadBit = 1 << 31
 // segment is mostly live; once fewer than a quarter of its entries are live
 // (and the segment is sealed) offs is pruned to the live records plus, after
 // each, the (dead-marked) offset where it ends, so a record's size stays
-// known: at most 8 bytes per live record.
+// known: 8 bytes per live record then, never more than 16 in between.
 type segment struct {
 	num  uint32
 	path string
