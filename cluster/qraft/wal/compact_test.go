@@ -75,6 +75,10 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 	if mv[0].new.Seg != lastSeg {
 		wantSegs = 3 // preallocating: the head moved to the spare first
 	}
+	// The copy of record 3 keeps its original position as the oldest.
+	if before.Oldest != (Pos{1, hdrSize}) || after.Oldest != pos[3] {
+		t.Fatalf("Oldest before %v after %v, want %v then %v", before.Oldest, after.Oldest, Pos{1, hdrSize}, pos[3])
+	}
 	if after.LiveRecords != before.LiveRecords || after.Segments != wantSegs || after.Moved != 1 || after.Compactable != 0 {
 		t.Fatalf("stats after %+v, before %+v", after, before)
 	}

@@ -27,10 +27,13 @@
 // snapshot still lists as live) and Releases each record once it no longer
 // needs it (superseded hard state, entries compacted by a snapshot and not
 // live, entries overwritten by a new leader, every record of a deleted
-// group). The WAL keeps per record only whether it is referenced: 4 bytes a
-// record while its segment is mostly live, at most 8 bytes per live record
-// once it is not (plus 16 bytes per record with references beyond the
-// first, from Retain). A segment other than the head is deleted as soon as
+// group). The WAL keeps per record only where it is and whether it is
+// referenced: 4 bytes per record of a segment while at least a quarter of
+// its entries are live; when fewer are, the entries are pruned to the live
+// records and their ends (8 bytes per live record), so a segment never
+// costs more than 16 bytes per live record, plus 16 bytes per record with
+// references beyond the first (Retain). A 1,000,000-record live set costs
+// 4 to 16 MB, whatever the number of groups. A segment other than the head is deleted as soon as
 // none of its records is referenced. A record must not be used after its
 // Release (Read returns ErrReleased or ErrGone; a later Release is ignored).
 //
@@ -47,9 +50,13 @@
 // be handed (their segment may have been deleted), so the host must not
 // depend on seeing a superseded record; it only sees records in the order
 // they were appended, a subsequence that contains every record it had not
-// released. A group deleted by the host may thus leave some of its records
-// behind until their segments go: group ids must not be reused (or the host
-// writes and keeps a tombstone record).
+// released and that a Sync covered. A group deleted by the host may thus
+// leave some of its records behind until their segments go. If its id can
+// come back (a member removed, then added again), the host appends a
+// tombstone record (Replay drops what came before it for that group) and
+// keeps it until Stats().Oldest is after the Pos Append gave it (not a
+// copy's): every record appended before the tombstone, and every copy of
+// one, is then gone from the disk.
 //
 // Compact moves records, so positions change: the move callback tells the
 // host each old and new Pos (with Group, Index, Term and Kind to find its
@@ -73,9 +80,8 @@
 // sealed, and the next segment is created and its directory entry synced:
 // so every sealed segment is complete on disk, and only the last one can
 // hold a torn tail. Compact syncs the copies before it deletes the
-// originals. Deletions are not synced: a deleted segment that comes back
-// after a crash holds only records the host had released (handed again by
-// Replay, released again by the host). A failed write or fdatasync fails
+// originals. Segment deletions are made durable (directory fsync) before
+// Stats().Oldest moves past them. A failed write or fdatasync fails
 // the WAL: every later Append, Sync and Compact returns the error; reopen to
 // recover (after a failed fdatasync the kernel may have dropped the pages,
 // so nothing written since the last good sync is trusted).

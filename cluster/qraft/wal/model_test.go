@@ -10,6 +10,7 @@ import (
 type mrec struct {
 	id     uint64
 	pos    Pos
+	orig   Pos // the position Append gave
 	live   bool
 	synced bool // a Sync returned after its Append
 	gone   bool // lost in a crash, or known deleted
@@ -116,7 +117,7 @@ func modelRun(t *testing.T, seed uint64) {
 				t.Fatalf("seed %d: append: %v", seed, err)
 			}
 			for i, p := range pos {
-				m := &mrec{id: next + uint64(i), pos: p, live: true}
+				m := &mrec{id: next + uint64(i), pos: p, orig: p, live: true}
 				recs = append(recs, m)
 				byID[m.id] = m
 			}
@@ -174,12 +175,19 @@ func modelRun(t *testing.T, seed uint64) {
 			reopen(false)
 		}
 		var nl int64
+		var oldest Pos
 		for _, m := range live() {
-			_ = m
 			nl++
+			if oldest.IsZero() || m.orig.Less(oldest) {
+				oldest = m.orig
+			}
 		}
-		if st := w.Stats(); st.LiveRecords != nl {
+		st := w.Stats()
+		if st.LiveRecords != nl {
 			t.Fatalf("seed %d step %d: Stats.LiveRecords %d, model %d", seed, step, st.LiveRecords, nl)
+		}
+		if nl > 0 && (st.Oldest.IsZero() || oldest.Less(st.Oldest)) {
+			t.Fatalf("seed %d step %d: Stats.Oldest %v after live record at %v", seed, step, st.Oldest, oldest)
 		}
 	}
 	// Everything released: only the head remains.

@@ -150,3 +150,27 @@ func TestCrashPrealloc(t *testing.T) {
 	t.Run("bothcopies", TestCompactCrashLeavesBoth)
 	t.Run("concurrent", TestConcurrentReadAppend)
 }
+
+// issue 14: with preallocation, a sealed segment whose cut to its frames
+// did not reach the disk (zeros after them) is accepted; without it, the
+// same file is refused as corrupt.
+func TestPreallocSealedZeros(t *testing.T) {
+	dir := t.TempDir()
+	w := open(t, dir, 4096)
+	pos := appendIDs(t, w, 0, 100)
+	w.Close()
+	f := filepath.Join(dir, segName(1))
+	fi, err := os.Stat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(f, fi.Size()+3000); err != nil { // zeros
+		t.Fatal(err)
+	}
+	if _, err := Open(Options{Dir: dir, SegmentSize: 4096, Logger: quiet(), NoSync: true}); err == nil {
+		t.Fatal("zeros after a sealed segment's frames accepted without preallocation")
+	}
+	testPrealloc = true
+	defer func() { testPrealloc = false }()
+	checkPrefix(t, dir, pos, 100)
+}

@@ -142,6 +142,9 @@ func (w *WAL) scan(s *segment, last bool, moved []movedRec, buf []byte) ([]moved
 				s.liveBytes += n
 				if flags&flagMoved != 0 {
 					moved = append(moved, movedRec{orig: orig, cur: Pos{s.num, uint32(off)}, size: n})
+					s.noteOrig(orig)
+				} else {
+					s.noteOrig(Pos{s.num, uint32(off)}.key())
 				}
 				off += n
 				continue
@@ -151,6 +154,17 @@ func (w *WAL) scan(s *segment, last bool, moved []movedRec, buf []byte) ([]moved
 			return moved, err
 		}
 		if !last {
+			if w.prealloc {
+				// A roll cuts a preallocated head to its frames, then
+				// syncs; should the cut not have reached the disk, zeros
+				// follow the frames.
+				if z, err := zerosFrom(s.f, off, size); err != nil {
+					return moved, err
+				} else if z {
+					w.log.Warn("wal: zeros after the frames of a sealed segment", "file", s.path, "offset", off)
+					break
+				}
+			}
 			return moved, &CorruptError{Seg: s.num, Off: off, Reason: "bad record (length or checksum)"}
 		}
 		if w.prealloc {
@@ -266,7 +280,7 @@ func (w *WAL) Replay(fn func(p Pos, r Record) error) error {
 	handMoved := func(m movedRec) error {
 		s := segOf(segs, m.cur.Seg)
 		if s == nil {
-			return fmt.Errorf("wal: replay: segment of %v missing", m.cur)
+			return nil // released and deleted since Open (a second Replay)
 		}
 		if int64(cap(mbuf)) < m.size {
 			mbuf = make([]byte, m.size)

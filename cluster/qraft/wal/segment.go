@@ -15,7 +15,7 @@ const deadBit = 1 << 31
 // segment is mostly live; once fewer than a quarter of its entries are live
 // (and the segment is sealed) offs is pruned to the live records plus, after
 // each, the (dead-marked) offset where it ends, so a record's size stays
-// known: at most 8 bytes per live record.
+// known: 8 bytes per live record then, never more than 16 in between.
 type segment struct {
 	num  uint32
 	path string
@@ -32,6 +32,15 @@ type segment struct {
 	liveBytes int64 // their frames' bytes
 
 	compacting bool // Compact is copying its live records
+
+	minOrig uint64 // smallest original key of its records (copies carry older ones); 0: none
+}
+
+// noteOrig records that a record with original key k is in s.
+func (s *segment) noteOrig(k uint64) {
+	if s.minOrig == 0 || k < s.minOrig {
+		s.minOrig = k
+	}
 }
 
 func segName(num uint32) string { return fmt.Sprintf("wal-%016x.seg", num) }

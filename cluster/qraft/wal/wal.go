@@ -83,6 +83,10 @@ type Stats struct {
 	SegmentsDeleted uint64 // segment files deleted since Open
 	IndexBytes      int64  // memory held by the per-record bookkeeping
 	Compactable     int    // sealed segments below Options.CompactRatio: what Compact would take
+	// Oldest is the smallest original position (the Pos Append returned,
+	// before any copy) of any record still on disk, released or not, or in
+	// a segment whose deletion is not yet durable; zero if there is none.
+	Oldest Pos
 }
 
 // CompactStats describe one Compact call.
@@ -144,8 +148,9 @@ type WAL struct {
 	fwd      map[uint32][]fwd // last Compact: old position -> copy
 	moved    []movedRec       // copies found by Open, for Replay
 	replayOK bool
-	replay   bool       // Replay running: deletions wait
-	deferred []*segment // deletions waiting for Replay
+	replay   bool                  // Replay running: deletions wait
+	deferred []*segment            // deletions waiting for Replay
+	removing map[*segment]struct{} // retired, file not yet removed (and the removal synced)
 	closed   bool
 	failed   error
 
@@ -262,6 +267,9 @@ func (w *WAL) appendLocked(recs []Record, pos []Pos, origs []uint64) error {
 		var orig uint64
 		if origs != nil {
 			orig = origs[i]
+			h.noteOrig(orig)
+		} else {
+			h.noteOrig(Pos{Seg: h.num, Off: uint32(off)}.key())
 		}
 		w.buf = appendFrame(w.buf, r, flags, orig)
 		h.offs = append(h.offs, uint32(off))
@@ -368,6 +376,7 @@ func (w *WAL) roll() error {
 	}
 	w.mu.Lock()
 	old := w.head
+	needSync := old.written > old.synced
 	w.mu.Unlock()
 	if old.prealloc {
 		// Sealed segments keep no zeros after their frames.
@@ -376,9 +385,9 @@ func (w *WAL) roll() error {
 			defer w.mu.Unlock()
 			return w.fail(err)
 		}
-		old.synced = 0
+		needSync = true
 	}
-	if old.written > old.synced {
+	if needSync {
 		if err := w.datasync(old.f); err != nil {
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -454,6 +463,10 @@ func writeHeader(f *os.File) error {
 func (w *WAL) retireLocked(s *segment, dead []*segment) []*segment {
 	delete(w.segs, s.num)
 	w.deleted++
+	if w.removing == nil {
+		w.removing = make(map[*segment]struct{})
+	}
+	w.removing[s] = struct{}{}
 	if w.replay {
 		w.deferred = append(w.deferred, s)
 		return dead
@@ -461,13 +474,29 @@ func (w *WAL) retireLocked(s *segment, dead []*segment) []*segment {
 	return append(dead, s)
 }
 
+// remove closes and deletes the files of retired segments and syncs the
+// directory, so that a deleted segment never comes back after a crash
+// (which would hand records older than a tombstone the host released).
 func (w *WAL) remove(dead []*segment) {
+	if len(dead) == 0 {
+		return
+	}
 	for _, s := range dead {
 		s.f.Close()
 		if err := os.Remove(s.path); err != nil {
 			w.log.Warn("wal: removing segment", "file", s.path, "err", err)
 		}
 	}
+	if !w.o.NoSync {
+		if err := syncDir(w.o.Dir); err != nil {
+			w.log.Warn("wal: syncing the directory after removing segments", "err", err)
+		}
+	}
+	w.mu.Lock()
+	for _, s := range dead {
+		delete(w.removing, s)
+	}
+	w.mu.Unlock()
 }
 
 // resolve finds the segment and offs index of p, following the forwarding
@@ -631,6 +660,14 @@ func (w *WAL) Stats() Stats {
 		st.IndexBytes += int64(cap(s.offs)) * 4
 		if w.compactable(s) {
 			st.Compactable++
+		}
+		if s.minOrig != 0 && (st.Oldest.IsZero() || s.minOrig < st.Oldest.key()) {
+			st.Oldest = posOf(s.minOrig)
+		}
+	}
+	for s := range w.removing {
+		if s.minOrig != 0 && (st.Oldest.IsZero() || s.minOrig < st.Oldest.key()) {
+			st.Oldest = posOf(s.minOrig)
 		}
 	}
 	for _, fl := range w.fwd {
