@@ -218,10 +218,6 @@ func (h *Host) recover() error {
 		return r
 	}
 	err := h.store.Replay(func(p recPos, x rec) error {
-		if _, dead := h.tombs[x.Group]; dead && x.Kind != recDelete {
-			release = append(release, p) // after the group's tombstone: cannot happen, but harmless
-			return nil
-		}
 		switch x.Kind {
 		case recEntry, recConf, recConfV2:
 			r := get(x.Group)
@@ -276,6 +272,8 @@ func (h *Host) recover() error {
 				r.names[id] = n
 			}
 		case recDelete:
+			// Records after a tombstone belong to the group again (a member
+			// removed, then added back on this node): a fresh state.
 			if r := h.rec[x.Group]; r != nil {
 				release = append(release, r.ls.allRecords()...)
 				for _, l := range r.pendingLive {
@@ -285,6 +283,9 @@ func (h *Host) recover() error {
 					release = append(release, l.pos)
 				}
 				delete(h.rec, x.Group)
+				if old, ok := h.tombs[x.Group]; ok {
+					release = append(release, old) // this one covers more
+				}
 				h.tombs[x.Group] = p
 			} else if old, ok := h.tombs[x.Group]; ok {
 				release = append(release, old)
