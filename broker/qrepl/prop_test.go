@@ -304,6 +304,9 @@ func TestModel(t *testing.T) {
 	forSeeds(t, func(seed uint64) {
 		g := newGen(seed)
 		s := New()
+		if seed%2 == 0 {
+			s.tidyMin = 1 + int(seed/2%5) // compact often
+		}
 		for range 400 {
 			e := g.next()
 			want := g.m
@@ -326,8 +329,10 @@ func TestMembersAgree(t *testing.T) {
 		for i := range log {
 			log[i] = g.next()
 		}
+		// Three layouts: compaction at the default, often, at random.
 		a, b, c := New(), New(), New()
 		r := rand.New(rand.NewPCG(seed, 7))
+		b.tidyMin, c.tidyMin = 1, 1+r.IntN(16)
 		for i, e := range log {
 			a.Apply(e.index, e.data)
 			b.Apply(e.index, e.data)
@@ -336,6 +341,7 @@ func TestMembersAgree(t *testing.T) {
 				if b, err = Restore(b.Snapshot()); err != nil {
 					t.Fatalf("seed %d: restore: %v", seed, err)
 				}
+				b.tidyMin = 1 + r.IntN(3)
 			}
 			c.Apply(e.index, e.data)
 			if r.IntN(20) == 0 && i > 0 {
@@ -455,13 +461,20 @@ func TestDedupNotAcrossPublishers(t *testing.T) {
 	if r := apply(4, Enqueue{Pub: PubID{Publisher: 1, Seq: 11}, Time: t0 + PubTTL}); r.Duplicate {
 		t.Fatal("next seq a duplicate")
 	}
-	if r := apply(5, Enqueue{Time: t0 + PubTTL + pruneEvery}); r.Duplicate {
+	apply(5, Prune{Now: t0 + PubTTL})
+	if _, ok := s.LastSeq(2); !ok {
+		t.Fatal("publisher 2 pruned at exactly PubTTL")
+	}
+	if r := apply(6, Enqueue{Time: t0 + PubTTL + pruneEvery}); r.Duplicate {
 		t.Fatal("no publisher: duplicate")
 	}
 	if _, ok := s.LastSeq(2); ok {
 		t.Fatal("publisher 2 not pruned after PubTTL")
 	}
-	if r := apply(6, Enqueue{Pub: PubID{Publisher: 2, Seq: 1}, Time: t0 + PubTTL + pruneEvery}); r.Duplicate {
+	if _, ok := s.LastSeq(1); !ok {
+		t.Fatal("publisher 1 pruned within PubTTL")
+	}
+	if r := apply(7, Enqueue{Pub: PubID{Publisher: 2, Seq: 1}, Time: t0 + PubTTL + pruneEvery}); r.Duplicate {
 		t.Fatal("pruned publisher's restart is a duplicate")
 	}
 	if s.Len() != 5 || s.Stats().Duplicates != 1 {

@@ -225,7 +225,7 @@ func TestMemory1M(t *testing.T) {
 			ids = ids[:0]
 		}
 	}
-	if s.Len() != 1000 || cap(s.recs) > 8192 {
+	if s.Len() != 1000 || cap(s.recs) > 1<<16 {
 		t.Fatalf("len %d cap %d after removing", s.Len(), cap(s.recs))
 	}
 	runtime.KeepAlive(s)
