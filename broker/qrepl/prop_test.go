@@ -251,6 +251,9 @@ func (m *model) check(t *testing.T, s *State, at uint64) {
 	if !slices.Equal(got, m.msgs) {
 		t.Fatalf("at %d: messages differ\n state %+v\n model %+v", at, got, m.msgs)
 	}
+	if last := uint64(0); len(m.msgs) > 0 && s.LastOrder() != m.msgs[len(m.msgs)-1].Order || len(m.msgs) == 0 && s.LastOrder() != last {
+		t.Fatalf("at %d: last order %x", at, s.LastOrder())
+	}
 	bytes := int64(0)
 	ids := make([]uint64, 0, len(m.msgs))
 	for _, x := range m.msgs {

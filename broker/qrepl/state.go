@@ -1,31 +1,3 @@
-// Package qrepl is the replicated state of a quorum queue (issue 14):
-// the commands a queue's leader proposes to its Raft log, their codec,
-// and the deterministic state every member builds by applying them.
-//
-// The state is small: the live messages' headers in queue order (no
-// bodies: a message's id is the index of its Enqueue entry, which keeps
-// the body in the log), publisher deduplication, the delivery lease and
-// the dead-letter marks. It does no I/O, reads no clock, draws no random
-// number and starts no goroutine; the time travels in the commands. The
-// same entries applied in the same order give Equal states on every
-// member, and Restore(Snapshot()) plus the entries after it gives the
-// same state as the whole log.
-//
-// Queue order: an Enqueue at index i places its message at the back,
-// and a Return with Back places its messages at the back in item order;
-// a Return without Back leaves the message where it was. This is the
-// order a queue machine holds its ready messages in (one priority level;
-// with several, each level's subsequence), provided the leader's machine
-// takes enqueues and returns in the order they are applied. Messages
-// walks the live messages in that order; Msg.Order is the sort key
-// (index<<16 for an enqueue, index<<16 | i for the i'th item of a
-// Return), usable as the machine's sequence number.
-//
-// Memory: a live message costs one 48-byte record in a slice (plus the
-// slice's growth slack and tombstones, compacted lazily), and an entry in
-// a small map only while it has been returned to the back or waits out a
-// delayed retry. Removal by id is a binary search: ids are order keys
-// for messages never moved, and a map lookup first for moved ones.
 package qrepl
 
 import (
@@ -224,7 +196,7 @@ func (s *State) apply(index uint64, c Command) Result {
 	case Purge:
 		res.N = s.removeIDs(c.IDs, &s.stats.Purged)
 	case Return:
-		if len(c.Items) <= MaxBatch {
+		if len(c.Items) <= MaxReturn { // (ApplyCommand of a Return too big: ignored)
 			res.N = s.ret(index, c.Items)
 		}
 	case Discard:
@@ -485,6 +457,18 @@ func (s *State) LastSeq(p uint64) (uint64, bool) {
 
 // Publishers is the number of publishers remembered for dedup.
 func (s *State) Publishers() int { return len(s.pubs) }
+
+// LastOrder is the order key of the last live message (0 when empty): a
+// leader rebuilding its machine from Messages continues its sequence
+// numbers above it.
+func (s *State) LastOrder() uint64 {
+	for i := len(s.recs) - 1; i >= s.head; i-- {
+		if s.recs[i].flags&fDead == 0 {
+			return s.recs[i].key
+		}
+	}
+	return 0
+}
 
 // Get returns the live message id.
 func (s *State) Get(id uint64) (Msg, bool) {

@@ -60,6 +60,20 @@ func TestCodecRoundTrip(t *testing.T) {
 	if _, err := DecodeEnqueue(Encode(Lease{UpTo: 1})); err == nil {
 		t.Fatal("DecodeEnqueue took a lease")
 	}
+	// A Return beyond MaxReturn items is refused; id lists are not bounded.
+	if _, err := Decode(Encode(Return{Items: make([]ReturnItem, MaxReturn+1)})); err == nil {
+		t.Fatal("oversized return decoded")
+	}
+	if _, err := Decode(Encode(Return{Items: make([]ReturnItem, MaxReturn)})); err != nil {
+		t.Fatalf("return of MaxReturn items: %v", err)
+	}
+	ids := make([]uint64, 200_000)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+	}
+	if c, err := Decode(Encode(Purge{IDs: ids})); err != nil || len(c.(Purge).IDs) != len(ids) {
+		t.Fatalf("purge of 200k ids: %v", err)
+	}
 }
 
 // norm makes empty slices nil so DeepEqual compares contents.
@@ -109,6 +123,9 @@ func TestQueueOrder(t *testing.T) {
 	}
 	if !slices.IsSorted(orders) || orders[2] != 6<<16 || orders[3] != 6<<16|1 {
 		t.Fatalf("order keys %x", orders)
+	}
+	if s.LastOrder() != 8<<16 {
+		t.Fatalf("last order %x", s.LastOrder())
 	}
 	if live := s.Live(); !slices.Equal(live, []uint64{1, 2, 3, 5, 8}) {
 		t.Fatalf("live %v", live)
