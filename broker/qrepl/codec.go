@@ -54,6 +54,10 @@ func (k Kind) String() string {
 // no bound but the entry's size.
 const MaxReturn = 1 << 16
 
+// MaxBatch is MaxReturn's first name (kept for callers of the first
+// version; id lists need no split).
+const MaxBatch = MaxReturn
+
 // ErrCorrupt is data that does not decode as a command.
 var ErrCorrupt = errors.New("qrepl: undecodable command")
 
