@@ -78,7 +78,7 @@ func (m *model) apply(index uint64, data []byte) Result {
 		}
 		m.clock = max(m.clock, c.Time)
 		if c.Pub.Publisher != 0 {
-			m.pubs[c.Pub.Publisher] = pub{c.Pub.Seq, c.Time}
+			m.pubs[c.Pub.Publisher] = pub{c.Pub.Seq, m.clock}
 		}
 		if m.clock >= m.nextPrune {
 			m.prune()
@@ -336,7 +336,8 @@ func TestMembersAgree(t *testing.T) {
 		for i := range log {
 			log[i] = g.next()
 		}
-		// Three layouts: compaction at the default, often, at random.
+		// Three layouts: compaction at the default, often, at random;
+		// c applies decoded commands.
 		a, b, c := New(), New(), New()
 		r := rand.New(rand.NewPCG(seed, 7))
 		b.tidyMin, c.tidyMin = 1, 1+r.IntN(16)
@@ -350,7 +351,15 @@ func TestMembersAgree(t *testing.T) {
 				}
 				b.tidyMin = 1 + r.IntN(3)
 			}
-			c.Apply(e.index, e.data)
+			// c applies as the leader side does: Decode, then ApplyCommand
+			// (undecodable data through Apply).
+			if cmd, err := Decode(e.data); err == nil {
+				if _, err := c.ApplyCommand(e.index, cmd); err != nil {
+					t.Fatalf("seed %d: ApplyCommand %d: %v", seed, e.index, err)
+				}
+			} else if _, err := c.Apply(e.index, e.data); err != ErrCorrupt {
+				t.Fatalf("seed %d: Apply of undecodable %d: %v", seed, e.index, err)
+			}
 			if r.IntN(20) == 0 && i > 0 {
 				// a replay of entries already applied changes nothing
 				for _, old := range log[r.IntN(i):i] {

@@ -189,8 +189,8 @@ func Restore(data []byte) (*State, error) {
 		s.live++
 		s.bytes += int64(r.size)
 	}
-	if d.end() != nil || uint64(s.live) != nm {
-		return nil, ErrSnapshot
+	if d.end() != nil || uint64(s.live) != nm || st.Enqueued != uint64(s.live)+st.Removed+st.Purged {
+		return nil, ErrSnapshot // (conservation: every enqueue is live, removed or purged)
 	}
 	// A moved message must not also sit under its own key.
 	for id := range s.moved {

@@ -230,7 +230,9 @@ func (s *State) enqueue(index uint64, e *Enqueue) bool {
 		if s.pubs == nil {
 			s.pubs = map[uint64]pub{}
 		}
-		s.pubs[e.Pub.Publisher] = pub{seq: e.Pub.Seq, lastSeen: e.Time}
+		// Seen at the state's clock, not e.Time: a new leader's clock
+		// behind the old one's does not age a publisher just seen.
+		s.pubs[e.Pub.Publisher] = pub{seq: e.Pub.Seq, lastSeen: s.clock}
 	}
 	if s.clock >= s.nextPrune {
 		s.prune()

@@ -124,6 +124,14 @@ func TestQueueOrder(t *testing.T) {
 	if !slices.IsSorted(orders) || orders[2] != 6<<16 || orders[3] != 6<<16|1 {
 		t.Fatalf("order keys %x", orders)
 	}
+	n := 0
+	s.Messages(func(Msg) bool { n++; return n < 2 })
+	if n != 2 {
+		t.Fatalf("Messages went on after false: %d", n)
+	}
+	if _, ok := s.Get(4); ok {
+		t.Fatal("Get of a removed message")
+	}
 	if s.LastOrder() != 8<<16 {
 		t.Fatalf("last order %x", s.LastOrder())
 	}
@@ -213,9 +221,22 @@ func TestRestoreRefuses(t *testing.T) {
 	w := New()
 	w.recs = []rec{{key: 1 << 16, id: 1}, {key: 2 << 16, id: 2}, {key: 3 << 16, id: 1, flags: fMoved}}
 	w.moved = map[uint64]uint64{1: 3 << 16}
-	w.live, w.applied = 3, 3
+	w.live, w.applied, w.stats.Enqueued = 3, 3, 3
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("duplicate id restored")
+	}
+	w.recs[2].id, w.moved = 3, map[uint64]uint64{3: 3 << 16}
+	if _, err := Restore(w.Snapshot()); err == nil {
+		t.Fatal("moved message under its own key restored")
+	}
+	w.recs = w.recs[:2]
+	w.moved, w.live = nil, 2
+	if _, err := Restore(w.Snapshot()); err == nil {
+		t.Fatal("enqueued 3, live 2, none removed: restored")
+	}
+	w.stats.Removed = 1
+	if _, err := Restore(w.Snapshot()); err != nil {
+		t.Fatalf("valid hand-made snapshot: %v", err)
 	}
 }
 
