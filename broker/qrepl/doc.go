@@ -21,11 +21,14 @@
 // (index<<16 for an enqueue, index<<16 | i for the i'th item of a
 // Return), usable as the machine's sequence number.
 //
-// Memory: a live message costs one 48-byte record in a slice (plus the
-// slice's growth slack and tombstones, compacted lazily), and an entry in
-// a small map only while it has been returned to the back or waits out a
-// delayed retry. Removal by id is a binary search: ids are order keys
-// for messages never moved, and a map lookup first for moved ones.
+// Memory: a live message costs one 48-byte record in a ring buffer
+// (plus a quarter of growth room and tombstones, compacted lazily: about
+// 50 heap bytes per message at 1,000,000, TestMemory1M), and an entry in
+// a map only while it has been returned to the back (about 40 more) or
+// waits out a delayed retry. The head pops and back pushes of a busy
+// queue reuse the ring's slots without copying. Removal by id is a
+// binary search (the head is tried first): ids are order keys for
+// messages never moved, a map lookup gives a moved one's key.
 //
 // # For the leader (broker side)
 //

@@ -219,17 +219,17 @@ func TestRestoreRefuses(t *testing.T) {
 	}
 	// Hand-made: a moved id whose own key is also present.
 	w := New()
-	w.recs = []rec{{key: 1 << 16, id: 1}, {key: 2 << 16, id: 2}, {key: 3 << 16, id: 1, flags: fMoved}}
+	w.q = ring{buf: []rec{{key: 1 << 16, id: 1}, {key: 2 << 16, id: 2}, {key: 3 << 16, id: 1, flags: fMoved}}, n: 3}
 	w.moved = map[uint64]uint64{1: 3 << 16}
 	w.live, w.applied, w.stats.Enqueued = 3, 3, 3
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("duplicate id restored")
 	}
-	w.recs[2].id, w.moved = 3, map[uint64]uint64{3: 3 << 16}
+	w.q.buf[2].id, w.moved = 3, map[uint64]uint64{3: 3 << 16}
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("moved message under its own key restored")
 	}
-	w.recs = w.recs[:2]
+	w.q.n = 2
 	w.moved, w.live = nil, 2
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("enqueued 3, live 2, none removed: restored")
@@ -263,8 +263,8 @@ func TestMemory1M(t *testing.T) {
 			ids = ids[:0]
 		}
 	}
-	if s.Len() != 1000 || cap(s.recs) > 1<<16 {
-		t.Fatalf("len %d cap %d after removing", s.Len(), cap(s.recs))
+	if s.Len() != 1000 || len(s.q.buf) > 1<<16 {
+		t.Fatalf("len %d cap %d after removing", s.Len(), len(s.q.buf))
 	}
 	runtime.KeepAlive(s)
 }
