@@ -1,6 +1,7 @@
 package qrepl
 
 import (
+	"runtime"
 	"testing"
 )
 
@@ -182,5 +183,38 @@ func BenchmarkMemory1M(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		per, _ := heapPerMessage(1_000_000)
 		b.ReportMetric(per, "heap-bytes/msg")
+	}
+}
+
+// BenchmarkMemory1MAllReturned reports the heap bytes per live message
+// when every one of 1,000,000 was returned to the back once (each in the
+// moved map: the worst case).
+func BenchmarkMemory1MAllReturned(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := New()
+		const n = 1_000_000
+		for id := uint64(1); id <= n; id++ {
+			s.ApplyCommand(id, Enqueue{Size: 100, Time: benchTime})
+		}
+		items := make([]ReturnItem, 0, 1000)
+		idx := uint64(n)
+		for id := uint64(1); id <= n; id++ {
+			items = append(items, ReturnItem{ID: id, Back: true, Redelivered: true, Acquired: 1})
+			if len(items) == cap(items) {
+				idx++
+				s.ApplyCommand(idx, Return{Items: items})
+				items = items[:0]
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Len() != n {
+			b.Fatal(s.Len())
+		}
+		runtime.KeepAlive(s)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/msg")
 	}
 }
