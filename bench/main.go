@@ -7,6 +7,7 @@
 //	go run ./bench                       # RabbitMQ on 127.0.0.1:5672, 3 rounds
 //	go run ./bench -rounds 5 -duration 15s -out docs/performance
 //	go run ./bench -only transient-autoack,nack-dlq -rounds 1
+//	go run ./bench -quorum -rounds 3   # quorum queues, 3-node clusters (quorum.go)
 //
 // Every run of a scenario on Warren starts a fresh warren process (built
 // from ./cmd/warren) on a fresh data directory; RabbitMQ is the running

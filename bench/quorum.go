@@ -351,7 +351,7 @@ func leaderFromAPI(base, queue string, names []string) (int, string, error) {
 	}
 	name, desc := q.Leader, fmt.Sprintf("leader %s, %d members", q.Leader, len(q.Members))
 	if name == "" {
-		name, desc = q.Node, fmt.Sprintf("no leader field: home %s", q.Node)
+		name, desc = q.Node, fmt.Sprintf("no leader given: home %s", q.Node)
 	}
 	for i, n := range names {
 		if n == name {
@@ -806,7 +806,15 @@ func (r *quorumRunner) failover(qc *qqCluster) (float64, string, error) {
 	if err := declareQuorum(qc.amqp[0], qqQueue); err != nil {
 		return 0, "", err
 	}
-	leader, desc, err := qc.leader(qqQueue)
+	// A replicated queue may need a moment to elect its first leader.
+	var leader int
+	var desc string
+	err := errors.New("no answer")
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if leader, desc, err = qc.leader(qqQueue); err == nil && !strings.HasPrefix(desc, "no leader") {
+			break
+		}
+	}
 	if err != nil {
 		return 0, "", err
 	}

@@ -38,6 +38,9 @@ func alive(pid int) bool {
 // again and rejoins, and Close leaves no node process behind.
 func TestCluster(t *testing.T) {
 	needRabbit(t)
+	if testing.Short() {
+		t.Skip("skipping in -short mode: starting a 3-node RabbitMQ cluster takes a minute")
+	}
 	start := time.Now()
 	c, err := Start(Options{Nodes: 3, Log: testWriter{t}})
 	if err != nil {
