@@ -1,6 +1,7 @@
 package rabbitcluster
 
 import (
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -33,8 +34,8 @@ func alive(pid int) bool {
 // TestCluster is issue 14's RabbitMQ cluster launcher (must-show 3 and
 // 4 compare Warren with a 3-node RabbitMQ cluster on this machine): three
 // nodes start and cluster (node 1's /api/nodes lists three running
-// nodes), a quorum queue declared through node 1 has three members, a
-// node killed with kill -9 is seen down and its VM is gone, it starts
+// nodes), a quorum queue declared through node 1 has three members,
+// rabbitmq-queues delete_member and add_member change them, a node killed with kill -9 is seen down and its VM is gone, it starts
 // again and rejoins, and Close leaves no node process behind.
 func TestCluster(t *testing.T) {
 	needRabbit(t)
@@ -92,6 +93,34 @@ func TestCluster(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+
+	// Membership through rabbitmq-queues (the model of issue 14's
+	// membership operations): delete node 3's member, add it back.
+	members := func(want int) {
+		t.Helper()
+		var raw map[string]any
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := c.GetJSON(0, "/api/queues/%2F/h6-qq", &raw)
+			if m, ok := raw["members"].([]any); err == nil && ok && len(m) == want {
+				b, _ := json.Marshal(raw)
+				t.Logf("RabbitMQ's /api/queues/%%2F/h6-qq with %d members: %s", want, b)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("members = %v (want %d), %v", raw["members"], want, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if out, err := c.Queues(0, "delete_member", "h6-qq", "rabbit-b3@localhost"); err != nil {
+		t.Fatalf("rabbitmq-queues delete_member: %v\n%s", err, out)
+	}
+	members(2)
+	if out, err := c.Queues(0, "add_member", "h6-qq", "rabbit-b3@localhost"); err != nil {
+		t.Fatalf("rabbitmq-queues add_member: %v\n%s", err, out)
+	}
+	members(3)
 
 	// kill -9 node 3: its VM is gone, node 1 sees 2 running nodes.
 	pid := c.Node(2).PID()
