@@ -35,8 +35,10 @@ func alive(pid int) bool {
 // 4 compare Warren with a 3-node RabbitMQ cluster on this machine): three
 // nodes start and cluster (node 1's /api/nodes lists three running
 // nodes), a quorum queue declared through node 1 has three members,
-// rabbitmq-queues delete_member and add_member change them, a node killed with kill -9 is seen down and its VM is gone, it starts
-// again and rejoins, and Close leaves no node process behind.
+// rabbitmq-queues delete_member and add_member change them, a node
+// killed with kill -9 is seen down and its VM is gone, it starts again
+// and rejoins, a node stopped gracefully starts again, and Close leaves
+// no node process behind.
 func TestCluster(t *testing.T) {
 	needRabbit(t)
 	if testing.Short() {
@@ -133,22 +135,25 @@ func TestCluster(t *testing.T) {
 	if alive(pid) {
 		t.Fatalf("node 3's beam.smp %d survived Kill", pid)
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for {
-		r, err := c.RunningNodes(0)
-		if err == nil && len(r) == 2 && !slices.Contains(r, "rabbit-b3@localhost") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after killing node 3, running = %v, %v", r, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitDown(t, c, "rabbit-b3@localhost")
 	if err := c.StartNode(2); err != nil {
 		t.Fatal(err)
 	}
 	if c.Node(2).PID() == pid || c.Node(2).PID() == 0 {
 		t.Fatalf("node 3 restarted with PID %d (was %d)", c.Node(2).PID(), pid)
+	}
+
+	// A graceful stop of node 2 and a start again.
+	pid = c.Node(1).PID()
+	if err := c.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) || c.Node(1).Running() {
+		t.Fatalf("node 2 (beam.smp %d) running after Stop", pid)
+	}
+	waitDown(t, c, "rabbit-b2@localhost")
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
 	}
 
 	pids := c.PIDs()
@@ -166,6 +171,23 @@ func TestCluster(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("%s not removed: %v", dir, err)
+	}
+}
+
+// waitDown waits until node 1's /api/nodes lists every node but down as
+// running.
+func waitDown(t *testing.T, c *Cluster, down string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, err := c.RunningNodes(0)
+		if err == nil && len(r) == len(c.Nodes())-1 && !slices.Contains(r, down) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s to be down: running = %v, %v", down, r, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
