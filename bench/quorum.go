@@ -75,11 +75,11 @@ type quorumOptions struct {
 
 func quorumScenarios(q quorumOptions) []scenario {
 	return []scenario{
-		{name: "qq-publish", what: "quorum queue, persistent 16 B, confirms, publishers on every node: confirmed msgs/s", unit: "msgs/s", higher: true, target: 5},
+		{name: "qq-publish", what: "quorum queue, persistent 16 B, confirms (1000 in flight), publishers on every node: confirmed msgs/s", unit: "msgs/s", higher: true, target: 5},
 		{name: "qq-latency", what: fmt.Sprintf("quorum queue, p99 confirm latency at a paced %.0f msg/s (publishers on every node)", q.rate), unit: "µs"},
-		{name: "qq-fsync", what: "fsyncs/s of the 3 nodes during the qq-publish load (strace)", unit: "fsyncs/s"},
-		{name: "qq-rss", what: fmt.Sprintf("RSS of the 3 nodes with %d messages queued in a quorum queue", q.count), unit: "MiB", kind: "fresh"},
-		{name: "qq-idle-cpu", what: fmt.Sprintf("CPU seconds of the 3 nodes over %v with %d idle quorum queues", q.idleWindow, q.queues), unit: "s", kind: "fresh"},
+		{name: "qq-fsync", what: fmt.Sprintf("fsyncs/s of the %d nodes during the qq-publish load (strace)", q.nodes), unit: "fsyncs/s"},
+		{name: "qq-rss", what: fmt.Sprintf("RSS of the %d nodes with %d messages queued in a quorum queue", q.nodes, q.count), unit: "MiB", kind: "fresh"},
+		{name: "qq-idle-cpu", what: fmt.Sprintf("CPU seconds of the %d nodes over %v with %d idle quorum queues", q.nodes, q.idleWindow, q.queues), unit: "s", kind: "fresh"},
 		{name: "qq-failover", what: "kill -9 of the leader's node to the next confirm", unit: "s", kind: "dirty"},
 	}
 }
@@ -181,7 +181,7 @@ func runQuorum(o options, q quorumOptions, log io.Writer) error {
 
 func (r *quorumRunner) quorumMarkdown() string {
 	var b strings.Builder
-	b.WriteString("| scenario | unit | Warren 3 nodes median (min-max) | RabbitMQ 3 nodes median (min-max) | ratio W/R | target |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| scenario | unit | Warren %d nodes median (min-max) | RabbitMQ %d nodes median (min-max) | ratio W/R | target |\n|---|---|---|---|---|---|\n", r.q.nodes, r.q.nodes)
 	for _, res := range r.results {
 		ratio, target := "-", "-"
 		if res.Ratio != 0 && !math.IsInf(res.Ratio, 0) {
