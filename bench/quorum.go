@@ -579,15 +579,22 @@ func straceSyncs(pids []int, window time.Duration) (int, error) {
 	time.Sleep(window)
 	cmd.Process.Signal(os.Interrupt)
 	cmd.Wait()
-	n := 0
-	for _, m := range straceRow.FindAllStringSubmatch(out.String(), -1) {
-		v, _ := strconv.Atoi(m[1])
-		n += v
-	}
+	n := parseStraceSyncs(out.String())
 	if n == 0 && !strings.Contains(out.String(), "attached") {
 		return 0, fmt.Errorf("strace attached nothing:\n%s", lastLines(out.String(), 10))
 	}
 	return n, nil
+}
+
+// parseStraceSyncs sums the calls of the fsync and fdatasync rows of
+// strace -c's summary.
+func parseStraceSyncs(out string) int {
+	n := 0
+	for _, m := range straceRow.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.Atoi(m[1])
+		n += v
+	}
+	return n
 }
 
 // rss is qq-rss: q.count persistent messages published with confirms
