@@ -106,8 +106,8 @@ const jAckRiskWindow = 10 * time.Second
 type jFaultReport struct {
 	jFault
 	// FirstConfirm is the time from the fault's start to the first
-	// confirm received after it (any publisher), -1 if none until the
-	// fault ended.
+	// confirm of a publish sent after it (any publisher), -1 if none
+	// until the fault ended: the queue's availability during the fault.
 	FirstConfirm time.Duration
 	// Recovered is the time from the fault's end to the first confirm of
 	// a publish sent after that end, -1 if none.
@@ -280,9 +280,11 @@ func checkJepsen(h jHistory) *jReport {
 	sort.Slice(confs, func(i, j int) bool { return confs[i].done.Before(confs[j].done) })
 	for _, f := range h.Faults {
 		fr := jFaultReport{jFault: f, FirstConfirm: -1, Recovered: -1}
-		i := sort.Search(len(confs), func(i int) bool { return confs[i].done.After(f.Start) })
-		if i < len(confs) && !confs[i].done.After(f.End) {
-			fr.FirstConfirm = confs[i].done.Sub(f.Start)
+		for j := sort.Search(len(confs), func(i int) bool { return confs[i].done.After(f.Start) }); j < len(confs) && !confs[j].done.After(f.End); j++ {
+			if confs[j].sent.After(f.Start) {
+				fr.FirstConfirm = confs[j].done.Sub(f.Start)
+				break
+			}
 		}
 		for j := sort.Search(len(confs), func(i int) bool { return confs[i].done.After(f.End) }); j < len(confs); j++ {
 			if confs[j].sent.After(f.End) {

@@ -166,7 +166,8 @@ func TestJepsenCheckerDeadLetter(t *testing.T) {
 // end.
 func TestJepsenCheckerRecovery(t *testing.T) {
 	j := newJHist("").fault("kill", 10, 20).fault("cut", 30, 35).
-		pub("a", jConfirmed, 9, 12.5).pub("b", jConfirmed, 19, 21).pub("c", jConfirmed, 21, 22.25).pub("d", jConfirmed, 36, 37)
+		pub("z", jConfirmed, 9.5, 10.1). // sent before the kill: not a sign of availability
+		pub("a", jConfirmed, 11, 12.5).pub("b", jConfirmed, 19, 21).pub("c", jConfirmed, 21, 22.25).pub("d", jConfirmed, 36, 37)
 	r := checkJepsen(j.h)
 	if len(r.Faults) != 2 {
 		t.Fatalf("faults: %+v", r.Faults)
