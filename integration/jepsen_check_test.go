@@ -16,14 +16,18 @@ package integration
 //     test sets no TTL, no length limit that dead-letters, no delivery
 //     limit: a reject is the only way into the DLQ).
 //   - duplicates: deliveries of an id after one of its earlier deliveries
-//     (in the same queue) was acked. Each must carry redelivered=true:
-//     the broker knew it had handed the message out. The publishers never
-//     send an id twice, so an id delivered with redelivered=false after an
-//     earlier delivery is a copy the broker made (a resend it did not
-//     dedup), except in the DLQ, where at-least-once dead-lettering (R1.14)
-//     may publish a dead letter again when the source's leader changed
-//     before the removal committed: such copies are counted apart and must
-//     fall within a fault.
+//     (in the same queue) was acked. Each must be a redelivery: of all the
+//     deliveries of an id in a queue, at most one may carry
+//     redelivered=false (the broker's first hand-out; every later one it
+//     knows it handed out before). The publishers never send an id twice,
+//     so a second unflagged delivery is a copy the broker made (a resend
+//     it did not dedup). The rule counts rather than orders: a consumer's
+//     node may pass on an old leader's first delivery after the new
+//     leader's redelivery of the same message, and that is no copy. In
+//     the DLQ, at-least-once dead-lettering (R1.14) may publish a dead
+//     letter again when the source's leader changed before the removal
+//     committed: such copies are counted apart and must fall within a
+//     fault.
 //   - a duplicate whose earlier ack was sent on a connection that failed
 //     later, or close to a fault, is counted as "ack possibly lost": the
 //     ack travelled to a leader that died or was cut off before it
@@ -223,8 +227,20 @@ func checkJepsen(h jHistory) *jReport {
 			unrejected[k.id] = true
 		}
 		var lastAck *jDel
+		fresh := false // a delivery with redelivered=false seen
 		for i := range ds {
 			d := ds[i]
+			if !d.Redelivered {
+				if fresh {
+					if inDLQ && wasRejected && duringFault(rejAt, d.At) {
+						r.Redeadlettered++
+					} else {
+						r.NotRedelivered = append(r.NotRedelivered, fmt.Sprintf("%s in %s: delivery %d of %d at %s has redelivered=false, as an earlier one",
+							k.id, k.queue, i+1, len(ds), jAt(h, d.At)))
+					}
+				}
+				fresh = true
+			}
 			if i > 0 {
 				if lastAck != nil {
 					r.Duplicates++
@@ -239,14 +255,6 @@ func checkJepsen(h jHistory) *jReport {
 					}
 				} else {
 					r.Redeliveries++
-				}
-				if !d.Redelivered {
-					if inDLQ && wasRejected && duringFault(rejAt, d.At) {
-						r.Redeadlettered++
-					} else {
-						r.NotRedelivered = append(r.NotRedelivered, fmt.Sprintf("%s in %s: delivery %d of %d at %s has redelivered=false",
-							k.id, k.queue, i+1, len(ds), jAt(h, d.At)))
-					}
 				}
 			}
 			if d.Action == jAck && !d.SettleFailed {

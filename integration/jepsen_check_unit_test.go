@@ -127,6 +127,13 @@ func TestJepsenCheckerDuplicates(t *testing.T) {
 	if _, fails = j.check(); !strings.Contains(fails, "without redelivered=true") {
 		t.Fatalf("a second delivery with redelivered=false passes: %q", fails)
 	}
+	// The old leader's first delivery passed on after the new leader's
+	// redelivery: one unflagged delivery, no copy.
+	j = newJHist("").fault("pause", 10, 15).pub("a", jConfirmed, 1, 1.1).
+		del("src", "a", 12, true, jAck).del("src", "a", 16, false, jAck)
+	if r, fails = j.check(); fails != "" || r.Duplicates != 1 {
+		t.Fatalf("a first delivery received after the redelivery: failures %q, duplicates %d", fails, r.Duplicates)
+	}
 }
 
 // TestJepsenCheckerDeadLetter: issue 14, must-show 1 (the checker, DLQ
