@@ -535,6 +535,9 @@ func (r *jepsenRun) fault(kind string) {
 	}
 	L := r.leader(target)
 	f := jFault{Kind: kind, Target: c.Name(L)}
+	if target == r.dlq {
+		f.Target += "(dlq)"
+	}
 	switch kind {
 	case "kill":
 		// kill -9 of the source's leader; liveness: the two others, up
@@ -731,9 +734,14 @@ func runJepsen(t *testing.T, variant string, declare func(ch *amqp.Channel, sour
 	stopPubs()
 	t.Logf("%s: publishers stopped", r.at())
 
-	// Drain: every confirmed message acked, the queues empty, quiet.
+	// Drain: every confirmed message acked, the queues empty, quiet; or
+	// the queues empty and quiet for 15 s with confirmed messages missing
+	// (lost: the checker reports them).
 	drainErr := testutil.UntilNil(jDrainTimeout, func() error {
-		if n := r.rec.unconsumed(); n > 0 {
+		r.rec.mu.Lock()
+		quiet := time.Since(r.rec.lastDel)
+		r.rec.mu.Unlock()
+		if n := r.rec.unconsumed(); n > 0 && quiet < 15*time.Second {
 			return fmt.Errorf("%d confirmed messages not consumed yet", n)
 		}
 		for _, q := range []string{r.source, r.dlq} {
@@ -748,9 +756,6 @@ func runJepsen(t *testing.T, variant string, declare func(ch *amqp.Channel, sour
 				return fmt.Errorf("%s holds %v messages", q, info["messages"])
 			}
 		}
-		r.rec.mu.Lock()
-		quiet := time.Since(r.rec.lastDel)
-		r.rec.mu.Unlock()
 		if quiet < 3*time.Second {
 			return errors.New("deliveries still arriving")
 		}
