@@ -66,6 +66,10 @@ type jPub struct {
 // jAction is what a consumer did with a delivery.
 type jAction uint8
 
+func (a jAction) String() string {
+	return [...]string{"no", "ack", "requeue", "reject"}[a]
+}
+
 const (
 	jNone    jAction = iota // not settled: the connection went first
 	jAck                    // basic.ack
@@ -125,6 +129,7 @@ type jReport struct {
 	Requeued, Rejected                    int
 	Redeliveries                          int // after a requeue or an unsettled delivery
 	Lost, Unexpected                      []string
+	LostDetail                            []string // the first lost ones' histories
 	DeadLetteredUnrejected                []string
 	Duplicates, DupRedelivered            int
 	DupAckAtRisk                          int      // earlier ack possibly lost in a fault
@@ -276,6 +281,21 @@ func checkJepsen(h jHistory) *jReport {
 		}
 	}
 	sort.Strings(r.Lost)
+	for _, id := range r.Lost[:min(len(r.Lost), 10)] {
+		p := pubs[id]
+		n, last := 0, ""
+		for _, k := range keys {
+			if k.id == id {
+				for _, d := range groups[k] {
+					n++
+					last = fmt.Sprintf("; last delivery in %s through n%d at %s, redelivered=%v, settled %v (failed %v)",
+						d.Queue, d.Node+1, jAt(h, d.At), d.Redelivered, d.Action, d.SettleFailed)
+				}
+			}
+		}
+		r.LostDetail = append(r.LostDetail, fmt.Sprintf("%s: published through n%d at %s, confirmed at %s, %d deliveries%s",
+			id, p.Node+1, jAt(h, p.Sent), jAt(h, p.Done), n, last))
+	}
 
 	// Confirm times, for each fault's recovery.
 	type conf struct{ sent, done time.Time }
@@ -345,6 +365,9 @@ func (r *jReport) String() string {
 	fmt.Fprintf(&b, "deliveries %d, consumed (distinct ids acked) %d, requeued %d, rejected %d, redeliveries after a requeue or an unsettled delivery %d\n",
 		r.Deliveries, r.Consumed, r.Requeued, r.Rejected, r.Redeliveries)
 	fmt.Fprintf(&b, "lost %d, unexpected %d, dead-lettered without a reject %d\n", len(r.Lost), len(r.Unexpected), len(r.DeadLetteredUnrejected))
+	for _, s := range r.LostDetail {
+		fmt.Fprintf(&b, "  lost %s\n", s)
+	}
 	fmt.Fprintf(&b, "duplicates (delivered again after an ack) %d: redelivered=true %d; earlier ack possibly lost in a fault %d, far from any fault %d; delivered again with redelivered=false %d\n",
 		r.Duplicates, r.DupRedelivered, r.DupAckAtRisk, len(r.DupUnexplained), len(r.NotRedelivered))
 	if r.DupAckAtRisk > 0 {
