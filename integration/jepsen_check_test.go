@@ -53,6 +53,7 @@ const (
 	jConfirmed                 // basic.ack: the broker took responsibility
 	jNacked                    // basic.nack: refused (may still have been enqueued)
 	jUnknown                   // connection lost or no confirm in time: either way
+	jReturned                  // basic.return (mandatory, unroutable), then acked: not enqueued
 )
 
 // jPub is one publish.
@@ -125,6 +126,7 @@ type jFaultReport struct {
 // jReport is the checker's verdict and the summary's counts.
 type jReport struct {
 	Published, Confirmed, Nacked, Unknown int
+	Returned                              int // unroutable (the node did not know the queue)
 	Deliveries, Consumed                  int // deliveries; distinct ids acked
 	Requeued, Rejected                    int
 	Redeliveries                          int // after a requeue or an unsettled delivery
@@ -153,6 +155,8 @@ func checkJepsen(h jHistory) *jReport {
 			r.Confirmed++
 		case jNacked:
 			r.Nacked++
+		case jReturned:
+			r.Returned++
 		default:
 			r.Unknown++
 		}
@@ -274,7 +278,7 @@ func checkJepsen(h jHistory) *jReport {
 		switch {
 		case p.Outcome == jConfirmed && !consumed[p.ID]:
 			r.Lost = append(r.Lost, p.ID)
-		case p.Outcome == jNacked && delivered[p.ID]:
+		case (p.Outcome == jNacked || p.Outcome == jReturned) && delivered[p.ID]:
 			r.NackedConsumed++
 		case (p.Outcome == jUnknown || p.Outcome == jPending) && delivered[p.ID]:
 			r.UnknownConsumed++
@@ -360,8 +364,8 @@ func (r *jReport) Failures() []string {
 // String is the summary.
 func (r *jReport) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "published %d: confirmed %d, nacked %d, unknown %d (connection lost or no confirm in time)\n",
-		r.Published, r.Confirmed, r.Nacked, r.Unknown)
+	fmt.Fprintf(&b, "published %d: confirmed %d, nacked %d, returned unroutable %d, unknown %d (connection lost or no confirm in time)\n",
+		r.Published, r.Confirmed, r.Nacked, r.Returned, r.Unknown)
 	fmt.Fprintf(&b, "deliveries %d, consumed (distinct ids acked) %d, requeued %d, rejected %d, redeliveries after a requeue or an unsettled delivery %d\n",
 		r.Deliveries, r.Consumed, r.Requeued, r.Rejected, r.Redeliveries)
 	fmt.Fprintf(&b, "lost %d, unexpected %d, dead-lettered without a reject %d\n", len(r.Lost), len(r.Unexpected), len(r.DeadLetteredUnrejected))
@@ -379,7 +383,7 @@ func (r *jReport) String() string {
 	if r.Redeadlettered > 0 {
 		fmt.Fprintf(&b, "dead letters published again during a fault (at-least-once, R1.14: the source's leader changed before the removal committed) %d\n", r.Redeadlettered)
 	}
-	fmt.Fprintf(&b, "nacked but consumed %d, unknown but consumed %d\n", r.NackedConsumed, r.UnknownConsumed)
+	fmt.Fprintf(&b, "nacked or returned but consumed %d, unknown but consumed %d\n", r.NackedConsumed, r.UnknownConsumed)
 	fmt.Fprintf(&b, "faults applied %d:\n", len(r.Faults))
 	dur := func(d time.Duration) string {
 		if d < 0 {

@@ -44,11 +44,11 @@ func (j *jHist) check() (*jReport, string) {
 
 // TestJepsenCheckerClean: issue 14, must-show 1 (the checker): a history
 // where every confirmed message is consumed once, a requeued one comes
-// back redelivered, a nacked one is never seen and an unknown one is
-// consumed, passes with the right counts.
+// back redelivered, a nacked and a returned (unroutable) one are never
+// seen and an unknown one is consumed, passes with the right counts.
 func TestJepsenCheckerClean(t *testing.T) {
 	j := newJHist("").
-		pub("a", jConfirmed, 1, 1.1).pub("b", jConfirmed, 1, 1.2).pub("c", jNacked, 2, 2.1).pub("d", jUnknown, 3, 3).
+		pub("a", jConfirmed, 1, 1.1).pub("b", jConfirmed, 1, 1.2).pub("c", jNacked, 2, 2.1).pub("d", jUnknown, 3, 3).pub("e", jReturned, 3, 3.1).
 		del("src", "a", 2, false, jAck).
 		del("src", "b", 2, false, jRequeue).del("src", "b", 3, true, jAck).
 		del("src", "d", 4, false, jAck)
@@ -56,7 +56,7 @@ func TestJepsenCheckerClean(t *testing.T) {
 	if fails != "" {
 		t.Fatalf("a correct history fails: %s", fails)
 	}
-	if r.Published != 4 || r.Confirmed != 2 || r.Nacked != 1 || r.Unknown != 1 || r.Consumed != 3 || r.Deliveries != 4 ||
+	if r.Published != 5 || r.Confirmed != 2 || r.Nacked != 1 || r.Unknown != 1 || r.Returned != 1 || r.Consumed != 3 || r.Deliveries != 4 ||
 		r.Requeued != 1 || r.Redeliveries != 1 || r.Duplicates != 0 || r.UnknownConsumed != 1 {
 		t.Fatalf("counts: %+v", r)
 	}

@@ -102,13 +102,14 @@ type jRecorder struct {
 	faults   []jFault
 	conns    int
 	consumed map[string]bool
+	ret      map[string]bool // returned unroutable
 	lastDel  time.Time
 	// publisher troubles, for the summary
 	confirmTimeouts, pubReconnects, conReconnects int
 }
 
 func newJRecorder() *jRecorder {
-	return &jRecorder{begin: time.Now(), broken: map[int]time.Time{}, consumed: map[string]bool{}}
+	return &jRecorder{begin: time.Now(), broken: map[int]time.Time{}, consumed: map[string]bool{}, ret: map[string]bool{}}
 }
 
 func (r *jRecorder) addPub(p jPub) int {
@@ -122,6 +123,14 @@ func (r *jRecorder) settlePub(i int, out jOutcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pubs[i].Outcome, r.pubs[i].Done = out, time.Now()
+}
+
+// returned marks a publish unroutable (basic.return), whatever its
+// confirm says.
+func (r *jRecorder) returned(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ret[id] = true
 }
 
 func (r *jRecorder) addDel(d jDel) int {
@@ -179,7 +188,7 @@ func (r *jRecorder) confirmedSince(mark, exclude int) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.pubs[mark:] {
-		if p.Outcome == jConfirmed && p.Node != exclude {
+		if p.Outcome == jConfirmed && p.Node != exclude && !r.ret[p.ID] {
 			return p.Done, true
 		}
 	}
@@ -192,7 +201,7 @@ func (r *jRecorder) unconsumed() int {
 	defer r.mu.Unlock()
 	n := 0
 	for _, p := range r.pubs {
-		if p.Outcome == jConfirmed && !r.consumed[p.ID] {
+		if p.Outcome == jConfirmed && !r.consumed[p.ID] && !r.ret[p.ID] {
 			n++
 		}
 	}
@@ -204,6 +213,11 @@ func (r *jRecorder) history(source, dlq string) jHistory {
 	defer r.mu.Unlock()
 	h := jHistory{Source: source, DLQ: dlq, Begin: r.begin, Broken: map[int]time.Time{}}
 	h.Pubs = append(h.Pubs, r.pubs...)
+	for i := range h.Pubs {
+		if r.ret[h.Pubs[i].ID] {
+			h.Pubs[i].Outcome = jReturned
+		}
+	}
 	h.Dels = append(h.Dels, r.dels...)
 	h.Faults = append(h.Faults, r.faults...)
 	for k, v := range r.broken {
@@ -303,6 +317,7 @@ func (r *jepsenRun) publishOn(conn *amqp.Connection, node, idx int, seq *int, in
 		return false
 	}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, jWindow+8))
+	returns := ch.NotifyReturn(make(chan amqp.Return, jWindow+8))
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	settle := func(cf amqp.Confirmation) {
 		if i, ok := pending[cf.DeliveryTag]; ok {
@@ -351,6 +366,15 @@ func (r *jepsenRun) publishOn(conn *amqp.Connection, node, idx int, seq *int, in
 			if stopPub == nil && len(pending) == 0 {
 				return true
 			}
+		case ret, ok := <-returns:
+			// Unroutable (mandatory): the node did not know the queue.
+			// The return comes before the publish's ack, which then
+			// does not count as a confirm.
+			if !ok {
+				returns = nil
+				continue
+			}
+			r.rec.returned(ret.MessageId)
 		case <-closed:
 			drain()
 			return stopPub == nil
@@ -377,7 +401,7 @@ func (r *jepsenRun) publishOn(conn *amqp.Connection, node, idx int, seq *int, in
 			tag := ch.GetNextPublishSeqNo()
 			i := r.rec.addPub(jPub{ID: id, Node: node, Sent: now})
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := ch.PublishWithContext(ctx, "", r.source, false, false, amqp.Publishing{
+			err := ch.PublishWithContext(ctx, "", r.source, true, false, amqp.Publishing{
 				DeliveryMode: amqp.Persistent, MessageId: id, Body: []byte(id)})
 			cancel()
 			pending[tag], sentAt[tag] = i, now
