@@ -302,11 +302,25 @@ func (r *jepsenRun) publisher(node, idx int) {
 // publisher is done (true).
 func (r *jepsenRun) publishOn(conn *amqp.Connection, node, idx int, seq *int, interval time.Duration) (done bool) {
 	pending := map[uint64]int{} // delivery tag -> index in the history
-	var sentAt = map[uint64]time.Time{}
+	sentAt := map[uint64]time.Time{}
+	var returns chan amqp.Return
 	defer func() {
 		jClose(conn)
 		for _, i := range pending {
 			r.rec.settlePub(i, jUnknown)
+		}
+		// A return comes before its publish's ack: every return of an
+		// ack read is in the channel already.
+		for returns != nil {
+			select {
+			case ret, ok := <-returns:
+				if !ok {
+					return
+				}
+				r.rec.returned(ret.MessageId)
+			default:
+				return
+			}
 		}
 	}()
 	ch, err := conn.Channel()
@@ -317,7 +331,7 @@ func (r *jepsenRun) publishOn(conn *amqp.Connection, node, idx int, seq *int, in
 		return false
 	}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, jWindow+8))
-	returns := ch.NotifyReturn(make(chan amqp.Return, jWindow+8))
+	returns = ch.NotifyReturn(make(chan amqp.Return, jWindow+8))
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	settle := func(cf amqp.Confirmation) {
 		if i, ok := pending[cf.DeliveryTag]; ok {
