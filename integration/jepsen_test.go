@@ -769,6 +769,11 @@ func runJepsen(t *testing.T, variant string, declare func(ch *amqp.Channel, sour
 		r.rec.addFault(f)
 		t.Logf("%s: restarted %s", r.at(), c.Name(i))
 	}
+	// The restarted cluster takes publishes again before they stop.
+	mark := r.rec.pubMark()
+	if !testutil.Until(jLivenessTimeout, func() bool { _, ok := r.rec.confirmedSince(mark, -1); return ok }) {
+		t.Errorf("no publish confirmed within %v of the rolling restart's end", jLivenessTimeout)
+	}
 	stopPubs()
 	t.Logf("%s: publishers stopped", r.at())
 
