@@ -407,6 +407,80 @@ func (c *procCluster) Heal(i int) {
 	}
 }
 
+// CutLink drops every byte between nodes i and j, both directions (a
+// partial partition: a majority ring cuts one link of three). Heal of
+// either node, or HealAll, restores it.
+func (c *procCluster) CutLink(i, j int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.proxies[i][j].SetMode(faultproxy.Drop)
+	c.proxies[j][i].SetMode(faultproxy.Drop)
+}
+
+// Partition splits the nodes into the given groups: every link between
+// nodes of different groups drops, links within a group pass.
+func (c *procCluster) Partition(groups ...[]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	group := make([]int, len(c.nodes))
+	for i := range group {
+		group[i] = -1
+	}
+	for g, nodes := range groups {
+		for _, i := range nodes {
+			group[i] = g
+		}
+	}
+	for i := range c.nodes {
+		for j := range c.nodes {
+			if i == j {
+				continue
+			}
+			if group[i] == group[j] && group[i] >= 0 && !c.cut[i] && !c.cut[j] {
+				c.proxies[i][j].SetMode(faultproxy.Pass)
+			} else {
+				c.proxies[i][j].SetMode(faultproxy.Drop)
+			}
+		}
+	}
+}
+
+// HealAll lets every link pass again, whatever cut it.
+func (c *procCluster) HealAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.nodes {
+		c.cut[i] = false
+		for j := range c.nodes {
+			if i != j {
+				c.proxies[i][j].SetMode(faultproxy.Pass)
+			}
+		}
+	}
+}
+
+// StartAll restarts the given nodes together (all launched, then each
+// awaited: a node may wait for a quorum while it starts), as after a
+// full cluster stop.
+func (c *procCluster) StartAll(nodes ...int) {
+	c.t.Helper()
+	for _, i := range nodes {
+		c.launch(i)
+	}
+	for _, i := range nodes {
+		c.waitUp(i)
+	}
+}
+
+// Paused reports whether node i is stopped by SIGSTOP.
+func (c *procCluster) Paused(i int) bool {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	paused := nd.paused
+	nd.mu.Unlock()
+	return paused && c.Running(i)
+}
+
 // Link is the proxy carrying node i's traffic to node j, for tests that
 // delay or reset one direction.
 func (c *procCluster) Link(i, j int) *faultproxy.Proxy { return c.proxies[i][j] }
