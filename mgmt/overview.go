@@ -34,6 +34,7 @@ func (s *Server) routes() {
 	s.handle("GET /api/nodes/{node}", lvlMonitoring, (*call).nodeGet)
 	s.healthRoutes()
 	s.clusterRoutes()
+	s.quorumRoutes()
 
 	s.connRoutes()
 	s.accessRoutes()

@@ -1,0 +1,397 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+)
+
+// Quorum queue membership operations (issue 14): add and delete a member,
+// move leadership, and what grow, shrink, rebalance and the quorum status
+// are built from. RabbitMQ's rabbit_quorum_queue is the model: the same
+// checks in the same order, the same reasons (its error atoms), the same
+// idempotence (adding a member already there or deleting one that is not
+// is ok).
+//
+// A change runs on the queue's leader (its ConfChange is the leader's to
+// propose): the management API routes it there. Adding a member is the
+// metadata command that puts the node in the queue record's Members (so
+// that the node, applying it, starts its group member empty, join=true)
+// and then the group's ConfChange; deleting one is the ConfChange first,
+// then the command (the node, applying it, deletes its member). A change
+// whose ConfChange fails is undone in the record, as RabbitMQ force-
+// deletes the server it started.
+//
+// A quorum queue that is not replicated (a single node) has one member,
+// its node: adding that node is ok, deleting it is last_node.
+
+// MemberError is a membership operation refused, with RabbitMQ's reason:
+// the error atom of rabbit_quorum_queue (not_found,
+// classic_queue_not_supported, not_quorum_queue, node_not_running,
+// last_node, timeout, ...).
+type MemberError struct {
+	Reason string
+	Err    error // the cause, when there is one
+}
+
+func (e *MemberError) Error() string {
+	if e.Err != nil {
+		return e.Reason + ": " + e.Err.Error()
+	}
+	return e.Reason
+}
+
+func (e *MemberError) Unwrap() error { return e.Err }
+
+func memberError(reason string) *MemberError { return &MemberError{Reason: reason} }
+
+// NotLeaderError is a change asked of a node that does not lead the queue
+// (any more): run it on Leader ("" while no leader is known).
+type NotLeaderError struct{ Leader string }
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "not_leader: the queue has no leader"
+	}
+	return "not_leader: the queue's leader is " + e.Leader
+}
+
+// QuorumInfo is a quorum queue's membership as this node knows it.
+type QuorumInfo struct {
+	VHost, Name string
+	// Members are the nodes of its group (its record's Members), sorted.
+	Members []string
+	// Leader is its leader as this node knows it ("" when unknown).
+	Leader string
+	// Replicated is false for a quorum queue without a Raft group (a
+	// single node): its one member is its node.
+	Replicated bool
+}
+
+// QuorumMemberStatus is one member's Raft state, for the quorum status
+// (RabbitMQ's rabbit_quorum_queue:status/2 rows).
+type QuorumMemberStatus struct {
+	Node           string
+	RaftState      string // leader, follower, candidate, pre_candidate; noproc when the member does not run
+	Membership     string // voter
+	LastLogIndex   uint64
+	LastWritten    uint64
+	LastApplied    uint64
+	CommitIndex    uint64
+	SnapshotIndex  uint64
+	Term           uint64
+	MachineVersion int
+	LogBytes       int64 // Warren's: the member's log size on disk
+	LogEntries     uint64
+}
+
+// quorumLookup finds a quorum queue for a membership operation, with
+// RabbitMQ's reasons for what is not one.
+func (b *Broker) quorumLookup(vhost, name string) (*Queue, error) {
+	v := b.VHost(vhost)
+	if v == nil {
+		return nil, memberError("not_found")
+	}
+	q := v.Queue(name)
+	if q == nil {
+		return nil, memberError("not_found")
+	}
+	switch q.Config.Type {
+	case QueueTypeQuorum:
+		return q, nil
+	case QueueTypeStream:
+		return nil, memberError("not_quorum_queue")
+	}
+	return nil, memberError("classic_queue_not_supported")
+}
+
+// QuorumQueueInfo returns a quorum queue's membership; a MemberError
+// not_found, classic_queue_not_supported or not_quorum_queue otherwise.
+func (b *Broker) QuorumQueueInfo(vhost, name string) (QuorumInfo, error) {
+	q, err := b.quorumLookup(vhost, name)
+	if err != nil {
+		return QuorumInfo{}, err
+	}
+	return b.quorumInfo(q), nil
+}
+
+// QuorumQueues lists every quorum queue's membership, by vhost and name.
+func (b *Broker) QuorumQueues() []QuorumInfo {
+	var out []QuorumInfo
+	for _, vn := range b.VHosts() {
+		v := b.VHost(vn)
+		if v == nil {
+			continue
+		}
+		for _, q := range v.Queues() {
+			if q.Config.Type == QueueTypeQuorum {
+				out = append(out, b.quorumInfo(q))
+			}
+		}
+	}
+	return out
+}
+
+func (b *Broker) quorumInfo(q *Queue) QuorumInfo {
+	info := QuorumInfo{VHost: q.vhost.Name, Name: q.Name}
+	if ms := q.qqMemberNodes(); ms != nil {
+		info.Members, info.Leader, info.Replicated = ms, q.HomeNode(), true
+		return info
+	}
+	home := q.Home
+	if home == "" {
+		home = b.node
+	}
+	info.Members, info.Leader = []string{home}, home
+	return info
+}
+
+// qqMemberNodes returns a replicated quorum queue's members, sorted; nil
+// for a queue without a group.
+func (q *Queue) qqMemberNodes() []string {
+	if q.qq == nil {
+		return nil
+	}
+	ms := slices.Clone(q.qqMembersRecord())
+	sort.Strings(ms)
+	return ms
+}
+
+// isClusterNode reports whether node is a member of the cluster (a single
+// node: itself).
+func (b *Broker) isClusterNode(node string) bool {
+	if b.node == "" {
+		return false
+	}
+	if node == b.node {
+		return true
+	}
+	return b.nodes != nil && slices.Contains(b.nodes(), node)
+}
+
+// AddQuorumMember adds a member on node to the quorum queue (RabbitMQ's
+// rabbit_quorum_queue:add_member): ok when node is a member already. It
+// runs on the queue's leader; elsewhere it answers *NotLeaderError. The
+// caller checked that node is a running member of the cluster (RabbitMQ's
+// node_not_running); a node outside the cluster is node_not_running here
+// too.
+func (b *Broker) AddQuorumMember(ctx context.Context, vhost, name, node string) error {
+	q, err := b.quorumLookup(vhost, name)
+	if err != nil {
+		return err
+	}
+	info := b.quorumInfo(q)
+	if !b.isClusterNode(node) {
+		return memberError("node_not_running")
+	}
+	if slices.Contains(info.Members, node) {
+		return nil // idempotent by design, as RabbitMQ
+	}
+	if !info.Replicated {
+		// A quorum queue without a group (never in a cluster with the
+		// replicated queues on) cannot grow.
+		return memberError("not_replicated")
+	}
+	return b.qqAddMember(ctx, q, node)
+}
+
+// DeleteQuorumMember deletes the member on node (RabbitMQ's
+// rabbit_quorum_queue:delete_member): ok when node is not a member,
+// last_node for the only one. It runs on the queue's leader; elsewhere
+// it answers *NotLeaderError. Deleting the leader's own member moves the
+// leadership away first and then answers *NotLeaderError with the new
+// leader, where the caller runs it again.
+func (b *Broker) DeleteQuorumMember(ctx context.Context, vhost, name, node string) error {
+	q, err := b.quorumLookup(vhost, name)
+	if err != nil {
+		return err
+	}
+	info := b.quorumInfo(q)
+	if !slices.Contains(info.Members, node) {
+		return nil // idempotent by design
+	}
+	if len(info.Members) == 1 {
+		return memberError("last_node")
+	}
+	return b.qqDeleteMember(ctx, q, node)
+}
+
+// TransferQuorumLeader moves the queue's leadership to the member on node
+// (what rebalance does). It runs on the leader; elsewhere it answers
+// *NotLeaderError. Ok when node leads already.
+func (b *Broker) TransferQuorumLeader(ctx context.Context, vhost, name, node string) error {
+	q, err := b.quorumLookup(vhost, name)
+	if err != nil {
+		return err
+	}
+	info := b.quorumInfo(q)
+	if info.Leader == node {
+		return nil
+	}
+	if !slices.Contains(info.Members, node) {
+		return memberError("not_a_member")
+	}
+	if !info.Replicated {
+		return memberError("not_replicated")
+	}
+	return b.qqTransferLeader(ctx, q, node)
+}
+
+// QuorumLocalStatus is this node's member of the queue's group, for the
+// quorum status; noproc when this node runs no member of it.
+func (b *Broker) QuorumLocalStatus(vhost, name string) (QuorumMemberStatus, error) {
+	q, err := b.quorumLookup(vhost, name)
+	if err != nil {
+		return QuorumMemberStatus{}, err
+	}
+	return b.qqLocalStatus(q), nil
+}
+
+// GrowTargets are the quorum queues grow adds a member on node to
+// (RabbitMQ's rabbit_quorum_queue:grow/4 selection): those matching the
+// vhost and queue patterns (regular expressions, unanchored as re:run),
+// without a member on node, and for strategy "even" with an even number
+// of members. An invalid pattern or strategy is an error.
+func (b *Broker) GrowTargets(node, vhostPattern, queuePattern, strategy string) ([]QuorumInfo, error) {
+	if strategy != "all" && strategy != "even" {
+		return nil, fmt.Errorf("strategy '%s' is not recognised.", strategy)
+	}
+	vre, err := regexp.Compile(vhostPattern)
+	if err != nil {
+		return nil, fmt.Errorf("vhost_pattern: %v", err)
+	}
+	qre, err := regexp.Compile(queuePattern)
+	if err != nil {
+		return nil, fmt.Errorf("queue_pattern: %v", err)
+	}
+	var out []QuorumInfo
+	for _, info := range b.QuorumQueues() {
+		if slices.Contains(info.Members, node) || strategy == "even" && len(info.Members)%2 != 0 {
+			continue
+		}
+		if vre.MatchString(info.VHost) && qre.MatchString(info.Name) {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// ShrinkTargets are the quorum queues with a member on node (RabbitMQ's
+// shrink_all/1 selection).
+func (b *Broker) ShrinkTargets(node string) []QuorumInfo {
+	var out []QuorumInfo
+	for _, info := range b.QuorumQueues() {
+		if slices.Contains(info.Members, node) {
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// LeaderMove is one leadership transfer of a rebalance.
+type LeaderMove struct {
+	VHost, Name string
+	From, To    string
+}
+
+// RebalancePlan evens the leaders of the quorum queues matching the
+// patterns out over the running nodes (RabbitMQ's
+// rabbit_amqqueue:rebalance/3): at most ceil(queues/nodes) leaders per
+// node; a node over that gives queues, one at a time, to the member of
+// the queue with the fewest leaders, while that member is under it.
+// Queues without a known leader stay where they are.
+func RebalancePlan(queues []QuorumInfo, running []string, vhostPattern, queuePattern string) ([]LeaderMove, error) {
+	vre, err := regexp.Compile(vhostPattern)
+	if err != nil {
+		return nil, fmt.Errorf("vhost_pattern: %v", err)
+	}
+	qre, err := regexp.Compile(queuePattern)
+	if err != nil {
+		return nil, fmt.Errorf("queue_pattern: %v", err)
+	}
+	if len(running) == 0 {
+		return nil, nil
+	}
+	isRunning := map[string]bool{}
+	for _, n := range running {
+		isRunning[n] = true
+	}
+	var qs []QuorumInfo
+	for _, q := range queues {
+		if q.Replicated && len(q.Members) > 1 && vre.MatchString(q.VHost) && qre.MatchString(q.Name) {
+			qs = append(qs, q)
+		}
+	}
+	byNode := map[string][]int{} // leader -> indices into qs
+	for i, q := range qs {
+		if q.Leader != "" {
+			byNode[q.Leader] = append(byNode[q.Leader], i)
+		}
+	}
+	max := len(qs) / len(running)
+	if len(qs)%len(running) != 0 {
+		max++
+	}
+	var moves []LeaderMove
+	nodes := make([]string, 0, len(byNode))
+	for n := range byNode {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	for _, from := range nodes {
+		for _, i := range slices.Clone(byNode[from]) {
+			if len(byNode[from]) <= max {
+				break
+			}
+			q := qs[i]
+			to := ""
+			for _, m := range q.Members {
+				if m == from || !isRunning[m] || len(byNode[m]) >= max {
+					continue
+				}
+				if to == "" || len(byNode[m]) < len(byNode[to]) {
+					to = m
+				}
+			}
+			if to == "" {
+				continue
+			}
+			byNode[from] = slices.DeleteFunc(byNode[from], func(j int) bool { return j == i })
+			byNode[to] = append(byNode[to], i)
+			moves = append(moves, LeaderMove{VHost: q.VHost, Name: q.Name, From: from, To: to})
+		}
+	}
+	return moves, nil
+}
+
+// errNoGroupHere is a change asked of a node that runs no member of the
+// queue's group.
+var errNoGroupHere = errors.New("no member of the queue's group runs on this node")
+
+// The group side, on H4's quorum queue state (filled in once it lands).
+
+func (q *Queue) qqMembersRecord() []string { return nil }
+
+func (b *Broker) qqAddMember(ctx context.Context, q *Queue, node string) error {
+	return &NotLeaderError{Leader: q.HomeNode()}
+}
+
+func (b *Broker) qqDeleteMember(ctx context.Context, q *Queue, node string) error {
+	return &NotLeaderError{Leader: q.HomeNode()}
+}
+
+func (b *Broker) qqTransferLeader(ctx context.Context, q *Queue, node string) error {
+	return &NotLeaderError{Leader: q.HomeNode()}
+}
+
+func (b *Broker) qqLocalStatus(q *Queue) QuorumMemberStatus {
+	info := b.quorumInfo(q)
+	st := QuorumMemberStatus{Node: b.node, RaftState: "noproc"}
+	if !info.Replicated && slices.Contains(info.Members, b.node) {
+		st.RaftState, st.Membership = "leader", "voter"
+	}
+	return st
+}
