@@ -26,7 +26,8 @@ import (
 // deletes the server it started.
 //
 // A quorum queue that is not replicated (a single node) has one member,
-// its node: adding that node is ok, deleting it is last_node.
+// its node: adding that node is ok, deleting it is last_node. A single
+// node's name is "" here (the management API shows its own).
 
 // MemberError is a membership operation refused, with RabbitMQ's reason:
 // the error atom of rabbit_quorum_queue (not_found,
@@ -161,10 +162,10 @@ func (q *Queue) qqMemberNodes() []string {
 }
 
 // isClusterNode reports whether node is a member of the cluster (a single
-// node: itself).
+// node: itself, "").
 func (b *Broker) isClusterNode(node string) bool {
 	if b.node == "" {
-		return false
+		return node == ""
 	}
 	if node == b.node {
 		return true

@@ -82,7 +82,35 @@ func (c *call) qqLookup() (vhost, name string, info broker.QuorumInfo, err error
 		return "", "", info, err
 	}
 	info, err = c.s.b.QuorumQueueInfo(v.Name, q.Name)
-	return v.Name, q.Name, info, err
+	return v.Name, q.Name, c.s.shownInfo(info), err
+}
+
+// bnode is a node as the broker names it: a single node's own name is "".
+func (s *Server) bnode(node string) string {
+	if s.cluster() == nil && node == s.node {
+		return ""
+	}
+	return node
+}
+
+// shown is a node of the broker's as the API shows it.
+func (s *Server) shown(node string) string {
+	if node == "" {
+		return s.node
+	}
+	return node
+}
+
+func (s *Server) shownInfo(info broker.QuorumInfo) broker.QuorumInfo {
+	if s.cluster() != nil {
+		return info
+	}
+	ms := make([]string, len(info.Members))
+	for i, m := range info.Members {
+		ms[i] = s.shown(m)
+	}
+	info.Members, info.Leader = ms, s.shown(info.Leader)
+	return info
 }
 
 // body reads the request body (once) for decoding and forwarding.
@@ -241,7 +269,7 @@ func (c *call) qqAddMember() error {
 		}
 	}
 	return c.relay(c.atLeader(vhost, name, c.escapedPath(), raw, http.StatusNoContent, func(ctx context.Context) error {
-		return c.s.b.AddQuorumMember(ctx, vhost, name, node)
+		return c.s.b.AddQuorumMember(ctx, vhost, name, c.s.bnode(node))
 	}))
 }
 
@@ -264,7 +292,7 @@ func (c *call) qqDeleteMember() error {
 		return memberFailed(err)
 	}
 	return c.relay(c.atLeader(vhost, name, c.escapedPath(), raw, http.StatusAccepted, func(ctx context.Context) error {
-		return c.s.b.DeleteQuorumMember(ctx, vhost, name, node)
+		return c.s.b.DeleteQuorumMember(ctx, vhost, name, c.s.bnode(node))
 	}))
 }
 
@@ -289,7 +317,7 @@ func (c *call) qqTransfer() error {
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), memberTimeout)
 	defer cancel()
-	if err := c.s.b.TransferQuorumLeader(ctx, vhost, name, node); err != nil {
+	if err := c.s.b.TransferQuorumLeader(ctx, vhost, name, c.s.bnode(node)); err != nil {
 		return memberFailed(err)
 	}
 	return c.noContent()
@@ -309,9 +337,9 @@ func (c *call) memberChange(info broker.QuorumInfo, node string, add bool) reply
 	sub.r = r2
 	return sub.atLeader(info.VHost, info.Name, path, body, ok, func(ctx context.Context) error {
 		if add {
-			return c.s.b.AddQuorumMember(ctx, info.VHost, info.Name, node)
+			return c.s.b.AddQuorumMember(ctx, info.VHost, info.Name, c.s.bnode(node))
 		}
-		return c.s.b.DeleteQuorumMember(ctx, info.VHost, info.Name, node)
+		return c.s.b.DeleteQuorumMember(ctx, info.VHost, info.Name, c.s.bnode(node))
 	})
 }
 
@@ -347,7 +375,7 @@ func (c *call) qqGrow() error {
 	if err := firstMissing([]string{"vhost_pattern", "queue_pattern", "strategy"}, b.VHostPattern, b.QueuePattern, b.Strategy); err != nil {
 		return err
 	}
-	targets, err := c.s.b.GrowTargets(node, *b.VHostPattern, *b.QueuePattern, *b.Strategy)
+	targets, err := c.s.b.GrowTargets(c.s.bnode(node), *b.VHostPattern, *b.QueuePattern, *b.Strategy)
 	if err != nil {
 		return badRequest(err.Error())
 	}
@@ -374,7 +402,7 @@ type shrinkResult struct {
 func (c *call) qqShrink() error {
 	node := c.pv("node")
 	results := []shrinkResult{}
-	for _, info := range c.s.b.ShrinkTargets(node) {
+	for _, info := range c.s.b.ShrinkTargets(c.s.bnode(node)) {
 		res := shrinkResult{VHost: info.VHost, Name: info.Name}
 		if r := c.memberChange(info, node, false); r.status < 300 {
 			res.Size, res.Result = len(info.Members)-1, "ok"
@@ -436,7 +464,8 @@ func (c *call) qqRebalance() error {
 
 // statusRow is one member of the quorum status: RabbitMQ 4.x's keys, and
 // Warren's log size.
-func statusRow(st broker.QuorumMemberStatus) map[string]any {
+func (s *Server) statusRow(st broker.QuorumMemberStatus) map[string]any {
+	st.Node = s.shown(st.Node)
 	return map[string]any{
 		"Node Name": st.Node, "Raft State": st.RaftState, "Membership": st.Membership,
 		"Last Log Index": st.LastLogIndex, "Last Written": st.LastWritten, "Last Applied": st.LastApplied,
@@ -465,7 +494,7 @@ func (c *call) qqStatus() error {
 		if err != nil {
 			return nil, err
 		}
-		return statusRow(st), nil
+		return c.s.statusRow(st), nil
 	}
 	rows := []any{}
 	if c.local || c.s.cluster() == nil {
@@ -491,7 +520,7 @@ func (c *call) qqStatus() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			down := statusRow(broker.QuorumMemberStatus{Node: m, RaftState: "nodedown"})
+			down := c.s.statusRow(broker.QuorumMemberStatus{Node: m, RaftState: "nodedown"})
 			ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
 			defer cancel()
 			st, body, err := c.s.cluster().Fetch(ctx, m, http.MethodGet, qqPath(vhost, name, "status"), nil)

@@ -1,0 +1,450 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testutil"
+	"github.com/warrenmq/warren/warrentest"
+)
+
+// Issue 14, membership: quorum queue members added and deleted, grown
+// onto and shrunk off a node, leaders rebalanced, and the quorum status,
+// over RabbitMQ 4.x's management endpoints, on an in-process 3-node
+// cluster driven with amqp091-go and HTTP. The same operations on a
+// 3-node RabbitMQ 3.10 cluster, compared: cluster_qq_members_diff_test.go.
+
+// qqWait bounds a membership change becoming visible.
+const qqWait = 20 * time.Second
+
+// qqNodeAPI is one Warren node's management API, as guest.
+func qqNodeAPI(t *testing.T, nd *warrentest.Node) *mgmtTarget {
+	return &mgmtTarget{t: t, kind: "warren", url: nd.MgmtURL(), amqpURL: nd.URL(), user: "guest", pass: "guest"}
+}
+
+// qqView is what the API shows of a quorum queue's membership.
+type qqView struct {
+	Leader  string
+	Members []string
+	Online  []string
+}
+
+func (v qqView) String() string {
+	return fmt.Sprintf("leader=%s members=%v online=%v", v.Leader, v.Members, v.Online)
+}
+
+func strList(v any) []string {
+	l, _ := v.([]any)
+	out := []string{}
+	for _, x := range l {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// qqViewOf reads GET /api/queues/{vhost}/{name}; ok false when it is not
+// 200.
+func qqViewOf(tg *mgmtTarget, vhost, name string) (qqView, bool) {
+	r := tg.do(http.MethodGet, "/api/queues/"+esc(vhost)+"/"+esc(name), nil)
+	if r.status != http.StatusOK {
+		return qqView{}, false
+	}
+	m, _ := r.json(tg.t).(map[string]any)
+	l, _ := m["leader"].(string)
+	return qqView{Leader: l, Members: strList(m["members"]), Online: strList(m["online"])}, true
+}
+
+// waitQQ polls the queue on tg until cond holds, and returns the view.
+func waitQQ(t *testing.T, tg *mgmtTarget, vhost, name, what string, cond func(qqView) bool) qqView {
+	t.Helper()
+	var last qqView
+	if !testutil.Until(qqWait, func() bool {
+		v, ok := qqViewOf(tg, vhost, name)
+		last = v
+		return ok && cond(v)
+	}) {
+		t.Fatalf("[%s %s] queue %s: %s: not within %v; last %s", tg.kind, tg.url, name, what, qqWait, last)
+	}
+	return last
+}
+
+// settled is a view whose members are want, all online, with a leader
+// among them.
+func settled(want ...string) func(qqView) bool {
+	sort.Strings(want)
+	return func(v qqView) bool {
+		return slices.Equal(v.Members, want) && slices.Equal(v.Online, want) && slices.Contains(want, v.Leader)
+	}
+}
+
+// qqStatusRows reads the quorum status: one row per member, by node.
+func qqStatusRows(t *testing.T, tg *mgmtTarget, vhost, name string) []map[string]any {
+	t.Helper()
+	r := tg.must(http.MethodGet, "/api/queues/quorum/"+esc(vhost)+"/"+esc(name)+"/status", nil, http.StatusOK)
+	l, _ := r.json(t).([]any)
+	var rows []map[string]any
+	for _, x := range l {
+		m, _ := x.(map[string]any)
+		rows = append(rows, m)
+	}
+	return rows
+}
+
+func declareQQ(t *testing.T, url, name string, args amqp.Table) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, quorumArgs(args)); err != nil {
+		t.Fatalf("declare %s: %v", name, err)
+	}
+}
+
+// publishConfirmed publishes n messages to queue name and waits for their
+// confirms.
+func qqPublishConfirmed(t *testing.T, url, name string, n int) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		dc, err := ch.PublishWithDeferredConfirm("", name, false, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(fmt.Sprintf("m%d", i))})
+		if err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		if ok, err := dc.WaitContext(t.Context()); !ok || err != nil {
+			t.Fatalf("message %d to %s not confirmed (%v, %v)", i, name, ok, err)
+		}
+	}
+}
+
+// getAll basic.gets (and acks) until n messages came or qqWait passed.
+func qqGetAll(t *testing.T, url, name string, n int) []string {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	testutil.Until(qqWait, func() bool {
+		for len(got) < n {
+			d, ok, err := ch.Get(name, false)
+			if err != nil {
+				t.Fatalf("get %s: %v", name, err)
+			}
+			if !ok {
+				return false
+			}
+			got = append(got, string(d.Body))
+			d.Ack(false)
+		}
+		return true
+	})
+	return got
+}
+
+// apiErr is a reply's status and RabbitMQ's reason.
+func apiErr(r mgmtResp) string { return fmt.Sprintf("%d %s", r.status, r.errorBody()) }
+
+// TestClusterQQMembersAPI: issue 14, membership over the API. A quorum
+// queue of a 3-node cluster shows its leader, members and online on
+// every node; deleting a member (202) and adding it back (204) through
+// any node change them there and everywhere, the quorum status lists one
+// row per member with one leader, and the messages confirmed before the
+// changes are all still there; deleting the leader's own member moves the
+// leadership; the errors are RabbitMQ's.
+func TestClusterQQMembersAPI(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	nodes := []string{warrentest.NodeName(0), warrentest.NodeName(1), warrentest.NodeName(2)}
+	api := []*mgmtTarget{qqNodeAPI(t, c.Node(0)), qqNodeAPI(t, c.Node(1)), qqNodeAPI(t, c.Node(2))}
+	const vh = "/"
+	q := "h8-members-" + randomSuffix()
+	declareQQ(t, c.Node(0).URL(), q, nil)
+	for _, tg := range api {
+		waitQQ(t, tg, vh, q, "three members", settled(nodes...))
+	}
+	qqPublishConfirmed(t, c.Node(1).URL(), q, 10)
+	path := "/api/queues/quorum/" + esc(vh) + "/" + esc(q)
+
+	t.Run("delete and add back", func(t *testing.T) {
+		api[1].t, api[0].t, api[2].t = t, t, t
+		api[1].must(http.MethodDelete, path+"/replicas/delete", map[string]string{"node": nodes[2]}, http.StatusAccepted)
+		for _, tg := range api {
+			waitQQ(t, tg, vh, q, "n3 deleted", settled(nodes[0], nodes[1]))
+		}
+		if rows := qqStatusRows(t, api[2], vh, q); len(rows) != 2 {
+			t.Fatalf("status after the delete: %d rows, want 2: %v", len(rows), rows)
+		}
+		// Deleting a member that is not one is ok (idempotent), as
+		// RabbitMQ.
+		api[0].must(http.MethodDelete, path+"/replicas/delete", map[string]string{"node": nodes[2]}, http.StatusAccepted)
+
+		api[2].must(http.MethodPost, path+"/replicas/add", map[string]string{"node": nodes[2]}, http.StatusNoContent)
+		for _, tg := range api {
+			waitQQ(t, tg, vh, q, "n3 back", settled(nodes...))
+		}
+		// Adding a member already there is ok.
+		api[0].must(http.MethodPost, path+"/replicas/add", map[string]string{"node": nodes[2]}, http.StatusNoContent)
+
+		// The quorum status: one row per member, by node, one leader,
+		// every member caught up with the same term and commit index.
+		var rows []map[string]any
+		if !testutil.Until(qqWait, func() bool {
+			rows = qqStatusRows(t, api[0], vh, q)
+			if len(rows) != 3 {
+				return false
+			}
+			leaders := 0
+			for i, r := range rows {
+				if r["Node Name"] != nodes[i] {
+					return false
+				}
+				if r["Raft State"] == "leader" {
+					leaders++
+				} else if r["Raft State"] != "follower" {
+					return false
+				}
+				if !jsonEqual(r["Term"], rows[0]["Term"]) || !jsonEqual(r["Commit Index"], rows[0]["Commit Index"]) {
+					return false
+				}
+			}
+			return leaders == 1
+		}) {
+			t.Fatalf("quorum status: want 3 rows by node, one leader, same term and commit index; got %v", rows)
+		}
+		for _, key := range []string{"Membership", "Last Log Index", "Last Written", "Last Applied", "Snapshot Index", "Machine Version"} {
+			if _, ok := rows[0][key]; !ok {
+				t.Errorf("quorum status row has no %q: %v", key, rows[0])
+			}
+		}
+		// The new member has the messages: stop the two others' members
+		// from leading by consuming through n3 after moving nothing; the
+		// messages confirmed before the changes are all there.
+		if got := qqGetAll(t, c.Node(2).URL(), q, 10); len(got) != 10 {
+			t.Fatalf("after delete and add: got %d of the 10 confirmed messages: %v", len(got), got)
+		}
+	})
+
+	t.Run("delete the leader's member", func(t *testing.T) {
+		api[1].t, api[0].t, api[2].t = t, t, t
+		v := waitQQ(t, api[0], vh, q, "settled", settled(nodes...))
+		old := v.Leader
+		qqPublishConfirmed(t, c.Node(0).URL(), q, 5)
+		api[0].must(http.MethodDelete, path+"/replicas/delete", map[string]string{"node": old}, http.StatusAccepted)
+		rest := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == old })
+		v = waitQQ(t, api[1], vh, q, "the old leader's member deleted", settled(rest...))
+		if v.Leader == old {
+			t.Fatalf("leader still %s after deleting its member", old)
+		}
+		if got := qqGetAll(t, c.Node(1).URL(), q, 5); len(got) != 5 {
+			t.Fatalf("after deleting the leader's member: got %d of the 5 confirmed messages", len(got))
+		}
+		api[2].must(http.MethodPost, path+"/replicas/add", map[string]string{"node": old}, http.StatusNoContent)
+		waitQQ(t, api[0], vh, q, "back to three", settled(nodes...))
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		tg := api[1]
+		tg.t = t
+		cq := "h8-classic-" + randomSuffix()
+		tg.must(http.MethodPut, "/api/queues/%2F/"+esc(cq), map[string]any{"durable": true}, http.StatusCreated)
+		one := "h8-one-" + randomSuffix()
+		declareQQ(t, c.Node(1).URL(), one, amqp.Table{"x-quorum-initial-group-size": 1})
+		waitQQ(t, tg, vh, one, "one member", settled(nodes[1]))
+		mgmt := tg.newUser(t, "h8mgmt", "management")
+		for _, tc := range []struct {
+			what, user, method, path string
+			body                     any
+			want                     string
+		}{
+			{"unknown queue", "", http.MethodPost, "/api/queues/quorum/%2F/h8-nosuch/replicas/add", map[string]string{"node": nodes[0]}, "404 Object Not Found: Not Found"},
+			{"unknown vhost", "", http.MethodDelete, "/api/queues/quorum/h8-novhost/" + esc(q) + "/replicas/delete", map[string]string{"node": nodes[0]}, "404 Object Not Found: Not Found"},
+			{"classic queue", "", http.MethodPost, "/api/queues/quorum/%2F/" + esc(cq) + "/replicas/add", map[string]string{"node": nodes[0]}, "503 service_unavailable: classic_queue_not_supported"},
+			{"classic queue delete", "", http.MethodDelete, "/api/queues/quorum/%2F/" + esc(cq) + "/replicas/delete", map[string]string{"node": nodes[0]}, "503 service_unavailable: classic_queue_not_supported"},
+			{"unknown node", "", http.MethodPost, path + "/replicas/add", map[string]string{"node": "warren@nosuch"}, "503 service_unavailable: node_not_running"},
+			{"no node", "", http.MethodPost, path + "/replicas/add", map[string]string{}, "400 bad_request: [{key_missing,node}]"},
+			{"last member", "", http.MethodDelete, "/api/queues/quorum/%2F/" + esc(one) + "/replicas/delete", map[string]string{"node": nodes[1]}, "503 service_unavailable: last_node"},
+			{"not admin", mgmt, http.MethodPost, path + "/replicas/add", map[string]string{"node": nodes[0]}, "401 not_authorised: Not administrator user"},
+			{"not admin grow", mgmt, http.MethodPost, "/api/queues/quorum/replicas/on/" + esc(nodes[0]) + "/grow", map[string]string{"vhost_pattern": ".*", "queue_pattern": ".*", "strategy": "all"}, "401 not_authorised: Not administrator user"},
+			{"not admin rebalance", mgmt, http.MethodPost, "/api/rebalance/queues", nil, "401 not_authorised: Not administrator user"},
+			{"status of a classic queue", "", http.MethodGet, "/api/queues/quorum/%2F/" + esc(cq) + "/status", nil, `503 raw:{"reason":"classic_queue_not_supported","status":"failed"}`},
+			{"status of an unknown queue", "", http.MethodGet, "/api/queues/quorum/%2F/h8-nosuch/status", nil, "404 Object Not Found: Not Found"},
+			{"grow onto an unknown node", "", http.MethodPost, "/api/queues/quorum/replicas/on/warren@nosuch/grow", map[string]string{"vhost_pattern": ".*", "queue_pattern": ".*", "strategy": "all"}, "404 Object Not Found: Not Found"},
+			{"grow without a strategy", "", http.MethodPost, "/api/queues/quorum/replicas/on/" + esc(nodes[0]) + "/grow", map[string]string{"vhost_pattern": ".*", "queue_pattern": ".*"}, "400 bad_request: [{key_missing,strategy}]"},
+		} {
+			var r mgmtResp
+			if tc.user != "" {
+				r = tg.doAs(tc.user, tc.user, tc.method, tc.path, tc.body)
+			} else {
+				r = tg.do(tc.method, tc.path, tc.body)
+			}
+			if got := apiErr(r); got != tc.want {
+				t.Errorf("%s: %s %s: got %s, want %s", tc.what, tc.method, tc.path, got, tc.want)
+			}
+		}
+		// The status is for every management user (not only admins).
+		if r := tg.doAs(mgmt, mgmt, http.MethodGet, path+"/status", nil); r.status != http.StatusOK {
+			t.Errorf("status as a management user: %s", r)
+		}
+		// Nothing changed.
+		waitQQ(t, tg, vh, q, "unchanged", settled(nodes...))
+		waitQQ(t, tg, vh, one, "unchanged", settled(nodes[1]))
+	})
+}
+
+// TestClusterQQGrowShrinkRebalance: issue 14, grow, shrink and rebalance
+// over the API. Three single-member quorum queues declared on node 1
+// grow onto node 2 (strategy all, a queue pattern leaving a fourth queue
+// out) and then onto node 3 (strategy even: only those with an even
+// number of members); rebalance moves two of the three leaders off node
+// 1, one per node; shrink takes node 2's members off, reporting each
+// queue.
+func TestClusterQQGrowShrinkRebalance(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	nodes := []string{warrentest.NodeName(0), warrentest.NodeName(1), warrentest.NodeName(2)}
+	tg := qqNodeAPI(t, c.Node(2))
+	const vh = "/"
+	prefix := "h8-grow-" + randomSuffix() + "-"
+	qs := []string{prefix + "a", prefix + "b", prefix + "c"}
+	other := "h8-other-" + randomSuffix()
+	for _, q := range append(slices.Clone(qs), other) {
+		declareQQ(t, c.Node(0).URL(), q, amqp.Table{"x-quorum-initial-group-size": 1})
+		waitQQ(t, tg, vh, q, "one member on n1", settled(nodes[0]))
+	}
+	grow := func(node, strategy string) {
+		tg.must(http.MethodPost, "/api/queues/quorum/replicas/on/"+esc(node)+"/grow",
+			map[string]string{"vhost_pattern": "^/$", "queue_pattern": "^" + prefix, "strategy": strategy}, http.StatusNoContent)
+	}
+	grow(nodes[1], "all")
+	for _, q := range qs {
+		waitQQ(t, tg, vh, q, "grown onto n2", settled(nodes[0], nodes[1]))
+	}
+	if v, _ := qqViewOf(tg, vh, other); !slices.Equal(v.Members, []string{nodes[0]}) {
+		t.Fatalf("queue %s outside the pattern grew: %s", other, v)
+	}
+	// Even: the queues with 2 members get a third; the others keep theirs.
+	single := prefix + "single"
+	declareQQ(t, c.Node(0).URL(), single, amqp.Table{"x-quorum-initial-group-size": 1})
+	waitQQ(t, tg, vh, single, "one member", settled(nodes[0]))
+	grow(nodes[2], "even")
+	for _, q := range qs {
+		waitQQ(t, tg, vh, q, "grown onto n3", settled(nodes...))
+	}
+	if v, _ := qqViewOf(tg, vh, single); !slices.Equal(v.Members, []string{nodes[0]}) {
+		t.Fatalf("grow even added to %s, which had an odd number of members: %s", single, v)
+	}
+	tg.must(http.MethodDelete, "/api/queues/%2F/"+esc(single), nil, http.StatusNoContent)
+	tg.must(http.MethodDelete, "/api/queues/%2F/"+esc(other), nil, http.StatusNoContent)
+
+	// Rebalance: every leader is on n1 (the queues were declared there
+	// with one member); afterwards each node leads one.
+	leaders := func() map[string]int {
+		m := map[string]int{}
+		for _, q := range qs {
+			v, _ := qqViewOf(tg, vh, q)
+			m[v.Leader]++
+		}
+		return m
+	}
+	if l := leaders(); l[nodes[0]] != 3 {
+		t.Fatalf("before the rebalance: leaders %v, want all 3 on %s", l, nodes[0])
+	}
+	tg.must(http.MethodPost, "/api/rebalance/queues", nil, http.StatusNoContent)
+	var l map[string]int
+	if !testutil.Until(qqWait, func() bool {
+		l = leaders()
+		return l[nodes[0]] == 1 && l[nodes[1]] == 1 && l[nodes[2]] == 1
+	}) {
+		t.Fatalf("after the rebalance: leaders %v, want one per node", l)
+	}
+
+	// Shrink n2: 202, and each queue's result.
+	r := tg.must(http.MethodDelete, "/api/queues/quorum/replicas/on/"+esc(nodes[1])+"/shrink", nil, http.StatusAccepted)
+	res, _ := r.json(t).([]any)
+	var got []string
+	for _, x := range res {
+		m, _ := x.(map[string]any)
+		if strings.HasPrefix(qqStr(m["name"]), prefix) {
+			got = append(got, fmt.Sprintf("%s %s %v %s", m["vhost"], m["name"], m["size"], m["result"]))
+		}
+	}
+	var want []string
+	for _, q := range qs {
+		want = append(want, fmt.Sprintf("/ %s 2 ok", q))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("shrink results:\n got %q\nwant %q", got, want)
+	}
+	for _, q := range qs {
+		waitQQ(t, tg, vh, q, "n2 shrunk off", settled(nodes[0], nodes[2]))
+	}
+}
+
+// TestQQMembersSingleNode: issue 14, membership of a single node's quorum
+// queue (no Raft group): its one member is the node, adding it is ok,
+// adding another is node_not_running, deleting it is last_node, and the
+// quorum status has one row, the leader (what RabbitMQ 3.10 answers on a
+// single node: checked with rabbitmq-queues against the reference node).
+func TestQQMembersSingleNode(t *testing.T) {
+	b := warrentest.Start(t)
+	tg := &mgmtTarget{t: t, kind: "warren", url: b.MgmtURL(), amqpURL: b.URL(), user: "guest", pass: "guest"}
+	q := "h8-single-" + randomSuffix()
+	declareQQ(t, b.URL(), q, nil)
+	v, ok := qqViewOf(tg, "/", q)
+	if !ok {
+		t.Fatal("queue not found")
+	}
+	node := qqStr(tg.getJSON("/api/overview").(map[string]any)["node"])
+	path := "/api/queues/quorum/%2F/" + esc(q)
+	rows := qqStatusRows(t, tg, "/", q)
+	if len(rows) != 1 || rows[0]["Node Name"] != node || rows[0]["Raft State"] != "leader" {
+		t.Fatalf("status: %v, want one row, %s leader (queue view %s)", rows, node, v)
+	}
+	tg.must(http.MethodPost, path+"/replicas/add", map[string]string{"node": node}, http.StatusNoContent)
+	if got := apiErr(tg.do(http.MethodPost, path+"/replicas/add", map[string]string{"node": "warren@nosuch"})); got != "503 service_unavailable: node_not_running" {
+		t.Errorf("add an unknown node: %s", got)
+	}
+	if got := apiErr(tg.do(http.MethodDelete, path+"/replicas/delete", map[string]string{"node": node})); got != "503 service_unavailable: last_node" {
+		t.Errorf("delete the only member: %s", got)
+	}
+	tg.must(http.MethodDelete, path+"/replicas/delete", map[string]string{"node": "warren@nosuch"}, http.StatusAccepted)
+	r := tg.must(http.MethodDelete, "/api/queues/quorum/replicas/on/"+esc(node)+"/shrink", nil, http.StatusAccepted)
+	if got := string(r.body); !strings.Contains(got, `"result":"error: the last node cannot be removed"`) {
+		t.Errorf("shrink the only node: %s", got)
+	}
+	tg.must(http.MethodPost, "/api/queues/quorum/replicas/on/"+esc(node)+"/grow",
+		map[string]string{"vhost_pattern": ".*", "queue_pattern": ".*", "strategy": "all"}, http.StatusNoContent)
+	tg.must(http.MethodPost, "/api/rebalance/queues", nil, http.StatusNoContent)
+}
+
+func qqStr(v any) string { s, _ := v.(string); return s }
