@@ -60,8 +60,8 @@ func (e *NotLeaderError) Error() string {
 	return "not_leader: the queue's leader is " + e.Leader
 }
 
-// QuorumInfo is a quorum queue's membership as this node knows it.
-type QuorumInfo struct {
+// QuorumMembership is a quorum queue's membership as this node knows it.
+type QuorumMembership struct {
 	VHost, Name string
 	// Members are the nodes of its group (its record's Members), sorted.
 	Members []string
@@ -109,19 +109,19 @@ func (b *Broker) quorumLookup(vhost, name string) (*Queue, error) {
 	return nil, memberError("classic_queue_not_supported")
 }
 
-// QuorumQueueInfo returns a quorum queue's membership; a MemberError
+// QuorumMembershipOf returns a quorum queue's membership; a MemberError
 // not_found, classic_queue_not_supported or not_quorum_queue otherwise.
-func (b *Broker) QuorumQueueInfo(vhost, name string) (QuorumInfo, error) {
+func (b *Broker) QuorumMembershipOf(vhost, name string) (QuorumMembership, error) {
 	q, err := b.quorumLookup(vhost, name)
 	if err != nil {
-		return QuorumInfo{}, err
+		return QuorumMembership{}, err
 	}
-	return b.quorumInfo(q), nil
+	return b.membership(q), nil
 }
 
 // QuorumQueues lists every quorum queue's membership, by vhost and name.
-func (b *Broker) QuorumQueues() []QuorumInfo {
-	var out []QuorumInfo
+func (b *Broker) QuorumMemberships() []QuorumMembership {
+	var out []QuorumMembership
 	for _, vn := range b.VHosts() {
 		v := b.VHost(vn)
 		if v == nil {
@@ -129,15 +129,15 @@ func (b *Broker) QuorumQueues() []QuorumInfo {
 		}
 		for _, q := range v.Queues() {
 			if q.Config.Type == QueueTypeQuorum {
-				out = append(out, b.quorumInfo(q))
+				out = append(out, b.membership(q))
 			}
 		}
 	}
 	return out
 }
 
-func (b *Broker) quorumInfo(q *Queue) QuorumInfo {
-	info := QuorumInfo{VHost: q.vhost.Name, Name: q.Name}
+func (b *Broker) membership(q *Queue) QuorumMembership {
+	info := QuorumMembership{VHost: q.vhost.Name, Name: q.Name}
 	if ms := q.qqMemberNodes(); ms != nil {
 		info.Members, info.Leader, info.Replicated = ms, q.HomeNode(), true
 		return info
@@ -184,7 +184,7 @@ func (b *Broker) AddQuorumMember(ctx context.Context, vhost, name, node string) 
 	if err != nil {
 		return err
 	}
-	info := b.quorumInfo(q)
+	info := b.membership(q)
 	if !b.isClusterNode(node) {
 		return memberError("node_not_running")
 	}
@@ -210,7 +210,7 @@ func (b *Broker) DeleteQuorumMember(ctx context.Context, vhost, name, node strin
 	if err != nil {
 		return err
 	}
-	info := b.quorumInfo(q)
+	info := b.membership(q)
 	if !slices.Contains(info.Members, node) {
 		return nil // idempotent by design
 	}
@@ -228,7 +228,7 @@ func (b *Broker) TransferQuorumLeader(ctx context.Context, vhost, name, node str
 	if err != nil {
 		return err
 	}
-	info := b.quorumInfo(q)
+	info := b.membership(q)
 	if info.Leader == node {
 		return nil
 	}
@@ -256,7 +256,7 @@ func (b *Broker) QuorumLocalStatus(vhost, name string) (QuorumMemberStatus, erro
 // vhost and queue patterns (regular expressions, unanchored as re:run),
 // without a member on node, and for strategy "even" with an even number
 // of members. An invalid pattern or strategy is an error.
-func (b *Broker) GrowTargets(node, vhostPattern, queuePattern, strategy string) ([]QuorumInfo, error) {
+func (b *Broker) GrowTargets(node, vhostPattern, queuePattern, strategy string) ([]QuorumMembership, error) {
 	if strategy != "all" && strategy != "even" {
 		return nil, fmt.Errorf("strategy '%s' is not recognised.", strategy)
 	}
@@ -268,8 +268,8 @@ func (b *Broker) GrowTargets(node, vhostPattern, queuePattern, strategy string) 
 	if err != nil {
 		return nil, fmt.Errorf("queue_pattern: %v", err)
 	}
-	var out []QuorumInfo
-	for _, info := range b.QuorumQueues() {
+	var out []QuorumMembership
+	for _, info := range b.QuorumMemberships() {
 		if slices.Contains(info.Members, node) || strategy == "even" && len(info.Members)%2 != 0 {
 			continue
 		}
@@ -282,9 +282,9 @@ func (b *Broker) GrowTargets(node, vhostPattern, queuePattern, strategy string) 
 
 // ShrinkTargets are the quorum queues with a member on node (RabbitMQ's
 // shrink_all/1 selection).
-func (b *Broker) ShrinkTargets(node string) []QuorumInfo {
-	var out []QuorumInfo
-	for _, info := range b.QuorumQueues() {
+func (b *Broker) ShrinkTargets(node string) []QuorumMembership {
+	var out []QuorumMembership
+	for _, info := range b.QuorumMemberships() {
 		if slices.Contains(info.Members, node) {
 			out = append(out, info)
 		}
@@ -304,7 +304,7 @@ type LeaderMove struct {
 // node; a node over that gives queues, one at a time, to the member of
 // the queue with the fewest leaders, while that member is under it.
 // Queues without a known leader stay where they are.
-func RebalancePlan(queues []QuorumInfo, running []string, vhostPattern, queuePattern string) ([]LeaderMove, error) {
+func RebalancePlan(queues []QuorumMembership, running []string, vhostPattern, queuePattern string) ([]LeaderMove, error) {
 	vre, err := regexp.Compile(vhostPattern)
 	if err != nil {
 		return nil, fmt.Errorf("vhost_pattern: %v", err)
@@ -320,7 +320,7 @@ func RebalancePlan(queues []QuorumInfo, running []string, vhostPattern, queuePat
 	for _, n := range running {
 		isRunning[n] = true
 	}
-	var qs []QuorumInfo
+	var qs []QuorumMembership
 	for _, q := range queues {
 		if q.Replicated && len(q.Members) > 1 && vre.MatchString(q.VHost) && qre.MatchString(q.Name) {
 			qs = append(qs, q)
@@ -389,7 +389,7 @@ func (b *Broker) qqTransferLeader(ctx context.Context, q *Queue, node string) er
 }
 
 func (b *Broker) qqLocalStatus(q *Queue) QuorumMemberStatus {
-	info := b.quorumInfo(q)
+	info := b.membership(q)
 	st := QuorumMemberStatus{Node: b.node, RaftState: "noproc"}
 	if !info.Replicated && slices.Contains(info.Members, b.node) {
 		st.RaftState, st.Membership = "leader", "voter"

@@ -377,6 +377,9 @@ const (
 // appended to the queue's log first; r (nil when nobody waits for it)
 // collects the logs that a publisher confirm must wait for.
 func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
+	if q.qq != nil { // a replicated quorum queue (issue 14)
+		return q.qqPublish(m, r)
+	}
 	if !q.IsLocal() {
 		return q.forward(m, r)
 	}
@@ -469,12 +472,18 @@ func (q *Queue) goneLocked(e *entry) {
 	if e.ondisk && q.disk != nil {
 		q.disk.ack1(e.seq, e.seg)
 	}
+	if q.qq != nil {
+		q.qq.removeLocked(e.seq)
+	}
 }
 
 // gone is goneLocked for a machine entry.
 func (q *Queue) gone(e *qentry) {
 	if e.OnDisk && q.disk != nil {
 		q.disk.ack1(e.Seq, e.Seg)
+	}
+	if q.qq != nil {
+		q.qq.removeLocked(e.Seq)
 	}
 }
 
@@ -486,6 +495,9 @@ type qeffects Queue
 // Deliver offers e to consumer c through its sink (Sink.Deliver).
 func (f *qeffects) Deliver(c *mconsumer, e qentry) bool {
 	q := (*Queue)(f)
+	if q.qq != nil && !q.qq.leasedLocked(e.Seq) {
+		return false // until the lease covers it (qqleader.go)
+	}
 	k := c.Ref
 	return k.Sink.Deliver(k, q.delivery(&e, k.Tag, c, c.Next()))
 }
@@ -504,6 +516,9 @@ func (f *qeffects) Requeued(e qentry, seq uint64, delayUntil int64) {
 	q := (*Queue)(f)
 	if e.OnDisk && q.disk != nil {
 		q.disk.requeue(e.Seq, seq, e.DeliveryCount, e.Acquired, delayUntil)
+	}
+	if q.qq != nil {
+		q.qq.returnedLocked(&e, seq, delayUntil)
 	}
 }
 
@@ -676,7 +691,9 @@ func (q *Queue) Ack(ds []Delivery) {
 	q.settledLocked(ds)
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
-			q.m.Ack(h, ds[i].Seq, ds[i].ck)
+			if e, ok := q.m.Ack(h, ds[i].Seq, ds[i].ck); ok && q.qq != nil {
+				q.qq.removeLocked(e.Seq)
+			}
 		}
 	}
 	if q.disk == nil {
@@ -748,6 +765,9 @@ func (q *Queue) Purge() int {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.qq != nil {
+		q.qq.purgeLocked()
+	}
 	q.purgeDiskLocked()
 	q.purgeSpillLocked()
 	// RabbitMQ 4.3 purge also drops pending at-least-once dead letters.

@@ -40,7 +40,7 @@ func (v qqView) String() string {
 	return fmt.Sprintf("leader=%s members=%v online=%v", v.Leader, v.Members, v.Online)
 }
 
-func strList(v any) []string {
+func qqStrList(v any) []string {
 	l, _ := v.([]any)
 	out := []string{}
 	for _, x := range l {
@@ -60,7 +60,7 @@ func qqViewOf(tg *mgmtTarget, vhost, name string) (qqView, bool) {
 	}
 	m, _ := r.json(tg.t).(map[string]any)
 	l, _ := m["leader"].(string)
-	return qqView{Leader: l, Members: strList(m["members"]), Online: strList(m["online"])}, true
+	return qqView{Leader: l, Members: qqStrList(m["members"]), Online: qqStrList(m["online"])}, true
 }
 
 // waitQQ polls the queue on tg until cond holds, and returns the view.

@@ -76,12 +76,12 @@ func memberFailed(err error) *apiError {
 
 // qqLookup is resource_exists of the per-queue endpoints: 404 for an
 // unknown vhost or queue (or a vhost the user may not see: 401).
-func (c *call) qqLookup() (vhost, name string, info broker.QuorumInfo, err error) {
+func (c *call) qqLookup() (vhost, name string, info broker.QuorumMembership, err error) {
 	v, q, err := c.queue()
 	if err != nil {
 		return "", "", info, err
 	}
-	info, err = c.s.b.QuorumQueueInfo(v.Name, q.Name)
+	info, err = c.s.b.QuorumMembershipOf(v.Name, q.Name)
 	return v.Name, q.Name, c.s.shownInfo(info), err
 }
 
@@ -101,7 +101,7 @@ func (s *Server) shown(node string) string {
 	return node
 }
 
-func (s *Server) shownInfo(info broker.QuorumInfo) broker.QuorumInfo {
+func (s *Server) shownInfo(info broker.QuorumMembership) broker.QuorumMembership {
 	if s.cluster() != nil {
 		return info
 	}
@@ -325,7 +325,7 @@ func (c *call) qqTransfer() error {
 
 // memberChange runs one queue's add (or delete) for grow (shrink) where
 // the queue leads, as the per-queue endpoint would.
-func (c *call) memberChange(info broker.QuorumInfo, node string, add bool) reply {
+func (c *call) memberChange(info broker.QuorumMembership, node string, add bool) reply {
 	body, _ := json.Marshal(map[string]string{"node": node})
 	path, method, ok := qqPath(info.VHost, info.Name, "replicas", "add"), http.MethodPost, http.StatusNoContent
 	if !add {
@@ -441,7 +441,7 @@ func (c *call) qqRebalance() error {
 	}
 	defer rebalanceMu.Unlock()
 	c.s.log.Info("queue rebalance started", "user", c.user.Name)
-	moves, err := broker.RebalancePlan(c.s.b.QuorumQueues(), c.s.running(), b.VHostPattern, b.QueuePattern)
+	moves, err := broker.RebalancePlan(c.s.b.QuorumMemberships(), c.s.running(), b.VHostPattern, b.QueuePattern)
 	if err != nil {
 		return badRequest(err.Error())
 	}
