@@ -352,6 +352,8 @@ func (b *Broker) apply(c *command) error {
 	case opExclusiveDrop:
 		v.deleteExclusiveLocal(c.Conn)
 		return nil
+	case opQueueMembers: // issue 14, qqmembers.go
+		return v.applyQueueMembers(c)
 	case opBind:
 		return v.bindLocal(c.Source, c.Dest, c.ToExchange, c.Key, args, c.Conn)
 	case opUnbind:

@@ -46,7 +46,7 @@ func (b *Broker) quorumMembers(s QueueSpec) []string {
 	size = min(size, len(nodes))
 	count := map[string]int{}
 	for _, q := range b.quorumQueues() {
-		for _, m := range q.qq.members {
+		for _, m := range q.qq.memberList() {
 			count[m]++
 		}
 	}
@@ -265,7 +265,7 @@ func (q *Queue) QuorumInfo(up func(node string) bool) (QuorumInfo, bool) {
 	if s == nil {
 		return QuorumInfo{}, false
 	}
-	info := QuorumInfo{Leader: s.leaderNode(), Members: slices.Clone(s.members)}
+	info := QuorumInfo{Leader: s.leaderNode(), Members: s.memberList()}
 	s.smu.Lock()
 	g := s.g
 	s.smu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"time"
 )
 
 // Quorum queue membership operations (issue 14): add and delete a member,
@@ -368,31 +369,265 @@ func RebalancePlan(queues []QuorumMembership, running []string, vhostPattern, qu
 	return moves, nil
 }
 
-// errNoGroupHere is a change asked of a node that runs no member of the
-// queue's group.
-var errNoGroupHere = errors.New("no member of the queue's group runs on this node")
 
-// The group side, on H4's quorum queue state (filled in once it lands).
+// --- the group side ---
 
-func (q *Queue) qqMembersRecord() []string { return nil }
+// opQueueMembers is the metadata command that sets a replicated quorum
+// queue's members (VHost, Name, Members; Value is its group id, so that a
+// command for a queue deleted and declared again does nothing).
+const opQueueMembers = "queue.members"
 
-func (b *Broker) qqAddMember(ctx context.Context, q *Queue, node string) error {
-	return &NotLeaderError{Leader: q.HomeNode()}
+// memberList returns the queue's members as its record has them (the
+// vhost's lock guards the record; the metadata apply changes it).
+func (s *qqState) memberList() []string {
+	v := s.q.vhost
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return slices.Clone(s.members)
 }
 
+func (q *Queue) qqMembersRecord() []string { return q.qq.memberList() }
+
+// group returns this node's member of the queue's group, nil when there
+// is none.
+func (s *qqState) group() QuorumGroup {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	return s.g
+}
+
+// proposeMembers makes members the queue's members through the metadata
+// group; every node applies it (applyQueueMembers).
+func (b *Broker) proposeMembers(q *Queue, members []string) error {
+	if b.repl == nil {
+		return errors.New("not clustered")
+	}
+	return b.propose(fmt.Sprintf("members of queue '%s' in vhost '%s'", q.Name, q.vhost.Name),
+		&command{Op: opQueueMembers, VHost: q.vhost.Name, Name: q.Name, Members: members, Value: int64(q.qq.id)})
+}
+
+// applyQueueMembers applies an opQueueMembers command: the record's
+// members change (and are written to the store); a node that becomes a
+// member starts its member of the group, empty (join: the leader catches
+// it up); one that stops being a member deletes its member and log.
+func (v *VHost) applyQueueMembers(c *command) error {
+	v.mu.Lock()
+	q := v.queues[c.Name]
+	if q == nil || q.qq == nil || q.qq.id != uint64(c.Value) || len(c.Members) == 0 {
+		v.mu.Unlock()
+		return memberError("not_found")
+	}
+	s := q.qq
+	old := s.members
+	s.members = slices.Clone(c.Members)
+	if q.recorded() {
+		v.recordLocked(queueOp(v, q))
+	}
+	if err := v.unlockPersist(nil); err != nil {
+		v.b.log.Error("quorum queue: recording its members", "queue", q.Name, "vhost", v.Name, "err", err)
+	}
+	self := v.b.node
+	switch was, is := slices.Contains(old, self), slices.Contains(c.Members, self); {
+	case is && !was:
+		s.join()
+	case was && !is:
+		s.leave()
+	}
+	v.b.log.Info("quorum queue: members changed", "queue", q.Name, "vhost", v.Name, "members", c.Members)
+	return nil
+}
+
+// join starts this node's member of the group, empty and waiting for the
+// leader (a member added later): start with join=true.
+func (s *qqState) join() {
+	b := s.q.vhost.b
+	h := b.quorumHost()
+	if h == nil {
+		return
+	}
+	s.smu.Lock()
+	if s.g != nil || s.gone || s.starting {
+		s.smu.Unlock()
+		return
+	}
+	s.starting = true
+	s.st = nil // the leader's snapshot or log rebuilds it
+	s.smu.Unlock()
+	g, err := h.StartGroup(s.id, s.memberList(), (*qqSM)(s), true)
+	s.smu.Lock()
+	s.starting = false
+	if err != nil {
+		s.smu.Unlock()
+		b.log.Error("quorum queue: starting a new member", "queue", s.q.Name, "vhost", s.q.vhost.Name, "group", s.id, "err", err)
+		return
+	}
+	if s.gone {
+		s.smu.Unlock()
+		h.DeleteGroup(s.id)
+		return
+	}
+	s.g = g
+	takeover, term := s.pending, s.pterm
+	s.pending = false
+	s.smu.Unlock()
+	if takeover {
+		s.leaderChanged(b.node, term, true)
+	}
+}
+
+// leave deletes this node's member of the group (its member was
+// removed): the queue stays, led from elsewhere.
+func (s *qqState) leave() {
+	s.smu.Lock()
+	g := s.g
+	s.g = nil
+	if s.here.Load() {
+		s.stepDownLocked()
+	}
+	s.st = nil
+	s.smu.Unlock()
+	if g != nil {
+		if h := s.q.vhost.b.quorumHost(); h != nil {
+			h.DeleteGroup(s.id)
+		}
+	}
+}
+
+// leading returns this node's group member when it leads the queue, else
+// a *NotLeaderError naming the leader.
+func (s *qqState) leading() (QuorumGroup, error) {
+	g := s.group()
+	if g == nil || !s.here.Load() {
+		return nil, &NotLeaderError{Leader: s.leaderNode()}
+	}
+	if l, _ := g.Leader(); l != s.q.vhost.b.node {
+		return nil, &NotLeaderError{Leader: l}
+	}
+	return g, nil
+}
+
+// changeFailed maps a group change's failure: the leadership moved, or it
+// timed out.
+func (s *qqState) changeFailed(err error) error {
+	if !s.here.Load() {
+		return &NotLeaderError{Leader: s.leaderNode()}
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return memberError("timeout")
+	}
+	return &MemberError{Reason: "change_failed", Err: err}
+}
+
+func (b *Broker) qqAddMember(ctx context.Context, q *Queue, node string) error {
+	s := q.qq
+	g, err := s.leading()
+	if err != nil {
+		return err
+	}
+	cur := s.memberList()
+	if slices.Contains(cur, node) {
+		return nil
+	}
+	next := append(slices.Clone(cur), node)
+	// The record first: node, applying it, starts its member (join), and
+	// the change answers once every running node applied it.
+	if err := b.proposeMembers(q, next); err != nil {
+		return err
+	}
+	if err := g.AddMember(ctx, node); err != nil {
+		// Undo, as RabbitMQ deletes the server it started.
+		if uerr := b.proposeMembers(q, cur); uerr != nil {
+			b.log.Error("quorum queue: undoing a member's record", "queue", q.Name, "vhost", q.vhost.Name, "node", node, "err", uerr)
+		}
+		return s.changeFailed(err)
+	}
+	b.log.Info("quorum queue: added a member", "queue", q.Name, "vhost", q.vhost.Name, "node", node)
+	return nil
+}
+
+// leaderMoveWait bounds moving the leadership off a member being deleted.
+const leaderMoveWait = 10 * time.Second
+
 func (b *Broker) qqDeleteMember(ctx context.Context, q *Queue, node string) error {
-	return &NotLeaderError{Leader: q.HomeNode()}
+	s := q.qq
+	g, err := s.leading()
+	if err != nil {
+		return err
+	}
+	cur := s.memberList()
+	if node == b.node {
+		// The leader's own member: the leadership moves to another
+		// (online) member first, which then deletes this one.
+		st := g.Status()
+		to := ""
+		for _, m := range cur {
+			if m != node && slices.Contains(st.Online, m) {
+				to = m
+				break
+			}
+		}
+		if to == "" {
+			return memberError("no_other_member_online")
+		}
+		tctx, cancel := context.WithTimeout(ctx, leaderMoveWait)
+		defer cancel()
+		if err := g.TransferLeader(tctx, to); err != nil {
+			return s.changeFailed(err)
+		}
+		return &NotLeaderError{Leader: to}
+	}
+	if err := g.RemoveMember(ctx, node); err != nil {
+		return s.changeFailed(err)
+	}
+	next := slices.DeleteFunc(slices.Clone(cur), func(m string) bool { return m == node })
+	if err := b.proposeMembers(q, next); err != nil {
+		return err
+	}
+	b.log.Info("quorum queue: deleted a member", "queue", q.Name, "vhost", q.vhost.Name, "node", node)
+	return nil
 }
 
 func (b *Broker) qqTransferLeader(ctx context.Context, q *Queue, node string) error {
-	return &NotLeaderError{Leader: q.HomeNode()}
+	s := q.qq
+	g, err := s.leading()
+	if err != nil {
+		return err
+	}
+	if err := g.TransferLeader(ctx, node); err != nil {
+		return s.changeFailed(err)
+	}
+	return nil
 }
 
+// qqMachineVersion is the quorum status's Machine Version: the version of
+// the replicated state's command codec.
+const qqMachineVersion = 1
+
 func (b *Broker) qqLocalStatus(q *Queue) QuorumMemberStatus {
-	info := b.membership(q)
 	st := QuorumMemberStatus{Node: b.node, RaftState: "noproc"}
-	if !info.Replicated && slices.Contains(info.Members, b.node) {
-		st.RaftState, st.Membership = "leader", "voter"
+	if q.qq == nil {
+		info := b.membership(q)
+		if slices.Contains(info.Members, b.node) {
+			st.RaftState, st.Membership = "leader", "voter"
+		}
+		return st
 	}
+	g := q.qq.group()
+	if g == nil {
+		return st
+	}
+	gs := g.Status()
+	st.Membership, st.MachineVersion = "voter", qqMachineVersion
+	switch {
+	case gs.Leader == b.node:
+		st.RaftState = "leader"
+	case gs.Leader == "":
+		st.RaftState = "candidate"
+	default:
+		st.RaftState = "follower"
+	}
+	st.Term, st.CommitIndex, st.LastApplied = gs.Term, gs.Commit, gs.Applied
+	st.LastLogIndex, st.LastWritten = gs.LastIndex, gs.LastIndex
+	st.SnapshotIndex, st.LogBytes, st.LogEntries = gs.SnapshotIndex, gs.LogBytes, gs.LogEntries
 	return st
 }

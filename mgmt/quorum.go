@@ -480,7 +480,15 @@ func (s *Server) statusRow(st broker.QuorumMemberStatus) map[string]any {
 // "reason":...}. A member's row comes from its node (a down node's row
 // says nodedown).
 func (c *call) qqStatus() error {
-	vhost, name, info, err := c.qqLookup()
+	// RabbitMQ asks only for a management user here
+	// (rabbit_mgmt_util:is_authorized), not for access to the vhost.
+	v := c.s.b.VHost(c.pv("vhost"))
+	if v == nil || v.Queue(c.pv("name")) == nil {
+		return errNotFound
+	}
+	vhost, name := v.Name, c.pv("name")
+	info, err := c.s.b.QuorumMembershipOf(vhost, name)
+	info = c.s.shownInfo(info)
 	if err != nil {
 		var me *broker.MemberError
 		if errors.As(err, &me) {
