@@ -369,7 +369,6 @@ func RebalancePlan(queues []QuorumMembership, running []string, vhostPattern, qu
 	return moves, nil
 }
 
-
 // --- the group side ---
 
 // opQueueMembers is the metadata command that sets a replicated quorum
