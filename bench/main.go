@@ -7,6 +7,7 @@
 //	go run ./bench                       # RabbitMQ on 127.0.0.1:5672, 3 rounds
 //	go run ./bench -rounds 5 -duration 15s -out docs/performance
 //	go run ./bench -only transient-autoack,nack-dlq -rounds 1
+//	go run ./bench -quorum -rounds 3   # quorum queues, 3-node clusters (quorum.go)
 //
 // Every run of a scenario on Warren starts a fresh warren process (built
 // from ./cmd/warren) on a fresh data directory; RabbitMQ is the running
@@ -101,6 +102,8 @@ func scenarios() []scenario {
 // perfResult is the part of warren-perf's JSON the runner reads.
 type perfResult struct {
 	PublishRate    float64 `json:"publish_rate"`
+	ConfirmRate    float64 `json:"confirm_rate"`
+	Confirmed      uint64  `json:"confirmed"`
 	ConsumeRate    float64 `json:"consume_rate"`
 	DeadLetterRate float64 `json:"dead_letter_rate"`
 	Latency        *struct {
@@ -130,6 +133,7 @@ type options struct {
 	warrenAddr string
 	verbose    bool
 	remote     bool
+	quorum     bool
 }
 
 type sample struct {
@@ -173,6 +177,18 @@ func main() {
 	flag.StringVar(&o.warrenAddr, "warren-addr", "127.0.0.1:5690", "address for the Warren processes")
 	flag.BoolVar(&o.verbose, "v", false, "print warren-perf's progress")
 	flag.BoolVar(&o.remote, "remote", false, "measure a queue reached through another node of a 2-node Warren cluster against direct (issue 13); no RabbitMQ")
+	flag.BoolVar(&o.quorum, "quorum", false, "quorum queues on a 3-node Warren cluster against a 3-node RabbitMQ cluster the bench starts (issue 14): scenarios qq-publish, qq-latency, qq-fsync, qq-rss, qq-idle-cpu, qq-failover")
+	var q quorumOptions
+	flag.IntVar(&q.nodes, "qq-nodes", 3, "-quorum: nodes per cluster")
+	flag.IntVar(&q.publishers, "qq-publishers", 1, "-quorum: warren-perf publishers per node (qq-publish, qq-fsync)")
+	flag.IntVar(&q.count, "qq-count", 1000000, "-quorum: messages queued for qq-rss")
+	flag.IntVar(&q.queues, "qq-queues", 1000, "-quorum: idle quorum queues for qq-idle-cpu")
+	flag.Float64Var(&q.rate, "qq-rate", 3000, "-quorum: total paced msg/s of qq-latency (a third of it for qq-failover)")
+	flag.DurationVar(&q.idleWindow, "idle-window", 30*time.Second, "-quorum: qq-idle-cpu's measurement window")
+	flag.DurationVar(&q.idleSettle, "idle-settle", 10*time.Second, "-quorum: pause between declaring qq-idle-cpu's queues and measuring")
+	flag.DurationVar(&q.failTimeout, "failover-timeout", time.Minute, "-quorum: longest wait for a confirm after the kill (qq-failover)")
+	flag.BoolVar(&q.freshRabbit, "fresh-rabbitmq", false, "-quorum: a new RabbitMQ cluster for every run (default: for qq-rss, qq-idle-cpu and after qq-failover only)")
+	flag.StringVar(&q.rabbitScript, "rabbitmq-scripts", "", "-quorum: directory of rabbitmq-server and rabbitmqctl (default $RABBITMQ_SCRIPTS_DIR or /usr/lib/rabbitmq/bin)")
 	flag.Parse()
 	if only != "" {
 		o.only = map[string]bool{}
@@ -183,6 +199,9 @@ func main() {
 	runFn := run
 	if o.remote {
 		runFn = runRemote
+	}
+	if o.quorum {
+		runFn = func(o options, log io.Writer) error { return runQuorum(o, q, log) }
 	}
 	if err := runFn(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

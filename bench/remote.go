@@ -35,7 +35,9 @@ const remoteQueue = "bench-remote"
 
 type clusterProcs struct {
 	procs []*warrenProc
-	amqp  []string
+	amqp  []string // AMQP URIs, by node
+	mgmt  []string // management API base URLs, by node
+	names []string // node names, by node
 }
 
 func (c *clusterProcs) stop() {
@@ -53,35 +55,39 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// startCluster starts two clustered warren processes on fresh data
-// directories and waits until both accept AMQP and definitions can be
-// changed.
-func (r *runner) startCluster() (*clusterProcs, error) {
+// startCluster starts n clustered warren processes on fresh data
+// directories and waits until every one accepts AMQP.
+func (r *runner) startCluster(n int) (*clusterProcs, error) {
 	c := &clusterProcs{}
-	var caddrs, names []string
-	for i := 0; i < 2; i++ {
+	var caddrs, peers []string
+	for i := 0; i < n; i++ {
 		a, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
 		caddrs = append(caddrs, a)
-		names = append(names, fmt.Sprintf("warren@bench%d", i+1))
+		c.names = append(c.names, fmt.Sprintf("warren@bench%d", i+1))
+		peers = append(peers, c.names[i]+"="+a)
 	}
-	peers := names[0] + "=" + caddrs[0] + "," + names[1] + "=" + caddrs[1]
-	for i := 0; i < 2; i++ {
+	for i := 0; i < n; i++ {
 		dir, err := os.MkdirTemp("", "warren-bench-data-")
 		if err != nil {
 			c.stop()
 			return nil, err
 		}
 		addr, err := freeAddr()
+		if err == nil {
+			var haddr string
+			haddr, err = freeAddr()
+			c.mgmt = append(c.mgmt, "http://"+haddr)
+		}
 		if err != nil {
 			c.stop()
 			return nil, err
 		}
-		cmd := exec.Command(filepath.Join(r.bin, "warren"), "--amqp-addr", addr, "--http-addr", "127.0.0.1:0",
-			"--data-dir", dir, "--log-level", "warn", "--node-name", names[i], "--cluster-listen", caddrs[i],
-			"--cluster-peers", peers, "--cluster-secret", "bench-secret")
+		cmd := exec.Command(filepath.Join(r.bin, "warren"), "--amqp-addr", addr, "--http-addr", strings.TrimPrefix(c.mgmt[i], "http://"),
+			"--data-dir", dir, "--log-level", "warn", "--node-name", c.names[i], "--cluster-listen", caddrs[i],
+			"--cluster-peers", strings.Join(peers, ","), "--cluster-secret", "bench-secret")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -190,7 +196,7 @@ func runRemote(o options, log io.Writer) error {
 }
 
 func (r *runner) measureRemote(s scenario, via string) (float64, string, error) {
-	c, err := r.startCluster()
+	c, err := r.startCluster(2)
 	if err != nil {
 		return 0, "", err
 	}
