@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/internal/rabbitcluster"
 	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
@@ -448,3 +451,397 @@ func TestQQMembersSingleNode(t *testing.T) {
 }
 
 func qqStr(v any) string { s, _ := v.(string); return s }
+
+// --- issue 14 must-show 4: the same operations on RabbitMQ 3.10 ---
+
+// qqSide is a 3-node cluster the membership scenario runs on: Warren's
+// (its management API) or RabbitMQ 3.10's (rabbitmq-queues, its only way:
+// 3.10's API has no replica endpoints, only /api/rebalance/queues).
+// Nodes are named n1, n2, n3 in what the scenario records.
+type qqSide interface {
+	kind() string
+	nodeName(i int) string
+	amqpURL(i int) string
+	// The operations, through node via; the outcome is "ok" or the
+	// reason (rabbit_quorum_queue's error atom).
+	addMember(via int, q, node string) string
+	deleteMember(via int, q, node string) string
+	grow(via int, node, strategy, queuePattern string) string
+	shrink(via int, node string) ([]map[string]any, string)
+	rebalance(via int) string
+	status(via int, q string) ([]map[string]any, string)
+	view(via int, q string) (qqView, bool)
+	deleteQueue(q string)
+}
+
+// qqOutcome maps rabbitmq-queues' texts for an error to the atom the
+// API answers.
+func qqOutcome(s string) string {
+	switch s = strings.TrimSpace(s); s {
+	case "Cannot add members to a classic queue", "Cannot get quorum status of a classic queue":
+		return "classic_queue_not_supported"
+	}
+	return s
+}
+
+// warrenSide drives a warrentest cluster through its management API.
+type warrenSide struct {
+	t   *testing.T
+	c   *warrentest.Cluster
+	api []*mgmtTarget
+}
+
+func (w *warrenSide) kind() string          { return "warren" }
+func (w *warrenSide) nodeName(i int) string { return warrentest.NodeName(i) }
+func (w *warrenSide) amqpURL(i int) string  { return w.c.Node(i).URL() }
+
+func httpOutcome(r mgmtResp) string {
+	switch {
+	case r.status < 300:
+		return "ok"
+	case r.status == http.StatusNotFound:
+		return "not_found"
+	}
+	var e struct {
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(r.body, &e) == nil && e.Reason != "" {
+		return e.Reason
+	}
+	return r.String()
+}
+
+func (w *warrenSide) addMember(via int, q, node string) string {
+	return httpOutcome(w.api[via].do(http.MethodPost, "/api/queues/quorum/%2F/"+esc(q)+"/replicas/add", map[string]string{"node": node}))
+}
+
+func (w *warrenSide) deleteMember(via int, q, node string) string {
+	return httpOutcome(w.api[via].do(http.MethodDelete, "/api/queues/quorum/%2F/"+esc(q)+"/replicas/delete", map[string]string{"node": node}))
+}
+
+func (w *warrenSide) grow(via int, node, strategy, queuePattern string) string {
+	return httpOutcome(w.api[via].do(http.MethodPost, "/api/queues/quorum/replicas/on/"+esc(node)+"/grow",
+		map[string]string{"vhost_pattern": ".*", "queue_pattern": queuePattern, "strategy": strategy}))
+}
+
+func (w *warrenSide) shrink(via int, node string) ([]map[string]any, string) {
+	r := w.api[via].do(http.MethodDelete, "/api/queues/quorum/replicas/on/"+esc(node)+"/shrink", nil)
+	var rows []map[string]any
+	json.Unmarshal(r.body, &rows)
+	return rows, httpOutcome(r)
+}
+
+func (w *warrenSide) rebalance(via int) string {
+	return httpOutcome(w.api[via].do(http.MethodPost, "/api/rebalance/queues", nil))
+}
+
+func (w *warrenSide) status(via int, q string) ([]map[string]any, string) {
+	r := w.api[via].do(http.MethodGet, "/api/queues/quorum/%2F/"+esc(q)+"/status", nil)
+	var rows []map[string]any
+	if r.status == http.StatusOK {
+		json.Unmarshal(r.body, &rows)
+	}
+	return rows, httpOutcome(r)
+}
+
+func (w *warrenSide) view(via int, q string) (qqView, bool) { return qqViewOf(w.api[via], "/", q) }
+
+func (w *warrenSide) deleteQueue(q string) {
+	w.api[0].do(http.MethodDelete, "/api/queues/%2F/"+esc(q), nil)
+}
+
+// rabbitSide drives a RabbitMQ 3.10 cluster with rabbitmq-queues.
+type rabbitSide struct {
+	t   *testing.T
+	c   *rabbitcluster.Cluster
+	api []*mgmtTarget
+}
+
+func (r *rabbitSide) kind() string          { return "rabbitmq" }
+func (r *rabbitSide) nodeName(i int) string { return r.c.Node(i).Name }
+func (r *rabbitSide) amqpURL(i int) string  { return r.c.Node(i).AMQPURL() }
+
+// cli runs rabbitmq-queues against node via: "ok", or the text after
+// "Error:".
+func (r *rabbitSide) cli(via int, args ...string) (string, string) {
+	out, err := r.c.Queues(via, args...)
+	if err == nil {
+		return out, "ok"
+	}
+	if _, after, ok := strings.Cut(out, "Error:\n"); ok {
+		return out, qqOutcome(strings.SplitN(strings.TrimSpace(after), "\n", 2)[0])
+	}
+	return out, fmt.Sprintf("%v: %s", err, strings.TrimSpace(out))
+}
+
+func (r *rabbitSide) addMember(via int, q, node string) string {
+	_, o := r.cli(via, "add_member", "--vhost", "/", q, node)
+	return o
+}
+
+func (r *rabbitSide) deleteMember(via int, q, node string) string {
+	_, o := r.cli(via, "delete_member", "--vhost", "/", q, node)
+	return o
+}
+
+func (r *rabbitSide) grow(via int, node, strategy, queuePattern string) string {
+	_, o := r.cli(via, "grow", node, strategy, "--vhost-pattern", ".*", "--queue-pattern", queuePattern)
+	return o
+}
+
+func (r *rabbitSide) shrink(via int, node string) ([]map[string]any, string) {
+	out, o := r.cli(via, "shrink", node, "--formatter", "json")
+	return jsonRows(out), o
+}
+
+func (r *rabbitSide) rebalance(via int) string {
+	return httpOutcome(r.api[via].do(http.MethodPost, "/api/rebalance/queues", nil))
+}
+
+func (r *rabbitSide) status(via int, q string) ([]map[string]any, string) {
+	out, o := r.cli(via, "quorum_status", "--vhost", "/", q, "--formatter", "json")
+	if o != "ok" {
+		return nil, o
+	}
+	return jsonRows(out), o
+}
+
+// jsonRows decodes the JSON list a rabbitmq-queues --formatter json
+// prints, after whatever log lines come before it.
+func jsonRows(out string) []map[string]any {
+	var rows []map[string]any
+	for i, l := range strings.SplitAfter(out, "\n") {
+		if strings.HasPrefix(l, "[") {
+			json.Unmarshal([]byte(strings.Join(strings.SplitAfter(out, "\n")[i:], "")), &rows)
+			break
+		}
+	}
+	return rows
+}
+
+func (r *rabbitSide) view(via int, q string) (qqView, bool) { return qqViewOf(r.api[via], "/", q) }
+
+func (r *rabbitSide) deleteQueue(q string) {
+	r.api[0].do(http.MethodDelete, "/api/queues/%2F/"+esc(q), nil)
+}
+
+// qqScenario runs the membership scenario on one side and returns what
+// it observed, with node names as n1, n2, n3: the same list on Warren and
+// on RabbitMQ is the comparison.
+func qqScenario(t *testing.T, s qqSide) []string {
+	var obs []string
+	rec := func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		for i := 2; i >= 0; i-- {
+			line = strings.ReplaceAll(line, s.nodeName(i), fmt.Sprintf("n%d", i+1))
+		}
+		t.Logf("[%s] %s", s.kind(), line)
+		obs = append(obs, line)
+	}
+	n := func(i int) string { return s.nodeName(i) }
+	// await polls until the view of q through node via has want as
+	// members (all online, a leader among them), then records it; on a
+	// timeout it records the last view, which then differs.
+	await := func(via int, q string, what string, want ...int) qqView {
+		var names []string
+		for _, i := range want {
+			names = append(names, n(i))
+		}
+		ok := settled(names...)
+		var last qqView
+		testutil.Until(45*time.Second, func() bool {
+			v, found := s.view(via, q)
+			last = v
+			return found && ok(v)
+		})
+		ms, on := last.Members, last.Online
+		if what == "after deleting the leader's member" {
+			// Which node led depends on the election: record the
+			// members relative to the old leader.
+			ms, on = []string{fmt.Sprintf("%d members", len(ms))}, []string{fmt.Sprintf("%d online", len(on))}
+		}
+		rec("%s: %s members=%v online=%v leader-is-member=%v", q, what, ms, on, slices.Contains(last.Members, last.Leader))
+		return last
+	}
+	const q = "h8-cmp"
+	declareQQ(t, s.amqpURL(0), q, nil)
+	await(1, q, "declared through n1", 0, 1, 2)
+	// The leader locator's default, client-local: the declaring node
+	// leads (Warren's preferred leader takes over after the election).
+	var v qqView
+	testutil.Until(15*time.Second, func() bool { v, _ = s.view(1, q); return v.Leader == n(0) })
+	rec("%s: leader after the declare: %s (the declaring node)", q, v.Leader)
+	qqPublishConfirmed(t, s.amqpURL(1), q, 10)
+
+	rec("delete_member n3: %s", s.deleteMember(1, q, n(2)))
+	await(0, q, "after delete_member n3", 0, 1)
+	rec("delete_member n3 again: %s", s.deleteMember(0, q, n(2)))
+	rec("add_member n3: %s", s.addMember(2, q, n(2)))
+	await(0, q, "after add_member n3", 0, 1, 2)
+	rec("add_member n3 again: %s", s.addMember(0, q, n(2)))
+	rec("add_member of a node outside the cluster: %s", s.addMember(0, q, "h8@nosuch"))
+	rec("add_member of an unknown queue: %s", s.addMember(0, "h8-nosuch", n(0)))
+
+	cq := "h8-cmp-classic"
+	conn, err := amqp.Dial(s.amqpURL(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare(cq, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	rec("add_member of a classic queue: %s", s.addMember(0, cq, n(1)))
+	rec("delete_member of a classic queue: %s", s.deleteMember(0, cq, n(1)))
+	_, o := s.status(0, cq)
+	rec("quorum_status of a classic queue: %s", o)
+	_, o = s.status(0, "h8-nosuch")
+	rec("quorum_status of an unknown queue: %s", o)
+
+	// The leader's own member.
+	v = await(0, q, "before deleting the leader's member", 0, 1, 2)
+	old := v.Leader
+	oldIdx := slices.Index([]string{n(0), n(1), n(2)}, old)
+	rest := []int{}
+	for i := 0; i < 3; i++ {
+		if i != oldIdx {
+			rest = append(rest, i)
+		}
+	}
+	rec("delete_member of the leader: %s", s.deleteMember((oldIdx+1)%3, q, old))
+	v = await((oldIdx+1)%3, q, "after deleting the leader's member", rest...)
+	rec("leader moved to another member: %v", v.Leader != old && v.Leader != "")
+	rec("add_member of the old leader: %s", s.addMember(rest[0], q, old))
+	await(0, q, "the old leader back", 0, 1, 2)
+
+	// The quorum status: a row per member, one leader.
+	var rowNodes, roles []string
+	testutil.Until(45*time.Second, func() bool {
+		var rows []map[string]any
+		rows, o = s.status(0, q)
+		rowNodes, roles = nil, nil
+		for _, r := range rows {
+			rowNodes = append(rowNodes, fmt.Sprint(r["Node Name"]))
+			roles = append(roles, fmt.Sprint(r["Raft State"]))
+		}
+		sort.Strings(rowNodes)
+		sort.Strings(roles)
+		return o == "ok" && slices.Equal(roles, []string{"follower", "follower", "leader"})
+	})
+	rec("quorum_status: %s, nodes %v, roles %v", o, rowNodes, roles)
+
+	// The last member.
+	one := "h8-cmp-one"
+	declareQQ(t, s.amqpURL(1), one, amqp.Table{"x-quorum-initial-group-size": 1})
+	await(0, one, "declared with one member through n2", 1)
+	rec("delete_member of the last member: %s", s.deleteMember(0, one, n(1)))
+
+	// Grow: two single-member queues on n1 grow onto n2 (all), then onto
+	// n3 (even: both have 2 members then).
+	for _, g := range []string{"h8-cmpg-a", "h8-cmpg-b"} {
+		declareQQ(t, s.amqpURL(0), g, amqp.Table{"x-quorum-initial-group-size": 1})
+		await(0, g, "declared with one member through n1", 0)
+	}
+	rec("grow n2 all ^h8-cmpg-: %s", s.grow(0, n(1), "all", "^h8-cmpg-"))
+	for _, g := range []string{"h8-cmpg-a", "h8-cmpg-b"} {
+		await(0, g, "after grow n2 all", 0, 1)
+	}
+	rec("%s: after the grow onto n2 (outside the pattern): members=%v", one, func() []string { v, _ := s.view(0, one); return v.Members }())
+	rec("grow n3 even ^h8-cmpg-: %s", s.grow(0, n(2), "even", "^h8-cmpg-"))
+	for _, g := range []string{"h8-cmpg-a", "h8-cmpg-b"} {
+		await(0, g, "after grow n3 even", 0, 1, 2)
+	}
+
+	// Rebalance: the leaders of the three 3-member queues (the only
+	// quorum queues left) even out, one per node.
+	s.deleteQueue(one)
+	rec("rebalance: %s", s.rebalance(0))
+	var per map[string]int
+	balanced := testutil.Until(60*time.Second, func() bool {
+		per = map[string]int{}
+		for _, x := range []string{q, "h8-cmpg-a", "h8-cmpg-b"} {
+			v, _ := s.view(0, x)
+			per[v.Leader]++
+		}
+		return len(per) == 3 && !func() bool { _, ok := per[""]; return ok }()
+	})
+	rec("rebalance: the three 3-member queues' leaders on three nodes: %v", balanced)
+
+	// Shrink n3 off every queue: per-queue results.
+	shr, o := s.shrink(0, n(2))
+	var res []string
+	for _, r := range shr {
+		res = append(res, fmt.Sprintf("%v %v %v %v", r["vhost"], r["name"], r["size"], r["result"]))
+	}
+	sort.Strings(res)
+	rec("shrink n3: %s %v", o, res)
+	for _, x := range []string{q, "h8-cmpg-a", "h8-cmpg-b"} {
+		await(0, x, "after shrink n3", 0, 1)
+	}
+
+	// Every message confirmed before the changes is still there.
+	got := qqGetAll(t, s.amqpURL(2), q, 10)
+	rec("%s: %d of the 10 confirmed messages consumed after the changes", q, len(got))
+	for _, x := range []string{q, cq, one, "h8-cmpg-a", "h8-cmpg-b"} {
+		s.deleteQueue(x)
+	}
+	return obs
+}
+
+// TestClusterQQMembersVsRabbitMQ: issue 14 must-show 4. The membership
+// scenario (delete and add members, idempotence, the leader's own member,
+// errors for an unknown node, an unknown queue, a classic queue and the
+// last member, the quorum status, grow all/even with a queue pattern,
+// rebalance, shrink with its per-queue results, and the messages through
+// it all) on a 3-node RabbitMQ 3.10 cluster started on this machine
+// (internal/rabbitcluster; rabbitmq-queues is 3.10's way) and on a 3-node
+// Warren cluster: the observations (members, online, leader moves,
+// outcomes and error reasons) must be the same. Skipped without
+// rabbitmq-server (a failure under CI=true) and in -short mode.
+func TestClusterQQMembersVsRabbitMQ(t *testing.T) {
+	if err := rabbitcluster.Available(""); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but %v", err)
+		}
+		t.Skipf("skipping the comparison with RabbitMQ: %v", err)
+	}
+	if testing.Short() {
+		t.Skip("skipping in -short mode: a 3-node RabbitMQ cluster takes a minute to start")
+	}
+	rc, err := rabbitcluster.Start(rabbitcluster.Options{Nodes: 3, NamePrefix: "rabbit-h8-",
+		Config: "collect_statistics_interval = 1000\n", Log: testLogWriter{t}})
+	if err != nil {
+		t.Fatalf("starting a 3-node RabbitMQ cluster: %v", err)
+	}
+	defer rc.Close()
+	rs := &rabbitSide{t: t, c: rc}
+	for i := 0; i < 3; i++ {
+		rs.api = append(rs.api, &mgmtTarget{t: t, kind: "rabbitmq", url: rc.Node(i).MgmtURL(), amqpURL: rc.Node(i).AMQPURL(), user: "guest", pass: "guest"})
+	}
+	rabbit := qqScenario(t, rs)
+
+	wc := warrentest.StartCluster(t, 3)
+	ws := &warrenSide{t: t, c: wc}
+	for i := 0; i < 3; i++ {
+		ws.api = append(ws.api, qqNodeAPI(t, wc.Node(i)))
+	}
+	warren := qqScenario(t, ws)
+
+	if len(rabbit) != len(warren) {
+		t.Errorf("%d observations on RabbitMQ, %d on Warren", len(rabbit), len(warren))
+	}
+	for i := 0; i < len(rabbit) && i < len(warren); i++ {
+		if rabbit[i] != warren[i] {
+			t.Errorf("observation %d differs:\nRabbitMQ: %s\n  Warren: %s", i, rabbit[i], warren[i])
+		}
+	}
+}
+
+// testLogWriter writes a launcher's progress lines to the test log.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
