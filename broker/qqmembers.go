@@ -534,7 +534,11 @@ func (b *Broker) qqAddMember(ctx context.Context, q *Queue, node string) error {
 		return err
 	}
 	if err := g.AddMember(ctx, node); err != nil {
-		// Undo, as RabbitMQ deletes the server it started.
+		// Undo, as RabbitMQ removes the member and deletes the server
+		// it started: the change may still commit after a timeout.
+		rctx, cancel := context.WithTimeout(context.Background(), leaderMoveWait)
+		_ = g.RemoveMember(rctx, node)
+		cancel()
 		if uerr := b.proposeMembers(q, cur); uerr != nil {
 			b.log.Error("quorum queue: undoing a member's record", "queue", q.Name, "vhost", q.vhost.Name, "node", node, "err", uerr)
 		}
