@@ -218,6 +218,9 @@ func (b *Broker) DeleteQuorumMember(ctx context.Context, vhost, name, node strin
 	if len(info.Members) == 1 {
 		return memberError("last_node")
 	}
+	if !info.Replicated {
+		return memberError("not_replicated")
+	}
 	return b.qqDeleteMember(ctx, q, node)
 }
 
