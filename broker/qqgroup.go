@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"encoding/binary"
 	"slices"
 	"sort"
@@ -73,8 +72,9 @@ func (b *Broker) quorumMembers(s QueueSpec) []string {
 
 // start starts this node's member of the group, if it is one and the
 // raft host is installed (a restarted node's groups start at
-// SetQuorumHost).
-func (s *qqState) start() {
+// SetQuorumHost). fresh: the group is new (its declare is being
+// applied): the preferred leader campaigns at once.
+func (s *qqState) start(fresh bool) {
 	b := s.q.vhost.b
 	h := b.quorumHost()
 	if h == nil || !slices.Contains(s.members, b.node) {
@@ -107,29 +107,32 @@ func (s *qqState) start() {
 	if takeover {
 		s.leaderChanged(b.node, term, true)
 	}
-	if len(s.members) > 0 && s.members[0] == b.node {
-		go s.preferLeader(g)
+	if fresh && s.members[0] == b.node && len(s.members) > 1 {
+		go s.campaign(g)
 	}
 }
 
-// preferLeader makes this node, the preferred leader of a new group (the
-// leader locator's choice), its first leader: once the group has one, it
-// asks for the leadership if another node got it.
-func (s *qqState) preferLeader(g QuorumGroup) {
-	b := s.q.vhost.b
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		leader, term := g.Leader()
-		if leader == "" {
-			continue
+// campaign makes this node, the preferred leader of a new group (the
+// leader locator's choice), its first leader: it campaigns until the
+// group has a leader (the other members start theirs when they apply
+// the declare, a little later).
+func (s *qqState) campaign(g QuorumGroup) {
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(qqCampaignEvery) {
+		if l, _ := g.Leader(); l != "" {
+			return
 		}
-		if leader != b.node && term <= 2 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = g.TransferLeader(ctx, b.node)
-			cancel()
+		s.smu.Lock()
+		gone := s.gone
+		s.smu.Unlock()
+		if gone || g.Campaign() != nil {
+			return
 		}
-		return
 	}
 }
+
+// qqCampaignEvery is how often a new group's preferred leader campaigns
+// while the group has no leader.
+const qqCampaignEvery = 30 * time.Millisecond
 
 // delete deletes this node's member of the group with the queue.
 func (s *qqState) delete() {

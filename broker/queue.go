@@ -377,7 +377,7 @@ const (
 // appended to the queue's log first; r (nil when nobody waits for it)
 // collects the logs that a publisher confirm must wait for.
 func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
-	if q.qq != nil { // a replicated quorum queue (issue 14)
+	if q.qq != nil { // a replicated quorum queue: through its leader (qqclient.go)
 		return q.qqPublish(m, r)
 	}
 	if !q.IsLocal() {

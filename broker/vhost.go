@@ -327,7 +327,7 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 			q.mu.Unlock()
 		}
 		if q.qq != nil {
-			q.qq.start() // this node's member, if it is one
+			q.qq.start(!v.b.loading.Load()) // this node's member, if it is one
 		}
 		return q, 0, 0, nil
 	}

@@ -246,9 +246,8 @@ func TestQuorumClusterDeclare(t *testing.T) {
 		}
 	}
 	l := qqLeader(t, c, "h4-qq-decl", "")
-	if l != 0 {
-		// client-local: the declaring node is the preferred leader.
-		t.Logf("leader: node %d (preferred: node 1)", l+1)
+	if l != 0 { // client-local: the declaring node leads first
+		t.Fatalf("leader: node %d, want node 1 (x-queue-leader-locator client-local)", l+1)
 	}
 	for i := range c.Nodes() {
 		var m map[string]any
