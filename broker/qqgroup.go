@@ -77,7 +77,11 @@ func (b *Broker) quorumMembers(s QueueSpec) []string {
 func (s *qqState) start(fresh bool) {
 	b := s.q.vhost.b
 	h := b.quorumHost()
-	if h == nil || !slices.Contains(s.members, b.node) {
+	if h == nil {
+		return
+	}
+	if !slices.Contains(s.members, b.node) {
+		s.ask(h) // the leader may have announced itself before
 		return
 	}
 	s.smu.Lock()
@@ -154,7 +158,21 @@ func (s *qqState) delete() {
 // Quorum message opcodes (HandleQuorumMessage).
 const (
 	opQQLeader byte = 'L' // vhost, queue, group, term, leader
+	opQQAsk    byte = 'A' // vhost, queue, group: a non-member asks the members who leads
 )
+
+// ask asks the members who leads (a node that is not a member, when it
+// creates or recovers the queue): the leader answers with its
+// announcement.
+func (s *qqState) ask(h QuorumHost) {
+	buf := []byte{opQQAsk}
+	buf = appendStr(buf, s.q.vhost.Name)
+	buf = appendStr(buf, s.q.Name)
+	buf = binary.AppendUvarint(buf, s.id)
+	for _, m := range s.members {
+		_ = h.Announce(m, buf)
+	}
+}
 
 func (s *qqState) announcement() []byte {
 	l := s.leader.Load()
@@ -189,6 +207,18 @@ func (b *Broker) HandleQuorumMessage(from string, msg []byte) {
 	}
 	d := &msgDecoder{b: msg[1:]}
 	switch msg[0] {
+	case opQQAsk:
+		vn, qn, group := d.str(), d.str(), d.uvarint()
+		if d.err != nil {
+			return
+		}
+		if v := b.VHost(vn); v != nil {
+			if q := v.Queue(qn); q != nil && q.qq != nil && q.qq.id == group && q.qq.here.Load() {
+				if h := b.quorumHost(); h != nil {
+					_ = h.Announce(from, q.qq.announcement())
+				}
+			}
+		}
 	case opQQLeader:
 		vn, qn := d.str(), d.str()
 		group, term, leader := d.uvarint(), d.uvarint(), d.str()

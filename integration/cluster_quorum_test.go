@@ -394,3 +394,116 @@ func TestQuorumClusterLeaderCrash(t *testing.T) {
 		return true
 	})
 }
+
+// issue 14: a quorum queue with x-quorum-initial-group-size 2 on three
+// nodes: the third node is no member and learns the leader from its
+// announcements; publishing and consuming through it works, and after
+// the leader's node crashes and comes back it learns the leader again.
+func TestQuorumClusterNonMember(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-two", amqp.Table{"x-quorum-initial-group-size": int32(2)})
+	var info broker.QuorumInfo
+	waitFor(t, "node 1 knows the group", func() bool {
+		var ok bool
+		info, ok = qqInfo(c, 0, "h4-qq-two")
+		return ok
+	})
+	if len(info.Members) != 2 || !slices.Contains(info.Members, c.Node(0).Name()) {
+		t.Fatalf("members %v: want 2, node 1 among them", info.Members)
+	}
+	outside := -1
+	for i, nd := range c.Nodes() {
+		if !slices.Contains(info.Members, nd.Name()) {
+			outside = i
+		}
+	}
+	l := qqLeader(t, c, "h4-qq-two", "")
+	if in, _ := qqInfo(c, outside, "h4-qq-two"); in.Member {
+		t.Fatalf("node %d runs a member of a group it is not in", outside+1)
+	}
+	acked := qqPublish(t, c, outside, "h4-qq-two", "out", 100)
+	if len(acked) != 100 {
+		t.Fatalf("%d of 100 confirmed through the non-member", len(acked))
+	}
+	qc := qqConsume(t, c, outside, "h4-qq-two", 20, false)
+	defer qc.close()
+	waitFor(t, "the non-member's consumer gets every message", func() bool { return qc.count() == 100 })
+	qc.close()
+
+	// The leader's node crashes (the group of two has no quorum) and
+	// comes back: a leader is elected again and the non-member hears of
+	// it.
+	acked = qqPublish(t, c, outside, "h4-qq-two", "before", 50)
+	c.Node(l).Crash()
+	waitFor(t, "the non-member forgets the crashed leader", func() bool {
+		in, _ := qqInfo(c, outside, "h4-qq-two")
+		return in.Leader == ""
+	})
+	c.Node(l).Start()
+	qqLeader(t, c, "h4-qq-two", "")
+	qc2 := qqConsume(t, c, outside, "h4-qq-two", 20, false)
+	defer qc2.close()
+	waitFor(t, "the messages confirmed before the crash consumed through the non-member", func() bool {
+		qc2.mu.Lock()
+		defer qc2.mu.Unlock()
+		for _, b := range acked {
+			if qc2.got[b] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// issue 14: every node of the cluster stops and starts again: the quorum
+// queue's members recover their logs, elect a leader, and every message
+// confirmed before is there.
+func TestQuorumClusterFullRestart(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 2, "h4-qq-full", nil)
+	qqLeader(t, c, "h4-qq-full", "")
+	var want []string
+	for i := range c.Nodes() {
+		want = append(want, qqPublish(t, c, i, "h4-qq-full", fmt.Sprintf("n%d", i+1), 100)...)
+	}
+	// Some consumed and acked first: they must not come back.
+	qc := qqConsume(t, c, 0, "h4-qq-full", 10, false)
+	waitFor(t, "50 consumed", func() bool { return qc.count() >= 50 })
+	qc.close()
+	waitFor(t, "the acks applied", func() bool {
+		l := qqLeader(t, c, "h4-qq-full", "")
+		st := c.Node(l).Broker().VHost("/").Queue("h4-qq-full").Stats()
+		return st.Unacked == 0
+	})
+	qc.mu.Lock()
+	consumed := map[string]bool{}
+	for b := range qc.got {
+		consumed[b] = true
+	}
+	qc.mu.Unlock()
+	for i := range c.Nodes() {
+		c.Node(i).Crash()
+	}
+	var wg sync.WaitGroup
+	for i := range c.Nodes() {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Node(i).Start() }()
+	}
+	wg.Wait()
+	c.WaitReady()
+	qqLeader(t, c, "h4-qq-full", "")
+	qc2 := qqConsume(t, c, 1, "h4-qq-full", 50, false)
+	defer qc2.close()
+	waitFor(t, "every confirmed message not acked before consumed after the restart", func() bool {
+		qc2.mu.Lock()
+		defer qc2.mu.Unlock()
+		n := 0
+		for _, b := range want {
+			if !consumed[b] && qc2.got[b] == 0 {
+				return false
+			}
+			n++
+		}
+		return true
+	})
+}
