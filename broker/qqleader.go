@@ -337,6 +337,15 @@ func (s *qqState) returnedLocked(e *qentry, seq uint64, delayUntil int64) {
 		Redelivered: true, Back: seq != e.Seq, DelayUntil: delayUntil}}})
 }
 
+// discardLocked marks the message under seq as being dead-lettered
+// (at-least-once, R1.14): a Discard; its Remove follows once every target
+// took it (goneLocked).
+func (s *qqState) discardLocked(seq uint64, reason string) {
+	if id, ok := s.ids[seq]; ok {
+		s.proposeLocked(qrepl.Discard{IDs: []uint64{id}, Reason: machine.Reason(reasonIndex(reason))})
+	}
+}
+
 // purgeLocked proposes the purge of every queued message (before the
 // machine's Purge drops them).
 func (s *qqState) purgeLocked() {
@@ -373,6 +382,11 @@ func (s *qqState) proposeLocked(c qrepl.Command) {
 		case qrepl.Return:
 			if last, ok := s.pend[n-1].(qrepl.Return); ok && len(last.Items) < qrepl.MaxBatch {
 				s.pend[n-1] = qrepl.Return{Items: append(last.Items, c.Items...)}
+				return
+			}
+		case qrepl.Discard:
+			if last, ok := s.pend[n-1].(qrepl.Discard); ok && last.Reason == c.Reason && len(last.IDs) < qrepl.MaxBatch {
+				s.pend[n-1] = qrepl.Discard{IDs: append(last.IDs, c.IDs...), Reason: c.Reason}
 				return
 			}
 		}
@@ -485,8 +499,9 @@ func (s *qqState) takeoverLocked(term uint64) {
 	}
 	seq := q.m.LastSeq()
 	ids := make(map[uint64]uint64, s.st.Len())
-	var ready, delayed []qentry
+	var ready, delayed, dead []qentry
 	var delays []int64
+	var deadWhy []machine.Reason
 	var maxID uint64
 	var bad []uint64
 	s.st.Messages(func(msg qrepl.Msg) bool {
@@ -513,7 +528,11 @@ func (s *qqState) takeoverLocked(term uint64) {
 			// delivered (not counted as a delivery attempt).
 			Redelivered: msg.Redelivered || msg.ID <= lease}
 		ids[seq] = msg.ID
-		if msg.DelayUntil != 0 {
+		if msg.DLX {
+			// Being dead-lettered when the last leader stopped: again
+			// (at least once).
+			dead, deadWhy = append(dead, e), append(deadWhy, msg.Reason)
+		} else if msg.DelayUntil != 0 {
 			delayed, delays = append(delayed, e), append(delays, msg.DelayUntil)
 		} else {
 			ready = append(ready, e)
@@ -525,6 +544,9 @@ func (s *qqState) takeoverLocked(term uint64) {
 	s.ids, s.lease, s.leaseReq, s.maxID, s.term = ids, lease, lease, maxID, term
 	s.failed = map[uint64]uint64{}
 	s.here.Store(true)
+	for i := range dead {
+		q.deadLocked(&dead[i], reasons[deadWhy[i]&3])
+	}
 	b.log.Info("quorum queue: leading", "queue", q.Name, "vhost", q.vhost.Name, "term", term, "messages", len(ready)+len(delayed))
 	if len(bad) > 0 {
 		s.proposeLocked(qrepl.Remove{IDs: bad})

@@ -456,6 +456,9 @@ func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
 // dead-letter exchange), in the outbox for the queue's flusher to
 // publish (dlflush.go).
 func (q *Queue) deadLocked(e *qentry, reason string) {
+	if q.qq != nil && q.atLeastOnce() {
+		q.qq.discardLocked(e.Seq, reason) // a new leader dead-letters it again
+	}
 	it := dlItem{msg: e.Msg, seq: e.Seq, seg: e.Seg, ondisk: e.OnDisk}
 	q.outboxN++
 	q.vhost.dlq.n.Add(1)
