@@ -61,28 +61,12 @@ func qqInfo(c *warrentest.Cluster, i int, name string) (broker.QuorumInfo, bool)
 // quorum queue name, other than not, and returns its index.
 func qqLeader(t *testing.T, c *warrentest.Cluster, name, not string) int {
 	t.Helper()
-	leader := ""
+	l := -1
 	waitFor(t, "a leader every running node knows, of "+name, func() bool {
-		leader = ""
-		for i, nd := range c.Nodes() {
-			if !nd.Running() {
-				continue
-			}
-			info, ok := qqInfo(c, i, name)
-			if !ok || info.Leader == "" || info.Leader == not || leader != "" && info.Leader != leader {
-				return false
-			}
-			leader = info.Leader
-		}
-		return leader != ""
+		l = c.QueueLeader("/", name)
+		return l >= 0 && c.Node(l).Name() != not
 	})
-	for i, nd := range c.Nodes() {
-		if nd.Name() == leader {
-			return i
-		}
-	}
-	t.Fatalf("leader %q is no node", leader)
-	return -1
+	return l
 }
 
 // qqPublish publishes n persistent messages with confirms through node
