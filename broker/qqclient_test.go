@@ -29,7 +29,7 @@ type qqNet struct {
 	nodes map[string]*Broker
 	down  map[string]bool
 	// tap sees every one-way message; true drops it.
-	tap   func(from, to string, msg []byte) bool
+	tap    func(from, to string, msg []byte) bool
 	links  map[[2]string]chan []byte
 	closed bool
 	wg     sync.WaitGroup
