@@ -245,7 +245,8 @@ func TestQQPublishResendOnLeaderChange(t *testing.T) {
 		t.Fatalf("%d publishes sent to the leader, want 20", got)
 	}
 	qa.qqLeaderChanged(qqC, 2)
-	if err := qqWait(tok, 5*time.Second); err != nil {
+	// Well before the resend timeout (qqResendAfter): the change resends.
+	if err := qqWait(tok, qqResendAfter/2); err != nil {
 		t.Fatalf("confirms after the leader change: %v", err)
 	}
 	if got, want := bodies(qc), qqBodies(0, 20); !slices.Equal(got, want) {
