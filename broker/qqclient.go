@@ -142,7 +142,12 @@ type qqClient struct {
 
 	// sendMu orders the sends to the leader (ids in increasing order).
 	sendMu sync.Mutex
-	broken bool // guarded by sendMu: a send failed, the next wait for a resend
+	// sentTo and sentEpoch: every pending publish was sent, in order, to
+	// sentTo in sentEpoch; only then may a new one go straight after
+	// them (else it waits for a resend of all: a later id ahead of an
+	// earlier one would make the dedup drop the earlier).
+	sentTo    string
+	sentEpoch uint64
 }
 
 type qqPub struct {
@@ -411,14 +416,21 @@ func (q *Queue) qqSend(m *Message, w *rwait) bool {
 	seq := rs.qqNextSeq()
 	qc.mu.Lock()
 	q.qqTrackLocked()
+	node, ok := q.qqTargetLocked()
+	ep := qc.epochLocked()
+	if ok && qc.pendLive == 0 {
+		qc.sentTo, qc.sentEpoch = node, ep
+	}
+	direct := ok && qc.sentTo == node && qc.sentEpoch == ep
 	qc.pend = append(qc.pend, qqPub{seq: seq, m: m, w: w, size: size, at: time.Now()})
 	qc.pendLive++
 	qc.pendBytes += size
-	node, ok := q.qqTargetLocked()
 	q.qqTickLocked()
 	qc.mu.Unlock()
-	if ok && !qc.broken && !q.qqSendOne(node, seq, m) {
-		qc.broken = true
+	if direct && !q.qqSendOne(node, seq, m) {
+		qc.mu.Lock()
+		qc.sentEpoch = 0
+		qc.mu.Unlock()
 		q.qqKick(qqRetryMin)
 	}
 	return true
@@ -603,11 +615,13 @@ func (q *Queue) qqResend() {
 		}
 	}
 	backoff := min(max(2*qc.backoff, qqRetryMin), qqRetryMax)
+	qc.sentTo, qc.sentEpoch = node, qc.epochLocked()
 	qc.mu.Unlock()
-	qc.broken = false
 	for _, it := range items {
 		if !q.qqSendOne(node, it.seq, it.m) {
-			qc.broken = true
+			qc.mu.Lock()
+			qc.sentEpoch = 0
+			qc.mu.Unlock()
 			q.qqKick(backoff)
 			return
 		}
@@ -762,15 +776,15 @@ func (q *Queue) qqAttach(c *Consumer, node string, ep uint64, added func()) (qqL
 	}
 	rs := &b.remote
 	rc := &rconsumer{c: c, q: q, epoch: ep, node: node}
+	q.qc.mu.Lock()
+	term := q.qc.term
+	q.qc.mu.Unlock()
 	rs.mu.Lock()
 	rc.id = rs.id()
 	if rs.cons == nil {
 		rs.cons = map[uint64]*rconsumer{}
 	}
 	rs.cons[rc.id] = rc
-	q.qc.mu.Lock()
-	term := q.qc.term
-	q.qc.mu.Unlock()
 	rs.mu.Unlock()
 	req := appendStr(appendStr(binary.AppendUvarint([]byte{callQQConsume}, term), q.vhost.Name), q.Name)
 	req = binary.AppendUvarint(req, rc.id)
@@ -1178,7 +1192,7 @@ func (q *Queue) qqCheckTerm(term uint64) error {
 	qc := &q.qc
 	qc.mu.Lock()
 	defer qc.mu.Unlock()
-	if qc.set && term < qc.term {
+	if qc.set && term != 0 && term < qc.term { // 0: the client knows no term
 		return q.qqNotLeaderErr()
 	}
 	return nil

@@ -245,18 +245,21 @@ func TestQQPublishResendOnLeaderChange(t *testing.T) {
 		t.Fatalf("%d publishes sent to the leader, want 20", got)
 	}
 	qa.qqLeaderChanged(qqC, 2)
+	// A publish right after the change must not overtake the resend of
+	// the earlier ones (the dedup would then drop those).
+	tok.Add(qqPublishN(t, qa, 20, 1))
 	// Well before the resend timeout (qqResendAfter): the change resends.
 	if err := qqWait(tok, qqResendAfter/2); err != nil {
 		t.Fatalf("confirms after the leader change: %v", err)
 	}
-	if got, want := bodies(qc), qqBodies(0, 20); !slices.Equal(got, want) {
+	if got, want := bodies(qc), qqBodies(0, 21); !slices.Equal(got, want) {
 		t.Fatalf("new leader's queue: %v, want %v", got, want)
 	}
 	if got := bodies(qb); len(got) != 0 {
 		t.Fatalf("old leader's queue got %v (its enqueues were lost)", got)
 	}
-	if s := toC.firstSeen(); !slices.IsSorted(s) || len(s) != 20 {
-		t.Fatalf("ids sent to the new leader (first sends): %v, want 20 increasing", s)
+	if s := toC.firstSeen(); !slices.IsSorted(s) || len(s) != 21 {
+		t.Fatalf("ids sent to the new leader (first sends): %v, want 21 increasing", s)
 	}
 	qa.qc.mu.Lock()
 	live := qa.qc.pendLive
