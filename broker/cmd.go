@@ -183,8 +183,11 @@ type command struct {
 	Args        []byte `json:"args,omitempty"`
 	Owner       uint64 `json:"owner,omitempty"`
 	Home        string `json:"home,omitempty"`
-	Conn        uint64 `json:"conn,omitempty"`
-	IfUnused    bool   `json:"if_unused,omitempty"`
+	// Members are a replicated quorum queue's initial group members
+	// (issue 14); its group id is the declare's log index.
+	Members  []string `json:"members,omitempty"`
+	Conn     uint64   `json:"conn,omitempty"`
+	IfUnused bool     `json:"if_unused,omitempty"`
 
 	Source     string `json:"source,omitempty"`
 	Dest       string `json:"dest,omitempty"`
@@ -193,6 +196,9 @@ type command struct {
 
 	Defs  *Definitions      `json:"defs,omitempty"`
 	Homes map[string]string `json:"homes,omitempty"`
+
+	// index is the command's log index (ApplyCommand).
+	index uint64
 }
 
 func exchangeCommand(vhost string, s ExchangeSpec) *command {
@@ -228,6 +234,7 @@ func (b *Broker) ApplyCommand(index uint64, data []byte) error {
 		b.log.Error("cluster: undecodable definition command", "index", index, "err", err)
 		return fmt.Errorf("definition command %d: %w", index, err)
 	}
+	c.index = index
 	err := b.apply(&c)
 	if err != nil && !errors.Is(err, errNothing) {
 		b.log.Debug("cluster: definition command refused", "index", index, "op", c.Op, "err", err)
@@ -317,8 +324,12 @@ func (b *Broker) apply(c *command) error {
 	case opExchangeDelete:
 		return v.deleteExchangeLocal(c.Name, c.IfUnused)
 	case opQueueDecl:
-		_, _, _, err := v.declareQueueLocal(QueueSpec{Name: c.Name, Durable: c.Durable, Exclusive: c.Exclusive,
-			AutoDelete: c.AutoDelete, Args: args, Owner: c.Owner, ServerNamed: c.ServerNamed, Home: c.Home}, false)
+		s := QueueSpec{Name: c.Name, Durable: c.Durable, Exclusive: c.Exclusive,
+			AutoDelete: c.AutoDelete, Args: args, Owner: c.Owner, ServerNamed: c.ServerNamed, Home: c.Home}
+		if len(c.Members) > 0 && c.index != 0 {
+			s.Members, s.Group, s.newGroup = c.Members, c.index, true
+		}
+		_, _, _, err := v.declareQueueLocal(s, false)
 		return err
 	case opQueueDelete:
 		// if-unused and if-empty were checked by the proposer: consumers
@@ -445,8 +456,15 @@ func (v *VHost) proposeQueueDeclare(s QueueSpec) (*Queue, int, int, error) {
 	if !s.Exclusive {
 		s.Owner = 0
 	}
+	if s.Members == nil {
+		s.Members = v.b.quorumMembers(s)
+		if len(s.Members) > 0 {
+			s.Home = s.Members[0]
+		}
+	}
 	c := &command{Op: opQueueDecl, VHost: v.Name, Name: s.Name, Durable: s.Durable, Exclusive: s.Exclusive,
-		AutoDelete: s.AutoDelete, Args: encodeArgs(s.Args), Owner: s.Owner, ServerNamed: s.ServerNamed, Home: s.Home}
+		AutoDelete: s.AutoDelete, Args: encodeArgs(s.Args), Owner: s.Owner, ServerNamed: s.ServerNamed, Home: s.Home,
+		Members: s.Members}
 	if err := v.b.propose(fmt.Sprintf("declare of queue '%s' in vhost '%s'", s.Name, v.Name), c); err != nil {
 		return nil, 0, 0, err
 	}

@@ -459,6 +459,9 @@ func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
 // dead-letter exchange), in the outbox for the queue's flusher to
 // publish (dlflush.go).
 func (q *Queue) deadLocked(e *qentry, reason string) {
+	if q.qq != nil && q.atLeastOnce() {
+		q.qq.discardLocked(e.Seq, reason) // a new leader dead-letters it again
+	}
 	it := dlItem{msg: e.Msg, seq: e.Seq, seg: e.Seg, ondisk: e.OnDisk}
 	q.outboxN++
 	q.vhost.dlq.n.Add(1)
@@ -475,12 +478,18 @@ func (q *Queue) goneLocked(e *entry) {
 	if e.ondisk && q.disk != nil {
 		q.disk.ack1(e.seq, e.seg)
 	}
+	if q.qq != nil {
+		q.qq.removeLocked(e.seq)
+	}
 }
 
 // gone is goneLocked for a machine entry.
 func (q *Queue) gone(e *qentry) {
 	if e.OnDisk && q.disk != nil {
 		q.disk.ack1(e.Seq, e.Seg)
+	}
+	if q.qq != nil {
+		q.qq.removeLocked(e.Seq)
 	}
 }
 
@@ -492,6 +501,9 @@ type qeffects Queue
 // Deliver offers e to consumer c through its sink (Sink.Deliver).
 func (f *qeffects) Deliver(c *mconsumer, e qentry) bool {
 	q := (*Queue)(f)
+	if q.qq != nil && !q.qq.leasedLocked(e.Seq) {
+		return false // until the lease covers it (qqleader.go)
+	}
 	k := c.Ref
 	return k.Sink.Deliver(k, q.delivery(&e, k.Tag, c, c.Next()))
 }
@@ -510,6 +522,9 @@ func (f *qeffects) Requeued(e qentry, seq uint64, delayUntil int64) {
 	q := (*Queue)(f)
 	if e.OnDisk && q.disk != nil {
 		q.disk.requeue(e.Seq, seq, e.DeliveryCount, e.Acquired, delayUntil)
+	}
+	if q.qq != nil {
+		q.qq.returnedLocked(&e, seq, delayUntil)
 	}
 }
 
@@ -695,7 +710,9 @@ func (q *Queue) Ack(ds []Delivery) {
 	q.settledLocked(ds)
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
-			q.m.Ack(h, ds[i].Seq, ds[i].ck)
+			if e, ok := q.m.Ack(h, ds[i].Seq, ds[i].ck); ok && q.qq != nil {
+				q.qq.removeLocked(e.Seq)
+			}
 		}
 	}
 	if q.disk == nil {
@@ -777,6 +794,9 @@ func (q *Queue) Purge() int {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.qq != nil {
+		q.qq.purgeLocked()
+	}
 	q.purgeDiskLocked()
 	q.purgeSpillLocked()
 	// RabbitMQ 4.3 purge also drops pending at-least-once dead letters.

@@ -111,8 +111,50 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		m["messages_dlx"], m["message_bytes_dlx"] = st.DeadLetterPending, 0
 		m["open_files"] = map[string]any{s.node: 0}
 		m["single_active_consumer_ctag"] = nil
+		c.quorumFields(m, q)
 	}
 	return m
+}
+
+// quorumFields sets a replicated quorum queue's group fields (issue 14):
+// RabbitMQ's leader, members and online, and Warren's raft, the local
+// member's Raft metrics by node. Nothing for other queues.
+func (c *call) quorumFields(m map[string]any, q *broker.Queue) {
+	up := func(string) bool { return true }
+	if cl := c.s.cluster(); cl != nil {
+		running := map[string]bool{}
+		for _, n := range cl.Nodes() {
+			running[n.Name] = n.Running
+		}
+		up = func(n string) bool { return running[n] }
+	}
+	info, ok := q.QuorumInfo(up)
+	if !ok {
+		return
+	}
+	online := info.Online
+	if online == nil {
+		online = []string{}
+	}
+	m["members"], m["online"] = info.Members, online
+	if info.Leader != "" {
+		m["leader"], m["node"] = info.Leader, info.Leader
+	} else {
+		m["leader"] = nil
+	}
+	open := map[string]any{}
+	for _, n := range online {
+		open[n] = 0
+	}
+	m["open_files"] = open
+	if info.Member {
+		st := info.Status
+		m["raft"] = map[string]any{c.s.node: map[string]any{
+			"term": st.Term, "commit_index": st.Commit, "last_applied": st.Applied, "last_index": st.LastIndex,
+			"snapshot_index": st.SnapshotIndex, "log_bytes": st.LogBytes, "log_entries": st.LogEntries,
+			"quiesced": st.Quiesced, "leader": st.Leader,
+		}}
+	}
 }
 
 func boolRate(b bool) float64 {
@@ -182,10 +224,14 @@ func (c *call) downQueueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		}
 		return s
 	}
-	return map[string]any{"name": q.Name, "vhost": v.Name, "node": q.Home, "type": typ, "state": "down",
+	m := map[string]any{"name": q.Name, "vhost": v.Name, "node": q.Home, "type": typ, "state": "down",
 		"durable": q.Durable, "auto_delete": q.AutoDelete, "exclusive": q.Exclusive, "arguments": args,
 		"policy": nilIfEmpty(pol), "operator_policy": nilIfEmpty(opPol),
 		"effective_policy_definition": v.EffectivePolicyDefinition(q)}
+	if typ == "quorum" {
+		c.quorumFields(m, q) // no leader: RabbitMQ's "down" quorum queue
+	}
+	return m
 }
 
 // queue returns the {vhost}/{name} queue, 404 if there is none.

@@ -1,0 +1,400 @@
+package qrepl
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/warrenmq/warren/broker/machine"
+)
+
+// PubID identifies a publish for deduplication: the publisher (a node's
+// run id; 0 for none) and its sequence number, increasing per publisher
+// and queue in log order.
+type PubID = machine.PubID
+
+// Kind is a command's leading byte. The high nibble is the codec version
+// (1), the low nibble the command: a later format takes new kind values,
+// so an entry written by an older node stays decodable.
+type Kind byte
+
+// The commands of codec version 1.
+const (
+	KindEnqueue Kind = 0x11
+	KindRemove  Kind = 0x12
+	KindReturn  Kind = 0x13
+	KindDiscard Kind = 0x14
+	KindLease   Kind = 0x15
+	KindPurge   Kind = 0x16
+	KindPrune   Kind = 0x17
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindEnqueue:
+		return "enqueue"
+	case KindRemove:
+		return "remove"
+	case KindReturn:
+		return "return"
+	case KindDiscard:
+		return "discard"
+	case KindLease:
+		return "lease"
+	case KindPurge:
+		return "purge"
+	case KindPrune:
+		return "prune"
+	}
+	return "unknown"
+}
+
+// MaxBatch is the most items one Remove, Return, Discard or Purge
+// carries: a leader splits larger batches. (A Return's items take order
+// keys index<<16 | i, so the bound is part of the state's design.)
+const MaxBatch = 1 << 16
+
+// ErrCorrupt is data that does not decode as a command.
+var ErrCorrupt = errors.New("qrepl: undecodable command")
+
+// Command is one replicated queue command. AppendTo appends its encoding
+// (kind byte first) to dst.
+type Command interface {
+	Kind() Kind
+	AppendTo(dst []byte) []byte
+}
+
+// Enqueue places a message at the back of the queue; its id is the index
+// of the log entry. Body is opaque here (the broker's encoded message)
+// and is not kept in the state: the log entry holds it.
+type Enqueue struct {
+	Pub        PubID // Publisher 0: no deduplication
+	Time       int64 // the leader's clock, unix ms (publisher expiry)
+	ExpiresAt  int64 // unix ms, 0 = never
+	Priority   uint8
+	Persistent bool
+	Size       uint32 // body bytes (what x-max-length-bytes counts)
+	Body       []byte
+}
+
+// Remove takes messages out of the queue: acked, dropped, expired, or
+// dead-lettered and taken by every target. Ids not live are ignored.
+type Remove struct{ IDs []uint64 }
+
+// ReturnItem is one returned (requeued) message: its new counts and
+// where it goes. Back puts it at the back of the queue under a new order
+// key (a quorum queue's return without a delivery limit); otherwise it
+// keeps its place. DelayUntil (unix ms, 0 for none) is a delayed retry's
+// due time.
+type ReturnItem struct {
+	ID            uint64
+	DeliveryCount uint32
+	Acquired      uint32
+	Redelivered   bool
+	Back          bool
+	DelayUntil    int64
+}
+
+// Return returns messages to the queue, in order (the back ones take
+// order keys in item order). Items for ids not live are ignored.
+type Return struct{ Items []ReturnItem }
+
+// Discard marks messages as being dead-lettered (at-least-once, R1.14):
+// a new leader dead-letters them again. Remove follows once every target
+// has them.
+type Discard struct {
+	IDs    []uint64
+	Reason machine.Reason
+}
+
+// Lease raises the delivery lease: the leader delivers only messages
+// with id <= the lease, and a new leader marks those redelivered. It
+// never goes down.
+type Lease struct{ UpTo uint64 }
+
+// Purge drops the listed messages (the ready ones when the leader
+// purged), counted as purged rather than removed.
+type Purge struct{ IDs []uint64 }
+
+// Prune forgets the publishers last seen before Now - PubTTL (Now, like
+// Enqueue.Time, is the leader's clock and advances the state's clock).
+type Prune struct{ Now int64 }
+
+func (Enqueue) Kind() Kind { return KindEnqueue }
+func (Remove) Kind() Kind  { return KindRemove }
+func (Return) Kind() Kind  { return KindReturn }
+func (Discard) Kind() Kind { return KindDiscard }
+func (Lease) Kind() Kind   { return KindLease }
+func (Purge) Kind() Kind   { return KindPurge }
+func (Prune) Kind() Kind   { return KindPrune }
+
+// Encode returns c's encoding.
+func Encode(c Command) []byte { return c.AppendTo(nil) }
+
+const (
+	eqPersistent = 1 << iota
+	eqPub
+	eqExpires
+)
+
+// AppendTo encodes e: kind, flags, [publisher, seq], time, [expiry],
+// priority, size, then the body to the end.
+func (e Enqueue) AppendTo(b []byte) []byte {
+	var f byte
+	if e.Persistent {
+		f |= eqPersistent
+	}
+	if e.Pub.Publisher != 0 {
+		f |= eqPub
+	}
+	if e.ExpiresAt != 0 {
+		f |= eqExpires
+	}
+	b = append(b, byte(KindEnqueue), f)
+	if f&eqPub != 0 {
+		b = binary.AppendUvarint(b, e.Pub.Publisher)
+		b = binary.AppendUvarint(b, e.Pub.Seq)
+	}
+	b = binary.AppendVarint(b, e.Time)
+	if f&eqExpires != 0 {
+		b = binary.AppendVarint(b, e.ExpiresAt)
+	}
+	b = append(b, e.Priority)
+	b = binary.AppendUvarint(b, uint64(e.Size))
+	return append(b, e.Body...)
+}
+
+// appendIDs writes a count and the ids, each as the zigzag difference
+// from the one before (ids of a batch are mostly close and increasing).
+func appendIDs(b []byte, ids []uint64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	prev := uint64(0)
+	for _, id := range ids {
+		b = binary.AppendVarint(b, int64(id-prev))
+		prev = id
+	}
+	return b
+}
+
+func (r Remove) AppendTo(b []byte) []byte { return appendIDs(append(b, byte(KindRemove)), r.IDs) }
+func (p Purge) AppendTo(b []byte) []byte  { return appendIDs(append(b, byte(KindPurge)), p.IDs) }
+func (d Discard) AppendTo(b []byte) []byte {
+	return appendIDs(append(b, byte(KindDiscard), byte(d.Reason)), d.IDs)
+}
+func (l Lease) AppendTo(b []byte) []byte {
+	return binary.AppendUvarint(append(b, byte(KindLease)), l.UpTo)
+}
+func (p Prune) AppendTo(b []byte) []byte {
+	return binary.AppendVarint(append(b, byte(KindPrune)), p.Now)
+}
+
+const (
+	rtRedelivered = 1 << iota
+	rtBack
+	rtDelay
+)
+
+func (r Return) AppendTo(b []byte) []byte {
+	b = binary.AppendUvarint(append(b, byte(KindReturn)), uint64(len(r.Items)))
+	prev := uint64(0)
+	for _, it := range r.Items {
+		var f byte
+		if it.Redelivered {
+			f |= rtRedelivered
+		}
+		if it.Back {
+			f |= rtBack
+		}
+		if it.DelayUntil != 0 {
+			f |= rtDelay
+		}
+		b = binary.AppendVarint(b, int64(it.ID-prev))
+		prev = it.ID
+		b = append(b, f)
+		b = binary.AppendUvarint(b, uint64(it.DeliveryCount))
+		b = binary.AppendUvarint(b, uint64(it.Acquired))
+		if f&rtDelay != 0 {
+			b = binary.AppendVarint(b, it.DelayUntil)
+		}
+	}
+	return b
+}
+
+// dec reads a command; the first error sticks.
+type dec struct {
+	b   []byte
+	bad bool
+}
+
+func (d *dec) byte() byte {
+	if len(d.b) == 0 {
+		d.bad = true
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *dec) u() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) i() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) u32() uint32 {
+	v := d.u()
+	if v > 1<<32-1 {
+		d.bad = true
+	}
+	return uint32(v)
+}
+
+// count reads an item count: at most MaxBatch and at most the bytes left
+// (every item takes one at least), so garbage cannot allocate much.
+func (d *dec) count() int {
+	n := d.u()
+	if n > MaxBatch || n > uint64(len(d.b)) {
+		d.bad = true
+		return 0
+	}
+	return int(n)
+}
+
+func (d *dec) ids() []uint64 {
+	n := d.count()
+	if d.bad || n == 0 {
+		return nil
+	}
+	ids := make([]uint64, n)
+	prev := uint64(0)
+	for i := range ids {
+		prev += uint64(d.i())
+		ids[i] = prev
+	}
+	return ids
+}
+
+// end reports the decode's outcome: every byte used, nothing bad.
+func (d *dec) end() error {
+	if d.bad || len(d.b) != 0 {
+		return ErrCorrupt
+	}
+	return nil
+}
+
+// Decode decodes a command. An Enqueue's Body aliases data.
+func Decode(data []byte) (Command, error) {
+	if len(data) == 0 {
+		return nil, ErrCorrupt
+	}
+	d := &dec{b: data[1:]}
+	switch Kind(data[0]) {
+	case KindEnqueue:
+		e, err := decodeEnqueue(d)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	case KindRemove:
+		c := Remove{IDs: d.ids()}
+		return c, d.end()
+	case KindPurge:
+		c := Purge{IDs: d.ids()}
+		return c, d.end()
+	case KindDiscard:
+		r := d.byte()
+		c := Discard{Reason: machine.Reason(r), IDs: d.ids()}
+		if r > byte(machine.DeliveryLimit) {
+			d.bad = true
+		}
+		return c, d.end()
+	case KindLease:
+		c := Lease{UpTo: d.u()}
+		return c, d.end()
+	case KindPrune:
+		c := Prune{Now: d.i()}
+		return c, d.end()
+	case KindReturn:
+		n := d.count()
+		var c Return
+		if n > 0 {
+			c.Items = make([]ReturnItem, n)
+		}
+		prev := uint64(0)
+		for i := range c.Items {
+			it := &c.Items[i]
+			prev += uint64(d.i())
+			it.ID = prev
+			f := d.byte()
+			if f&^(rtRedelivered|rtBack|rtDelay) != 0 {
+				d.bad = true
+			}
+			it.Redelivered, it.Back = f&rtRedelivered != 0, f&rtBack != 0
+			it.DeliveryCount = d.u32()
+			it.Acquired = d.u32()
+			if f&rtDelay != 0 {
+				if it.DelayUntil = d.i(); it.DelayUntil == 0 {
+					d.bad = true
+				}
+			}
+			if d.bad {
+				break
+			}
+		}
+		return c, d.end()
+	}
+	return nil, ErrCorrupt
+}
+
+func decodeEnqueue(d *dec) (Enqueue, error) {
+	var e Enqueue
+	f := d.byte()
+	if f&^(eqPersistent|eqPub|eqExpires) != 0 {
+		return e, ErrCorrupt
+	}
+	e.Persistent = f&eqPersistent != 0
+	if f&eqPub != 0 {
+		e.Pub.Publisher, e.Pub.Seq = d.u(), d.u()
+		if e.Pub.Publisher == 0 {
+			d.bad = true
+		}
+	}
+	e.Time = d.i()
+	if f&eqExpires != 0 {
+		if e.ExpiresAt = d.i(); e.ExpiresAt == 0 {
+			d.bad = true
+		}
+	}
+	e.Priority = d.byte()
+	e.Size = d.u32()
+	if d.bad {
+		return Enqueue{}, ErrCorrupt
+	}
+	e.Body = d.b
+	return e, nil
+}
+
+// DecodeEnqueue decodes an Enqueue entry (a body read back from the log
+// when a new leader rebuilds its queue). Body aliases data.
+func DecodeEnqueue(data []byte) (Enqueue, error) {
+	if len(data) == 0 || Kind(data[0]) != KindEnqueue {
+		return Enqueue{}, ErrCorrupt
+	}
+	return decodeEnqueue(&dec{b: data[1:]})
+}

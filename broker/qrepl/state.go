@@ -1,0 +1,559 @@
+// Package qrepl is the replicated state of a quorum queue (issue 14):
+// the commands a queue's leader proposes to its Raft log, their codec,
+// and the deterministic state every member builds by applying them.
+//
+// The state is small: the live messages' headers in queue order (no
+// bodies: a message's id is the index of its Enqueue entry, which keeps
+// the body in the log), publisher deduplication, the delivery lease and
+// the dead-letter marks. It does no I/O, reads no clock, draws no random
+// number and starts no goroutine; the time travels in the commands. The
+// same entries applied in the same order give Equal states on every
+// member, and Restore(Snapshot()) plus the entries after it gives the
+// same state as the whole log.
+//
+// Queue order: an Enqueue at index i places its message at the back,
+// and a Return with Back places its messages at the back in item order;
+// a Return without Back leaves the message where it was. This is the
+// order a queue machine holds its ready messages in (one priority level;
+// with several, each level's subsequence), provided the leader's machine
+// takes enqueues and returns in the order they are applied. Messages
+// walks the live messages in that order; Msg.Order is the sort key
+// (index<<16 for an enqueue, index<<16 | i for the i'th item of a
+// Return), usable as the machine's sequence number.
+//
+// Memory: a live message costs one 48-byte record in a slice (plus the
+// slice's growth slack and tombstones, compacted lazily), and an entry in
+// a small map only while it has been returned to the back or waits out a
+// delayed retry. Removal by id is a binary search: ids are order keys
+// for messages never moved, and a map lookup first for moved ones.
+package qrepl
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/warrenmq/warren/broker/machine"
+)
+
+// PubTTL is how long a publisher's dedup entry outlives its last enqueue,
+// in the leader's clock (ms).
+const PubTTL = 3600_000
+
+// pruneEvery is how often (ms of the state's clock) enqueues prune
+// publishers.
+const pruneEvery = 60_000
+
+// maxIndex bounds log indices: order keys are index<<16.
+const maxIndex = 1<<48 - 1
+
+// ErrStale is an entry at or below the last applied index: ignored.
+var ErrStale = errors.New("qrepl: entry already applied")
+
+// ErrIndex is an entry index beyond what the state supports (2^48-1):
+// skipped like undecodable data.
+var ErrIndex = errors.New("qrepl: entry index out of range")
+
+// rec is a message header; 48 bytes.
+type rec struct {
+	key       uint64 // order key: id<<16 unless moved
+	id        uint64 // the index of the Enqueue entry
+	expiresAt int64
+	time      int64
+	size      uint32
+	dc        uint32 // delivery count
+	acq       uint32 // acquired count
+	prio      uint8
+	flags     uint8
+}
+
+const (
+	fDead = 1 << iota
+	fRedelivered
+	fPersistent
+	fDLX
+	fMoved           // key != id<<16: in State.moved
+	fDelayed         // in State.delays
+	fReasonShift = 6 // two bits: the Discard reason
+)
+
+func (r *rec) reason() machine.Reason { return machine.Reason(r.flags >> fReasonShift) }
+
+// Msg is a live message's header.
+type Msg struct {
+	ID            uint64 // the Enqueue entry's index (its body's record)
+	Order         uint64 // sort key of the queue order
+	Time          int64  // the leader's clock at enqueue
+	ExpiresAt     int64  // 0 = never
+	DelayUntil    int64  // a delayed retry's due time, 0 = ready
+	Size          uint32
+	DeliveryCount uint32
+	Acquired      uint32
+	Priority      uint8
+	Persistent    bool
+	Redelivered   bool
+	DLX           bool           // marked by Discard: being dead-lettered
+	Reason        machine.Reason // the Discard reason when DLX
+}
+
+func (r *rec) msg(delay int64) Msg {
+	return Msg{ID: r.id, Order: r.key, Time: r.time, ExpiresAt: r.expiresAt, DelayUntil: delay, Size: r.size,
+		DeliveryCount: r.dc, Acquired: r.acq, Priority: r.prio, Persistent: r.flags&fPersistent != 0,
+		Redelivered: r.flags&fRedelivered != 0, DLX: r.flags&fDLX != 0, Reason: r.reason()}
+}
+
+// Stats count what the state saw.
+type Stats struct {
+	Enqueued   uint64 // enqueues placed (duplicates excluded)
+	Duplicates uint64 // enqueues dropped as duplicates
+	Removed    uint64 // messages removed by Remove
+	Purged     uint64 // messages removed by Purge
+	Returned   uint64 // return items applied
+	Discarded  uint64 // discard marks set
+	Corrupt    uint64 // entries skipped as undecodable
+}
+
+type pub struct {
+	seq      uint64
+	lastSeen int64
+}
+
+// State is a quorum queue's replicated state. Not safe for concurrent
+// use.
+type State struct {
+	recs  []rec // by key; recs[:head] unused, dead ones are tombstones
+	head  int
+	dead  int // tombstones in recs[head:]
+	live  int
+	bytes int64
+	// moved maps the id of a message returned to the back to its key;
+	// delays maps the id of a message in a delayed retry to its due time.
+	moved  map[uint64]uint64
+	delays map[uint64]int64
+	pubs   map[uint64]pub
+
+	applied   uint64
+	lease     uint64
+	clock     int64 // the largest leader time seen
+	nextPrune int64
+	stats     Stats
+}
+
+// New returns an empty state (nothing applied).
+func New() *State { return &State{} }
+
+// Result is what applying an entry did.
+type Result struct {
+	Kind Kind
+	// Duplicate: an Enqueue dropped because its publisher's seq is not
+	// above the last one applied.
+	Duplicate bool
+	// N is the number of messages placed, removed, returned or marked
+	// (ids not live are not counted).
+	N int
+}
+
+// Apply applies the committed entry at index. Indices must increase
+// (gaps are fine: empty entries and conf changes are not passed); an
+// entry at or below the last applied index is ignored with ErrStale.
+// Undecodable data is skipped with ErrCorrupt (the index still counts as
+// applied): every member skips it alike.
+func (s *State) Apply(index uint64, data []byte) (Result, error) {
+	if index <= s.applied {
+		return Result{}, ErrStale
+	}
+	s.applied = index
+	if index > maxIndex {
+		s.stats.Corrupt++
+		return Result{}, ErrIndex
+	}
+	c, err := Decode(data)
+	if err != nil {
+		s.stats.Corrupt++
+		return Result{}, err
+	}
+	return s.apply(index, c), nil
+}
+
+// ApplyCommand applies a decoded command at index, as Apply does.
+func (s *State) ApplyCommand(index uint64, c Command) (Result, error) {
+	if index <= s.applied {
+		return Result{}, ErrStale
+	}
+	s.applied = index
+	if index > maxIndex {
+		s.stats.Corrupt++
+		return Result{}, ErrIndex
+	}
+	return s.apply(index, c), nil
+}
+
+func (s *State) apply(index uint64, c Command) Result {
+	res := Result{Kind: c.Kind()}
+	switch c := c.(type) {
+	case Enqueue:
+		res.Duplicate = s.enqueue(index, &c)
+		if !res.Duplicate {
+			res.N = 1
+		}
+	case Remove:
+		res.N = s.removeIDs(c.IDs, &s.stats.Removed)
+	case Purge:
+		res.N = s.removeIDs(c.IDs, &s.stats.Purged)
+	case Return:
+		if len(c.Items) <= MaxBatch {
+			res.N = s.ret(index, c.Items)
+		}
+	case Discard:
+		for _, id := range c.IDs {
+			if i := s.find(id); i >= 0 {
+				r := &s.recs[i]
+				r.flags = r.flags&^(3<<fReasonShift) | fDLX | uint8(c.Reason&3)<<fReasonShift
+				res.N++
+			}
+		}
+		s.stats.Discarded += uint64(res.N)
+	case Lease:
+		s.lease = max(s.lease, c.UpTo)
+	case Prune:
+		s.tick(c.Now)
+		s.prune()
+	}
+	return res
+}
+
+// enqueue places e at index unless it is a duplicate.
+func (s *State) enqueue(index uint64, e *Enqueue) bool {
+	if e.Pub.Publisher != 0 {
+		if p, ok := s.pubs[e.Pub.Publisher]; ok && e.Pub.Seq <= p.seq {
+			s.stats.Duplicates++
+			return true
+		}
+	}
+	s.tick(e.Time)
+	if e.Pub.Publisher != 0 {
+		if s.pubs == nil {
+			s.pubs = map[uint64]pub{}
+		}
+		s.pubs[e.Pub.Publisher] = pub{seq: e.Pub.Seq, lastSeen: e.Time}
+	}
+	if s.clock >= s.nextPrune {
+		s.prune()
+	}
+	r := rec{key: index << 16, id: index, expiresAt: e.ExpiresAt, time: e.Time, size: e.Size, prio: e.Priority}
+	if e.Persistent {
+		r.flags |= fPersistent
+	}
+	s.push(r)
+	s.stats.Enqueued++
+	return false
+}
+
+// tick advances the state's clock to t (it never goes back).
+func (s *State) tick(t int64) { s.clock = max(s.clock, t) }
+
+// prune forgets publishers not seen within PubTTL of the clock.
+func (s *State) prune() {
+	s.nextPrune = s.clock + pruneEvery
+	for id, p := range s.pubs {
+		if p.lastSeen < s.clock-PubTTL {
+			delete(s.pubs, id)
+		}
+	}
+}
+
+func (s *State) push(r rec) {
+	if s.head > 0 && len(s.recs) == cap(s.recs) && s.head >= len(s.recs)/4 {
+		s.compact() // room at the front: reuse it rather than grow
+	}
+	s.recs = append(s.recs, r)
+	s.live++
+	s.bytes += int64(r.size)
+}
+
+// find returns the position in recs of the live message id, or -1.
+func (s *State) find(id uint64) int {
+	if id == 0 || id > maxIndex {
+		return -1
+	}
+	key := id << 16
+	if len(s.moved) > 0 {
+		if k, ok := s.moved[id]; ok {
+			key = k
+		}
+	}
+	rs := s.recs[s.head:]
+	// Acks come mostly near the head: try the front first.
+	// (A key also names the id: a Return's keys index<<16|i are not
+	// the keys of the ids they hold, and the id index may be asked for.)
+	i := 0
+	if len(rs) == 0 || rs[0].key != key {
+		var ok bool
+		if i, ok = searchKey(rs, key); !ok {
+			return -1
+		}
+	}
+	if r := &rs[i]; r.flags&fDead != 0 || r.id != id {
+		return -1
+	}
+	return s.head + i
+}
+
+// searchKey finds key in rs (sorted by key).
+func searchKey(rs []rec, key uint64) (int, bool) {
+	lo, hi := 0, len(rs)
+	for lo < hi {
+		h := int(uint(lo+hi) >> 1)
+		if rs[h].key < key {
+			lo = h + 1
+		} else {
+			hi = h
+		}
+	}
+	return lo, lo < len(rs) && rs[lo].key == key
+}
+
+// kill tombstones the live message at i (leaving maps to the caller).
+func (s *State) kill(i int) {
+	r := &s.recs[i]
+	r.flags |= fDead
+	s.live--
+	s.dead++
+	s.bytes -= int64(r.size)
+}
+
+// forget drops the side entries of the message at i.
+func (s *State) forget(r *rec) {
+	if r.flags&fMoved != 0 {
+		delete(s.moved, r.id)
+	}
+	if r.flags&fDelayed != 0 {
+		delete(s.delays, r.id)
+	}
+}
+
+func (s *State) removeIDs(ids []uint64, counter *uint64) int {
+	n := 0
+	for _, id := range ids {
+		if i := s.find(id); i >= 0 {
+			s.forget(&s.recs[i])
+			s.kill(i)
+			n++
+		}
+	}
+	*counter += uint64(n)
+	s.tidy()
+	return n
+}
+
+func (s *State) ret(index uint64, items []ReturnItem) int {
+	n := 0
+	for j, it := range items {
+		i := s.find(it.ID)
+		if i < 0 {
+			continue
+		}
+		n++
+		r := &s.recs[i]
+		r.dc, r.acq = it.DeliveryCount, it.Acquired
+		r.flags &^= fDLX | 3<<fReasonShift
+		if it.Redelivered {
+			r.flags |= fRedelivered
+		}
+		if it.DelayUntil != 0 {
+			if s.delays == nil {
+				s.delays = map[uint64]int64{}
+			}
+			s.delays[r.id] = it.DelayUntil
+			r.flags |= fDelayed
+		} else if r.flags&fDelayed != 0 {
+			delete(s.delays, r.id)
+			r.flags &^= fDelayed
+		}
+		if !it.Back {
+			continue
+		}
+		nr := *r
+		s.kill(i)
+		// index > id: the new key is never the id's own.
+		nr.key = index<<16 | uint64(j)
+		if s.moved == nil {
+			s.moved = map[uint64]uint64{}
+		}
+		s.moved[nr.id] = nr.key
+		nr.flags |= fMoved
+		s.push(nr)
+	}
+	s.stats.Returned += uint64(n)
+	s.tidy()
+	return n
+}
+
+// tidy drops tombstones at both ends and compacts when they are many.
+func (s *State) tidy() {
+	for s.head < len(s.recs) && s.recs[s.head].flags&fDead != 0 {
+		s.recs[s.head] = rec{}
+		s.head++
+		s.dead--
+	}
+	for n := len(s.recs); n > s.head && s.recs[n-1].flags&fDead != 0; n-- {
+		s.recs = s.recs[:n-1]
+		s.dead--
+	}
+	switch {
+	case s.live == 0:
+		s.head, s.dead = 0, 0
+		if cap(s.recs) > 4096 {
+			s.recs = nil
+		} else {
+			s.recs = s.recs[:0]
+		}
+	case s.dead > 1024 && s.dead > s.live/4:
+		s.compact()
+	case s.head > 1024 && s.head > len(s.recs)/2:
+		s.compact()
+	}
+}
+
+// compact moves the live records to the front, dropping tombstones, and
+// gives back memory when the slice is mostly empty.
+func (s *State) compact() {
+	dst, inPlace := s.recs[:0], true
+	if cap(s.recs) > 4096 && s.live < cap(s.recs)/4 {
+		dst, inPlace = make([]rec, 0, s.live+s.live/4+16), false
+	}
+	for i := s.head; i < len(s.recs); i++ {
+		if s.recs[i].flags&fDead == 0 {
+			dst = append(dst, s.recs[i])
+		}
+	}
+	if inPlace {
+		clear(s.recs[len(dst):])
+	}
+	s.recs, s.head, s.dead = dst, 0, 0
+}
+
+// ---- queries ----
+
+// Applied is the index of the last entry applied.
+func (s *State) Applied() uint64 { return s.applied }
+
+// Len is the number of live messages.
+func (s *State) Len() int { return s.live }
+
+// Bytes is the body bytes of the live messages.
+func (s *State) Bytes() int64 { return s.bytes }
+
+// Lease is the delivery lease: messages with id <= Lease may have been
+// delivered.
+func (s *State) Lease() uint64 { return s.lease }
+
+// Clock is the largest leader time seen (unix ms).
+func (s *State) Clock() int64 { return s.clock }
+
+// Stats returns the counters.
+func (s *State) Stats() Stats { return s.stats }
+
+// LastSeq is the last seq applied for publisher p.
+func (s *State) LastSeq(p uint64) (uint64, bool) {
+	x, ok := s.pubs[p]
+	return x.seq, ok
+}
+
+// Publishers is the number of publishers remembered for dedup.
+func (s *State) Publishers() int { return len(s.pubs) }
+
+// Get returns the live message id.
+func (s *State) Get(id uint64) (Msg, bool) {
+	i := s.find(id)
+	if i < 0 {
+		return Msg{}, false
+	}
+	r := &s.recs[i]
+	return r.msg(s.delayOf(r)), true
+}
+
+func (s *State) delayOf(r *rec) int64 {
+	if r.flags&fDelayed == 0 {
+		return 0
+	}
+	return s.delays[r.id]
+}
+
+// Messages calls fn for every live message in queue order until fn
+// returns false. fn must not change the state.
+func (s *State) Messages(fn func(Msg) bool) {
+	for i := s.head; i < len(s.recs); i++ {
+		r := &s.recs[i]
+		if r.flags&fDead == 0 && !fn(r.msg(s.delayOf(r))) {
+			return
+		}
+	}
+}
+
+// Live returns the ids of the live messages (the log entries still
+// needed for their bodies), ascending.
+func (s *State) Live() []uint64 { return s.AppendLive(make([]uint64, 0, s.live)) }
+
+// AppendLive appends the live ids, ascending, to dst.
+func (s *State) AppendLive(dst []uint64) []uint64 {
+	// Messages never moved are in id order already; merge the moved
+	// ones (few) in.
+	var moved []uint64
+	if len(s.moved) > 0 {
+		moved = make([]uint64, 0, len(s.moved))
+		for id := range s.moved {
+			moved = append(moved, id)
+		}
+		slices.Sort(moved)
+	}
+	j := 0
+	for i := s.head; i < len(s.recs); i++ {
+		r := &s.recs[i]
+		if r.flags&(fDead|fMoved) != 0 {
+			continue
+		}
+		for j < len(moved) && moved[j] < r.id {
+			dst = append(dst, moved[j])
+			j++
+		}
+		dst = append(dst, r.id)
+	}
+	return append(dst, moved[j:]...)
+}
+
+// Equal reports whether s and o are the same state: same messages in the
+// same order with the same headers, same dedup, lease, clock, counters
+// and applied index (the layout, tombstones and spare capacity aside).
+func (s *State) Equal(o *State) bool {
+	if s.applied != o.applied || s.lease != o.lease || s.clock != o.clock || s.nextPrune != o.nextPrune ||
+		s.stats != o.stats || s.live != o.live || s.bytes != o.bytes || len(s.pubs) != len(o.pubs) ||
+		len(s.moved) != len(o.moved) || len(s.delays) != len(o.delays) {
+		return false
+	}
+	for id, p := range s.pubs {
+		if q, ok := o.pubs[id]; !ok || p != q {
+			return false
+		}
+	}
+	i, j := s.head, o.head
+	for {
+		for i < len(s.recs) && s.recs[i].flags&fDead != 0 {
+			i++
+		}
+		for j < len(o.recs) && o.recs[j].flags&fDead != 0 {
+			j++
+		}
+		if i == len(s.recs) || j == len(o.recs) {
+			return i == len(s.recs) && j == len(o.recs)
+		}
+		a, b := &s.recs[i], &o.recs[j]
+		if *a != *b || s.delayOf(a) != o.delayOf(b) {
+			return false
+		}
+		if a.flags&fMoved != 0 && (s.moved[a.id] != a.key || o.moved[b.id] != b.key) {
+			return false
+		}
+		i++
+		j++
+	}
+}

@@ -1,0 +1,250 @@
+package qrepl
+
+import (
+	"bytes"
+	"reflect"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/warrenmq/warren/broker/machine"
+)
+
+// TestCodecRoundTrip: issue 14: every command decodes to what was
+// encoded, and every strict prefix of an encoding is refused (an
+// Enqueue's body is its tail, so only its header prefixes are).
+func TestCodecRoundTrip(t *testing.T) {
+	cmds := []Command{
+		Enqueue{Pub: PubID{Publisher: 1 << 40, Seq: 99}, Time: 1_700_000_000_123, ExpiresAt: 1_700_000_060_000,
+			Priority: 7, Persistent: true, Size: 12345, Body: []byte("the broker's encoded message")},
+		Enqueue{Time: -5, Body: []byte{}},
+		Remove{IDs: []uint64{5, 3, 1 << 47, 4}},
+		Remove{},
+		Return{Items: []ReturnItem{{ID: 9, DeliveryCount: 2, Acquired: 3, Redelivered: true, Back: true},
+			{ID: 4, DelayUntil: 1_700_000_000_000}}},
+		Discard{IDs: []uint64{8}, Reason: machine.DeliveryLimit},
+		Lease{UpTo: 1 << 50},
+		Purge{IDs: []uint64{1, 2, 3}},
+		Prune{Now: 1_700_000_000_000},
+	}
+	for _, c := range cmds {
+		b := Encode(c)
+		if Kind(b[0]) != c.Kind() {
+			t.Fatalf("%T: kind byte %x", c, b[0])
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		if !reflect.DeepEqual(norm(got), norm(c)) {
+			t.Fatalf("decoded %+v, want %+v", got, c)
+		}
+		hdr := len(b)
+		if e, ok := c.(Enqueue); ok {
+			hdr -= len(e.Body)
+			if e2, err := DecodeEnqueue(b); err != nil || !bytes.Equal(e2.Body, e.Body) {
+				t.Fatalf("DecodeEnqueue: %+v %v", e2, err)
+			}
+		}
+		for n := 0; n < hdr; n++ {
+			if _, err := Decode(b[:n]); err == nil {
+				t.Fatalf("%T: prefix %d of %d decoded", c, n, len(b))
+			}
+		}
+		if _, ok := c.(Enqueue); !ok {
+			if _, err := Decode(append(b, 0)); err == nil {
+				t.Fatalf("%T: trailing byte accepted", c)
+			}
+		}
+	}
+	if _, err := DecodeEnqueue(Encode(Lease{UpTo: 1})); err == nil {
+		t.Fatal("DecodeEnqueue took a lease")
+	}
+}
+
+// norm makes empty slices nil so DeepEqual compares contents.
+func norm(c Command) Command {
+	switch c := c.(type) {
+	case Enqueue:
+		if len(c.Body) == 0 {
+			c.Body = nil
+		}
+		return c
+	case Remove:
+		if len(c.IDs) == 0 {
+			c.IDs = nil
+		}
+		return c
+	}
+	return c
+}
+
+// TestQueueOrder: issue 14: the order a quorum queue's machine holds
+// messages in: enqueues at the back, a return without delivery limit at
+// the back under a new order key (sorted above every earlier key, so the
+// machine's seq order), a return with one keeps its place; removal from
+// anywhere.
+func TestQueueOrder(t *testing.T) {
+	s := New()
+	must := func(i uint64, c Command) Result {
+		t.Helper()
+		r, err := s.Apply(i, Encode(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i := uint64(1); i <= 5; i++ {
+		must(i, Enqueue{Size: uint32(i)})
+	}
+	must(6, Return{Items: []ReturnItem{{ID: 2, Back: true, Redelivered: true, Acquired: 1}, {ID: 1, Back: true}, {ID: 3, DeliveryCount: 1}}})
+	must(8, Enqueue{Size: 8})
+	if r := must(9, Remove{IDs: []uint64{4, 4, 77, 0}}); r.N != 1 {
+		t.Fatalf("remove: %+v", r)
+	}
+	var ids, orders []uint64
+	s.Messages(func(m Msg) bool { ids = append(ids, m.ID); orders = append(orders, m.Order); return true })
+	if want := []uint64{3, 5, 2, 1, 8}; !slices.Equal(ids, want) {
+		t.Fatalf("order %v, want %v", ids, want)
+	}
+	if !slices.IsSorted(orders) || orders[2] != 6<<16 || orders[3] != 6<<16|1 {
+		t.Fatalf("order keys %x", orders)
+	}
+	if live := s.Live(); !slices.Equal(live, []uint64{1, 2, 3, 5, 8}) {
+		t.Fatalf("live %v", live)
+	}
+	if m, _ := s.Get(2); !m.Redelivered || m.Acquired != 1 {
+		t.Fatalf("returned message %+v", m)
+	}
+	if m, _ := s.Get(3); m.DeliveryCount != 1 || m.Order != 3<<16 {
+		t.Fatalf("returned in place %+v", m)
+	}
+	if s.Len() != 5 || s.Bytes() != 1+2+3+5+8 {
+		t.Fatalf("len %d bytes %d", s.Len(), s.Bytes())
+	}
+	// a removed message returned or removed again is not found
+	if r := must(10, Return{Items: []ReturnItem{{ID: 4, Back: true}}}); r.N != 0 {
+		t.Fatalf("return of a removed message: %+v", r)
+	}
+	if _, err := s.Apply(10, Encode(Lease{UpTo: 3})); err != ErrStale {
+		t.Fatalf("stale apply: %v", err)
+	}
+	if _, err := s.Apply(11, []byte{0x99}); err != ErrCorrupt || s.Applied() != 11 {
+		t.Fatalf("corrupt apply: %v, applied %d", err, s.Applied())
+	}
+}
+
+// TestDiscardMarks: issue 14 (R1.14): Discard marks messages with their
+// reason until Remove; a Return clears the mark; the marks survive a
+// snapshot.
+func TestDiscardMarks(t *testing.T) {
+	s := New()
+	for i := uint64(1); i <= 3; i++ {
+		s.Apply(i, Encode(Enqueue{}))
+	}
+	s.Apply(4, Encode(Discard{IDs: []uint64{1, 3, 9}, Reason: machine.Expired}))
+	s.Apply(5, Encode(Return{Items: []ReturnItem{{ID: 3}}}))
+	r, err := Restore(s.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var marks []Msg
+	r.Messages(func(m Msg) bool {
+		if m.DLX {
+			marks = append(marks, m)
+		}
+		return true
+	})
+	if len(marks) != 1 || marks[0].ID != 1 || marks[0].Reason != machine.Expired {
+		t.Fatalf("marks %+v", marks)
+	}
+	if st := r.Stats(); st.Discarded != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestLeaseMonotonic: issue 14: the lease only goes up.
+func TestLeaseMonotonic(t *testing.T) {
+	s := New()
+	s.Apply(1, Encode(Lease{UpTo: 1024}))
+	s.Apply(2, Encode(Lease{UpTo: 10}))
+	if s.Lease() != 1024 {
+		t.Fatalf("lease %d", s.Lease())
+	}
+}
+
+// TestRestoreRefuses: issue 14: snapshots a state cannot hold are
+// refused (keys out of order, a moved id also under its own key, counts
+// beyond the data, trailing bytes).
+func TestRestoreRefuses(t *testing.T) {
+	s := New()
+	for i := uint64(1); i <= 4; i++ {
+		s.Apply(i, Encode(Enqueue{Size: 3}))
+	}
+	s.Apply(5, Encode(Return{Items: []ReturnItem{{ID: 2, Back: true}}}))
+	good := s.Snapshot()
+	if _, err := Restore(good); err != nil {
+		t.Fatal(err)
+	}
+	bad := [][]byte{nil, {2}, good[:len(good)-1], append(slices.Clone(good), 0)}
+	for i := range bad {
+		if _, err := Restore(bad[i]); err == nil {
+			t.Fatalf("case %d restored", i)
+		}
+	}
+	// Hand-made: a moved id whose own key is also present.
+	w := New()
+	w.recs = []rec{{key: 1 << 16, id: 1}, {key: 2 << 16, id: 2}, {key: 3 << 16, id: 1, flags: fMoved}}
+	w.moved = map[uint64]uint64{1: 3 << 16}
+	w.live, w.applied = 3, 3
+	if _, err := Restore(w.Snapshot()); err == nil {
+		t.Fatal("duplicate id restored")
+	}
+}
+
+// TestMemory1M: issue 14: 1,000,000 live messages cost well under 100
+// bytes each (the state's heap, measured with runtime.MemStats), and the
+// snapshot is compact.
+func TestMemory1M(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	const n = 1_000_000
+	per, s := heapPerMessage(n)
+	snap := s.Snapshot()
+	t.Logf("%d live messages: %.1f heap bytes each; snapshot %d bytes (%.1f each)", n, per, len(snap), float64(len(snap))/n)
+	if per >= 80 {
+		t.Fatalf("%.1f bytes per message", per)
+	}
+	// After acking most of them from the head the memory goes back.
+	ids := make([]uint64, 0, 1000)
+	for id := uint64(1); id <= n-1000; id++ {
+		ids = append(ids, id)
+		if len(ids) == cap(ids) {
+			s.ApplyCommand(s.Applied()+1, Remove{IDs: ids})
+			ids = ids[:0]
+		}
+	}
+	if s.Len() != 1000 || cap(s.recs) > 8192 {
+		t.Fatalf("len %d cap %d after removing", s.Len(), cap(s.recs))
+	}
+	runtime.KeepAlive(s)
+}
+
+// heapPerMessage builds a state of n live messages (some returned to the
+// back, some delayed) and reports its heap bytes per message.
+func heapPerMessage(n int) (float64, *State) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := New()
+	body := make([]byte, 100)
+	for i := 1; i <= n; i++ {
+		s.ApplyCommand(uint64(i), Enqueue{Pub: PubID{Publisher: uint64(1 + i%3), Seq: uint64(i)},
+			Time: 1_700_000_000_000 + int64(i/100), Size: 100, Persistent: true, Body: body})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(s)
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n), s
+}

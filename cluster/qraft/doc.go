@@ -1,0 +1,77 @@
+// Package qraft is the raft host of a node: it drives every quorum queue's
+// raft group (etcd raft RawNodes) on this node from one loop.
+//
+// # The loop
+//
+// One goroutine per Host. Each pass takes what arrived (raft messages
+// from peers, proposals, operations), ticks the active groups when the
+// tick timer fired, then collects the Ready of every group that has one
+// and handles them together: every group's entries, hard state and
+// installed snapshot go to the node-wide log store in one append and one
+// sync; then the messages go out batched per peer (one transport message
+// per peer per pass, carrying many groups' raft messages, see wire.go);
+// then committed entries are applied to each group's StateMachine and the
+// groups are advanced. It repeats while a group has a Ready (a leader's
+// commit follows its own append). Nothing in the loop waits on the
+// network: Config.Send must not block (transport.Send queues or fails).
+//
+// # Callbacks
+//
+// StateMachine methods and Propose's done callbacks run on the loop
+// goroutine: they must not block, and must not call the ctx-taking Group
+// methods (AddMember, RemoveMember, TransferLeader), which wait for the
+// loop. Propose, Campaign, ReadEntry, Leader, Status, StopGroup and
+// DeleteGroup may be called from anywhere, callbacks included.
+//
+// # Proposals
+//
+// Only the leader takes proposals (no forwarding): on another member,
+// done gets ErrNotLeader. An accepted proposal's done runs after the
+// entry is committed and applied here, or with ErrDropped when the term
+// or leader changed before it was seen committed (it may still commit:
+// the caller resends, deduplicating at the state machine).
+//
+// # Leadership
+//
+// LeaderChanged(leader, term, false) is signalled on every change of the
+// leader or term seen here ("" while none is known). On the leader
+// itself, LeaderChanged(self, term, true) comes only after the Apply of
+// the first entry of its term (raft's empty entry), so every entry of
+// earlier terms is applied: the state machine is complete.
+//
+// # Quiescence
+//
+// A leader whose group is idle (nothing pending, every reachable member
+// caught up and recently active, commit stable for Config.QuiesceTicks
+// ticks) quiesces it: it stops ticking (no heartbeats) and tells the
+// followers, which quiesce when their log and commit match. A quiesced
+// group wakes on a proposal, an operation or a raft message (a heartbeat
+// response excepted). A follower wakes when PeerState reports its
+// leader's node down, then campaigns after the election timeout (PreVote
+// and CheckQuorum are on); a leader wakes when a member's node comes back
+// up, to catch it up. A quiesced follower woken by a vote request first
+// advances its election clock by the ticks it missed, so its leader lease
+// lapses as if it had ticked.
+//
+// # Snapshots and compaction by live entries
+//
+// After SnapshotEntries entries or SnapshotBytes bytes applied since the
+// last snapshot, the host asks the StateMachine for a Snapshot: its small
+// state plus the indices of the entries it still needs (live message
+// bodies). The raft log is compacted up to the snapshot (less a margin of
+// Config.KeepEntries); the live entries stay readable through ReadEntry. A
+// lagging follower gets the snapshot with the live entries' bodies, built
+// on demand; it writes them to its own log.
+//
+// # Storage and recovery
+//
+// Open replays the log store and keeps each group's state (hard state,
+// snapshot, entries above it, live entries) until StartGroup asks for the
+// group: the StateMachine is then Restored from the snapshot and the
+// committed entries above it are applied again. StopGroup keeps the log
+// (a later StartGroup resumes); DeleteGroup drops it.
+//
+// Membership: AddMember/RemoveMember propose a ConfChange (the node's
+// name travels in its context); a new member starts with join=true and
+// empty storage. Node ids are NodeID(name), as in cluster/meta.
+package qraft

@@ -1,0 +1,1080 @@
+package qraft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+)
+
+// StateMachine is a group's replicated state. Every method is called on
+// the host's loop goroutine (one for all groups): it must not block long,
+// and must not wait for the host (Propose is fine: it never blocks; the
+// ctx-taking Group methods would wait for the loop and must not be called
+// from here).
+type StateMachine interface {
+	// Apply gets committed entries in log order. Empty entries and
+	// configuration changes are applied by the host and not passed (their
+	// indices still advance Applied). Data must not be modified; it may be
+	// kept.
+	Apply(ents []Entry)
+	// Snapshot encodes the state as of the last applied entry, and the
+	// indices of the entries (at or below it) whose data it still needs:
+	// the host compacts the log up to that index and keeps exactly those
+	// entries readable through ReadEntry.
+	Snapshot() (data []byte, live []uint64)
+	// Restore replaces the state with a snapshot taken at index (installed
+	// from the leader, or recovered at StartGroup).
+	Restore(index uint64, data []byte)
+	// LeaderChanged reports the group's leader ("" when none is known) in
+	// term. isSelf is true when this node leads AND every entry of earlier
+	// terms is applied here (the state is complete); it is signalled once
+	// per term, after the Apply of the leader's first entry of its term.
+	LeaderChanged(leader string, term uint64, isSelf bool)
+}
+
+// Entry is a committed entry handed to StateMachine.Apply.
+type Entry struct {
+	Index, Term uint64
+	Data        []byte
+}
+
+// GroupStatus is a snapshot of a group's raft state on this node.
+type GroupStatus struct {
+	ID            uint64
+	Role          string // leader, follower, candidate, precandidate, stopped
+	Term          uint64
+	Commit        uint64
+	Applied       uint64
+	LastIndex     uint64
+	Leader        string // "" when unknown
+	Members       []string
+	Online        []string // members this node can reach (itself included)
+	LogEntries    uint64   // entries above the snapshot plus live entries kept below it
+	LogBytes      int64    // their data bytes (approximate)
+	SnapshotIndex uint64
+	Quiesced      bool
+}
+
+type flight struct {
+	data  []byte
+	cc    *pb.ConfChange
+	done  func(index uint64, err error)
+	term  uint64
+	index uint64
+}
+
+type inItem struct {
+	from string
+	wireItem
+}
+
+// Group is one raft group driven by the host.
+type Group struct {
+	h  *Host
+	id uint64
+	sm StateMachine
+
+	// loop-only
+	rn               *raft.RawNode
+	mem              *raft.MemoryStorage
+	snapIndex        uint64
+	applied          uint64
+	sinceSnapEntries uint64
+	sinceSnapBytes   int64
+	confState        *pb.ConfState
+	inflight         map[uint64]*flight
+	newProps         []*flight
+	lead, term       uint64
+	selfReady        bool
+	quiesced         bool
+	idleTicks        int
+	idleCommit       uint64
+	quiescedTick     uint64
+	stoppedLoop      bool
+	installed        *snapData // a snapshot from the leader, persisted, to restore
+	installedMeta    *pb.Snapshot
+	snapNow          bool   // a configuration change was applied
+	liveCount        uint64 // live entries kept below the raft log's first index
+	liveBytes        int64
+
+	quiescedFlag atomic.Bool
+
+	liveMu sync.RWMutex
+	live   map[uint64]*pb.Entry // live entries at or below the snapshot
+
+	mu       sync.Mutex
+	props    []*flight
+	ops      []func()
+	inbox    []inItem
+	stopped  bool
+	deleted  bool
+	stoppedc chan struct{}
+	status   GroupStatus
+
+	dirty bool // under h.mu
+}
+
+func newGroup(h *Host, id uint64, members []string, sm StateMachine, join bool, r *recovered) (*Group, error) {
+	g := &Group{
+		h: h, id: id, sm: sm,
+		mem:      raft.NewMemoryStorage(),
+		inflight: map[uint64]*flight{},
+		live:     map[uint64]*pb.Entry{},
+		stoppedc: make(chan struct{}),
+	}
+	fresh := r == nil || (r.hs == nil && r.snap == nil && len(r.ents) == 0)
+	if !fresh {
+		if r.snap != nil {
+			if err := g.mem.ApplySnapshot(r.snap); err != nil {
+				return nil, fmt.Errorf("qraft: group %d: snapshot: %w", id, err)
+			}
+			sd, err := decodeSnapData(r.snap.GetData())
+			if err != nil {
+				return nil, err
+			}
+			g.snapIndex = r.snap.GetMetadata().GetIndex()
+			g.confState = r.snap.GetMetadata().GetConfState()
+			g.live = r.live
+			sm.Restore(g.snapIndex, sd.sm)
+		}
+		ents := r.ents
+		if len(ents) > 0 && ents[0].GetIndex() > g.snapIndex+1 {
+			h.log.Error("qraft: gap in a group's log; dropping the entries after it", "group", id, "snapshot", g.snapIndex, "first", ents[0].GetIndex())
+			ents = nil
+		}
+		if err := g.mem.Append(ents); err != nil {
+			return nil, fmt.Errorf("qraft: group %d: entries: %w", id, err)
+		}
+		if r.hs != nil {
+			if err := g.mem.SetHardState(r.hs); err != nil {
+				return nil, err
+			}
+		}
+		for _, e := range ents {
+			g.sinceSnapEntries++
+			g.sinceSnapBytes += int64(len(e.GetData()))
+		}
+	}
+	g.applied = g.snapIndex
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        h.self,
+		ElectionTick:              electionTicks,
+		HeartbeatTick:             heartbeatTicks,
+		Storage:                   g.mem,
+		Applied:                   g.applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  8 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    raftLogger{h.log.With("group", id)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("qraft: group %d: %w", id, err)
+	}
+	g.rn = rn
+	if fresh && !join {
+		found := false
+		names := append([]string(nil), members...)
+		sort.Strings(names)
+		peers := make([]raft.Peer, 0, len(names))
+		for i, n := range names {
+			if i > 0 && names[i-1] == n {
+				continue
+			}
+			if n == h.cfg.Self {
+				found = true
+			}
+			peers = append(peers, raft.Peer{ID: NodeID(n), Context: []byte(n)})
+		}
+		if !found {
+			return nil, fmt.Errorf("qraft: group %d: members %v must include this node (%s), or join", id, members, h.cfg.Self)
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("qraft: group %d: bootstrap: %w", id, err)
+		}
+	}
+	st := rn.BasicStatus()
+	g.term = st.GetTerm()
+	g.status = GroupStatus{ID: id, Role: "follower", Term: st.GetTerm(), SnapshotIndex: g.snapIndex, Applied: g.applied}
+	return g, nil
+}
+
+// ID is the group's id.
+func (g *Group) ID() uint64 { return g.id }
+
+// Propose hands data to the group, asynchronously (it never blocks on the
+// network or the loop). done (optional) runs on the loop after the entry
+// is committed and applied here (after the StateMachine's Apply for it
+// returned), or with ErrNotLeader (in no log), ErrDropped (the leadership
+// changed first: outcome unknown, the caller resends) or ErrClosed.
+// Every proposal queued since the loop's last pass goes into one Ready.
+func (g *Group) Propose(data []byte, done func(index uint64, err error)) {
+	g.enqueue(&flight{data: data, done: done})
+}
+
+func (g *Group) enqueue(f *flight) {
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		if f.done != nil {
+			f.done(0, ErrClosed)
+		}
+		return
+	}
+	g.props = append(g.props, f)
+	g.mu.Unlock()
+	g.h.markDirty(g)
+}
+
+// do runs fn on the loop.
+func (g *Group) do(fn func()) error {
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		return ErrClosed
+	}
+	g.ops = append(g.ops, fn)
+	g.mu.Unlock()
+	g.h.markDirty(g)
+	return nil
+}
+
+// Campaign makes this member start an election now (a preferred leader
+// after its group was created).
+func (g *Group) Campaign() error {
+	return g.do(func() { _ = g.rn.Campaign() })
+}
+
+// ReadEntry returns the data of a committed entry: one above the last
+// snapshot, or one its StateMachine listed as live.
+func (g *Group) ReadEntry(index uint64) ([]byte, error) {
+	first, _ := g.mem.FirstIndex()
+	last, _ := g.mem.LastIndex()
+	if index >= first && index <= last {
+		ents, err := g.mem.Entries(index, index+1, 1<<62)
+		if err == nil && len(ents) == 1 && ents[0].GetIndex() == index {
+			return ents[0].GetData(), nil
+		}
+	}
+	g.liveMu.RLock()
+	e := g.live[index]
+	g.liveMu.RUnlock()
+	if e != nil {
+		return e.GetData(), nil
+	}
+	return nil, fmt.Errorf("%w: group %d entry %d", ErrNotFound, g.id, index)
+}
+
+// Leader returns the leader ("" when unknown) and the term, as of the
+// loop's last pass over the group.
+func (g *Group) Leader() (node string, term uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.status.Leader, g.status.Term
+}
+
+// Status returns the group's state on this node.
+func (g *Group) Status() GroupStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.status
+	s.Members = append([]string(nil), s.Members...)
+	s.Online = append([]string(nil), s.Online...)
+	return s
+}
+
+// AddMember adds node as a voter (leader only). The node's member must be
+// started with join=true; the leader catches it up. It returns once the
+// change is applied here, or with ctx's error (the change may still
+// apply), ErrNotLeader, or ErrDropped.
+func (g *Group) AddMember(ctx context.Context, node string) error {
+	g.h.mu.Lock()
+	g.h.names[NodeID(node)] = node
+	g.h.mu.Unlock()
+	return g.confChange(ctx, &pb.ConfChange{Type: pb.ConfChangeAddNode.Enum(), NodeId: new(NodeID(node)), Context: []byte(node)})
+}
+
+// RemoveMember removes node from the group (leader only); see AddMember.
+func (g *Group) RemoveMember(ctx context.Context, node string) error {
+	return g.confChange(ctx, &pb.ConfChange{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(NodeID(node)), Context: []byte(node)})
+}
+
+func (g *Group) confChange(ctx context.Context, cc *pb.ConfChange) error {
+	ch := make(chan error, 1)
+	g.enqueue(&flight{cc: cc, done: func(_ uint64, err error) { ch <- err }})
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TransferLeader asks the leader (this node) to hand leadership to node
+// and waits until node leads, or ctx ends.
+func (g *Group) TransferLeader(ctx context.Context, node string) error {
+	ch := make(chan error, 1)
+	err := g.do(func() {
+		st := g.rn.BasicStatus()
+		if st.RaftState != raft.StateLeader {
+			ch <- ErrNotLeader
+			return
+		}
+		g.wake()
+		g.rn.TransferLeader(NodeID(node))
+		ch <- nil
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if l, _ := g.Leader(); l == node {
+			return nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// ---- loop side ----
+
+func (g *Group) wake() {
+	if g.quiesced {
+		g.quiesced = false
+		g.quiescedFlag.Store(false)
+	}
+	g.idleTicks = 0
+}
+
+// handleInput steps what arrived; false when the group is stopped.
+func (g *Group) handleInput(extra *[]rec) bool {
+	if g.stoppedLoop {
+		return false
+	}
+	g.mu.Lock()
+	inbox, props, ops := g.inbox, g.props, g.ops
+	g.inbox, g.props, g.ops = nil, nil, nil
+	stopped, deleted := g.stopped, g.deleted
+	g.mu.Unlock()
+	if stopped {
+		g.stoppedLoop = true
+		for _, f := range props {
+			if f.done != nil {
+				f.done(0, ErrClosed)
+			}
+		}
+		g.failPending(ErrClosed)
+		if deleted {
+			*extra = append(*extra, rec{Group: g.id, Kind: recDelete})
+		} else {
+			g.h.mu.Lock()
+			g.h.rec[g.id] = g.recoveredState()
+			g.h.mu.Unlock()
+		}
+		g.mu.Lock()
+		g.status.Role = "stopped"
+		g.mu.Unlock()
+		g.h.mu.Lock()
+		if g.h.stopping[g.id] == g {
+			delete(g.h.stopping, g.id)
+		}
+		g.h.mu.Unlock()
+		close(g.stoppedc)
+		return false
+	}
+	for i := range inbox {
+		g.stepItem(&inbox[i])
+	}
+	for _, op := range ops {
+		op()
+	}
+	if len(props) > 0 {
+		g.wake()
+		g.propose(props)
+	}
+	return true
+}
+
+// recoveredState is what a later StartGroup of a stopped group starts from.
+func (g *Group) recoveredState() *recovered {
+	r := &recovered{live: map[uint64]*pb.Entry{}, names: map[uint64]string{}}
+	hs, _, _ := g.mem.InitialState()
+	r.hs = proto.Clone(hs).(*pb.HardState)
+	if s, err := g.mem.Snapshot(); err == nil && !raft.IsEmptySnap(s) {
+		r.snap = s
+	}
+	first, _ := g.mem.FirstIndex()
+	last, _ := g.mem.LastIndex()
+	if last >= first {
+		ents, _ := g.mem.Entries(first, last+1, 1<<62)
+		r.ents = append(r.ents, ents...)
+	}
+	g.liveMu.RLock()
+	for k, v := range g.live {
+		r.live[k] = v
+	}
+	g.liveMu.RUnlock()
+	return r
+}
+
+func (g *Group) stepItem(it *inItem) {
+	switch it.kind {
+	case itemRaft:
+		m := it.msg
+		t := m.GetType()
+		if t == pb.MsgProp {
+			return // proposals are never forwarded
+		}
+		if g.quiesced && t != pb.MsgHeartbeatResp {
+			if (t == pb.MsgPreVote || t == pb.MsgVote) && g.rn.BasicStatus().RaftState != raft.StateLeader {
+				// A follower that stayed quiesced has not ticked: bring
+				// its election clock to where it would be, so that its
+				// leader lease (CheckQuorum) lapses as it would have.
+				n := g.h.tickN - g.quiescedTick
+				if n > 2*electionTicks {
+					n = 2 * electionTicks
+				}
+				for i := uint64(0); i < n; i++ {
+					g.rn.TickQuiesced()
+				}
+			}
+			g.wake()
+		}
+		if err := g.rn.Step(m); err != nil {
+			g.h.log.Debug("qraft: step", "group", g.id, "type", t.String(), "err", err)
+		}
+	case itemQuiesce:
+		st := g.rn.BasicStatus()
+		last, _ := g.mem.LastIndex()
+		if st.RaftState == raft.StateFollower && st.GetTerm() == it.term && st.Lead == NodeID(it.from) &&
+			st.GetCommit() == it.commit && last == it.commit {
+			g.quiesced = true
+			g.quiescedFlag.Store(true)
+			g.quiescedTick = g.h.tickN
+		}
+	}
+}
+
+func (g *Group) propose(props []*flight) {
+	st := g.rn.BasicStatus()
+	fail := func(fs []*flight, err error) {
+		for _, f := range fs {
+			if f.done != nil {
+				f.done(0, err)
+			}
+		}
+	}
+	if st.RaftState != raft.StateLeader || st.LeadTransferee != raft.None {
+		fail(props, ErrNotLeader)
+		return
+	}
+	g.h.st.proposals.Add(uint64(len(props)))
+	var run []*flight
+	flush := func() {
+		if len(run) == 0 {
+			return
+		}
+		ents := make([]*pb.Entry, len(run))
+		for i, f := range run {
+			ents[i] = &pb.Entry{Data: f.data}
+		}
+		if err := g.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(g.h.self), Entries: ents}); err != nil {
+			fail(run, ErrNotLeader)
+		} else {
+			g.newProps = append(g.newProps, run...)
+		}
+		run = nil
+	}
+	for _, f := range props {
+		if f.cc == nil {
+			run = append(run, f)
+			continue
+		}
+		flush()
+		if err := g.rn.ProposeConfChange(f.cc); err != nil {
+			fail([]*flight{f}, ErrNotLeader)
+		} else {
+			g.newProps = append(g.newProps, f)
+		}
+	}
+	flush()
+}
+
+// matchProposals gives this pass's accepted proposals their indices: raft
+// appended them, in order, at the tail of the Ready's entries.
+func (g *Group) matchProposals(rd *raft.Ready) {
+	n := len(g.newProps)
+	if n == 0 {
+		return
+	}
+	props := g.newProps
+	g.newProps = nil
+	if len(rd.Entries) < n {
+		for _, f := range props {
+			if f.done != nil {
+				f.done(0, ErrDropped)
+			}
+		}
+		return
+	}
+	tail := rd.Entries[len(rd.Entries)-n:]
+	for i, f := range props {
+		f.index, f.term = tail[i].GetIndex(), tail[i].GetTerm()
+		if old := g.inflight[f.index]; old != nil && old.done != nil {
+			old.done(0, ErrDropped)
+		}
+		g.inflight[f.index] = f
+	}
+}
+
+// persistRecords adds the Ready's records to recs.
+func (g *Group) persistRecords(recs []rec, rd *raft.Ready) ([]rec, error) {
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		sd, err := decodeSnapData(rd.Snapshot.GetData())
+		if err != nil {
+			return nil, fmt.Errorf("qraft: group %d: snapshot from leader: %w", g.id, err)
+		}
+		for _, l := range sd.live {
+			if l.hasData {
+				recs = append(recs, rec{Group: g.id, Index: l.index, Term: l.term, Kind: recLive, Data: l.data})
+			}
+		}
+		small := proto.Clone(rd.Snapshot).(*pb.Snapshot)
+		small.Data = sd.encode(false)
+		data, err := proto.Marshal(small)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec{Group: g.id, Index: small.GetMetadata().GetIndex(), Term: small.GetMetadata().GetTerm(), Kind: recSnapshot, Data: data})
+		g.installed, g.installedMeta = sd, small
+	}
+	for _, e := range rd.Entries {
+		recs = append(recs, recOfEntry(g.id, e))
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		data, err := proto.Marshal(rd.HardState)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec{Group: g.id, Kind: recHardState, Data: data})
+	}
+	return recs, nil
+}
+
+func recOfEntry(group uint64, e *pb.Entry) rec {
+	k := byte(recEntry)
+	switch e.GetType() {
+	case pb.EntryConfChange:
+		k = recConf
+	case pb.EntryConfChangeV2:
+		k = recConfV2
+	}
+	return rec{Group: group, Index: e.GetIndex(), Term: e.GetTerm(), Kind: k, Data: e.GetData()}
+}
+
+func entryOfRec(x rec) *pb.Entry {
+	e := &pb.Entry{Index: new(x.Index), Term: new(x.Term), Data: x.Data}
+	switch x.Kind {
+	case recConf:
+		e.Type = pb.EntryConfChange.Enum()
+	case recConfV2:
+		e.Type = pb.EntryConfChangeV2.Enum()
+	}
+	return e
+}
+
+// storeReady mirrors the persisted Ready into the in-memory storage.
+func (g *Group) storeReady(rd *raft.Ready) error {
+	if g.installedMeta != nil {
+		if err := g.mem.ApplySnapshot(g.installedMeta); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
+			return fmt.Errorf("qraft: group %d: apply snapshot: %w", g.id, err)
+		}
+	}
+	if err := g.mem.Append(rd.Entries); err != nil {
+		return fmt.Errorf("qraft: group %d: append: %w", g.id, err)
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		if err := g.mem.SetHardState(rd.HardState); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueMessages puts the Ready's messages in the per-peer batches.
+func (g *Group) queueMessages(msgs []*pb.Message) {
+	for _, m := range msgs {
+		to := m.GetTo()
+		name := g.h.nameOf(to)
+		if name == "" {
+			g.rn.ReportUnreachable(to)
+			continue
+		}
+		if m.GetType() == pb.MsgSnap {
+			m = g.expandSnap(m)
+			g.h.st.snapsSent.Add(1)
+			g.rn.ReportSnapshot(to, raft.SnapshotFinish)
+		}
+		b := g.h.batcherFor(name)
+		if err := b.addRaft(g.id, m); err != nil {
+			g.h.log.Error("qraft: marshal", "group", g.id, "err", err)
+			continue
+		}
+		if n := len(b.groups); n == 0 || b.groups[n-1] != g.id {
+			b.groups = append(b.groups, g.id)
+		}
+		g.h.st.raftMsgs.Add(1)
+	}
+}
+
+// expandSnap returns a copy of a MsgSnap whose snapshot carries the live
+// entries' bodies.
+func (g *Group) expandSnap(m *pb.Message) *pb.Message {
+	sd, err := decodeSnapData(m.GetSnapshot().GetData())
+	if err != nil {
+		g.h.log.Error("qraft: own snapshot", "group", g.id, "err", err)
+		return m
+	}
+	for i := range sd.live {
+		l := &sd.live[i]
+		if data, err := g.ReadEntry(l.index); err == nil {
+			l.data, l.hasData = data, true
+		} else {
+			g.h.log.Error("qraft: live entry missing for a snapshot", "group", g.id, "index", l.index)
+		}
+	}
+	m2 := proto.Clone(m).(*pb.Message)
+	m2.Snapshot.Data = sd.encode(true)
+	return m2
+}
+
+// applyReady restores an installed snapshot and applies committed entries.
+func (g *Group) applyReady(rd *raft.Ready) error {
+	if g.installed != nil {
+		sd, meta := g.installed, g.installedMeta
+		g.installed, g.installedMeta = nil, nil
+		idx := meta.GetMetadata().GetIndex()
+		if idx > g.applied {
+			live := make(map[uint64]*pb.Entry, len(sd.live))
+			for _, l := range sd.live {
+				if l.hasData {
+					live[l.index] = &pb.Entry{Index: new(l.index), Term: new(l.term), Data: l.data}
+				}
+			}
+			g.liveMu.Lock()
+			g.live = live
+			g.liveMu.Unlock()
+			g.countLive()
+			g.h.mu.Lock()
+			for id, n := range sd.names {
+				g.h.names[id] = n
+			}
+			g.h.mu.Unlock()
+			g.snapIndex, g.applied = idx, idx
+			g.confState = meta.GetMetadata().GetConfState()
+			g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
+			g.sm.Restore(idx, sd.sm)
+			g.h.st.snapsIn.Add(1)
+		}
+	}
+	g.checkLeader()
+	var batch []Entry
+	var dones []*flight
+	flush := func() {
+		if len(batch) > 0 {
+			g.sm.Apply(batch)
+			batch = nil
+		}
+		for _, f := range dones {
+			if f.done != nil {
+				f.done(f.index, nil)
+			}
+		}
+		dones = nil
+	}
+	for _, e := range rd.CommittedEntries {
+		idx := e.GetIndex()
+		if idx <= g.applied {
+			continue
+		}
+		f := g.inflight[idx]
+		if f != nil {
+			delete(g.inflight, idx)
+		}
+		ok := f != nil && f.term == e.GetTerm()
+		switch e.GetType() {
+		case pb.EntryNormal:
+			if len(e.GetData()) > 0 {
+				batch = append(batch, Entry{Index: idx, Term: e.GetTerm(), Data: e.GetData()})
+			}
+			ok = ok && f.cc == nil
+		case pb.EntryConfChange, pb.EntryConfChangeV2:
+			flush()
+			g.applyConfChange(e)
+			ok = ok && f.cc != nil
+		}
+		g.applied = idx
+		g.sinceSnapEntries++
+		g.sinceSnapBytes += int64(len(e.GetData()))
+		if f != nil {
+			if ok {
+				dones = append(dones, f)
+			} else if f.done != nil {
+				flush()
+				f.done(0, ErrDropped)
+			}
+		}
+		if g.lead == g.h.self && !g.selfReady && e.GetTerm() == g.term {
+			flush()
+			g.selfReady = true
+			g.sm.LeaderChanged(g.h.cfg.Self, g.term, true)
+		}
+	}
+	flush()
+	return nil
+}
+
+func (g *Group) applyConfChange(e *pb.Entry) {
+	var cc pb.ConfChangeI
+	var ctxName string
+	if e.GetType() == pb.EntryConfChange {
+		c := &pb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), c); err != nil {
+			g.h.log.Error("qraft: bad conf change", "group", g.id, "index", e.GetIndex(), "err", err)
+			return
+		}
+		cc = c
+		if len(c.GetContext()) > 0 {
+			ctxName = string(c.GetContext())
+			g.h.mu.Lock()
+			g.h.names[c.GetNodeId()] = ctxName
+			g.h.mu.Unlock()
+		}
+	} else {
+		c := &pb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), c); err != nil {
+			g.h.log.Error("qraft: bad conf change", "group", g.id, "index", e.GetIndex(), "err", err)
+			return
+		}
+		cc = c
+	}
+	g.confState = g.rn.ApplyConfChange(cc)
+	// A snapshot sent to a new member must list it (raft refuses one
+	// that does not): snapshot now, with the new configuration.
+	g.snapNow = true
+}
+
+// checkLeader notices a change of leader or term: it fails proposals that
+// can no longer be known to commit, and signals the state machine.
+func (g *Group) checkLeader() {
+	st := g.rn.BasicStatus()
+	if st.Lead == g.lead && st.GetTerm() == g.term {
+		return
+	}
+	g.lead, g.term = st.Lead, st.GetTerm()
+	g.selfReady = false
+	for idx, f := range g.inflight {
+		if idx > st.GetCommit() {
+			delete(g.inflight, idx)
+			if f.done != nil {
+				f.done(0, ErrDropped)
+			}
+		}
+	}
+	if st.Lead == g.h.self {
+		return // signalled once an entry of this term is applied
+	}
+	name := ""
+	if st.Lead != raft.None {
+		name = g.h.nameOf(st.Lead)
+	}
+	g.sm.LeaderChanged(name, st.GetTerm(), false)
+}
+
+func (g *Group) afterAdvance() {
+	g.checkLeader()
+	if g.snapNow || g.sinceSnapEntries >= g.h.cfg.SnapshotEntries || g.sinceSnapBytes >= g.h.cfg.SnapshotBytes {
+		g.snapNow = false
+		g.snapshot()
+	}
+}
+
+// snapshot takes a local snapshot at the applied index and compacts the
+// log: entries at or below it are dropped except the live ones.
+func (g *Group) snapshot() {
+	idx := g.applied
+	if idx <= g.snapIndex {
+		return
+	}
+	data, liveIdx := g.sm.Snapshot()
+	sort.Slice(liveIdx, func(i, j int) bool { return liveIdx[i] < liveIdx[j] })
+	sd := &snapData{sm: data, names: g.memberNames()}
+	newLive := make(map[uint64]*pb.Entry, len(liveIdx))
+	first, _ := g.mem.FirstIndex()
+	for _, li := range liveIdx {
+		if li > idx || newLive[li] != nil {
+			continue
+		}
+		var e *pb.Entry
+		if li >= first {
+			if ents, err := g.mem.Entries(li, li+1, 1<<62); err == nil && len(ents) == 1 {
+				e = ents[0]
+			}
+		}
+		if e == nil {
+			g.liveMu.RLock()
+			e = g.live[li]
+			g.liveMu.RUnlock()
+		}
+		if e == nil {
+			g.h.log.Error("qraft: state machine lists an entry the log lacks", "group", g.id, "index", li)
+			continue
+		}
+		newLive[li] = e
+		sd.live = append(sd.live, liveEnt{index: li, term: e.GetTerm()})
+	}
+	snap, err := g.mem.CreateSnapshot(idx, g.confState, sd.encode(false))
+	if err != nil {
+		g.h.log.Error("qraft: snapshot", "group", g.id, "err", err)
+		return
+	}
+	meta, err := proto.Marshal(snap)
+	if err != nil {
+		return
+	}
+	if _, err := g.h.store.Append([]rec{{Group: g.id, Index: idx, Term: snap.GetMetadata().GetTerm(), Kind: recSnapshot, Data: meta}}); err != nil {
+		g.h.log.Error("qraft: persist snapshot", "group", g.id, "err", err)
+		return
+	}
+	g.liveMu.Lock()
+	g.live = newLive
+	g.liveMu.Unlock()
+	g.countLive()
+	if keep := uint64(g.h.cfg.KeepEntries); idx > keep {
+		if err := g.mem.Compact(idx - keep); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			g.h.log.Error("qraft: compact", "group", g.id, "err", err)
+		}
+	}
+	g.snapIndex = idx
+	g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
+	g.h.st.snaps.Add(1)
+}
+
+func (g *Group) memberNames() map[uint64]string {
+	out := map[uint64]string{}
+	g.h.mu.Lock()
+	defer g.h.mu.Unlock()
+	for _, id := range g.confState.GetVoters() {
+		out[id] = g.h.names[id]
+	}
+	for _, id := range g.confState.GetLearners() {
+		out[id] = g.h.names[id]
+	}
+	return out
+}
+
+// tick advances an active group's clock; a leader's idle group quiesces
+// instead. It reports whether the group may have a Ready.
+func (g *Group) tick() bool {
+	if g.stoppedLoop || g.quiesced {
+		return false
+	}
+	if g.maybeQuiesce() {
+		return true
+	}
+	g.rn.Tick()
+	return true
+}
+
+func (g *Group) maybeQuiesce() bool {
+	if g.h.cfg.QuiesceTicks < 0 {
+		return false
+	}
+	st := g.rn.BasicStatus()
+	reset := func() bool { g.idleTicks = 0; return false }
+	if st.RaftState != raft.StateLeader || st.LeadTransferee != raft.None || len(g.inflight) > 0 || g.rn.HasReady() {
+		return reset()
+	}
+	last, _ := g.mem.LastIndex()
+	if st.GetCommit() != last || g.applied != last {
+		return reset()
+	}
+	ok := true
+	var followers []string
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id == g.h.self {
+			return
+		}
+		name := g.h.nameOf(id)
+		if name == "" || !g.h.isOnline(name) {
+			return
+		}
+		if pr.Match != last || !pr.RecentActive || pr.State != tracker.StateReplicate {
+			ok = false
+		}
+		followers = append(followers, name)
+	})
+	if !ok {
+		return reset()
+	}
+	if st.GetCommit() != g.idleCommit {
+		g.idleCommit = st.GetCommit()
+		g.idleTicks = 0
+	}
+	g.idleTicks++
+	if g.idleTicks < g.h.cfg.QuiesceTicks {
+		return false
+	}
+	g.quiesced = true
+	g.quiescedFlag.Store(true)
+	g.quiescedTick = g.h.tickN
+	for _, f := range followers {
+		g.h.batcherFor(f).addQuiesce(g.id, st.GetTerm(), st.GetCommit())
+	}
+	return true
+}
+
+// peerEvent wakes the group when node's state matters to it.
+func (g *Group) peerEvent(node uint64, up bool) bool {
+	if g.stoppedLoop || !g.quiesced {
+		return false
+	}
+	st := g.rn.BasicStatus()
+	if !up && st.Lead == node && st.RaftState != raft.StateLeader {
+		g.wake()
+		return true
+	}
+	if up && st.RaftState == raft.StateLeader && g.isMember(node) {
+		g.wake()
+		return true
+	}
+	return false
+}
+
+func (g *Group) isMember(id uint64) bool {
+	for _, v := range g.confState.GetVoters() {
+		if v == id {
+			return true
+		}
+	}
+	for _, v := range g.confState.GetLearners() {
+		if v == id {
+			return true
+		}
+	}
+	return false
+}
+
+// failPending fails every proposal not known to be applied.
+func (g *Group) failPending(err error) {
+	for idx, f := range g.inflight {
+		delete(g.inflight, idx)
+		if f.done != nil {
+			f.done(0, err)
+		}
+	}
+	for _, f := range g.newProps {
+		if f.done != nil {
+			f.done(0, err)
+		}
+	}
+	g.newProps = nil
+	g.mu.Lock()
+	props := g.props
+	g.props = nil
+	g.mu.Unlock()
+	for _, f := range props {
+		if f.done != nil {
+			f.done(0, err)
+		}
+	}
+}
+
+func roleName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate:
+		return "candidate"
+	case raft.StatePreCandidate:
+		return "precandidate"
+	default:
+		return "follower"
+	}
+}
+
+// updateStatus publishes the group's state for Status and Leader.
+func (g *Group) updateStatus() {
+	if g.stoppedLoop {
+		return
+	}
+	st := g.rn.BasicStatus()
+	last, _ := g.mem.LastIndex()
+	first, _ := g.mem.FirstIndex()
+	s := GroupStatus{
+		ID: g.id, Role: roleName(st.RaftState), Term: st.GetTerm(), Commit: st.GetCommit(), Applied: g.applied,
+		LastIndex: last, SnapshotIndex: g.snapIndex, Quiesced: g.quiesced,
+	}
+	g.h.mu.Lock()
+	if st.Lead != raft.None {
+		s.Leader = g.h.names[st.Lead]
+	}
+	for _, id := range g.confState.GetVoters() {
+		n := g.h.names[id]
+		s.Members = append(s.Members, n)
+		if n == g.h.cfg.Self || !g.h.offline[n] {
+			s.Online = append(s.Online, n)
+		}
+	}
+	g.h.mu.Unlock()
+	sort.Strings(s.Members)
+	sort.Strings(s.Online)
+	if last >= first {
+		s.LogEntries = last - first + 1
+	}
+	s.LogEntries += g.liveCount
+	s.LogBytes += g.liveBytes
+	s.LogBytes += g.sinceSnapBytes
+	g.mu.Lock()
+	g.status = s
+	g.mu.Unlock()
+}
+
+// countLive recounts the live entries below the log (after a snapshot).
+func (g *Group) countLive() {
+	first, _ := g.mem.FirstIndex()
+	g.liveCount, g.liveBytes = 0, 0
+	g.liveMu.RLock()
+	defer g.liveMu.RUnlock()
+	for k, e := range g.live {
+		if k < first {
+			g.liveCount++
+			g.liveBytes += int64(len(e.GetData()))
+		}
+	}
+}

@@ -1,0 +1,745 @@
+package qraft
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+)
+
+var (
+	// ErrNotLeader: this node does not lead the group (or a leadership
+	// transfer is under way); the proposal is in no log.
+	ErrNotLeader = errors.New("qraft: not the group's leader")
+	// ErrDropped: the leadership changed before the entry was seen
+	// committed: it may or may not commit later (outcome unknown).
+	ErrDropped = errors.New("qraft: proposal dropped (leader changed; outcome unknown)")
+	// ErrClosed: the host or the group stopped.
+	ErrClosed = errors.New("qraft: closed")
+	// ErrNotFound: no such entry (compacted and not live, or never
+	// written), or no such group.
+	ErrNotFound = errors.New("qraft: not found")
+)
+
+// Config configures a Host.
+type Config struct {
+	Self   string                            // this node's name
+	Dir    string                            // the log directory (<data>/qraft)
+	Send   func(to string, msg []byte) error // must not block (transport.Send on the qraft service)
+	Logger *slog.Logger
+	// TickInterval is the raft tick (default 100ms); elections after
+	// ElectionTicks (10) ticks without a leader, heartbeats every tick.
+	TickInterval time.Duration
+	// SnapshotEntries and SnapshotBytes trigger a snapshot of a group
+	// (default 4096 entries, 16 MiB applied since the last one).
+	SnapshotEntries uint64
+	SnapshotBytes   int64
+	// KeepEntries applied entries stay in the raft log below a snapshot,
+	// for followers lagging a little (default 256; negative: none).
+	KeepEntries int
+	// QuiesceTicks is how many ticks a leader's group must be idle (every
+	// online member caught up, nothing pending) before it quiesces
+	// (default 3; negative: never quiesce).
+	QuiesceTicks int
+	NoSync       bool // tests and benchmarks only
+}
+
+const (
+	electionTicks  = 10
+	heartbeatTicks = 1
+)
+
+// NodeID is a node's raft id in every group (FNV-1a of its name, as the
+// metadata group's).
+func NodeID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// HostStats are the host's counters.
+type HostStats struct {
+	Groups      int
+	Quiesced    int
+	Syncs       uint64 // fsyncs of the log store
+	Appends     uint64 // records appended
+	LogBytes    int64  // bytes in the log store's files
+	LiveBytes   int64  // of which still needed
+	Segments    int
+	Cycles      uint64 // loop cycles that handled at least one Ready
+	Batches     uint64 // transport messages sent (one per peer per cycle, or more when large)
+	RaftMsgs    uint64 // raft messages sent inside them
+	Proposals   uint64
+	Snapshots   uint64 // local snapshots taken
+	SnapsSent   uint64
+	SnapsIn     uint64 // snapshots installed from a leader
+	SendErrors  uint64
+	DroppedMsgs uint64 // received for an unknown group
+}
+
+// Host drives every raft group of this node from one loop.
+type Host struct {
+	cfg   Config
+	log   *slog.Logger
+	self  uint64
+	store logStore
+
+	mu             sync.Mutex
+	groups         map[uint64]*Group
+	rec            map[uint64]*recovered // recovered from the store, not started yet
+	dirty          []*Group
+	peerEv         []peerEvent
+	names          map[uint64]string
+	offline        map[string]bool // peers the transport reported down
+	closed         bool
+	pendingDeletes []uint64
+	stopping       map[uint64]*Group // stopped, not yet let go by the loop
+
+	notify chan struct{}
+	stopc  chan struct{}
+	donec  chan struct{}
+	once   sync.Once
+
+	// loop-only
+	tickN   uint64
+	batches map[string]*batcher
+
+	st struct {
+		cycles, batches, raftMsgs, proposals, snaps, snapsSent, snapsIn, sendErrs, dropped atomic.Uint64
+	}
+}
+
+type peerEvent struct {
+	node string
+	up   bool
+}
+
+// recovered is one group's state read back from the store.
+type recovered struct {
+	hs    *pb.HardState
+	snap  *pb.Snapshot // local form (no bodies)
+	ents  []*pb.Entry  // contiguous, above the snapshot
+	live  map[uint64]*pb.Entry
+	names map[uint64]string
+}
+
+// Open opens the log store in cfg.Dir and reads every group's state
+// back; groups start driving when StartGroup is called for them.
+func Open(cfg Config) (*Host, error) {
+	if cfg.Self == "" || cfg.Dir == "" || cfg.Send == nil {
+		return nil, errors.New("qraft: Config needs Self, Dir and Send")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = 100 * time.Millisecond
+	}
+	if cfg.SnapshotEntries == 0 {
+		cfg.SnapshotEntries = 4096
+	}
+	if cfg.SnapshotBytes == 0 {
+		cfg.SnapshotBytes = 16 << 20
+	}
+	if cfg.KeepEntries == 0 {
+		cfg.KeepEntries = 256
+	} else if cfg.KeepEntries < 0 {
+		cfg.KeepEntries = 0
+	}
+	if cfg.QuiesceTicks == 0 {
+		cfg.QuiesceTicks = 3
+	}
+	st, err := openFileStore(cfg.Dir, cfg.NoSync)
+	if err != nil {
+		return nil, fmt.Errorf("qraft: open store: %w", err)
+	}
+	h := &Host{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "qraft"),
+		self:     NodeID(cfg.Self),
+		store:    st,
+		groups:   map[uint64]*Group{},
+		rec:      map[uint64]*recovered{},
+		names:    map[uint64]string{},
+		offline:  map[string]bool{},
+		stopping: map[uint64]*Group{},
+		notify:   make(chan struct{}, 1),
+		stopc:    make(chan struct{}),
+		donec:    make(chan struct{}),
+		batches:  map[string]*batcher{},
+	}
+	h.names[h.self] = cfg.Self
+	if err := h.recover(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	go h.run()
+	return h, nil
+}
+
+func (h *Host) recover() error {
+	get := func(g uint64) *recovered {
+		r := h.rec[g]
+		if r == nil {
+			r = &recovered{live: map[uint64]*pb.Entry{}, names: map[uint64]string{}}
+			h.rec[g] = r
+		}
+		return r
+	}
+	return h.store.Replay(func(_ recPos, x rec) error {
+		switch x.Kind {
+		case recEntry, recLive, recConf, recConfV2:
+			e := entryOfRec(x)
+			r := get(x.Group)
+			if x.Kind == recLive {
+				r.live[e.GetIndex()] = e
+				return nil
+			}
+			r.ents = appendEntry(r.ents, e)
+		case recHardState:
+			hs := &pb.HardState{}
+			if err := proto.Unmarshal(x.Data, hs); err != nil {
+				return fmt.Errorf("qraft: group %d hard state: %w", x.Group, err)
+			}
+			get(x.Group).hs = hs
+		case recSnapshot:
+			s := &pb.Snapshot{}
+			if err := proto.Unmarshal(x.Data, s); err != nil {
+				return fmt.Errorf("qraft: group %d snapshot: %w", x.Group, err)
+			}
+			sd, err := decodeSnapData(s.GetData())
+			if err != nil {
+				return fmt.Errorf("qraft: group %d snapshot: %w", x.Group, err)
+			}
+			r := get(x.Group)
+			idx := s.GetMetadata().GetIndex()
+			live := map[uint64]*pb.Entry{}
+			for _, l := range sd.live {
+				if e := r.live[l.index]; e != nil {
+					live[l.index] = e
+				} else if e := entryAt(r.ents, l.index); e != nil {
+					live[l.index] = e
+				}
+			}
+			r.live = live
+			r.ents = entriesAbove(r.ents, idx)
+			r.snap = s
+			for id, n := range sd.names {
+				r.names[id] = n
+			}
+		case recDelete:
+			delete(h.rec, x.Group)
+		}
+		return nil
+	})
+}
+
+// appendEntry appends e to a contiguous run, truncating a conflicting tail.
+func appendEntry(ents []*pb.Entry, e *pb.Entry) []*pb.Entry {
+	idx := e.GetIndex()
+	if len(ents) == 0 {
+		return append(ents, e)
+	}
+	first := ents[0].GetIndex()
+	last := first + uint64(len(ents)) - 1
+	switch {
+	case idx == last+1:
+		return append(ents, e)
+	case idx >= first && idx <= last:
+		return append(ents[:idx-first:idx-first], e)
+	default:
+		return []*pb.Entry{e}
+	}
+}
+
+func entryAt(ents []*pb.Entry, idx uint64) *pb.Entry {
+	if len(ents) == 0 {
+		return nil
+	}
+	first := ents[0].GetIndex()
+	if idx < first || idx >= first+uint64(len(ents)) {
+		return nil
+	}
+	return ents[idx-first]
+}
+
+func entriesAbove(ents []*pb.Entry, idx uint64) []*pb.Entry {
+	for i, e := range ents {
+		if e.GetIndex() > idx {
+			return ents[i:]
+		}
+	}
+	return nil
+}
+
+// Step hands the host a batch another node sent. It never blocks on the
+// loop: the items are queued on their groups.
+func (h *Host) Step(from string, msg []byte) {
+	items, err := decodeBatch(msg)
+	if err != nil {
+		h.log.Warn("qraft: malformed batch", "from", from, "err", err)
+	}
+	fromID := NodeID(from)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	if _, ok := h.names[fromID]; !ok {
+		h.names[fromID] = from
+	}
+	for i := range items {
+		it := &items[i]
+		if it.kind == itemRaft && (it.msg.GetFrom() != fromID || it.msg.GetTo() != h.self) {
+			continue
+		}
+		g := h.groups[it.group]
+		if g == nil {
+			h.st.dropped.Add(1)
+			continue
+		}
+		g.mu.Lock()
+		g.inbox = append(g.inbox, inItem{from: from, wireItem: *it})
+		g.mu.Unlock()
+		h.markDirtyLocked(g)
+	}
+	h.signal()
+}
+
+// PeerState tells the host that the transport saw a node go down or come
+// up. Followers whose leader is on a node that went down wake (and
+// campaign after the election timeout); leaders wake the groups a node
+// that came up belongs to, to catch it up.
+func (h *Host) PeerState(node string, up bool) {
+	h.mu.Lock()
+	if up {
+		delete(h.offline, node)
+	} else {
+		h.offline[node] = true
+	}
+	h.peerEv = append(h.peerEv, peerEvent{node, up})
+	h.mu.Unlock()
+	h.signal()
+}
+
+func (h *Host) signal() {
+	select {
+	case h.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) markDirtyLocked(g *Group) {
+	if !g.dirty {
+		g.dirty = true
+		h.dirty = append(h.dirty, g)
+	}
+}
+
+func (h *Host) markDirty(g *Group) {
+	h.mu.Lock()
+	h.markDirtyLocked(g)
+	h.mu.Unlock()
+	h.signal()
+}
+
+func (h *Host) nameOf(id uint64) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.names[id]
+}
+
+func (h *Host) isOnline(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.offline[name]
+}
+
+// Groups lists the groups being driven.
+func (h *Host) Groups() []uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]uint64, 0, len(h.groups))
+	for id := range h.groups {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Group returns a started group, or nil.
+func (h *Host) Group(id uint64) *Group {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.groups[id]
+}
+
+// Stats returns the host's counters.
+func (h *Host) Stats() HostStats {
+	ss := h.store.Stats()
+	out := HostStats{
+		Syncs: ss.Syncs, Appends: ss.Appends, LogBytes: ss.Bytes, LiveBytes: ss.LiveBytes, Segments: ss.Segments,
+		Cycles: h.st.cycles.Load(), Batches: h.st.batches.Load(), RaftMsgs: h.st.raftMsgs.Load(),
+		Proposals: h.st.proposals.Load(), Snapshots: h.st.snaps.Load(), SnapsSent: h.st.snapsSent.Load(),
+		SnapsIn: h.st.snapsIn.Load(), SendErrors: h.st.sendErrs.Load(), DroppedMsgs: h.st.dropped.Load(),
+	}
+	h.mu.Lock()
+	gs := make([]*Group, 0, len(h.groups))
+	for _, g := range h.groups {
+		gs = append(gs, g)
+	}
+	h.mu.Unlock()
+	out.Groups = len(gs)
+	for _, g := range gs {
+		if g.quiescedFlag.Load() {
+			out.Quiesced++
+		}
+	}
+	return out
+}
+
+// StartGroup starts driving group id with sm. When the store holds the
+// group's log, it is recovered (members is then ignored) and the
+// committed entries above its snapshot are applied again; otherwise the
+// group is bootstrapped with members (this node must be one), or with
+// join it starts empty and waits for its leader (a member added later).
+func (h *Host) StartGroup(id uint64, members []string, sm StateMachine, join bool) (*Group, error) {
+	if sm == nil {
+		return nil, errors.New("qraft: StartGroup needs a StateMachine")
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if h.groups[id] != nil {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("qraft: group %d already started", id)
+	}
+	for h.stopping[id] != nil {
+		old := h.stopping[id]
+		h.mu.Unlock()
+		select {
+		case <-old.stoppedc:
+		case <-h.donec:
+			return nil, ErrClosed
+		}
+		h.mu.Lock()
+	}
+	r := h.rec[id]
+	delete(h.rec, id)
+	for _, m := range members {
+		h.names[NodeID(m)] = m
+	}
+	if r != nil {
+		for nid, n := range r.names {
+			h.names[nid] = n
+		}
+	}
+	h.mu.Unlock()
+	g, err := newGroup(h, id, members, sm, join, r)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	h.groups[id] = g
+	h.markDirtyLocked(g)
+	h.mu.Unlock()
+	h.signal()
+	return g, nil
+}
+
+// StopGroup stops driving the group (this node is shutting the queue
+// down); its log stays. Waiting proposals fail with ErrClosed.
+func (h *Host) StopGroup(id uint64) { h.stopGroup(id, false) }
+
+// DeleteGroup stops the group and drops its log (the queue was deleted,
+// or this node was removed from the group).
+func (h *Host) DeleteGroup(id uint64) { h.stopGroup(id, true) }
+
+func (h *Host) stopGroup(id uint64, del bool) {
+	h.mu.Lock()
+	g := h.groups[id]
+	delete(h.groups, id)
+	if g != nil {
+		h.stopping[id] = g
+	}
+	if del {
+		delete(h.rec, id)
+	}
+	h.mu.Unlock()
+	if g != nil {
+		g.mu.Lock()
+		g.stopped = true
+		g.deleted = del
+		g.mu.Unlock()
+		h.markDirty(g)
+	} else if del {
+		// Not started on this host: still mark its records dead.
+		h.mu.Lock()
+		h.pendingDeletes = append(h.pendingDeletes, id)
+		h.mu.Unlock()
+		h.signal()
+	}
+}
+
+// Close stops the loop and closes the store (synced). Waiting proposals
+// fail with ErrClosed.
+func (h *Host) Close() error { return h.close(false) }
+
+// crash stops the loop and closes the store without flushing what was
+// not synced (tests).
+func (h *Host) crash() error { return h.close(true) }
+
+func (h *Host) close(crash bool) error {
+	var err error
+	h.once.Do(func() {
+		h.mu.Lock()
+		h.closed = true
+		h.mu.Unlock()
+		close(h.stopc)
+		<-h.donec
+		if crash {
+			err = h.store.Crash()
+		} else {
+			err = h.store.Close()
+		}
+	})
+	return err
+}
+
+// ---- the loop ----
+
+func (h *Host) run() {
+	ticker := time.NewTicker(h.cfg.TickInterval)
+	defer ticker.Stop()
+	defer close(h.donec)
+	defer h.failAll()
+	for {
+		tick := false
+		select {
+		case <-h.stopc:
+			return
+		case <-h.notify:
+		case <-ticker.C:
+			tick = true
+		}
+		if err := h.cycle(tick); err != nil {
+			h.log.Error("qraft: host loop stopped", "err", err)
+			return
+		}
+	}
+}
+
+func (h *Host) failAll() {
+	h.mu.Lock()
+	gs := make([]*Group, 0, len(h.groups))
+	for _, g := range h.groups {
+		gs = append(gs, g)
+	}
+	h.mu.Unlock()
+	for _, g := range gs {
+		g.failPending(ErrClosed)
+	}
+}
+
+// cycle runs one pass: input, ticks, then Ready batches until quiet.
+func (h *Host) cycle(tick bool) error {
+	h.mu.Lock()
+	dirty := h.dirty
+	h.dirty = nil
+	for _, g := range dirty {
+		g.dirty = false
+	}
+	evs := h.peerEv
+	h.peerEv = nil
+	dels := h.pendingDeletes
+	h.pendingDeletes = nil
+	var all []*Group
+	if tick || len(evs) > 0 {
+		all = make([]*Group, 0, len(h.groups))
+		for _, g := range h.groups {
+			all = append(all, g)
+		}
+	}
+	h.mu.Unlock()
+
+	var extra []rec
+	for _, id := range dels {
+		extra = append(extra, rec{Group: id, Kind: recDelete})
+	}
+
+	touched := make(map[*Group]bool, len(dirty))
+	for _, g := range dirty {
+		if g.handleInput(&extra) {
+			touched[g] = true
+		}
+	}
+	for _, ev := range evs {
+		nid := NodeID(ev.node)
+		for _, g := range all {
+			if g.peerEvent(nid, ev.up) {
+				touched[g] = true
+			}
+		}
+	}
+	if tick {
+		h.tickN++
+		for _, g := range all {
+			if g.tick() {
+				touched[g] = true
+			}
+		}
+	}
+	if len(touched) == 0 && len(extra) == 0 {
+		return nil
+	}
+	gs := make([]*Group, 0, len(touched))
+	for g := range touched {
+		gs = append(gs, g)
+	}
+	for round := 0; ; round++ {
+		var ready []*Group
+		for _, g := range gs {
+			if g.rn.HasReady() {
+				ready = append(ready, g)
+			}
+		}
+		if len(ready) == 0 && len(extra) == 0 {
+			break
+		}
+		if err := h.handleReadies(ready, extra); err != nil {
+			return err
+		}
+		extra = nil
+		if round > 64 {
+			h.signal() // more next time round
+			break
+		}
+	}
+	for _, g := range gs {
+		g.updateStatus()
+	}
+	// Any batches left (quiesce items without a Ready) go out now.
+	h.flushSends()
+	return nil
+}
+
+// handleReadies persists every group's Ready in one store batch with one
+// sync, sends the messages batched per peer, applies, and advances.
+func (h *Host) handleReadies(gs []*Group, extra []rec) error {
+	h.st.cycles.Add(1)
+	rds := make([]raft.Ready, len(gs))
+	recs := extra
+	for i, g := range gs {
+		rds[i] = g.rn.Ready()
+		g.matchProposals(&rds[i])
+		var err error
+		recs, err = g.persistRecords(recs, &rds[i])
+		if err != nil {
+			return err
+		}
+	}
+	if len(recs) > 0 {
+		if _, err := h.store.Append(recs); err != nil {
+			return fmt.Errorf("qraft: append: %w", err)
+		}
+		if err := h.store.Sync(); err != nil {
+			return fmt.Errorf("qraft: sync: %w", err)
+		}
+	}
+	for i, g := range gs {
+		if err := g.storeReady(&rds[i]); err != nil {
+			return err
+		}
+	}
+	for i, g := range gs {
+		g.queueMessages(rds[i].Messages)
+	}
+	h.flushSends()
+	for i, g := range gs {
+		if err := g.applyReady(&rds[i]); err != nil {
+			return err
+		}
+		g.rn.Advance(rds[i])
+		g.afterAdvance()
+	}
+	return nil
+}
+
+func (h *Host) batcherFor(peer string) *batcher {
+	b := h.batches[peer]
+	if b == nil {
+		b = &batcher{}
+		h.batches[peer] = b
+	}
+	return b
+}
+
+func (h *Host) flushSends() {
+	for peer, b := range h.batches {
+		groups := b.groups
+		bufs := b.finish()
+		delete(h.batches, peer)
+		for _, buf := range bufs {
+			h.st.batches.Add(1)
+			if err := h.cfg.Send(peer, buf); err != nil {
+				h.st.sendErrs.Add(1)
+				h.log.Debug("qraft: send failed", "to", peer, "err", err)
+				h.reportUnreachable(peer, groups)
+				break
+			}
+		}
+	}
+}
+
+func (h *Host) reportUnreachable(peer string, groups []uint64) {
+	id := NodeID(peer)
+	h.mu.Lock()
+	gs := make([]*Group, 0, len(groups))
+	for _, gid := range groups {
+		if g := h.groups[gid]; g != nil {
+			gs = append(gs, g)
+		}
+	}
+	h.mu.Unlock()
+	for _, g := range gs {
+		if g.rn != nil {
+			g.rn.ReportUnreachable(id)
+		}
+	}
+}
+
+// raftLogger adapts slog to raft's Logger (raft's info is our debug).
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)              { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(f string, v ...any)   { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Panic(v ...any)              { r.Fatal(v...) }
+func (r raftLogger) Panicf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
+
+var _ = tracker.Progress{}
