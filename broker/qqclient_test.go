@@ -141,7 +141,7 @@ func qqFixture(t *testing.T) (n *qqNet, qa, qb, qc *Queue) {
 		return q
 	}
 	qa = declare(qqA, qqB)
-	qa.qq = &qqState{}
+	qa.qq = newQQState(qa, 1, nil)
 	qb, qc = declare(qqB, qqB), declare(qqC, qqC)
 	return n, qa, qb, qc
 }
@@ -274,7 +274,7 @@ func TestQQPublishResendOnLeaderChange(t *testing.T) {
 // a leader takes them; a reject-publish refusal is a nack.
 func TestQQPublishNotLeaderThenLeader(t *testing.T) {
 	n, qa, qb, qc := qqFixture(t)
-	qb.qq = &qqState{} // B holds the queue but does not lead it
+	qb.qq = newQQState(qb, 1, nil) // B holds the queue but does not lead it
 	var toB qqSeqs
 	n.setTap(toB.tap(qqB, func() bool { return false }))
 	qa.qqLeaderChanged(qqB, 1)
@@ -311,7 +311,7 @@ func TestQQPublishNotLeaderThenLeader(t *testing.T) {
 	_ = full
 	fa, _, _, err := n.nodes[qqA].VHost("/").DeclareQueue(QueueSpec{Name: "qqfull", Home: qqC}, false)
 	noErr(t, err)
-	fa.qq = &qqState{}
+	fa.qq = newQQState(fa, 2, nil)
 	fa.qqLeaderChanged(qqC, 1)
 	var r Router
 	var toks []Durability
