@@ -402,9 +402,12 @@ func (v *VHost) DeleteQueue(name string, conn uint64, ifUnused, ifEmpty bool) (i
 	}
 	if v.b.replicating() {
 		// The deletion applies on every node, the home's messages with
-		// it; a queue whose home is down cannot be deleted (RabbitMQ).
-		if err := q.checkHome(); err != nil {
-			return 0, err
+		// it; a queue whose home is down cannot be deleted (RabbitMQ); a
+		// quorum queue without a leader can (RabbitMQ forces it).
+		if q.qq == nil {
+			if err := q.checkHome(); err != nil {
+				return 0, err
+			}
 		}
 		return v.proposeQueueDelete(q, conn, ifUnused, ifEmpty)
 	}
