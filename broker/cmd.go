@@ -327,7 +327,7 @@ func (b *Broker) apply(c *command) error {
 		s := QueueSpec{Name: c.Name, Durable: c.Durable, Exclusive: c.Exclusive,
 			AutoDelete: c.AutoDelete, Args: args, Owner: c.Owner, ServerNamed: c.ServerNamed, Home: c.Home}
 		if len(c.Members) > 0 && c.index != 0 {
-			s.Members, s.Group = c.Members, c.index
+			s.Members, s.Group, s.newGroup = c.Members, c.index, true
 		}
 		_, _, _, err := v.declareQueueLocal(s, false)
 		return err

@@ -288,7 +288,7 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
 			continue
 		}
-		if !t.IsLocal() { // owed until its home confirms (dlremote.go)
+		if !t.IsLocal() || t.qq != nil { // owed until its home (a quorum queue's leader) confirms (dlremote.go)
 			if remote == nil {
 				remote = &remoteDL{msg: p.msg}
 			}

@@ -145,6 +145,8 @@ func (q *Queue) sendRemoteDL(rd *remoteDL) {
 		switch {
 		case t == nil:
 			q.remoteDLAnswer(rd, name, errRemoteNoQueue)
+		case t.qq != nil: // a replicated quorum queue: through its leader
+			q.qqForwardDL(t, rd, name)
 		case t.IsLocal(): // its home moved here
 			if t.enqueue(rd.msg, nil) == rejectedOverflow {
 				q.remoteDLAnswer(rd, name, ErrRemoteRejected)

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"encoding/binary"
 	"slices"
 	"sort"
@@ -73,11 +72,16 @@ func (b *Broker) quorumMembers(s QueueSpec) []string {
 
 // start starts this node's member of the group, if it is one and the
 // raft host is installed (a restarted node's groups start at
-// SetQuorumHost).
-func (s *qqState) start() {
+// SetQuorumHost). fresh: the group is new (its declare is being
+// applied): the preferred leader campaigns at once.
+func (s *qqState) start(fresh bool) {
 	b := s.q.vhost.b
 	h := b.quorumHost()
-	if h == nil || !slices.Contains(s.members, b.node) {
+	if h == nil {
+		return
+	}
+	if !slices.Contains(s.members, b.node) {
+		s.ask(h) // the leader may have announced itself before
 		return
 	}
 	s.smu.Lock()
@@ -107,29 +111,32 @@ func (s *qqState) start() {
 	if takeover {
 		s.leaderChanged(b.node, term, true)
 	}
-	if len(s.members) > 0 && s.members[0] == b.node {
-		go s.preferLeader(g)
+	if fresh && s.members[0] == b.node && len(s.members) > 1 {
+		go s.campaign(g)
 	}
 }
 
-// preferLeader makes this node, the preferred leader of a new group (the
-// leader locator's choice), its first leader: once the group has one, it
-// asks for the leadership if another node got it.
-func (s *qqState) preferLeader(g QuorumGroup) {
-	b := s.q.vhost.b
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		leader, term := g.Leader()
-		if leader == "" {
-			continue
+// campaign makes this node, the preferred leader of a new group (the
+// leader locator's choice), its first leader: it campaigns until the
+// group has a leader (the other members start theirs when they apply
+// the declare, a little later).
+func (s *qqState) campaign(g QuorumGroup) {
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(qqCampaignEvery) {
+		if l, _ := g.Leader(); l != "" {
+			return
 		}
-		if leader != b.node && term <= 2 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = g.TransferLeader(ctx, b.node)
-			cancel()
+		s.smu.Lock()
+		gone := s.gone
+		s.smu.Unlock()
+		if gone || g.Campaign() != nil {
+			return
 		}
-		return
 	}
 }
+
+// qqCampaignEvery is how often a new group's preferred leader campaigns
+// while the group has no leader.
+const qqCampaignEvery = 30 * time.Millisecond
 
 // delete deletes this node's member of the group with the queue.
 func (s *qqState) delete() {
@@ -151,7 +158,21 @@ func (s *qqState) delete() {
 // Quorum message opcodes (HandleQuorumMessage).
 const (
 	opQQLeader byte = 'L' // vhost, queue, group, term, leader
+	opQQAsk    byte = 'A' // vhost, queue, group: a non-member asks the members who leads
 )
+
+// ask asks the members who leads (a node that is not a member, when it
+// creates or recovers the queue): the leader answers with its
+// announcement.
+func (s *qqState) ask(h QuorumHost) {
+	buf := []byte{opQQAsk}
+	buf = appendStr(buf, s.q.vhost.Name)
+	buf = appendStr(buf, s.q.Name)
+	buf = binary.AppendUvarint(buf, s.id)
+	for _, m := range s.members {
+		_ = h.Announce(m, buf)
+	}
+}
 
 func (s *qqState) announcement() []byte {
 	l := s.leader.Load()
@@ -186,6 +207,18 @@ func (b *Broker) HandleQuorumMessage(from string, msg []byte) {
 	}
 	d := &msgDecoder{b: msg[1:]}
 	switch msg[0] {
+	case opQQAsk:
+		vn, qn, group := d.str(), d.str(), d.uvarint()
+		if d.err != nil {
+			return
+		}
+		if v := b.VHost(vn); v != nil {
+			if q := v.Queue(qn); q != nil && q.qq != nil && q.qq.id == group && q.qq.here.Load() {
+				if h := b.quorumHost(); h != nil {
+					_ = h.Announce(from, q.qq.announcement())
+				}
+			}
+		}
 	case opQQLeader:
 		vn, qn := d.str(), d.str()
 		group, term, leader := d.uvarint(), d.uvarint(), d.str()

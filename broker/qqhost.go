@@ -59,6 +59,9 @@ type QuorumGroup interface {
 	AddMember(ctx context.Context, node string) error
 	RemoveMember(ctx context.Context, node string) error
 	TransferLeader(ctx context.Context, node string) error
+	// Campaign makes this member start an election now (the preferred
+	// leader of a new group).
+	Campaign() error
 }
 
 // QuorumHost is the node's raft host for quorum queues.
@@ -98,7 +101,7 @@ func (b *Broker) SetQuorumHost(h QuorumHost) {
 		return
 	}
 	for _, q := range b.quorumQueues() {
-		q.qq.start()
+		q.qq.start(false)
 	}
 }
 

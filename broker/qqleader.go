@@ -72,9 +72,6 @@ type qqState struct {
 	pending  bool   // a takeover waits for StartGroup to return
 	pterm    uint64 // its term
 	starting bool   // StartGroup runs
-	// detached are this node's consumers the last step-down took off
-	// the machine, for the client side to re-attach (qqTakeDetached).
-	detached []*Consumer
 
 	// Leader side, guarded by q.mu.
 	ids      map[uint64]uint64 // machine seq -> replicated id
@@ -82,6 +79,10 @@ type qqState struct {
 	leaseReq uint64            // the lease proposed, not yet applied
 	maxID    uint64            // the newest id placed
 	term     uint64            // the term this node leads in
+	// failed holds, per publisher, the lowest seq whose enqueue this
+	// leadership failed to propose: its later seqs are refused until it
+	// comes back (resent), so that the dedup never drops the resend.
+	failed map[uint64]uint64
 
 	// Proposals waiting for the flusher, in order (pmu).
 	pmu      sync.Mutex
@@ -111,21 +112,6 @@ func (s *qqState) leaderNode() string { return s.leader.Load().node }
 // leaderTerm is the term of the leader this node knows.
 func (s *qqState) leaderTerm() uint64 { return s.leader.Load().term }
 
-// qqTakeDetached returns (once) the local consumers this node's last
-// step-down took off the queue: the client side re-attaches them to the
-// new leader, keeping their subscriptions.
-func (q *Queue) qqTakeDetached() []*Consumer {
-	s := q.qq
-	if s == nil {
-		return nil
-	}
-	s.smu.Lock()
-	defer s.smu.Unlock()
-	cs := s.detached
-	s.detached = nil
-	return cs
-}
-
 // qqEnqueueAtLeader enqueues m under the publish id id on this node, the
 // leader: done runs once with enqOK after the enqueue is committed on a
 // majority and applied here, enqRejected for a reject-publish refusal,
@@ -147,6 +133,10 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status
 		q.mu.Unlock()
 		done(enqNotLeader)
 		return
+	case s.refusesLocked(id):
+		q.mu.Unlock()
+		done(enqNotLeader)
+		return
 	case q.rejectsLocked(m):
 		q.mu.Unlock()
 		done(enqRejected)
@@ -164,11 +154,35 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status
 		Persistent: m.persistent(), Size: uint32(m.Size()), Body: appendMessage(nil, m)})
 	g.Propose(data, func(_ uint64, err error) {
 		if err != nil {
+			if id.Publisher != 0 {
+				q.mu.Lock()
+				if f, ok := s.failed[id.Publisher]; (!ok || id.Seq < f) && s.failed != nil {
+					s.failed[id.Publisher] = id.Seq
+				}
+				q.mu.Unlock()
+			}
 			done(enqNotLeader)
 			return
 		}
 		done(enqOK)
 	})
+}
+
+// refusesLocked reports whether the enqueue of publish id must wait for
+// an earlier one of its publisher that failed (resent first).
+func (s *qqState) refusesLocked(id machine.PubID) bool {
+	if id.Publisher == 0 {
+		return false
+	}
+	f, ok := s.failed[id.Publisher]
+	switch {
+	case !ok || id.Seq < f:
+		return false
+	case id.Seq == f:
+		delete(s.failed, id.Publisher) // the resend
+		return false
+	}
+	return true
 }
 
 // --- the group's state machine (QuorumSM) ---
@@ -323,6 +337,15 @@ func (s *qqState) returnedLocked(e *qentry, seq uint64, delayUntil int64) {
 		Redelivered: true, Back: seq != e.Seq, DelayUntil: delayUntil}}})
 }
 
+// discardLocked marks the message under seq as being dead-lettered
+// (at-least-once, R1.14): a Discard; its Remove follows once every target
+// took it (goneLocked).
+func (s *qqState) discardLocked(seq uint64, reason string) {
+	if id, ok := s.ids[seq]; ok {
+		s.proposeLocked(qrepl.Discard{IDs: []uint64{id}, Reason: machine.Reason(reasonIndex(reason))})
+	}
+}
+
 // purgeLocked proposes the purge of every queued message (before the
 // machine's Purge drops them).
 func (s *qqState) purgeLocked() {
@@ -359,6 +382,11 @@ func (s *qqState) proposeLocked(c qrepl.Command) {
 		case qrepl.Return:
 			if last, ok := s.pend[n-1].(qrepl.Return); ok && len(last.Items) < qrepl.MaxBatch {
 				s.pend[n-1] = qrepl.Return{Items: append(last.Items, c.Items...)}
+				return
+			}
+		case qrepl.Discard:
+			if last, ok := s.pend[n-1].(qrepl.Discard); ok && last.Reason == c.Reason && len(last.IDs) < qrepl.MaxBatch {
+				s.pend[n-1] = qrepl.Discard{IDs: append(last.IDs, c.IDs...), Reason: c.Reason}
 				return
 			}
 		}
@@ -471,8 +499,9 @@ func (s *qqState) takeoverLocked(term uint64) {
 	}
 	seq := q.m.LastSeq()
 	ids := make(map[uint64]uint64, s.st.Len())
-	var ready, delayed []qentry
+	var ready, delayed, dead []qentry
 	var delays []int64
+	var deadWhy []machine.Reason
 	var maxID uint64
 	var bad []uint64
 	s.st.Messages(func(msg qrepl.Msg) bool {
@@ -499,7 +528,11 @@ func (s *qqState) takeoverLocked(term uint64) {
 			// delivered (not counted as a delivery attempt).
 			Redelivered: msg.Redelivered || msg.ID <= lease}
 		ids[seq] = msg.ID
-		if msg.DelayUntil != 0 {
+		if msg.DLX {
+			// Being dead-lettered when the last leader stopped: again
+			// (at least once).
+			dead, deadWhy = append(dead, e), append(deadWhy, msg.Reason)
+		} else if msg.DelayUntil != 0 {
 			delayed, delays = append(delayed, e), append(delays, msg.DelayUntil)
 		} else {
 			ready = append(ready, e)
@@ -509,7 +542,11 @@ func (s *qqState) takeoverLocked(term uint64) {
 	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
 	q.m.Restore(ready, delays, delayed, machine.Counts{}, nil, seq)
 	s.ids, s.lease, s.leaseReq, s.maxID, s.term = ids, lease, lease, maxID, term
+	s.failed = map[uint64]uint64{}
 	s.here.Store(true)
+	for i := range dead {
+		q.deadLocked(&dead[i], reasons[deadWhy[i]&3])
+	}
 	b.log.Info("quorum queue: leading", "queue", q.Name, "vhost", q.vhost.Name, "term", term, "messages", len(ready)+len(delayed))
 	if len(bad) > 0 {
 		s.proposeLocked(qrepl.Remove{IDs: bad})
@@ -523,26 +560,17 @@ func (s *qqState) takeoverLocked(term uint64) {
 }
 
 // stepDownLocked drops the leader's machine (smu held): its messages stay
-// in the replicated state; its consumers are detached, this node's for
-// the client side to re-attach, other nodes' (proxies) forgotten: their
-// nodes re-attach them to the new leader.
+// in the replicated state; its consumers go with it, their sinks not told:
+// the client side (qqclient.go) re-attaches this node's to the new leader
+// and drops the proxies of other nodes, which re-attach theirs.
 func (s *qqState) stepDownLocked() {
 	q := s.q
 	q.mu.Lock()
 	s.here.Store(false)
-	var local []*Consumer
-	var proxies []*proxy
-	for _, c := range q.consumersLocked() {
-		if p, ok := c.Sink.(*proxy); ok {
-			proxies = append(proxies, p)
-		} else {
-			local = append(local, c)
-		}
-	}
 	old := q.m
 	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
 	q.m.Restore(nil, nil, nil, machine.Counts{}, nil, old.LastSeq())
-	s.ids, s.lease, s.leaseReq, s.maxID = nil, 0, 0, 0
+	s.ids, s.lease, s.leaseReq, s.maxID, s.failed = nil, 0, 0, 0, nil
 	if q.timer != nil {
 		q.timer.Stop()
 		q.timer, q.timerAt = nil, 0
@@ -552,31 +580,7 @@ func (s *qqState) stepDownLocked() {
 	s.pmu.Lock()
 	s.pend = nil
 	s.pmu.Unlock()
-	for _, c := range local {
-		c.m = nil
-	}
-	s.detached = append(s.detached, local...)
-	q.vhost.b.forgetProxies(q, proxies)
 	q.vhost.b.log.Info("quorum queue: no longer leading", "queue", q.Name, "vhost", q.vhost.Name)
-}
-
-// forgetProxies drops the proxy consumers of q (a quorum queue whose
-// leadership moved) and what their nodes held, without telling them:
-// they learn the new leader and re-attach there.
-func (b *Broker) forgetProxies(q *Queue, ps []*proxy) {
-	rs := &b.remote
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for _, p := range ps {
-		delete(rs.proxies, proxyKey{p.node, p.cid})
-	}
-	for _, h := range rs.held {
-		for k := range h {
-			if k.q == q {
-				delete(h, k)
-			}
-		}
-	}
 }
 
 // notify hands a leader change to the client side (qqLeaderChanged), in

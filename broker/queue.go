@@ -133,6 +133,9 @@ type Queue struct {
 	// qq is a replicated quorum queue's state on this node (issue 14,
 	// qqleader.go): nil for every other queue, set at creation.
 	qq *qqState
+	// qc is this node's client side of a replicated quorum queue
+	// (qqclient.go): publishes pending at the leader, consumers.
+	qc qqClient
 }
 
 // The queue machine as the broker instantiates it: messages are
@@ -377,7 +380,7 @@ const (
 // appended to the queue's log first; r (nil when nobody waits for it)
 // collects the logs that a publisher confirm must wait for.
 func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
-	if q.qq != nil { // a replicated quorum queue (issue 14)
+	if q.qq != nil { // a replicated quorum queue: through its leader (qqclient.go)
 		return q.qqPublish(m, r)
 	}
 	if !q.IsLocal() {
@@ -456,6 +459,9 @@ func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
 // dead-letter exchange), in the outbox for the queue's flusher to
 // publish (dlflush.go).
 func (q *Queue) deadLocked(e *qentry, reason string) {
+	if q.qq != nil && q.atLeastOnce() {
+		q.qq.discardLocked(e.Seq, reason) // a new leader dead-letters it again
+	}
 	it := dlItem{msg: e.Msg, seq: e.Seq, seg: e.Seg, ondisk: e.OnDisk}
 	q.outboxN++
 	q.vhost.dlq.n.Add(1)
@@ -604,9 +610,17 @@ func (s *QueueStats) Delivered() uint64 {
 // Get takes the head message for basic.get. ok is false when the queue is
 // empty; remaining is the count left after the take.
 func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
+	if q.qq != nil { // from its leader (qqclient.go)
+		return q.qqGet(noAck)
+	}
 	if !q.IsLocal() {
 		return q.remoteGet(noAck)
 	}
+	return q.getLocal(noAck)
+}
+
+// getLocal is Get on the queue's home.
+func (q *Queue) getLocal(noAck bool) (d Delivery, remaining int, ok bool) {
 	q.mu.Lock()
 	defer q.unlock()
 	e, remaining, ok := q.m.Get(q.nowMs(), noAck)
@@ -682,6 +696,11 @@ func (q *Queue) settledLocked(ds []Delivery) {
 
 // Ack settles deliveries of this queue as done.
 func (q *Queue) Ack(ds []Delivery) {
+	if q.qq != nil { // drops stale deliveries, sends remote ones (qqclient.go)
+		if ds = q.qqSettle(ds, settleAck); len(ds) == 0 {
+			return
+		}
+	}
 	if !q.IsLocal() {
 		q.remoteSettle(ds, settleAck)
 		return
@@ -713,6 +732,11 @@ func (q *Queue) Ack(ds []Delivery) {
 // dead-lettered with reason rejected when the queue has a DLX, else
 // discarded (R5.2).
 func (q *Queue) Reject(ds []Delivery) {
+	if q.qq != nil {
+		if ds = q.qqSettle(ds, settleReject); len(ds) == 0 {
+			return
+		}
+	}
 	if !q.IsLocal() {
 		q.remoteSettle(ds, settleReject)
 		return
@@ -735,11 +759,16 @@ func (q *Queue) Reject(ds []Delivery) {
 // delayed retry (R5.5), the deadline (R2.3) and drop-head (R4.4): see
 // machine.Machine.Requeue.
 func (q *Queue) Requeue(ds []Delivery, failed bool) {
-	if !q.IsLocal() {
-		kind := settleRequeue
-		if failed {
-			kind = settleRequeueFailed
+	kind := settleRequeue
+	if failed {
+		kind = settleRequeueFailed
+	}
+	if q.qq != nil {
+		if ds = q.qqSettle(ds, kind); len(ds) == 0 {
+			return
 		}
+	}
+	if !q.IsLocal() {
 		q.remoteSettle(ds, kind)
 		return
 	}
@@ -784,9 +813,17 @@ func (q *Queue) AddConsumer(c *Consumer) error { return q.AddConsumerThen(c, nil
 // delivered to c, so that basic.consume-ok is sent only on success and
 // ahead of the first delivery. added follows the rules of Sink.Deliver.
 func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
+	if q.qq != nil { // attached to its leader, wherever it moves (qqclient.go)
+		return q.qqAddConsumer(c, added)
+	}
 	if !q.IsLocal() {
 		return q.remoteAddConsumer(c, added)
 	}
+	return q.addConsumerLocal(c, added)
+}
+
+// addConsumerLocal is AddConsumerThen on the queue's home.
+func (q *Queue) addConsumerLocal(c *Consumer, added func()) error {
 	q.mu.Lock()
 	if q.deleted {
 		q.mu.Unlock()
@@ -811,6 +848,10 @@ func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 // RemoveConsumer unsubscribes c. If the queue is auto-delete and c was its
 // last consumer, the queue is deleted.
 func (q *Queue) RemoveConsumer(c *Consumer) {
+	if q.qq != nil {
+		q.qqRemoveConsumer(c)
+		return
+	}
 	if !q.IsLocal() {
 		q.remoteRemoveConsumer(c)
 		return

@@ -245,6 +245,9 @@ type QueueSpec struct {
 	// preferred leader first, and the group's id.
 	Members []string
 	Group   uint64
+	// newGroup: the declare creates the group (its command is being
+	// applied), not a restart or a snapshot.
+	newGroup bool
 }
 
 // NewQueueName returns a server-generated queue name as RabbitMQ makes them.
@@ -327,7 +330,7 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 			q.mu.Unlock()
 		}
 		if q.qq != nil {
-			q.qq.start() // this node's member, if it is one
+			q.qq.start(s.newGroup) // this node's member, if it is one
 		}
 		return q, 0, 0, nil
 	}
@@ -399,9 +402,12 @@ func (v *VHost) DeleteQueue(name string, conn uint64, ifUnused, ifEmpty bool) (i
 	}
 	if v.b.replicating() {
 		// The deletion applies on every node, the home's messages with
-		// it; a queue whose home is down cannot be deleted (RabbitMQ).
-		if err := q.checkHome(); err != nil {
-			return 0, err
+		// it; a queue whose home is down cannot be deleted (RabbitMQ); a
+		// quorum queue without a leader can (RabbitMQ forces it).
+		if q.qq == nil {
+			if err := q.checkHome(); err != nil {
+				return 0, err
+			}
 		}
 		return v.proposeQueueDelete(q, conn, ifUnused, ifEmpty)
 	}

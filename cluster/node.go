@@ -651,6 +651,7 @@ func (g quorumGroup) RemoveMember(ctx context.Context, node string) error {
 func (g quorumGroup) TransferLeader(ctx context.Context, node string) error {
 	return g.g.TransferLeader(ctx, node)
 }
+func (g quorumGroup) Campaign() error { return g.g.Campaign() }
 func (g quorumGroup) Status() broker.QuorumStatus {
 	st := g.g.Status()
 	return broker.QuorumStatus{ID: st.ID, Term: st.Term, Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,

@@ -61,28 +61,12 @@ func qqInfo(c *warrentest.Cluster, i int, name string) (broker.QuorumInfo, bool)
 // quorum queue name, other than not, and returns its index.
 func qqLeader(t *testing.T, c *warrentest.Cluster, name, not string) int {
 	t.Helper()
-	leader := ""
+	l := -1
 	waitFor(t, "a leader every running node knows, of "+name, func() bool {
-		leader = ""
-		for i, nd := range c.Nodes() {
-			if !nd.Running() {
-				continue
-			}
-			info, ok := qqInfo(c, i, name)
-			if !ok || info.Leader == "" || info.Leader == not || leader != "" && info.Leader != leader {
-				return false
-			}
-			leader = info.Leader
-		}
-		return leader != ""
+		l = c.QueueLeader("/", name)
+		return l >= 0 && c.Node(l).Name() != not
 	})
-	for i, nd := range c.Nodes() {
-		if nd.Name() == leader {
-			return i
-		}
-	}
-	t.Fatalf("leader %q is no node", leader)
-	return -1
+	return l
 }
 
 // qqPublish publishes n persistent messages with confirms through node
@@ -246,9 +230,8 @@ func TestQuorumClusterDeclare(t *testing.T) {
 		}
 	}
 	l := qqLeader(t, c, "h4-qq-decl", "")
-	if l != 0 {
-		// client-local: the declaring node is the preferred leader.
-		t.Logf("leader: node %d (preferred: node 1)", l+1)
+	if l != 0 { // client-local: the declaring node leads first
+		t.Fatalf("leader: node %d, want node 1 (x-queue-leader-locator client-local)", l+1)
 	}
 	for i := range c.Nodes() {
 		var m map[string]any
@@ -394,4 +377,259 @@ func TestQuorumClusterLeaderCrash(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// issue 14: a quorum queue with x-quorum-initial-group-size 2 on three
+// nodes: the third node is no member and learns the leader from its
+// announcements; publishing and consuming through it works, and after
+// the leader's node crashes and comes back it learns the leader again.
+func TestQuorumClusterNonMember(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-two", amqp.Table{"x-quorum-initial-group-size": int32(2)})
+	var info broker.QuorumInfo
+	waitFor(t, "node 1 knows the group", func() bool {
+		var ok bool
+		info, ok = qqInfo(c, 0, "h4-qq-two")
+		return ok
+	})
+	if len(info.Members) != 2 || !slices.Contains(info.Members, c.Node(0).Name()) {
+		t.Fatalf("members %v: want 2, node 1 among them", info.Members)
+	}
+	outside := -1
+	for i, nd := range c.Nodes() {
+		if !slices.Contains(info.Members, nd.Name()) {
+			outside = i
+		}
+	}
+	l := qqLeader(t, c, "h4-qq-two", "")
+	if in, _ := qqInfo(c, outside, "h4-qq-two"); in.Member {
+		t.Fatalf("node %d runs a member of a group it is not in", outside+1)
+	}
+	acked := qqPublish(t, c, outside, "h4-qq-two", "out", 100)
+	if len(acked) != 100 {
+		t.Fatalf("%d of 100 confirmed through the non-member", len(acked))
+	}
+	qc := qqConsume(t, c, outside, "h4-qq-two", 20, false)
+	defer qc.close()
+	waitFor(t, "the non-member's consumer gets every message", func() bool { return qc.count() == 100 })
+	qc.close()
+
+	// The leader's node crashes (the group of two has no quorum) and
+	// comes back: a leader is elected again and the non-member hears of
+	// it.
+	acked = qqPublish(t, c, outside, "h4-qq-two", "before", 50)
+	c.Node(l).Crash()
+	waitFor(t, "the non-member forgets the crashed leader", func() bool {
+		in, _ := qqInfo(c, outside, "h4-qq-two")
+		return in.Leader == ""
+	})
+	c.Node(l).Start()
+	qqLeader(t, c, "h4-qq-two", "")
+	qc2 := qqConsume(t, c, outside, "h4-qq-two", 20, false)
+	defer qc2.close()
+	waitFor(t, "the messages confirmed before the crash consumed through the non-member", func() bool {
+		qc2.mu.Lock()
+		defer qc2.mu.Unlock()
+		for _, b := range acked {
+			if qc2.got[b] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// issue 14: every node of the cluster stops and starts again: the quorum
+// queue's members recover their logs, elect a leader, and every message
+// confirmed before is there.
+func TestQuorumClusterFullRestart(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 2, "h4-qq-full", nil)
+	qqLeader(t, c, "h4-qq-full", "")
+	var want []string
+	for i := range c.Nodes() {
+		want = append(want, qqPublish(t, c, i, "h4-qq-full", fmt.Sprintf("n%d", i+1), 100)...)
+	}
+	// Some consumed and acked first: they must not come back.
+	qc := qqConsume(t, c, 0, "h4-qq-full", 10, false)
+	waitFor(t, "50 consumed", func() bool { return qc.count() >= 50 })
+	qc.close()
+	waitFor(t, "the acks applied", func() bool {
+		l := qqLeader(t, c, "h4-qq-full", "")
+		st := c.Node(l).Broker().VHost("/").Queue("h4-qq-full").Stats()
+		return st.Unacked == 0
+	})
+	qc.mu.Lock()
+	consumed := map[string]bool{}
+	for b := range qc.got {
+		consumed[b] = true
+	}
+	qc.mu.Unlock()
+	for i := range c.Nodes() {
+		c.Node(i).Crash()
+	}
+	var wg sync.WaitGroup
+	for i := range c.Nodes() {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Node(i).Start() }()
+	}
+	wg.Wait()
+	c.WaitReady()
+	qqLeader(t, c, "h4-qq-full", "")
+	qc2 := qqConsume(t, c, 1, "h4-qq-full", 50, false)
+	defer qc2.close()
+	waitFor(t, "every confirmed message not acked before consumed after the restart", func() bool {
+		qc2.mu.Lock()
+		defer qc2.mu.Unlock()
+		n := 0
+		for _, b := range want {
+			if !consumed[b] && qc2.got[b] == 0 {
+				return false
+			}
+			n++
+		}
+		return true
+	})
+}
+
+// qqLoad publishes with confirms through node i until stop is closed,
+// recording the bodies confirmed (acks) and nacked.
+type qqLoad struct {
+	mu      sync.Mutex
+	acked   []string
+	nacked  int
+	err     error
+	stopped chan struct{}
+}
+
+func qqStartLoad(t *testing.T, c *warrentest.Cluster, i int, queue, prefix string, stop chan struct{}) *qqLoad {
+	t.Helper()
+	conn, err := amqp.Dial(c.Node(i).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	l := &qqLoad{stopped: make(chan struct{})}
+	confs := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
+	var sent sync.Map // tag -> body
+	go func() {
+		for cf := range confs {
+			b, _ := sent.LoadAndDelete(cf.DeliveryTag)
+			l.mu.Lock()
+			if cf.Ack {
+				l.acked = append(l.acked, b.(string))
+			} else {
+				l.nacked++
+			}
+			l.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer close(l.stopped)
+		defer conn.Close()
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				// Wait for the outstanding confirms (bounded).
+				for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+					n := 0
+					sent.Range(func(any, any) bool { n++; return true })
+					if n == 0 {
+						return
+					}
+				}
+				l.mu.Lock()
+				l.err = fmt.Errorf("confirms outstanding 20s after the end")
+				l.mu.Unlock()
+				return
+			default:
+			}
+			body := fmt.Sprintf("%s-%d", prefix, k)
+			sent.Store(uint64(k+1), body)
+			if err := ch.Publish("", queue, false, false, amqp.Publishing{DeliveryMode: 2, Body: []byte(body)}); err != nil {
+				l.mu.Lock()
+				l.err = err
+				l.mu.Unlock()
+				return
+			}
+			if k%50 == 49 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	return l
+}
+
+func (l *qqLoad) ackedN() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// issue 14: publishers with confirms through the two other nodes and a
+// consumer keep going while the leader's node crashes: no confirmed
+// message is lost (each is consumed), and a message delivered twice was
+// redelivered the second time.
+func TestQuorumClusterCrashUnderLoad(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-load", nil)
+	l := qqLeader(t, c, "h4-qq-load", "")
+	var others []int
+	for i := range c.Nodes() {
+		if i != l {
+			others = append(others, i)
+		}
+	}
+	cons := qqConsume(t, c, others[0], "h4-qq-load", 50, false)
+	defer cons.close()
+	stop := make(chan struct{})
+	loads := []*qqLoad{
+		qqStartLoad(t, c, others[0], "h4-qq-load", "a", stop),
+		qqStartLoad(t, c, others[1], "h4-qq-load", "b", stop),
+	}
+	waitFor(t, "confirms before the crash", func() bool { return loads[0].ackedN() > 200 && loads[1].ackedN() > 200 })
+	before := loads[0].ackedN() + loads[1].ackedN()
+	c.Node(l).Crash()
+	qqLeader(t, c, "h4-qq-load", c.Node(l).Name())
+	waitFor(t, "confirms after the failover", func() bool { return loads[0].ackedN()+loads[1].ackedN() > before+400 })
+	close(stop)
+	var want []string
+	for _, ld := range loads {
+		<-ld.stopped
+		ld.mu.Lock()
+		if ld.err != nil {
+			t.Errorf("publisher: %v", ld.err)
+		}
+		want = append(want, ld.acked...)
+		t.Logf("publisher: %d confirmed, %d nacked", len(ld.acked), ld.nacked)
+		ld.mu.Unlock()
+	}
+	waitFor(t, "every confirmed message consumed", func() bool {
+		cons.mu.Lock()
+		defer cons.mu.Unlock()
+		for _, b := range want {
+			if cons.got[b] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	cons.mu.Lock()
+	defer cons.mu.Unlock()
+	dups := 0
+	for b, n := range cons.got {
+		if n > 1 {
+			dups++
+			if !cons.redel[b] {
+				t.Errorf("%s delivered %d times, never redelivered", b, n)
+			}
+		}
+	}
+	t.Logf("%d confirmed, %d consumed, %d delivered more than once", len(want), len(cons.got), dups)
 }
