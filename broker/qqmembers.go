@@ -627,7 +627,10 @@ func (b *Broker) qqLocalStatus(q *Queue) QuorumMemberStatus {
 	switch {
 	case gs.Leader == b.node:
 		st.RaftState = "leader"
-	case gs.Leader == "":
+	case gs.Leader == "" && gs.Term > 0:
+		// No leader known in a term: an election (QuorumStatus has no
+		// role; a new member waiting for its leader has term 0 and is a
+		// follower).
 		st.RaftState = "candidate"
 	default:
 		st.RaftState = "follower"

@@ -776,8 +776,26 @@ func qqScenario(t *testing.T, s qqSide) []string {
 	}
 	sort.Strings(res)
 	rec("shrink n3: %s %v", o, res)
+	// The members after the shrink, from the quorum status (the queue
+	// record's members): RabbitMQ 3.10's /api/queues keeps listing a
+	// member removed from under its leader (its stats come from the
+	// leader's process, which that removal stops), so it is only logged.
 	for _, x := range []string{q, "h8-cmpg-a", "h8-cmpg-b"} {
-		await(0, x, "after shrink n3", 0, 1)
+		var nodes, roles []string
+		testutil.Until(45*time.Second, func() bool {
+			rows, o := s.status(0, x)
+			nodes, roles = nil, nil
+			for _, r := range rows {
+				nodes = append(nodes, fmt.Sprint(r["Node Name"]))
+				roles = append(roles, fmt.Sprint(r["Raft State"]))
+			}
+			sort.Strings(nodes)
+			sort.Strings(roles)
+			return o == "ok" && slices.Equal(nodes, []string{n(0), n(1)}) && slices.Equal(roles, []string{"follower", "leader"})
+		})
+		rec("%s: after shrink n3: status nodes %v, roles %v", x, nodes, roles)
+		v, _ := s.view(0, x)
+		t.Logf("[%s] %s: after shrink n3, /api/queues shows %s", s.kind(), x, v)
 	}
 
 	// Every message confirmed before the changes is still there.
