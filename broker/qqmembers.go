@@ -488,10 +488,11 @@ func (s *qqState) leave() {
 	}
 	s.st = nil
 	s.smu.Unlock()
-	if g != nil {
-		if h := s.q.vhost.b.quorumHost(); h != nil {
+	if h := s.q.vhost.b.quorumHost(); h != nil {
+		if g != nil {
 			h.DeleteGroup(s.id)
 		}
+		s.ask(h) // who leads now: the leader answers with its announcement
 	}
 }
 

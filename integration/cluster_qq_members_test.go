@@ -863,3 +863,43 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestClusterQQShrinkDownNode: issue 14, shrinking a node that is down
+// (a node lost for good: rabbitmq-queues shrink is how RabbitMQ forgets
+// its replicas). With node 3 crashed, shrink n3 through node 1 takes its
+// member off every quorum queue (each 2 members, ok), the queue keeps
+// its confirmed messages, and node 3, restarted, deletes its member and
+// shows the two members too.
+func TestClusterQQShrinkDownNode(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	nodes := []string{warrentest.NodeName(0), warrentest.NodeName(1), warrentest.NodeName(2)}
+	api := []*mgmtTarget{qqNodeAPI(t, c.Node(0)), qqNodeAPI(t, c.Node(1)), qqNodeAPI(t, c.Node(2))}
+	q := "h8-down-" + randomSuffix()
+	declareQQ(t, c.Node(0).URL(), q, nil)
+	waitQQ(t, api[0], "/", q, "three members", settled(nodes...))
+	qqPublishConfirmed(t, c.Node(1).URL(), q, 5)
+	if l := c.QueueLeader("/", q); l == 2 {
+		// Keep the leader off the node that goes down: the shrink is
+		// about a member, not a failover.
+		api[0].must(http.MethodPost, "/api/rebalance/queues", nil, http.StatusNoContent)
+	}
+	c.Node(2).Crash()
+	r := api[0].must(http.MethodDelete, "/api/queues/quorum/replicas/on/"+esc(nodes[2])+"/shrink", nil, http.StatusAccepted)
+	if got := string(r.body); !strings.Contains(got, `"name":"`+q+`"`) || !strings.Contains(got, `"result":"ok"`) {
+		t.Fatalf("shrink of a down node: %s", r)
+	}
+	v := waitQQ(t, api[1], "/", q, "two members", settled(nodes[0], nodes[1]))
+	if got := qqGetAll(t, c.Node(0).URL(), q, 5); len(got) != 5 {
+		t.Fatalf("after the shrink: %d of the 5 confirmed messages (view %s)", len(got), v)
+	}
+	c.Node(2).Start()
+	api[2] = qqNodeAPI(t, c.Node(2))
+	waitQQ(t, api[2], "/", q, "node 3 back, not a member", settled(nodes[0], nodes[1]))
+	var rows []map[string]any
+	if !testutil.Until(qqWait, func() bool {
+		rows = qqStatusRows(t, api[2], "/", q)
+		return len(rows) == 2 && rows[0]["Node Name"] == nodes[0] && rows[1]["Node Name"] == nodes[1]
+	}) {
+		t.Fatalf("status through the restarted node 3: %v", rows)
+	}
+}
