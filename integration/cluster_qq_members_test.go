@@ -777,9 +777,9 @@ func qqScenario(t *testing.T, s qqSide) []string {
 	sort.Strings(res)
 	rec("shrink n3: %s %v", o, res)
 	// The members after the shrink, from the quorum status (the queue
-	// record's members): RabbitMQ 3.10's /api/queues keeps listing a
-	// member removed from under its leader (its stats come from the
-	// leader's process, which that removal stops), so it is only logged.
+	// record's members): RabbitMQ 3.10's /api/queues went on listing the
+	// removed member of some queues for minutes (stale queue statistics,
+	// whichever node led), so it is only logged.
 	for _, x := range []string{q, "h8-cmpg-a", "h8-cmpg-b"} {
 		var nodes, roles []string
 		testutil.Until(45*time.Second, func() bool {
