@@ -628,7 +628,7 @@ func (r *rabbitSide) deleteQueue(q string) {
 // qqScenario runs the membership scenario on one side and returns what
 // it observed, with node names as n1, n2, n3: the same list on Warren and
 // on RabbitMQ is the comparison.
-func qqScenario(t *testing.T, s qqSide) []string {
+func qqScenario(t *testing.T, s qqSide, shapes map[string]any) []string {
 	var obs []string
 	rec := func(format string, args ...any) {
 		line := fmt.Sprintf(format, args...)
@@ -671,6 +671,13 @@ func qqScenario(t *testing.T, s qqSide) []string {
 	var v qqView
 	testutil.Until(15*time.Second, func() bool { v, _ = s.view(1, q); return v.Leader == n(0) })
 	rec("%s: leader after the declare: %s (the declaring node)", q, v.Leader)
+	// The queue's object in /api/queues, for the shape comparison.
+	if tg := qqSideAPI(s, 1); tg != nil {
+		shapes["quorum queue"] = tg.queueInfo("/", q)
+		if l := findBy(tg.getJSON("/api/queues/%2F"), "name", q); len(l) == 1 {
+			shapes["quorum queue list item"] = l[0]
+		}
+	}
 	qqPublishConfirmed(t, s.amqpURL(1), q, 10)
 
 	rec("delete_member n3: %s", s.deleteMember(1, q, n(2)))
@@ -807,6 +814,17 @@ func qqScenario(t *testing.T, s qqSide) []string {
 	return obs
 }
 
+// qqSideAPI is a side's management API on node i.
+func qqSideAPI(s qqSide, i int) *mgmtTarget {
+	switch x := s.(type) {
+	case *warrenSide:
+		return x.api[i]
+	case *rabbitSide:
+		return x.api[i]
+	}
+	return nil
+}
+
 // TestClusterQQMembersVsRabbitMQ: issue 14 must-show 4. The membership
 // scenario (delete and add members, idempotence, the leader's own member,
 // errors for an unknown node, an unknown queue, a classic queue and the
@@ -837,14 +855,28 @@ func TestClusterQQMembersVsRabbitMQ(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		rs.api = append(rs.api, &mgmtTarget{t: t, kind: "rabbitmq", url: rc.Node(i).MgmtURL(), amqpURL: rc.Node(i).AMQPURL(), user: "guest", pass: "guest"})
 	}
-	rabbit := qqScenario(t, rs)
+	rshapes, wshapes := map[string]any{}, map[string]any{}
+	rabbit := qqScenario(t, rs, rshapes)
 
 	wc := warrentest.StartCluster(t, 3)
 	ws := &warrenSide{t: t, c: wc}
 	for i := 0; i < 3; i++ {
 		ws.api = append(ws.api, qqNodeAPI(t, wc.Node(i)))
 	}
-	warren := qqScenario(t, ws)
+	warren := qqScenario(t, ws, wshapes)
+
+	// The quorum queue's fields in the API: the same keys, the same JSON
+	// types (members, online: lists of node names; leader: a node name).
+	quorumKeys := []string{"name", "vhost", "type", "durable", "state", "node", "leader", "members", "online", "arguments"}
+	for _, k := range []string{"quorum queue", "quorum queue list item"} {
+		if rshapes[k] == nil || wshapes[k] == nil {
+			t.Errorf("%s: not captured (RabbitMQ %v, Warren %v)", k, rshapes[k] != nil, wshapes[k] != nil)
+			continue
+		}
+		for _, d := range shapeDiff(k, onlyKeys(rshapes[k], quorumKeys), onlyKeys(wshapes[k], quorumKeys), nil) {
+			t.Errorf("%s: %s", k, d)
+		}
+	}
 
 	if len(rabbit) != len(warren) {
 		t.Errorf("%d observations on RabbitMQ, %d on Warren", len(rabbit), len(warren))
