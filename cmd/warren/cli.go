@@ -302,7 +302,12 @@ func positional(synopsis string) string {
 
 func printCommandUsage(w io.Writer, path []string, cmd *cliCommand) {
 	if len(cmd.subs) > 0 {
-		fmt.Fprintf(w, "Usage: warren %s SUBCOMMAND\n\n%s\n\nSubcommands:\n", strings.Join(path, " "), cmd.summary)
+		if cmd.run != nil {
+			fmt.Fprintf(w, "Usage: warren %s %s\n       ", strings.Join(path, " "), cmd.args)
+		} else {
+			fmt.Fprint(w, "Usage: ")
+		}
+		fmt.Fprintf(w, "warren %s SUBCOMMAND\n\n%s\n\nSubcommands:\n", strings.Join(path, " "), cmd.summary)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, sub := range cmd.subs {
 			fmt.Fprintf(tw, "  %s %s\t%s\n", sub.name, sub.args, sub.summary)
