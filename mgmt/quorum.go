@@ -421,9 +421,9 @@ func (c *call) qqShrink() error {
 	return nil
 }
 
-// rebalanceMu lets one rebalance run at a time on a node, as RabbitMQ's
-// global rebalance lock.
-var rebalanceMu sync.Mutex
+// rebalancing holds a *sync.Mutex per Server: one rebalance at a time on
+// a node, as RabbitMQ's global rebalance lock.
+var rebalancing sync.Map
 
 // qqRebalance is rabbit_mgmt_wm_rebalance_queues over
 // rabbit_amqqueue:rebalance(all, ".*", ".*"); Warren takes optional
@@ -436,10 +436,11 @@ func (c *call) qqRebalance() error {
 	if err := c.decode(&b); err != nil {
 		return err
 	}
-	if !rebalanceMu.TryLock() {
+	mu, _ := rebalancing.LoadOrStore(c.s, new(sync.Mutex))
+	if !mu.(*sync.Mutex).TryLock() {
 		return badRequest("rebalance_in_progress")
 	}
-	defer rebalanceMu.Unlock()
+	defer mu.(*sync.Mutex).Unlock()
 	c.s.log.Info("queue rebalance started", "user", c.user.Name)
 	moves, err := broker.RebalancePlan(c.s.b.QuorumMemberships(), c.s.running(), b.VHostPattern, b.QueuePattern)
 	if err != nil {
