@@ -491,7 +491,9 @@ func (q *Queue) qqAnswer(seq uint64, st byte) {
 	}
 	if st != enqOK && st != enqRejected {
 		// Not taken (not the leader, or it failed): everything pending
-		// goes again, in order, after a backoff.
+		// goes again, in order, after a backoff; nothing goes directly
+		// before that resend.
+		qc.sentEpoch = 0
 		qc.backoff = min(max(2*qc.backoff, qqRetryMin), qqRetryMax)
 		d := qc.backoff
 		qc.mu.Unlock()
@@ -674,11 +676,7 @@ func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 	switch {
 	case q == nil:
 		answer(enqNoQueue)
-	case q.qq != nil:
-		if !q.IsLocal() {
-			answer(enqNotLeader)
-			return
-		}
+	case q.qq != nil: // not leading: refused there, and remembered (qqGate)
 		q.qqEnqueueAtLeader(machine.PubID{Publisher: pub, Seq: seq}, m, answer)
 	case q.IsLocal():
 		// Homed here but not replicated (the definitions are not yet the
