@@ -61,28 +61,12 @@ func qqInfo(c *warrentest.Cluster, i int, name string) (broker.QuorumInfo, bool)
 // quorum queue name, other than not, and returns its index.
 func qqLeader(t *testing.T, c *warrentest.Cluster, name, not string) int {
 	t.Helper()
-	leader := ""
+	l := -1
 	waitFor(t, "a leader every running node knows, of "+name, func() bool {
-		leader = ""
-		for i, nd := range c.Nodes() {
-			if !nd.Running() {
-				continue
-			}
-			info, ok := qqInfo(c, i, name)
-			if !ok || info.Leader == "" || info.Leader == not || leader != "" && info.Leader != leader {
-				return false
-			}
-			leader = info.Leader
-		}
-		return leader != ""
+		l = c.QueueLeader("/", name)
+		return l >= 0 && c.Node(l).Name() != not
 	})
-	for i, nd := range c.Nodes() {
-		if nd.Name() == leader {
-			return i
-		}
-	}
-	t.Fatalf("leader %q is no node", leader)
-	return -1
+	return l
 }
 
 // qqPublish publishes n persistent messages with confirms through node
@@ -506,4 +490,146 @@ func TestQuorumClusterFullRestart(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// qqLoad publishes with confirms through node i until stop is closed,
+// recording the bodies confirmed (acks) and nacked.
+type qqLoad struct {
+	mu      sync.Mutex
+	acked   []string
+	nacked  int
+	err     error
+	stopped chan struct{}
+}
+
+func qqStartLoad(t *testing.T, c *warrentest.Cluster, i int, queue, prefix string, stop chan struct{}) *qqLoad {
+	t.Helper()
+	conn, err := amqp.Dial(c.Node(i).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	l := &qqLoad{stopped: make(chan struct{})}
+	confs := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
+	var sent sync.Map // tag -> body
+	go func() {
+		for cf := range confs {
+			b, _ := sent.LoadAndDelete(cf.DeliveryTag)
+			l.mu.Lock()
+			if cf.Ack {
+				l.acked = append(l.acked, b.(string))
+			} else {
+				l.nacked++
+			}
+			l.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer close(l.stopped)
+		defer conn.Close()
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				// Wait for the outstanding confirms (bounded).
+				for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+					n := 0
+					sent.Range(func(any, any) bool { n++; return true })
+					if n == 0 {
+						return
+					}
+				}
+				l.mu.Lock()
+				l.err = fmt.Errorf("confirms outstanding 20s after the end")
+				l.mu.Unlock()
+				return
+			default:
+			}
+			body := fmt.Sprintf("%s-%d", prefix, k)
+			sent.Store(uint64(k+1), body)
+			if err := ch.Publish("", queue, false, false, amqp.Publishing{DeliveryMode: 2, Body: []byte(body)}); err != nil {
+				l.mu.Lock()
+				l.err = err
+				l.mu.Unlock()
+				return
+			}
+			if k%50 == 49 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	return l
+}
+
+func (l *qqLoad) ackedN() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// issue 14: publishers with confirms through the two other nodes and a
+// consumer keep going while the leader's node crashes: no confirmed
+// message is lost (each is consumed), and a message delivered twice was
+// redelivered the second time.
+func TestQuorumClusterCrashUnderLoad(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-load", nil)
+	l := qqLeader(t, c, "h4-qq-load", "")
+	var others []int
+	for i := range c.Nodes() {
+		if i != l {
+			others = append(others, i)
+		}
+	}
+	cons := qqConsume(t, c, others[0], "h4-qq-load", 50, false)
+	defer cons.close()
+	stop := make(chan struct{})
+	loads := []*qqLoad{
+		qqStartLoad(t, c, others[0], "h4-qq-load", "a", stop),
+		qqStartLoad(t, c, others[1], "h4-qq-load", "b", stop),
+	}
+	waitFor(t, "confirms before the crash", func() bool { return loads[0].ackedN() > 200 && loads[1].ackedN() > 200 })
+	before := loads[0].ackedN() + loads[1].ackedN()
+	c.Node(l).Crash()
+	qqLeader(t, c, "h4-qq-load", c.Node(l).Name())
+	waitFor(t, "confirms after the failover", func() bool { return loads[0].ackedN()+loads[1].ackedN() > before+400 })
+	close(stop)
+	var want []string
+	for _, ld := range loads {
+		<-ld.stopped
+		ld.mu.Lock()
+		if ld.err != nil {
+			t.Errorf("publisher: %v", ld.err)
+		}
+		want = append(want, ld.acked...)
+		t.Logf("publisher: %d confirmed, %d nacked", len(ld.acked), ld.nacked)
+		ld.mu.Unlock()
+	}
+	waitFor(t, "every confirmed message consumed", func() bool {
+		cons.mu.Lock()
+		defer cons.mu.Unlock()
+		for _, b := range want {
+			if cons.got[b] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	cons.mu.Lock()
+	defer cons.mu.Unlock()
+	dups := 0
+	for b, n := range cons.got {
+		if n > 1 {
+			dups++
+			if !cons.redel[b] {
+				t.Errorf("%s delivered %d times, never redelivered", b, n)
+			}
+		}
+	}
+	t.Logf("%d confirmed, %d consumed, %d delivered more than once", len(want), len(cons.got), dups)
 }
