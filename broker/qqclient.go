@@ -646,6 +646,10 @@ func (q *Queue) qqFailPending(err error) {
 		qc.roomC = nil
 	}
 	qc.mu.Unlock()
+	rs := &q.vhost.b.remote
+	rs.mu.Lock()
+	delete(rs.qqs, q) // the queue is gone
+	rs.mu.Unlock()
 	for _, w := range ws {
 		w.done(err)
 	}
@@ -1098,9 +1102,14 @@ func (q *Queue) qqChanged() chan struct{} {
 	return q.qc.changedLocked()
 }
 
-// qqCall runs a call at the leader, waiting for one (qqLeaderWait).
-func (q *Queue) qqCall(req []byte) (*msgDecoder, error) {
-	deadline := time.Now().Add(qqLeaderWait)
+// qqStatWait bounds the wait for a leader of a count that is not a
+// declare's (management, shovels, a delete's checks): RabbitMQ's stat
+// waits 250 ms, then answers 0 and 0.
+const qqStatWait = 250 * time.Millisecond
+
+// qqCall runs a call at the leader, waiting for one (up to wait).
+func (q *Queue) qqCall(req []byte, wait time.Duration) (*msgDecoder, error) {
+	deadline := time.Now().Add(wait)
 	for {
 		node, _, ok := q.qqAwait(deadline)
 		if !ok {
