@@ -491,7 +491,9 @@ func (q *Queue) qqAnswer(seq uint64, st byte) {
 	}
 	if st != enqOK && st != enqRejected {
 		// Not taken (not the leader, or it failed): everything pending
-		// goes again, in order, after a backoff.
+		// goes again, in order, after a backoff; nothing goes directly
+		// before that resend.
+		qc.sentEpoch = 0
 		qc.backoff = min(max(2*qc.backoff, qqRetryMin), qqRetryMax)
 		d := qc.backoff
 		qc.mu.Unlock()
@@ -644,6 +646,10 @@ func (q *Queue) qqFailPending(err error) {
 		qc.roomC = nil
 	}
 	qc.mu.Unlock()
+	rs := &q.vhost.b.remote
+	rs.mu.Lock()
+	delete(rs.qqs, q) // the queue is gone
+	rs.mu.Unlock()
 	for _, w := range ws {
 		w.done(err)
 	}
@@ -674,11 +680,7 @@ func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 	switch {
 	case q == nil:
 		answer(enqNoQueue)
-	case q.qq != nil:
-		if !q.IsLocal() {
-			answer(enqNotLeader)
-			return
-		}
+	case q.qq != nil: // not leading: refused there, and remembered (qqGate)
 		q.qqEnqueueAtLeader(machine.PubID{Publisher: pub, Seq: seq}, m, answer)
 	case q.IsLocal():
 		// Homed here but not replicated (the definitions are not yet the
@@ -1100,9 +1102,14 @@ func (q *Queue) qqChanged() chan struct{} {
 	return q.qc.changedLocked()
 }
 
-// qqCall runs a call at the leader, waiting for one (qqLeaderWait).
-func (q *Queue) qqCall(req []byte) (*msgDecoder, error) {
-	deadline := time.Now().Add(qqLeaderWait)
+// qqStatWait bounds the wait for a leader of a count that is not a
+// declare's (management, shovels, a delete's checks): RabbitMQ's stat
+// waits 250 ms, then answers 0 and 0.
+const qqStatWait = 250 * time.Millisecond
+
+// qqCall runs a call at the leader, waiting for one (up to wait).
+func (q *Queue) qqCall(req []byte, wait time.Duration) (*msgDecoder, error) {
+	deadline := time.Now().Add(wait)
 	for {
 		node, _, ok := q.qqAwait(deadline)
 		if !ok {

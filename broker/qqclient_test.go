@@ -435,6 +435,12 @@ func TestQQConsumerFollowsLeader(t *testing.T) {
 	if cancelled != 0 {
 		t.Fatal("the client's consumer was cancelled by the leader change")
 	}
+	// A leader of an earlier term, learned late, changes nothing.
+	ep := qa.qc.epochA.Load()
+	qa.qqLeaderChanged(qqB, 1)
+	if qa.qc.epochA.Load() != ep || qc.ConsumerCount() != 1 || qb.ConsumerCount() != 0 {
+		t.Fatalf("a stale leader change moved the consumer (epoch %d -> %d)", ep, qa.qc.epochA.Load())
+	}
 	// basic.cancel: the leg at the leader goes.
 	qa.RemoveConsumer(c)
 	waitFor(t, "the leg removed at the leader", func() bool { return qc.ConsumerCount() == 0 })

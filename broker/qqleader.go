@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/warrenmq/warren/broker/machine"
 	"github.com/warrenmq/warren/broker/qrepl"
@@ -34,10 +35,10 @@ import (
 // from their group, the others from the leader's announcements
 // (qqgroup.go); each change reaches qqLeaderChanged, in term order.
 //
-// The machine's sequence numbers are the leader's own (unique across its
-// takeovers, so that a settle of an earlier leadership's delivery never
-// names a message of this one); ids maps them to the replicated ids (the
-// indices of the enqueue entries).
+// The machine's sequence numbers are the leader's own, unique across
+// leaderships (they start at term<<40), so that a settle of an earlier
+// leadership's delivery never names a message of this one; ids maps them
+// to the replicated ids (the indices of the enqueue entries).
 
 // Lease steps: a delivery beyond the lease waits for a Lease raising it
 // to leaseAhead past the message; the leader raises it before that, when
@@ -46,6 +47,10 @@ const (
 	leaseAhead = 1024
 	leaseLow   = 512
 )
+
+// qqSeqTermShift places a leadership's machine sequence numbers at
+// term<<qqSeqTermShift (takeoverLocked).
+const qqSeqTermShift = 40
 
 // qqLeader is a leader as this node knows it.
 type qqLeader struct {
@@ -79,10 +84,10 @@ type qqState struct {
 	leaseReq uint64            // the lease proposed, not yet applied
 	maxID    uint64            // the newest id placed
 	term     uint64            // the term this node leads in
-	// failed holds, per publisher, the lowest seq whose enqueue this
-	// leadership failed to propose: its later seqs are refused until it
-	// comes back (resent), so that the dedup never drops the resend.
-	failed map[uint64]uint64
+
+	// gate keeps a publisher's later publishes out of the log after this
+	// node refused or failed an earlier one (qqGate).
+	gate qqGate
 
 	// Proposals waiting for the flusher, in order (pmu).
 	pmu      sync.Mutex
@@ -119,7 +124,7 @@ func (s *qqState) leaderTerm() uint64 { return s.leader.Load().term }
 // enqFailed. id.Publisher 0 means no deduplication.
 func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status byte)) {
 	s := q.qq
-	if s == nil || !s.here.Load() {
+	if s == nil {
 		done(enqNotLeader)
 		return
 	}
@@ -131,9 +136,10 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status
 		return
 	case !s.here.Load():
 		q.mu.Unlock()
+		s.gate.refused(id)
 		done(enqNotLeader)
 		return
-	case s.refusesLocked(id):
+	case !s.gate.admit(id):
 		q.mu.Unlock()
 		done(enqNotLeader)
 		return
@@ -154,13 +160,7 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status
 		Persistent: m.persistent(), Size: uint32(m.Size()), Body: appendMessage(nil, m)})
 	g.Propose(data, func(_ uint64, err error) {
 		if err != nil {
-			if id.Publisher != 0 {
-				q.mu.Lock()
-				if f, ok := s.failed[id.Publisher]; (!ok || id.Seq < f) && s.failed != nil {
-					s.failed[id.Publisher] = id.Seq
-				}
-				q.mu.Unlock()
-			}
+			s.gate.refused(id)
 			done(enqNotLeader)
 			return
 		}
@@ -168,21 +168,63 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status
 	})
 }
 
-// refusesLocked reports whether the enqueue of publish id must wait for
-// an earlier one of its publisher that failed (resent first).
-func (s *qqState) refusesLocked(id machine.PubID) bool {
+// qqGate keeps a publisher's later publishes out of a quorum queue's log
+// after this node answered an earlier one enqNotLeader (not leading yet,
+// or its proposal failed), until the earlier one comes back: the state
+// drops an enqueue whose seq is not above its publisher's last, so a
+// later seq overtaking a refused one would make the refused one's resend
+// a duplicate, confirmed and lost. A client resends in id order; the mark
+// goes after qqGateTTL without news (the client resent elsewhere).
+type qqGate struct {
+	mu    sync.Mutex
+	marks map[uint64]qqMark
+}
+
+type qqMark struct {
+	seq uint64
+	at  time.Time
+}
+
+// qqGateTTL is how long a refusal holds a publisher's later publishes.
+const qqGateTTL = 5 * time.Second
+
+// refused records that publish id was answered enqNotLeader here.
+func (g *qqGate) refused(id machine.PubID) {
 	if id.Publisher == 0 {
-		return false
+		return
 	}
-	f, ok := s.failed[id.Publisher]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.marks == nil {
+		g.marks = map[uint64]qqMark{}
+	}
+	m, ok := g.marks[id.Publisher]
+	if !ok || id.Seq < m.seq || time.Since(m.at) > qqGateTTL {
+		m.seq = id.Seq
+	}
+	m.at = time.Now()
+	g.marks[id.Publisher] = m
+}
+
+// admit reports whether publish id may be proposed: not when an earlier
+// publish of its publisher was refused and not yet resent.
+func (g *qqGate) admit(id machine.PubID) bool {
+	if id.Publisher == 0 {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, ok := g.marks[id.Publisher]
 	switch {
-	case !ok || id.Seq < f:
-		return false
-	case id.Seq == f:
-		delete(s.failed, id.Publisher) // the resend
-		return false
+	case !ok:
+		return true
+	case time.Since(m.at) > qqGateTTL || id.Seq == m.seq:
+		delete(g.marks, id.Publisher) // expired, or the resend
+		return true
+	case id.Seq < m.seq:
+		return true
 	}
-	return true
+	return false
 }
 
 // --- the group's state machine (QuorumSM) ---
@@ -497,7 +539,11 @@ func (s *qqState) takeoverLocked(term uint64) {
 	if q.deleted {
 		return
 	}
-	seq := q.m.LastSeq()
+	// This leadership's sequence numbers start at term<<40: above every
+	// earlier one of any node, so that a settle of an earlier leader's
+	// delivery, sent here because its node learned of the change late,
+	// names no message of this leadership.
+	seq := max(q.m.LastSeq(), term<<qqSeqTermShift)
 	ids := make(map[uint64]uint64, s.st.Len())
 	var ready, delayed, dead []qentry
 	var delays []int64
@@ -542,7 +588,6 @@ func (s *qqState) takeoverLocked(term uint64) {
 	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
 	q.m.Restore(ready, delays, delayed, machine.Counts{}, nil, seq)
 	s.ids, s.lease, s.leaseReq, s.maxID, s.term = ids, lease, lease, maxID, term
-	s.failed = map[uint64]uint64{}
 	s.here.Store(true)
 	for i := range dead {
 		q.deadLocked(&dead[i], reasons[deadWhy[i]&3])
@@ -570,7 +615,7 @@ func (s *qqState) stepDownLocked() {
 	old := q.m
 	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
 	q.m.Restore(nil, nil, nil, machine.Counts{}, nil, old.LastSeq())
-	s.ids, s.lease, s.leaseReq, s.maxID, s.failed = nil, 0, 0, 0, nil
+	s.ids, s.lease, s.leaseReq, s.maxID = nil, 0, 0, 0
 	if q.timer != nil {
 		q.timer.Stop()
 		q.timer, q.timerAt = nil, 0

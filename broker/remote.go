@@ -220,7 +220,7 @@ func (q *Queue) checkHome() error {
 // unavailable-queue error, an error the home answered keeps its code.
 func (q *Queue) call(req []byte) (*msgDecoder, error) {
 	if q.qq != nil {
-		return q.qqCall(req)
+		return q.qqCall(req, qqLeaderWait)
 	}
 	return q.callNode(q.HomeNode(), req)
 }
@@ -1204,7 +1204,14 @@ func (q *Queue) remoteGet(noAck bool) (Delivery, int, bool) {
 // remoteCounts is declare-ok's message and consumer counts from the home;
 // the call is a use of the queue (x-expires) there.
 func (q *Queue) remoteCounts(touch bool) (int, int, error) {
-	d, err := q.call(appendBool(q.appendRef(nil, callCounts), touch))
+	req := appendBool(q.appendRef(nil, callCounts), touch)
+	var d *msgDecoder
+	var err error
+	if q.qq != nil && !touch { // not a declare's (qqDeclareCounts waited)
+		d, err = q.qqCall(req, qqStatWait)
+	} else {
+		d, err = q.call(req)
+	}
 	if err != nil {
 		return 0, 0, err
 	}

@@ -71,6 +71,20 @@ func TestQuorumClientConsumersFollowFailover(t *testing.T) {
 		t.Fatalf("%d of 200 confirmed after the crash (node %d leads)", len(after), nl+1)
 	}
 	waitFor(t, "the messages published after the crash consumed by the same subscriptions", consumed(after))
+	// Both subscriptions work after the failover: the one on the new
+	// leader's node (now a consumer of its own machine) and the other
+	// (following the leader to another node).
+	for i, k := range cons {
+		k.mu.Lock()
+		n := 0
+		for _, b := range after {
+			n += k.got[b]
+		}
+		k.mu.Unlock()
+		if n == 0 {
+			t.Errorf("consumer on node %d (leader now node %d) got none of the messages published after the crash", others[i]+1, nl+1)
+		}
+	}
 
 	// The crashed node comes back as a follower; a publish through it
 	// reaches the leader and the same consumers.

@@ -610,16 +610,34 @@ func TestQuorumClusterCrashUnderLoad(t *testing.T) {
 		t.Logf("publisher: %d confirmed, %d nacked", len(ld.acked), ld.nacked)
 		ld.mu.Unlock()
 	}
-	waitFor(t, "every confirmed message consumed", func() bool {
+	missing := func() (n int, first string) {
 		cons.mu.Lock()
 		defer cons.mu.Unlock()
 		for _, b := range want {
 			if cons.got[b] == 0 {
-				return false
+				if n == 0 {
+					first = b
+				}
+				n++
 			}
 		}
-		return true
-	})
+		return n, first
+	}
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n, first := missing()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			ldr := c.QueueLeader("/", "h4-qq-load")
+			var st broker.QueueStats
+			if ldr >= 0 {
+				st = c.Node(ldr).Broker().VHost("/").Queue("h4-qq-load").Stats()
+			}
+			t.Fatalf("%d confirmed messages not consumed after 30s (the first: %s); consumed %d; leader node %d: %+v",
+				n, first, cons.count(), ldr+1, st)
+		}
+	}
 	cons.mu.Lock()
 	defer cons.mu.Unlock()
 	dups := 0

@@ -48,10 +48,15 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
-// MaxBatch is the most items one Remove, Return, Discard or Purge
-// carries: a leader splits larger batches. (A Return's items take order
-// keys index<<16 | i, so the bound is part of the state's design.)
-const MaxBatch = 1 << 16
+// MaxReturn is the most items one Return carries: a leader splits larger
+// batches. (A Return's items take order keys index<<16 | i, so the bound
+// is part of the state's design.) Id lists (Remove, Discard, Purge) have
+// no bound but the entry's size.
+const MaxReturn = 1 << 16
+
+// MaxBatch is MaxReturn's first name (kept for callers of the first
+// version; id lists need no split).
+const MaxBatch = MaxReturn
 
 // ErrCorrupt is data that does not decode as a command.
 var ErrCorrupt = errors.New("qrepl: undecodable command")
@@ -265,11 +270,11 @@ func (d *dec) u32() uint32 {
 	return uint32(v)
 }
 
-// count reads an item count: at most MaxBatch and at most the bytes left
+// count reads an item count: at most limit and at most the bytes left
 // (every item takes one at least), so garbage cannot allocate much.
-func (d *dec) count() int {
+func (d *dec) count(limit uint64) int {
 	n := d.u()
-	if n > MaxBatch || n > uint64(len(d.b)) {
+	if n > limit || n > uint64(len(d.b)) {
 		d.bad = true
 		return 0
 	}
@@ -277,7 +282,7 @@ func (d *dec) count() int {
 }
 
 func (d *dec) ids() []uint64 {
-	n := d.count()
+	n := d.count(1 << 62)
 	if d.bad || n == 0 {
 		return nil
 	}
@@ -331,7 +336,7 @@ func Decode(data []byte) (Command, error) {
 		c := Prune{Now: d.i()}
 		return c, d.end()
 	case KindReturn:
-		n := d.count()
+		n := d.count(MaxReturn)
 		var c Return
 		if n > 0 {
 			c.Items = make([]ReturnItem, n)

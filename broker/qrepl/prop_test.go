@@ -25,7 +25,7 @@ func budget() time.Duration {
 	if *long || os.Getenv("WARREN_QREPL_LONG") != "" {
 		return time.Minute
 	}
-	return 2 * time.Second
+	return 1500 * time.Millisecond
 }
 
 // entry is one log entry.
@@ -78,7 +78,7 @@ func (m *model) apply(index uint64, data []byte) Result {
 		}
 		m.clock = max(m.clock, c.Time)
 		if c.Pub.Publisher != 0 {
-			m.pubs[c.Pub.Publisher] = pub{c.Pub.Seq, c.Time}
+			m.pubs[c.Pub.Publisher] = pub{c.Pub.Seq, m.clock}
 		}
 		if m.clock >= m.nextPrune {
 			m.prune()
@@ -251,6 +251,13 @@ func (m *model) check(t *testing.T, s *State, at uint64) {
 	if !slices.Equal(got, m.msgs) {
 		t.Fatalf("at %d: messages differ\n state %+v\n model %+v", at, got, m.msgs)
 	}
+	wantLast := uint64(0)
+	if len(m.msgs) > 0 {
+		wantLast = m.msgs[len(m.msgs)-1].Order
+	}
+	if s.LastOrder() != wantLast {
+		t.Fatalf("at %d: last order %x", at, s.LastOrder())
+	}
 	bytes := int64(0)
 	ids := make([]uint64, 0, len(m.msgs))
 	for _, x := range m.msgs {
@@ -304,6 +311,9 @@ func TestModel(t *testing.T) {
 	forSeeds(t, func(seed uint64) {
 		g := newGen(seed)
 		s := New()
+		if seed%2 == 0 {
+			s.tidyMin = 1 + int(seed/2%5) // compact often
+		}
 		for range 400 {
 			e := g.next()
 			want := g.m
@@ -326,8 +336,11 @@ func TestMembersAgree(t *testing.T) {
 		for i := range log {
 			log[i] = g.next()
 		}
+		// Three layouts: compaction at the default, often, at random;
+		// c applies decoded commands.
 		a, b, c := New(), New(), New()
 		r := rand.New(rand.NewPCG(seed, 7))
+		b.tidyMin, c.tidyMin = 1, 1+r.IntN(16)
 		for i, e := range log {
 			a.Apply(e.index, e.data)
 			b.Apply(e.index, e.data)
@@ -336,8 +349,17 @@ func TestMembersAgree(t *testing.T) {
 				if b, err = Restore(b.Snapshot()); err != nil {
 					t.Fatalf("seed %d: restore: %v", seed, err)
 				}
+				b.tidyMin = 1 + r.IntN(3)
 			}
-			c.Apply(e.index, e.data)
+			// c applies as the leader side does: Decode, then ApplyCommand
+			// (undecodable data through Apply).
+			if cmd, err := Decode(e.data); err == nil {
+				if _, err := c.ApplyCommand(e.index, cmd); err != nil {
+					t.Fatalf("seed %d: ApplyCommand %d: %v", seed, e.index, err)
+				}
+			} else if _, err := c.Apply(e.index, e.data); err != ErrCorrupt {
+				t.Fatalf("seed %d: Apply of undecodable %d: %v", seed, e.index, err)
+			}
 			if r.IntN(20) == 0 && i > 0 {
 				// a replay of entries already applied changes nothing
 				for _, old := range log[r.IntN(i):i] {
@@ -455,13 +477,20 @@ func TestDedupNotAcrossPublishers(t *testing.T) {
 	if r := apply(4, Enqueue{Pub: PubID{Publisher: 1, Seq: 11}, Time: t0 + PubTTL}); r.Duplicate {
 		t.Fatal("next seq a duplicate")
 	}
-	if r := apply(5, Enqueue{Time: t0 + PubTTL + pruneEvery}); r.Duplicate {
+	apply(5, Prune{Now: t0 + PubTTL})
+	if _, ok := s.LastSeq(2); !ok {
+		t.Fatal("publisher 2 pruned at exactly PubTTL")
+	}
+	if r := apply(6, Enqueue{Time: t0 + PubTTL + pruneEvery}); r.Duplicate {
 		t.Fatal("no publisher: duplicate")
 	}
 	if _, ok := s.LastSeq(2); ok {
 		t.Fatal("publisher 2 not pruned after PubTTL")
 	}
-	if r := apply(6, Enqueue{Pub: PubID{Publisher: 2, Seq: 1}, Time: t0 + PubTTL + pruneEvery}); r.Duplicate {
+	if _, ok := s.LastSeq(1); !ok {
+		t.Fatal("publisher 1 pruned within PubTTL")
+	}
+	if r := apply(7, Enqueue{Pub: PubID{Publisher: 2, Seq: 1}, Time: t0 + PubTTL + pruneEvery}); r.Duplicate {
 		t.Fatal("pruned publisher's restart is a duplicate")
 	}
 	if s.Len() != 5 || s.Stats().Duplicates != 1 {

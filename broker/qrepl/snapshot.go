@@ -56,8 +56,8 @@ func (s *State) AppendSnapshot(dst []byte) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(s.live))
 	prevHi, prevTime := uint64(0), int64(0)
-	for i := s.head; i < len(s.recs); i++ {
-		r := &s.recs[i]
+	for i := 0; i < s.q.n; i++ {
+		r := s.q.at(i)
 		if r.flags&fDead != 0 {
 			continue
 		}
@@ -126,7 +126,7 @@ func Restore(data []byte) (*State, error) {
 	if d.bad || nm > uint64(len(d.b))/8 || s.applied > maxIndex {
 		return nil, ErrSnapshot
 	}
-	s.recs = make([]rec, 0, nm)
+	recs := make([]rec, 0, nm)
 	prevHi, prevTime := uint64(0), int64(0)
 	for k := uint64(0); k < nm && !d.bad; k++ {
 		var r rec
@@ -134,7 +134,7 @@ func Restore(data []byte) (*State, error) {
 		r.flags = f &^ sfExpires
 		hi := prevHi + d.u()
 		lo := d.u()
-		if hi < prevHi || hi > maxIndex || lo > 0xffff || (k > 0 && hi == prevHi && lo <= s.recs[len(s.recs)-1].key&0xffff) {
+		if hi < prevHi || hi > maxIndex || lo > 0xffff || (k > 0 && hi == prevHi && lo <= recs[len(recs)-1].key&0xffff) {
 			return nil, ErrSnapshot
 		}
 		prevHi = hi
@@ -185,16 +185,17 @@ func Restore(data []byte) (*State, error) {
 		if r.flags&fDLX == 0 && r.reason() != 0 {
 			return nil, ErrSnapshot
 		}
-		s.recs = append(s.recs, r)
+		recs = append(recs, r)
 		s.live++
 		s.bytes += int64(r.size)
 	}
-	if d.end() != nil || uint64(s.live) != nm {
-		return nil, ErrSnapshot
+	if d.end() != nil || uint64(s.live) != nm || st.Enqueued != uint64(s.live)+st.Removed+st.Purged {
+		return nil, ErrSnapshot // (conservation: every enqueue is live, removed or purged)
 	}
+	s.q = ring{buf: recs[:cap(recs)], n: len(recs)}
 	// A moved message must not also sit under its own key.
 	for id := range s.moved {
-		if i, ok := searchKey(s.recs, id<<16); ok && s.recs[i].id == id {
+		if i, ok := s.q.search(id << 16); ok && s.q.at(i).id == id {
 			return nil, ErrSnapshot
 		}
 	}

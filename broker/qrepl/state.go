@@ -1,31 +1,3 @@
-// Package qrepl is the replicated state of a quorum queue (issue 14):
-// the commands a queue's leader proposes to its Raft log, their codec,
-// and the deterministic state every member builds by applying them.
-//
-// The state is small: the live messages' headers in queue order (no
-// bodies: a message's id is the index of its Enqueue entry, which keeps
-// the body in the log), publisher deduplication, the delivery lease and
-// the dead-letter marks. It does no I/O, reads no clock, draws no random
-// number and starts no goroutine; the time travels in the commands. The
-// same entries applied in the same order give Equal states on every
-// member, and Restore(Snapshot()) plus the entries after it gives the
-// same state as the whole log.
-//
-// Queue order: an Enqueue at index i places its message at the back,
-// and a Return with Back places its messages at the back in item order;
-// a Return without Back leaves the message where it was. This is the
-// order a queue machine holds its ready messages in (one priority level;
-// with several, each level's subsequence), provided the leader's machine
-// takes enqueues and returns in the order they are applied. Messages
-// walks the live messages in that order; Msg.Order is the sort key
-// (index<<16 for an enqueue, index<<16 | i for the i'th item of a
-// Return), usable as the machine's sequence number.
-//
-// Memory: a live message costs one 48-byte record in a slice (plus the
-// slice's growth slack and tombstones, compacted lazily), and an entry in
-// a small map only while it has been returned to the back or waits out a
-// delayed retry. Removal by id is a binary search: ids are order keys
-// for messages never moved, and a map lookup first for moved ones.
 package qrepl
 
 import (
@@ -120,9 +92,8 @@ type pub struct {
 // State is a quorum queue's replicated state. Not safe for concurrent
 // use.
 type State struct {
-	recs  []rec // by key; recs[:head] unused, dead ones are tombstones
-	head  int
-	dead  int // tombstones in recs[head:]
+	q     ring // the records by key, tombstones among them
+	dead  int  // tombstones in q
 	live  int
 	bytes int64
 	// moved maps the id of a message returned to the back to its key;
@@ -136,6 +107,18 @@ type State struct {
 	clock     int64 // the largest leader time seen
 	nextPrune int64
 	stats     Stats
+
+	// tidyMin is the fewest tombstones (or unused slots at the front)
+	// worth a compaction; 0 means 1024. Tests vary it: the layout must
+	// not change the state.
+	tidyMin int
+}
+
+func (s *State) tidyAt() int {
+	if s.tidyMin > 0 {
+		return s.tidyMin
+	}
+	return 1024
 }
 
 // New returns an empty state (nothing applied).
@@ -165,6 +148,18 @@ func (s *State) Apply(index uint64, data []byte) (Result, error) {
 	if index > maxIndex {
 		s.stats.Corrupt++
 		return Result{}, ErrIndex
+	}
+	if len(data) > 0 && Kind(data[0]) == KindEnqueue {
+		// The hot command, decoded without boxing it.
+		e, err := decodeEnqueue(&dec{b: data[1:]})
+		if err != nil {
+			s.stats.Corrupt++
+			return Result{}, err
+		}
+		if s.enqueue(index, &e) {
+			return Result{Kind: KindEnqueue, Duplicate: true}, nil
+		}
+		return Result{Kind: KindEnqueue, N: 1}, nil
 	}
 	c, err := Decode(data)
 	if err != nil {
@@ -200,13 +195,13 @@ func (s *State) apply(index uint64, c Command) Result {
 	case Purge:
 		res.N = s.removeIDs(c.IDs, &s.stats.Purged)
 	case Return:
-		if len(c.Items) <= MaxBatch {
+		if len(c.Items) <= MaxReturn { // (ApplyCommand of a Return too big: ignored)
 			res.N = s.ret(index, c.Items)
 		}
 	case Discard:
 		for _, id := range c.IDs {
 			if i := s.find(id); i >= 0 {
-				r := &s.recs[i]
+				r := s.q.at(i)
 				r.flags = r.flags&^(3<<fReasonShift) | fDLX | uint8(c.Reason&3)<<fReasonShift
 				res.N++
 			}
@@ -234,7 +229,9 @@ func (s *State) enqueue(index uint64, e *Enqueue) bool {
 		if s.pubs == nil {
 			s.pubs = map[uint64]pub{}
 		}
-		s.pubs[e.Pub.Publisher] = pub{seq: e.Pub.Seq, lastSeen: e.Time}
+		// Seen at the state's clock, not e.Time: a new leader's clock
+		// behind the old one's does not age a publisher just seen.
+		s.pubs[e.Pub.Publisher] = pub{seq: e.Pub.Seq, lastSeen: s.clock}
 	}
 	if s.clock >= s.nextPrune {
 		s.prune()
@@ -262,15 +259,15 @@ func (s *State) prune() {
 }
 
 func (s *State) push(r rec) {
-	if s.head > 0 && len(s.recs) == cap(s.recs) && s.head >= len(s.recs)/4 {
-		s.compact() // room at the front: reuse it rather than grow
+	if s.q.n == len(s.q.buf) && s.dead > s.q.n/8 {
+		s.compact() // tombstones enough: reuse their room rather than grow
 	}
-	s.recs = append(s.recs, r)
+	s.q.push(r)
 	s.live++
 	s.bytes += int64(r.size)
 }
 
-// find returns the position in recs of the live message id, or -1.
+// find returns the logical index in q of the live message id, or -1.
 func (s *State) find(id uint64) int {
 	if id == 0 || id > maxIndex {
 		return -1
@@ -281,40 +278,25 @@ func (s *State) find(id uint64) int {
 			key = k
 		}
 	}
-	rs := s.recs[s.head:]
 	// Acks come mostly near the head: try the front first.
 	// (A key also names the id: a Return's keys index<<16|i are not
 	// the keys of the ids they hold, and the id index may be asked for.)
 	i := 0
-	if len(rs) == 0 || rs[0].key != key {
+	if s.q.n == 0 || s.q.at(0).key != key {
 		var ok bool
-		if i, ok = searchKey(rs, key); !ok {
+		if i, ok = s.q.search(key); !ok {
 			return -1
 		}
 	}
-	if r := &rs[i]; r.flags&fDead != 0 || r.id != id {
+	if r := s.q.at(i); r.flags&fDead != 0 || r.id != id {
 		return -1
 	}
-	return s.head + i
-}
-
-// searchKey finds key in rs (sorted by key).
-func searchKey(rs []rec, key uint64) (int, bool) {
-	lo, hi := 0, len(rs)
-	for lo < hi {
-		h := int(uint(lo+hi) >> 1)
-		if rs[h].key < key {
-			lo = h + 1
-		} else {
-			hi = h
-		}
-	}
-	return lo, lo < len(rs) && rs[lo].key == key
+	return i
 }
 
 // kill tombstones the live message at i (leaving maps to the caller).
 func (s *State) kill(i int) {
-	r := &s.recs[i]
+	r := s.q.at(i)
 	r.flags |= fDead
 	s.live--
 	s.dead++
@@ -335,7 +317,7 @@ func (s *State) removeIDs(ids []uint64, counter *uint64) int {
 	n := 0
 	for _, id := range ids {
 		if i := s.find(id); i >= 0 {
-			s.forget(&s.recs[i])
+			s.forget(s.q.at(i))
 			s.kill(i)
 			n++
 		}
@@ -353,7 +335,7 @@ func (s *State) ret(index uint64, items []ReturnItem) int {
 			continue
 		}
 		n++
-		r := &s.recs[i]
+		r := s.q.at(i)
 		r.dc, r.acq = it.DeliveryCount, it.Acquired
 		r.flags &^= fDLX | 3<<fReasonShift
 		if it.Redelivered {
@@ -390,46 +372,29 @@ func (s *State) ret(index uint64, items []ReturnItem) int {
 
 // tidy drops tombstones at both ends and compacts when they are many.
 func (s *State) tidy() {
-	for s.head < len(s.recs) && s.recs[s.head].flags&fDead != 0 {
-		s.recs[s.head] = rec{}
-		s.head++
+	for s.q.n > 0 && s.q.at(0).flags&fDead != 0 {
+		s.q.popFront()
 		s.dead--
 	}
-	for n := len(s.recs); n > s.head && s.recs[n-1].flags&fDead != 0; n-- {
-		s.recs = s.recs[:n-1]
+	for s.q.n > 0 && s.q.at(s.q.n-1).flags&fDead != 0 {
+		s.q.popBack()
 		s.dead--
 	}
 	switch {
 	case s.live == 0:
-		s.head, s.dead = 0, 0
-		if cap(s.recs) > 4096 {
-			s.recs = nil
-		} else {
-			s.recs = s.recs[:0]
-		}
-	case s.dead > 1024 && s.dead > s.live/4:
+		s.q.reset()
+		s.dead = 0
+	case s.dead > s.tidyAt() && s.dead > s.live/4:
 		s.compact()
-	case s.head > 1024 && s.head > len(s.recs)/2:
-		s.compact()
+	case len(s.q.buf) > 4*s.live+1024:
+		s.compact() // mostly room: shrink
 	}
 }
 
-// compact moves the live records to the front, dropping tombstones, and
-// gives back memory when the slice is mostly empty.
+// compact drops every tombstone.
 func (s *State) compact() {
-	dst, inPlace := s.recs[:0], true
-	if cap(s.recs) > 4096 && s.live < cap(s.recs)/4 {
-		dst, inPlace = make([]rec, 0, s.live+s.live/4+16), false
-	}
-	for i := s.head; i < len(s.recs); i++ {
-		if s.recs[i].flags&fDead == 0 {
-			dst = append(dst, s.recs[i])
-		}
-	}
-	if inPlace {
-		clear(s.recs[len(dst):])
-	}
-	s.recs, s.head, s.dead = dst, 0, 0
+	s.q.compact(s.live)
+	s.dead = 0
 }
 
 // ---- queries ----
@@ -462,13 +427,25 @@ func (s *State) LastSeq(p uint64) (uint64, bool) {
 // Publishers is the number of publishers remembered for dedup.
 func (s *State) Publishers() int { return len(s.pubs) }
 
+// LastOrder is the order key of the last live message (0 when empty): a
+// leader rebuilding its machine from Messages continues its sequence
+// numbers above it.
+func (s *State) LastOrder() uint64 {
+	for i := s.q.n - 1; i >= 0; i-- {
+		if r := s.q.at(i); r.flags&fDead == 0 {
+			return r.key
+		}
+	}
+	return 0
+}
+
 // Get returns the live message id.
 func (s *State) Get(id uint64) (Msg, bool) {
 	i := s.find(id)
 	if i < 0 {
 		return Msg{}, false
 	}
-	r := &s.recs[i]
+	r := s.q.at(i)
 	return r.msg(s.delayOf(r)), true
 }
 
@@ -482,8 +459,8 @@ func (s *State) delayOf(r *rec) int64 {
 // Messages calls fn for every live message in queue order until fn
 // returns false. fn must not change the state.
 func (s *State) Messages(fn func(Msg) bool) {
-	for i := s.head; i < len(s.recs); i++ {
-		r := &s.recs[i]
+	for i := 0; i < s.q.n; i++ {
+		r := s.q.at(i)
 		if r.flags&fDead == 0 && !fn(r.msg(s.delayOf(r))) {
 			return
 		}
@@ -507,8 +484,8 @@ func (s *State) AppendLive(dst []uint64) []uint64 {
 		slices.Sort(moved)
 	}
 	j := 0
-	for i := s.head; i < len(s.recs); i++ {
-		r := &s.recs[i]
+	for i := 0; i < s.q.n; i++ {
+		r := s.q.at(i)
 		if r.flags&(fDead|fMoved) != 0 {
 			continue
 		}
@@ -535,18 +512,18 @@ func (s *State) Equal(o *State) bool {
 			return false
 		}
 	}
-	i, j := s.head, o.head
+	i, j := 0, 0
 	for {
-		for i < len(s.recs) && s.recs[i].flags&fDead != 0 {
+		for i < s.q.n && s.q.at(i).flags&fDead != 0 {
 			i++
 		}
-		for j < len(o.recs) && o.recs[j].flags&fDead != 0 {
+		for j < o.q.n && o.q.at(j).flags&fDead != 0 {
 			j++
 		}
-		if i == len(s.recs) || j == len(o.recs) {
-			return i == len(s.recs) && j == len(o.recs)
+		if i == s.q.n || j == o.q.n {
+			return i == s.q.n && j == o.q.n
 		}
-		a, b := &s.recs[i], &o.recs[j]
+		a, b := s.q.at(i), o.q.at(j)
 		if *a != *b || s.delayOf(a) != o.delayOf(b) {
 			return false
 		}

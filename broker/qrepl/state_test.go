@@ -60,6 +60,20 @@ func TestCodecRoundTrip(t *testing.T) {
 	if _, err := DecodeEnqueue(Encode(Lease{UpTo: 1})); err == nil {
 		t.Fatal("DecodeEnqueue took a lease")
 	}
+	// A Return beyond MaxReturn items is refused; id lists are not bounded.
+	if _, err := Decode(Encode(Return{Items: make([]ReturnItem, MaxReturn+1)})); err == nil {
+		t.Fatal("oversized return decoded")
+	}
+	if _, err := Decode(Encode(Return{Items: make([]ReturnItem, MaxReturn)})); err != nil {
+		t.Fatalf("return of MaxReturn items: %v", err)
+	}
+	ids := make([]uint64, 200_000)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+	}
+	if c, err := Decode(Encode(Purge{IDs: ids})); err != nil || len(c.(Purge).IDs) != len(ids) {
+		t.Fatalf("purge of 200k ids: %v", err)
+	}
 }
 
 // norm makes empty slices nil so DeepEqual compares contents.
@@ -109,6 +123,17 @@ func TestQueueOrder(t *testing.T) {
 	}
 	if !slices.IsSorted(orders) || orders[2] != 6<<16 || orders[3] != 6<<16|1 {
 		t.Fatalf("order keys %x", orders)
+	}
+	n := 0
+	s.Messages(func(Msg) bool { n++; return n < 2 })
+	if n != 2 {
+		t.Fatalf("Messages went on after false: %d", n)
+	}
+	if _, ok := s.Get(4); ok {
+		t.Fatal("Get of a removed message")
+	}
+	if s.LastOrder() != 8<<16 {
+		t.Fatalf("last order %x", s.LastOrder())
 	}
 	if live := s.Live(); !slices.Equal(live, []uint64{1, 2, 3, 5, 8}) {
 		t.Fatalf("live %v", live)
@@ -194,11 +219,24 @@ func TestRestoreRefuses(t *testing.T) {
 	}
 	// Hand-made: a moved id whose own key is also present.
 	w := New()
-	w.recs = []rec{{key: 1 << 16, id: 1}, {key: 2 << 16, id: 2}, {key: 3 << 16, id: 1, flags: fMoved}}
+	w.q = ring{buf: []rec{{key: 1 << 16, id: 1}, {key: 2 << 16, id: 2}, {key: 3 << 16, id: 1, flags: fMoved}}, n: 3}
 	w.moved = map[uint64]uint64{1: 3 << 16}
-	w.live, w.applied = 3, 3
+	w.live, w.applied, w.stats.Enqueued = 3, 3, 3
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("duplicate id restored")
+	}
+	w.q.buf[2].id, w.moved = 3, map[uint64]uint64{3: 3 << 16}
+	if _, err := Restore(w.Snapshot()); err == nil {
+		t.Fatal("moved message under its own key restored")
+	}
+	w.q.n = 2
+	w.moved, w.live = nil, 2
+	if _, err := Restore(w.Snapshot()); err == nil {
+		t.Fatal("enqueued 3, live 2, none removed: restored")
+	}
+	w.stats.Removed = 1
+	if _, err := Restore(w.Snapshot()); err != nil {
+		t.Fatalf("valid hand-made snapshot: %v", err)
 	}
 }
 
@@ -225,8 +263,8 @@ func TestMemory1M(t *testing.T) {
 			ids = ids[:0]
 		}
 	}
-	if s.Len() != 1000 || cap(s.recs) > 8192 {
-		t.Fatalf("len %d cap %d after removing", s.Len(), cap(s.recs))
+	if s.Len() != 1000 || len(s.q.buf) > 1<<16 {
+		t.Fatalf("len %d cap %d after removing", s.Len(), len(s.q.buf))
 	}
 	runtime.KeepAlive(s)
 }

@@ -49,27 +49,52 @@
 // response excepted). A follower wakes when PeerState reports its
 // leader's node down, then campaigns after the election timeout (PreVote
 // and CheckQuorum are on); a leader wakes when a member's node comes back
-// up, to catch it up. A quiesced follower woken by a vote request first
-// advances its election clock by the ticks it missed, so its leader lease
-// lapses as if it had ticked.
+// up, to catch it up, or goes down, so that CheckQuorum makes a leader cut
+// off from its quorum step down. A woken follower keeps its election clock: its
+// leader lease (CheckQuorum) still protects a live leader from a member
+// that restarted and campaigns; that member's vote request wakes the
+// leader, whose heartbeats settle it.
 //
 // # Snapshots and compaction by live entries
 //
-// After SnapshotEntries entries or SnapshotBytes bytes applied since the
-// last snapshot, the host asks the StateMachine for a Snapshot: its small
-// state plus the indices of the entries it still needs (live message
-// bodies). The raft log is compacted up to the snapshot (less a margin of
-// Config.KeepEntries); the live entries stay readable through ReadEntry. A
-// lagging follower gets the snapshot with the live entries' bodies, built
-// on demand; it writes them to its own log.
+// A snapshot is due after Config.SnapshotEntries entries or
+// Config.SnapshotBytes bytes applied since the last one, once the log since
+// then also weighs as much as that snapshot did (entries counted 64 bytes
+// each), so a long queue's state is not rewritten for every few thousand
+// small entries; a configuration change snapshots at once (raft refuses a
+// snapshot whose configuration lacks its receiver). The StateMachine's
+// Snapshot gives its small state plus the indices of the entries it still
+// needs (live message bodies). The raft log is compacted up to the
+// snapshot (less a margin of Config.KeepEntries); the dead entries' WAL
+// records are released, the live ones stay and ReadEntry keeps reading
+// them. A lagging follower gets the snapshot with the live entries' bodies,
+// built on demand (read back from the WAL, so held in memory while sent;
+// messages over 4 MiB travel in chunks); it writes them to its own WAL.
 //
 // # Storage and recovery
 //
-// Open replays the log store and keeps each group's state (hard state,
-// snapshot, entries above it, live entries) until StartGroup asks for the
-// group: the StateMachine is then Restored from the snapshot and the
-// committed entries above it are applied again. StopGroup keeps the log
-// (a later StartGroup resumes); DeleteGroup drops it.
+// One WAL per node (cluster/qraft/wal, in Config.Dir) holds every group's
+// records: entries, hard states, snapshot metadata, live entries received
+// with a snapshot, and a tombstone per deleted group. Each group's
+// raft.Storage (storage.go) keeps only metadata in memory (term, record
+// position, size) and an entry's body until it is applied; older bodies
+// are read back from the WAL. Every record has one owner and is released
+// when superseded (a hard state by the next, a truncated tail by the new
+// entries, compacted dead entries and the previous snapshot once the new
+// snapshot record is synced, everything of a deleted group once its
+// tombstone is synced); the loop runs a bounded WAL compaction (8 MiB)
+// when segments are mostly dead and updates the moved positions.
+//
+// Open replays the WAL following its contract (records released before a
+// crash may or may not come back): last hard state wins, an entry replaces
+// the entries at and above its index, an entry after a gap starts a new
+// run and the entries before it wait as orphans for a snapshot record that
+// may list them live, a snapshot record compacts (or, when the entries it
+// covers are gone, replaces) the log; everything no group keeps is
+// released. Each group's state is kept until StartGroup asks for it: the
+// StateMachine is then Restored from the snapshot and the committed
+// entries above it are applied again. StopGroup keeps the log (a later
+// StartGroup resumes); DeleteGroup drops it.
 //
 // Membership: AddMember/RemoveMember propose a ConfChange (the node's
 // name travels in its context); a new member starts with join=true and

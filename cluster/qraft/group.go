@@ -2,7 +2,6 @@ package qraft
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -16,10 +15,13 @@ import (
 )
 
 // StateMachine is a group's replicated state. Every method is called on
-// the host's loop goroutine (one for all groups): it must not block long,
-// and must not wait for the host (Propose is fine: it never blocks; the
-// ctx-taking Group methods would wait for the loop and must not be called
-// from here).
+// the host's loop goroutine (one for all groups), except the Restore of a
+// recovered snapshot, which StartGroup calls before it returns: it must not
+// block long, and must not wait for the host (Propose is fine: it never
+// blocks; the ctx-taking Group methods would wait for the loop and must not
+// be called from here). After StopGroup or DeleteGroup returns, a callback
+// already running on the loop may finish; none starts once the loop has
+// handled the stop (at its next pass).
 type StateMachine interface {
 	// Apply gets committed entries in log order. Empty entries and
 	// configuration changes are applied by the host and not passed (their
@@ -85,7 +87,8 @@ type Group struct {
 
 	// loop-only
 	rn               *raft.RawNode
-	mem              *raft.MemoryStorage
+	ls               *logStorage
+	recLo, recHi     int // this pass's records in the store batch
 	snapIndex        uint64
 	applied          uint64
 	sinceSnapEntries uint64
@@ -98,18 +101,13 @@ type Group struct {
 	quiesced         bool
 	idleTicks        int
 	idleCommit       uint64
-	quiescedTick     uint64
 	stoppedLoop      bool
 	installed        *snapData // a snapshot from the leader, persisted, to restore
 	installedMeta    *pb.Snapshot
-	snapNow          bool   // a configuration change was applied
-	liveCount        uint64 // live entries kept below the raft log's first index
-	liveBytes        int64
+	snapNow          bool  // a configuration change was applied
+	lastSnapSize     int64 // the last snapshot's weight (state bytes, live entries)
 
 	quiescedFlag atomic.Bool
-
-	liveMu sync.RWMutex
-	live   map[uint64]*pb.Entry // live entries at or below the snapshot
 
 	mu       sync.Mutex
 	props    []*flight
@@ -126,50 +124,42 @@ type Group struct {
 func newGroup(h *Host, id uint64, members []string, sm StateMachine, join bool, r *recovered) (*Group, error) {
 	g := &Group{
 		h: h, id: id, sm: sm,
-		mem:      raft.NewMemoryStorage(),
 		inflight: map[uint64]*flight{},
-		live:     map[uint64]*pb.Entry{},
 		stoppedc: make(chan struct{}),
 	}
-	fresh := r == nil || (r.hs == nil && r.snap == nil && len(r.ents) == 0)
+	if r != nil {
+		g.ls = r.ls
+	} else {
+		g.ls = newLogStorage(h.store, id)
+	}
+	ls := g.ls
+	fresh := !ls.hasHS && !ls.hasSnap && len(ls.ents) == 1
 	if !fresh {
-		if r.snap != nil {
-			if err := g.mem.ApplySnapshot(r.snap); err != nil {
-				return nil, fmt.Errorf("qraft: group %d: snapshot: %w", id, err)
-			}
-			sd, err := decodeSnapData(r.snap.GetData())
+		if ls.hasSnap {
+			sd, err := decodeSnapData(ls.snap.GetData())
 			if err != nil {
 				return nil, err
 			}
-			g.snapIndex = r.snap.GetMetadata().GetIndex()
-			g.confState = r.snap.GetMetadata().GetConfState()
-			g.live = r.live
+			g.snapIndex = ls.snap.GetMetadata().GetIndex()
+			g.confState = ls.snap.GetMetadata().GetConfState()
 			sm.Restore(g.snapIndex, sd.sm)
 		}
-		ents := r.ents
-		if len(ents) > 0 && ents[0].GetIndex() > g.snapIndex+1 {
-			h.log.Error("qraft: gap in a group's log; dropping the entries after it", "group", id, "snapshot", g.snapIndex, "first", ents[0].GetIndex())
-			ents = nil
-		}
-		if err := g.mem.Append(ents); err != nil {
-			return nil, fmt.Errorf("qraft: group %d: entries: %w", id, err)
-		}
-		if r.hs != nil {
-			if err := g.mem.SetHardState(r.hs); err != nil {
-				return nil, err
+		ls.mu.Lock()
+		for i := range ls.ents[1:] {
+			m := &ls.ents[1+i]
+			if ls.first+1+uint64(i) > g.snapIndex {
+				g.sinceSnapEntries++
+				g.sinceSnapBytes += int64(m.size)
 			}
 		}
-		for _, e := range ents {
-			g.sinceSnapEntries++
-			g.sinceSnapBytes += int64(len(e.GetData()))
-		}
+		ls.mu.Unlock()
 	}
 	g.applied = g.snapIndex
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        h.self,
 		ElectionTick:              electionTicks,
 		HeartbeatTick:             heartbeatTicks,
-		Storage:                   g.mem,
+		Storage:                   g.ls,
 		Applied:                   g.applied,
 		MaxSizePerMsg:             1 << 20,
 		MaxCommittedSizePerReady:  8 << 20,
@@ -260,21 +250,21 @@ func (g *Group) Campaign() error {
 // ReadEntry returns the data of a committed entry: one above the last
 // snapshot, or one its StateMachine listed as live.
 func (g *Group) ReadEntry(index uint64) ([]byte, error) {
-	first, _ := g.mem.FirstIndex()
-	last, _ := g.mem.LastIndex()
-	if index >= first && index <= last {
-		ents, err := g.mem.Entries(index, index+1, 1<<62)
-		if err == nil && len(ents) == 1 && ents[0].GetIndex() == index {
-			return ents[0].GetData(), nil
-		}
+	data, found, err := g.ls.readEntry(index)
+	if err != nil {
+		return nil, fmt.Errorf("qraft: group %d entry %d: %w", g.id, index, err)
 	}
-	g.liveMu.RLock()
-	e := g.live[index]
-	g.liveMu.RUnlock()
-	if e != nil {
-		return e.GetData(), nil
+	if !found {
+		return nil, fmt.Errorf("%w: group %d entry %d", ErrNotFound, g.id, index)
 	}
-	return nil, fmt.Errorf("%w: group %d entry %d", ErrNotFound, g.id, index)
+	return data, nil
+}
+
+// ReadEntries reads the data of many entries (each one as ReadEntry
+// would) with few preads: fn gets them in index order. A new leader
+// rebuilding its queue reads its live messages' bodies this way.
+func (g *Group) ReadEntries(indices []uint64, fn func(index uint64, data []byte) error) error {
+	return g.ls.readEntries(indices, fn)
 }
 
 // Leader returns the leader ("" when unknown) and the term, as of the
@@ -389,21 +379,23 @@ func (g *Group) handleInput(extra *[]rec) bool {
 			}
 		}
 		g.failPending(ErrClosed)
-		if deleted {
-			*extra = append(*extra, rec{Group: g.id, Kind: recDelete})
-		} else {
-			g.h.mu.Lock()
-			g.h.rec[g.id] = g.recoveredState()
-			g.h.mu.Unlock()
-		}
+		r := g.recoveredState()
+		g.h.mu.Lock()
 		g.mu.Lock()
+		deleted = g.deleted // DeleteGroup may have come after StopGroup
 		g.status.Role = "stopped"
 		g.mu.Unlock()
-		g.h.mu.Lock()
+		if !deleted {
+			g.h.rec[g.id] = r
+		}
 		if g.h.stopping[g.id] == g {
 			delete(g.h.stopping, g.id)
 		}
 		g.h.mu.Unlock()
+		if deleted {
+			*extra = append(*extra, rec{Group: g.id, Kind: recDelete})
+			g.h.afterSync = append(g.h.afterSync, g.ls.allRecords()...)
+		}
 		close(g.stoppedc)
 		return false
 	}
@@ -422,24 +414,7 @@ func (g *Group) handleInput(extra *[]rec) bool {
 
 // recoveredState is what a later StartGroup of a stopped group starts from.
 func (g *Group) recoveredState() *recovered {
-	r := &recovered{live: map[uint64]*pb.Entry{}, names: map[uint64]string{}}
-	hs, _, _ := g.mem.InitialState()
-	r.hs = proto.Clone(hs).(*pb.HardState)
-	if s, err := g.mem.Snapshot(); err == nil && !raft.IsEmptySnap(s) {
-		r.snap = s
-	}
-	first, _ := g.mem.FirstIndex()
-	last, _ := g.mem.LastIndex()
-	if last >= first {
-		ents, _ := g.mem.Entries(first, last+1, 1<<62)
-		r.ents = append(r.ents, ents...)
-	}
-	g.liveMu.RLock()
-	for k, v := range g.live {
-		r.live[k] = v
-	}
-	g.liveMu.RUnlock()
-	return r
+	return &recovered{ls: g.ls, names: g.memberNames()}
 }
 
 func (g *Group) stepItem(it *inItem) {
@@ -451,18 +426,11 @@ func (g *Group) stepItem(it *inItem) {
 			return // proposals are never forwarded
 		}
 		if g.quiesced && t != pb.MsgHeartbeatResp {
-			if (t == pb.MsgPreVote || t == pb.MsgVote) && g.rn.BasicStatus().RaftState != raft.StateLeader {
-				// A follower that stayed quiesced has not ticked: bring
-				// its election clock to where it would be, so that its
-				// leader lease (CheckQuorum) lapses as it would have.
-				n := g.h.tickN - g.quiescedTick
-				if n > 2*electionTicks {
-					n = 2 * electionTicks
-				}
-				for i := uint64(0); i < n; i++ {
-					g.rn.TickQuiesced()
-				}
-			}
+			// Woken without touching the election clock: a quiesced
+			// follower still holds its leader lease (CheckQuorum), so a
+			// vote request from a member that merely restarted does not
+			// depose a live leader; the request wakes the leader, whose
+			// heartbeats settle the requester.
 			g.wake()
 		}
 		if err := g.rn.Step(m); err != nil {
@@ -470,12 +438,11 @@ func (g *Group) stepItem(it *inItem) {
 		}
 	case itemQuiesce:
 		st := g.rn.BasicStatus()
-		last, _ := g.mem.LastIndex()
+		last, _ := g.ls.LastIndex()
 		if st.RaftState == raft.StateFollower && st.GetTerm() == it.term && st.Lead == NodeID(it.from) &&
 			st.GetCommit() == it.commit && last == it.commit {
 			g.quiesced = true
 			g.quiescedFlag.Store(true)
-			g.quiescedTick = g.h.tickN
 		}
 	}
 }
@@ -554,11 +521,14 @@ func (g *Group) matchProposals(rd *raft.Ready) {
 
 // persistRecords adds the Ready's records to recs.
 func (g *Group) persistRecords(recs []rec, rd *raft.Ready) ([]rec, error) {
+	g.recLo = len(recs)
+	defer func() { g.recHi = len(recs) }()
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		sd, err := decodeSnapData(rd.Snapshot.GetData())
 		if err != nil {
 			return nil, fmt.Errorf("qraft: group %d: snapshot from leader: %w", g.id, err)
 		}
+		sort.Slice(sd.live, func(i, j int) bool { return sd.live[i].index < sd.live[j].index })
 		for _, l := range sd.live {
 			if l.hasData {
 				recs = append(recs, rec{Group: g.id, Index: l.index, Term: l.term, Kind: recLive, Data: l.data})
@@ -570,7 +540,7 @@ func (g *Group) persistRecords(recs []rec, rd *raft.Ready) ([]rec, error) {
 		if err != nil {
 			return nil, err
 		}
-		recs = append(recs, rec{Group: g.id, Index: small.GetMetadata().GetIndex(), Term: small.GetMetadata().GetTerm(), Kind: recSnapshot, Data: data})
+		recs = append(recs, rec{Group: g.id, Index: small.GetMetadata().GetIndex(), Term: small.GetMetadata().GetTerm(), Kind: recSnapInstall, Data: data})
 		g.installed, g.installedMeta = sd, small
 	}
 	for _, e := range rd.Entries {
@@ -608,20 +578,30 @@ func entryOfRec(x rec) *pb.Entry {
 	return e
 }
 
-// storeReady mirrors the persisted Ready into the in-memory storage.
-func (g *Group) storeReady(rd *raft.Ready) error {
+// storeReady records the persisted Ready (at poss, in persistRecords'
+// order) in the group's storage, and releases what it superseded.
+func (g *Group) storeReady(rd *raft.Ready, poss []recPos) error {
+	poss = poss[g.recLo:g.recHi]
+	i := 0
+	var old []recPos
 	if g.installedMeta != nil {
-		if err := g.mem.ApplySnapshot(g.installedMeta); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
-			return fmt.Errorf("qraft: group %d: apply snapshot: %w", g.id, err)
+		var live []liveRef
+		for _, l := range g.installed.live {
+			if l.hasData {
+				live = append(live, liveRef{index: l.index, term: l.term, pos: poss[i], size: uint32(len(l.data))})
+				i++
+			}
 		}
+		old = append(old, g.ls.applySnapshot(g.installedMeta, poss[i], live)...)
+		i++
 	}
-	if err := g.mem.Append(rd.Entries); err != nil {
-		return fmt.Errorf("qraft: group %d: append: %w", g.id, err)
-	}
+	old = append(old, g.ls.append(rd.Entries, poss[i:i+len(rd.Entries)])...)
+	i += len(rd.Entries)
 	if !raft.IsEmptyHardState(rd.HardState) {
-		if err := g.mem.SetHardState(rd.HardState); err != nil {
-			return err
-		}
+		old = append(old, g.ls.setHardState(rd.HardState, poss[i])...)
+	}
+	for _, p := range old {
+		g.h.store.Release(p)
 	}
 	return nil
 }
@@ -630,7 +610,7 @@ func (g *Group) storeReady(rd *raft.Ready) error {
 func (g *Group) queueMessages(msgs []*pb.Message) {
 	for _, m := range msgs {
 		to := m.GetTo()
-		name := g.h.nameOf(to)
+		name := g.h.loopName(to)
 		if name == "" {
 			g.rn.ReportUnreachable(to)
 			continue
@@ -660,13 +640,23 @@ func (g *Group) expandSnap(m *pb.Message) *pb.Message {
 		g.h.log.Error("qraft: own snapshot", "group", g.id, "err", err)
 		return m
 	}
+	idx := make([]uint64, len(sd.live))
 	for i := range sd.live {
-		l := &sd.live[i]
-		if data, err := g.ReadEntry(l.index); err == nil {
-			l.data, l.hasData = data, true
-		} else {
-			g.h.log.Error("qraft: live entry missing for a snapshot", "group", g.id, "index", l.index)
+		idx[i] = sd.live[i].index
+	}
+	sort.Slice(sd.live, func(i, j int) bool { return sd.live[i].index < sd.live[j].index })
+	i := 0
+	err = g.ReadEntries(idx, func(index uint64, data []byte) error {
+		for i < len(sd.live) && sd.live[i].index < index {
+			i++
 		}
+		if i < len(sd.live) && sd.live[i].index == index {
+			sd.live[i].data, sd.live[i].hasData = data, true
+		}
+		return nil
+	})
+	if err != nil {
+		g.h.log.Error("qraft: live entries for a snapshot", "group", g.id, "err", err)
 	}
 	m2 := proto.Clone(m).(*pb.Message)
 	m2.Snapshot.Data = sd.encode(true)
@@ -680,16 +670,6 @@ func (g *Group) applyReady(rd *raft.Ready) error {
 		g.installed, g.installedMeta = nil, nil
 		idx := meta.GetMetadata().GetIndex()
 		if idx > g.applied {
-			live := make(map[uint64]*pb.Entry, len(sd.live))
-			for _, l := range sd.live {
-				if l.hasData {
-					live[l.index] = &pb.Entry{Index: new(l.index), Term: new(l.term), Data: l.data}
-				}
-			}
-			g.liveMu.Lock()
-			g.live = live
-			g.liveMu.Unlock()
-			g.countLive()
 			g.h.mu.Lock()
 			for id, n := range sd.names {
 				g.h.names[id] = n
@@ -818,70 +798,72 @@ func (g *Group) checkLeader() {
 
 func (g *Group) afterAdvance() {
 	g.checkLeader()
-	if g.snapNow || g.sinceSnapEntries >= g.h.cfg.SnapshotEntries || g.sinceSnapBytes >= g.h.cfg.SnapshotBytes {
+	if g.snapNow || g.snapshotDue() {
 		g.snapNow = false
 		g.snapshot()
 	}
 }
 
+// snapshotDue: SnapshotEntries or SnapshotBytes applied since the last
+// snapshot, and (so that a big state, a long queue, is not rewritten for
+// every few thousand small entries) at least as much log as the last
+// snapshot weighed, counting each entry's bookkeeping as 64 bytes: the
+// snapshots then write at most about as much as the log itself.
+func (g *Group) snapshotDue() bool {
+	if g.sinceSnapEntries < g.h.cfg.SnapshotEntries && g.sinceSnapBytes < g.h.cfg.SnapshotBytes {
+		return false
+	}
+	return g.sinceSnapBytes+64*int64(g.sinceSnapEntries) >= g.lastSnapSize
+}
+
 // snapshot takes a local snapshot at the applied index and compacts the
-// log: entries at or below it are dropped except the live ones.
+// log: entries at or below it (less KeepEntries) are dropped except the
+// live ones, whose records stay.
 func (g *Group) snapshot() {
 	idx := g.applied
 	if idx <= g.snapIndex {
 		return
 	}
+	term, err := g.ls.Term(idx)
+	if err != nil {
+		g.h.log.Error("qraft: snapshot term", "group", g.id, "index", idx, "err", err)
+		return
+	}
 	data, liveIdx := g.sm.Snapshot()
 	sort.Slice(liveIdx, func(i, j int) bool { return liveIdx[i] < liveIdx[j] })
 	sd := &snapData{sm: data, names: g.memberNames()}
-	newLive := make(map[uint64]*pb.Entry, len(liveIdx))
-	first, _ := g.mem.FirstIndex()
-	for _, li := range liveIdx {
-		if li > idx || newLive[li] != nil {
+	live := make([]liveRef, 0, len(liveIdx))
+	for i, li := range liveIdx {
+		if li > idx || (i > 0 && liveIdx[i-1] == li) {
 			continue
 		}
-		var e *pb.Entry
-		if li >= first {
-			if ents, err := g.mem.Entries(li, li+1, 1<<62); err == nil && len(ents) == 1 {
-				e = ents[0]
-			}
-		}
-		if e == nil {
-			g.liveMu.RLock()
-			e = g.live[li]
-			g.liveMu.RUnlock()
-		}
-		if e == nil {
+		ref, ok := g.ls.liveRefOf(li)
+		if !ok {
 			g.h.log.Error("qraft: state machine lists an entry the log lacks", "group", g.id, "index", li)
 			continue
 		}
-		newLive[li] = e
-		sd.live = append(sd.live, liveEnt{index: li, term: e.GetTerm()})
+		live = append(live, ref)
+		sd.live = append(sd.live, liveEnt{index: li, term: ref.term})
 	}
-	snap, err := g.mem.CreateSnapshot(idx, g.confState, sd.encode(false))
-	if err != nil {
-		g.h.log.Error("qraft: snapshot", "group", g.id, "err", err)
-		return
-	}
+	snap := &pb.Snapshot{Data: sd.encode(false), Metadata: &pb.SnapshotMetadata{
+		Index: new(idx), Term: new(term), ConfState: proto.Clone(pb.EnsureConfState(g.confState)).(*pb.ConfState)}}
 	meta, err := proto.Marshal(snap)
 	if err != nil {
 		return
 	}
-	if _, err := g.h.store.Append([]rec{{Group: g.id, Index: idx, Term: snap.GetMetadata().GetTerm(), Kind: recSnapshot, Data: meta}}); err != nil {
+	poss, err := g.h.store.Append([]rec{{Group: g.id, Index: idx, Term: term, Kind: recSnapshot, Data: meta}})
+	if err != nil {
 		g.h.log.Error("qraft: persist snapshot", "group", g.id, "err", err)
 		return
 	}
-	g.liveMu.Lock()
-	g.live = newLive
-	g.liveMu.Unlock()
-	g.countLive()
+	var compactTo uint64
 	if keep := uint64(g.h.cfg.KeepEntries); idx > keep {
-		if err := g.mem.Compact(idx - keep); err != nil && !errors.Is(err, raft.ErrCompacted) {
-			g.h.log.Error("qraft: compact", "group", g.id, "err", err)
-		}
+		compactTo = idx - keep
 	}
+	g.h.afterSync = append(g.h.afterSync, g.ls.createSnapshot(snap, poss[0], live, compactTo)...)
 	g.snapIndex = idx
 	g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
+	g.lastSnapSize = int64(len(data)) + 16*int64(len(live))
 	g.h.st.snaps.Add(1)
 }
 
@@ -920,7 +902,7 @@ func (g *Group) maybeQuiesce() bool {
 	if st.RaftState != raft.StateLeader || st.LeadTransferee != raft.None || len(g.inflight) > 0 || g.rn.HasReady() {
 		return reset()
 	}
-	last, _ := g.mem.LastIndex()
+	last, _ := g.ls.LastIndex()
 	if st.GetCommit() != last || g.applied != last {
 		return reset()
 	}
@@ -930,7 +912,7 @@ func (g *Group) maybeQuiesce() bool {
 		if id == g.h.self {
 			return
 		}
-		name := g.h.nameOf(id)
+		name := g.h.loopName(id)
 		if name == "" || !g.h.isOnline(name) {
 			return
 		}
@@ -939,7 +921,17 @@ func (g *Group) maybeQuiesce() bool {
 		}
 		followers = append(followers, name)
 	})
-	if !ok {
+	// Without a quorum of reachable voters, keep ticking: CheckQuorum
+	// then makes this leader step down.
+	reachable := 1
+	for _, id := range g.confState.GetVoters() {
+		if id != g.h.self {
+			if n := g.h.loopName(id); n != "" && g.h.isOnline(n) {
+				reachable++
+			}
+		}
+	}
+	if !ok || reachable < len(g.confState.GetVoters())/2+1 {
 		return reset()
 	}
 	if st.GetCommit() != g.idleCommit {
@@ -952,7 +944,6 @@ func (g *Group) maybeQuiesce() bool {
 	}
 	g.quiesced = true
 	g.quiescedFlag.Store(true)
-	g.quiescedTick = g.h.tickN
 	for _, f := range followers {
 		g.h.batcherFor(f).addQuiesce(g.id, st.GetTerm(), st.GetCommit())
 	}
@@ -969,7 +960,9 @@ func (g *Group) peerEvent(node uint64, up bool) bool {
 		g.wake()
 		return true
 	}
-	if up && st.RaftState == raft.StateLeader && g.isMember(node) {
+	if st.RaftState == raft.StateLeader && g.isMember(node) {
+		// Up: catch the member up. Down: tick again, so that CheckQuorum
+		// makes a leader cut off from its quorum step down (and say so).
 		g.wake()
 		return true
 	}
@@ -1034,8 +1027,8 @@ func (g *Group) updateStatus() {
 		return
 	}
 	st := g.rn.BasicStatus()
-	last, _ := g.mem.LastIndex()
-	first, _ := g.mem.FirstIndex()
+	last, _ := g.ls.LastIndex()
+	first, _ := g.ls.FirstIndex()
 	s := GroupStatus{
 		ID: g.id, Role: roleName(st.RaftState), Term: st.GetTerm(), Commit: st.GetCommit(), Applied: g.applied,
 		LastIndex: last, SnapshotIndex: g.snapIndex, Quiesced: g.quiesced,
@@ -1057,24 +1050,11 @@ func (g *Group) updateStatus() {
 	if last >= first {
 		s.LogEntries = last - first + 1
 	}
-	s.LogEntries += g.liveCount
-	s.LogBytes += g.liveBytes
+	ln, lb := g.ls.liveBelow()
+	s.LogEntries += ln
+	s.LogBytes += lb
 	s.LogBytes += g.sinceSnapBytes
 	g.mu.Lock()
 	g.status = s
 	g.mu.Unlock()
-}
-
-// countLive recounts the live entries below the log (after a snapshot).
-func (g *Group) countLive() {
-	first, _ := g.mem.FirstIndex()
-	g.liveCount, g.liveBytes = 0, 0
-	g.liveMu.RLock()
-	defer g.liveMu.RUnlock()
-	for k, e := range g.live {
-		if k < first {
-			g.liveCount++
-			g.liveBytes += int64(len(e.GetData()))
-		}
-	}
 }

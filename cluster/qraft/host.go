@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren/cluster/qraft/wal"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -50,7 +51,9 @@ type Config struct {
 	// online member caught up, nothing pending) before it quiesces
 	// (default 3; negative: never quiesce).
 	QuiesceTicks int
-	NoSync       bool // tests and benchmarks only
+	// SegmentSize is the WAL's segment size (default 64 MiB).
+	SegmentSize int64
+	NoSync      bool // tests and benchmarks only
 }
 
 const (
@@ -73,11 +76,13 @@ func NodeID(name string) uint64 {
 type HostStats struct {
 	Groups      int
 	Quiesced    int
-	Syncs       uint64 // fsyncs of the log store
+	Syncs       uint64 // fdatasyncs of the WAL
 	Appends     uint64 // records appended
-	LogBytes    int64  // bytes in the log store's files
+	LogBytes    int64  // bytes in the WAL's files
 	LiveBytes   int64  // of which still needed
 	Segments    int
+	Compactions uint64 // WAL compactions run
+	Moved       uint64 // records the WAL's compactions copied
 	Cycles      uint64 // loop cycles that handled at least one Ready
 	Batches     uint64 // transport messages sent (one per peer per cycle, or more when large)
 	RaftMsgs    uint64 // raft messages sent inside them
@@ -104,8 +109,11 @@ type Host struct {
 	names          map[uint64]string
 	offline        map[string]bool // peers the transport reported down
 	closed         bool
-	pendingDeletes []uint64
+	pendingDeletes []pendingDelete
 	stopping       map[uint64]*Group // stopped, not yet let go by the loop
+	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
+	chunks         map[chunkKey]*chunkBuf
+	afterSync      []recPos // records to release once the next sync is done
 
 	notify chan struct{}
 	stopc  chan struct{}
@@ -113,11 +121,13 @@ type Host struct {
 	once   sync.Once
 
 	// loop-only
-	tickN   uint64
-	batches map[string]*batcher
+	tickN     uint64
+	batches   map[string]*batcher
+	chunkSize int
+	loopNames map[uint64]string
 
 	st struct {
-		cycles, batches, raftMsgs, proposals, snaps, snapsSent, snapsIn, sendErrs, dropped atomic.Uint64
+		cycles, batches, raftMsgs, proposals, snaps, snapsSent, snapsIn, sendErrs, dropped, compactions atomic.Uint64
 	}
 }
 
@@ -126,13 +136,13 @@ type peerEvent struct {
 	up   bool
 }
 
-// recovered is one group's state read back from the store.
+// recovered is one group's state read back from the store (or kept by
+// StopGroup for a later StartGroup).
 type recovered struct {
-	hs    *pb.HardState
-	snap  *pb.Snapshot // local form (no bodies)
-	ents  []*pb.Entry  // contiguous, above the snapshot
-	live  map[uint64]*pb.Entry
-	names map[uint64]string
+	ls          *logStorage
+	names       map[uint64]string
+	pendingLive []liveRef          // replay: live entries of a snapshot being installed
+	orphans     map[uint64]liveRef // replay: entries cut off by a gap (see appendReplay)
 }
 
 // Open opens the log store in cfg.Dir and reads every group's state
@@ -161,24 +171,29 @@ func Open(cfg Config) (*Host, error) {
 	if cfg.QuiesceTicks == 0 {
 		cfg.QuiesceTicks = 3
 	}
-	st, err := openFileStore(cfg.Dir, cfg.NoSync)
+	st, err := wal.Open(wal.Options{Dir: cfg.Dir, SegmentSize: cfg.SegmentSize, NoSync: cfg.NoSync, Logger: cfg.Logger,
+		CompactMaxBytes: 8 << 20})
 	if err != nil {
-		return nil, fmt.Errorf("qraft: open store: %w", err)
+		return nil, fmt.Errorf("qraft: open the WAL: %w", err)
 	}
 	h := &Host{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "qraft"),
-		self:     NodeID(cfg.Self),
-		store:    st,
-		groups:   map[uint64]*Group{},
-		rec:      map[uint64]*recovered{},
-		names:    map[uint64]string{},
-		offline:  map[string]bool{},
-		stopping: map[uint64]*Group{},
-		notify:   make(chan struct{}, 1),
-		stopc:    make(chan struct{}),
-		donec:    make(chan struct{}),
-		batches:  map[string]*batcher{},
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "qraft"),
+		self:      NodeID(cfg.Self),
+		store:     st,
+		groups:    map[uint64]*Group{},
+		rec:       map[uint64]*recovered{},
+		names:     map[uint64]string{},
+		offline:   map[string]bool{},
+		stopping:  map[uint64]*Group{},
+		tombs:     map[uint64]recPos{},
+		chunks:    map[chunkKey]*chunkBuf{},
+		notify:    make(chan struct{}, 1),
+		stopc:     make(chan struct{}),
+		donec:     make(chan struct{}),
+		batches:   map[string]*batcher{},
+		loopNames: map[uint64]string{},
+		chunkSize: defaultChunkSize,
 	}
 	h.names[h.self] = cfg.Self
 	if err := h.recover(); err != nil {
@@ -189,32 +204,34 @@ func Open(cfg Config) (*Host, error) {
 	return h, nil
 }
 
+// recover replays the store into each group's storage. Every replayed
+// record starts referenced once; the ones no group needs any more are
+// released once the replay is done.
 func (h *Host) recover() error {
+	var release []recPos
 	get := func(g uint64) *recovered {
 		r := h.rec[g]
 		if r == nil {
-			r = &recovered{live: map[uint64]*pb.Entry{}, names: map[uint64]string{}}
+			r = &recovered{ls: newLogStorage(h.store, g), names: map[uint64]string{}, orphans: map[uint64]liveRef{}}
 			h.rec[g] = r
 		}
 		return r
 	}
-	return h.store.Replay(func(_ recPos, x rec) error {
+	err := h.store.Replay(func(p recPos, x rec) error {
 		switch x.Kind {
-		case recEntry, recLive, recConf, recConfV2:
-			e := entryOfRec(x)
+		case recEntry, recConf, recConfV2:
 			r := get(x.Group)
-			if x.Kind == recLive {
-				r.live[e.GetIndex()] = e
-				return nil
-			}
-			r.ents = appendEntry(r.ents, e)
+			release = append(release, r.ls.appendReplay(x.Index, x.Term, x.Kind, uint32(len(x.Data)), p, r.orphans)...)
+		case recLive:
+			r := get(x.Group)
+			r.pendingLive = append(r.pendingLive, liveRef{index: x.Index, term: x.Term, pos: p, size: uint32(len(x.Data))})
 		case recHardState:
 			hs := &pb.HardState{}
 			if err := proto.Unmarshal(x.Data, hs); err != nil {
 				return fmt.Errorf("qraft: group %d hard state: %w", x.Group, err)
 			}
-			get(x.Group).hs = hs
-		case recSnapshot:
+			release = append(release, get(x.Group).ls.setHardState(hs, p)...)
+		case recSnapshot, recSnapInstall:
 			s := &pb.Snapshot{}
 			if err := proto.Unmarshal(x.Data, s); err != nil {
 				return fmt.Errorf("qraft: group %d snapshot: %w", x.Group, err)
@@ -224,62 +241,79 @@ func (h *Host) recover() error {
 				return fmt.Errorf("qraft: group %d snapshot: %w", x.Group, err)
 			}
 			r := get(x.Group)
-			idx := s.GetMetadata().GetIndex()
-			live := map[uint64]*pb.Entry{}
+			pending := map[uint64]liveRef{}
+			for _, l := range r.pendingLive {
+				pending[l.index] = l
+			}
+			r.pendingLive = nil
+			var live []liveRef
 			for _, l := range sd.live {
-				if e := r.live[l.index]; e != nil {
-					live[l.index] = e
-				} else if e := entryAt(r.ents, l.index); e != nil {
-					live[l.index] = e
+				if ref, ok := pending[l.index]; ok {
+					live = append(live, ref)
+					delete(pending, l.index)
+				} else if ref, ok := r.ls.liveRefOf(l.index); ok {
+					live = append(live, ref)
+				} else if ref, ok := r.orphans[l.index]; ok {
+					live = append(live, ref)
+					delete(r.orphans, l.index)
 				}
 			}
-			r.live = live
-			r.ents = entriesAbove(r.ents, idx)
-			r.snap = s
+			for _, ref := range pending {
+				release = append(release, ref.pos)
+			}
+			for i, ref := range r.orphans {
+				if i <= s.GetMetadata().GetIndex() {
+					release = append(release, ref.pos)
+					delete(r.orphans, i)
+				}
+			}
+			release = append(release, r.ls.replaySnapshot(s, p, live, x.Kind == recSnapInstall)...)
 			for id, n := range sd.names {
 				r.names[id] = n
 			}
 		case recDelete:
-			delete(h.rec, x.Group)
+			// Records after a tombstone belong to the group again (a member
+			// removed, then added back on this node): a fresh state.
+			if r := h.rec[x.Group]; r != nil {
+				release = append(release, r.ls.allRecords()...)
+				for _, l := range r.pendingLive {
+					release = append(release, l.pos)
+				}
+				for _, l := range r.orphans {
+					release = append(release, l.pos)
+				}
+				delete(h.rec, x.Group)
+				if old, ok := h.tombs[x.Group]; ok {
+					release = append(release, old) // this one covers more
+				}
+				h.tombs[x.Group] = p
+			} else if old, ok := h.tombs[x.Group]; ok {
+				release = append(release, old)
+				h.tombs[x.Group] = p
+			} else {
+				// Nothing of the group is left before its tombstone: the
+				// tombstone itself is no longer needed.
+				release = append(release, p)
+			}
+		default:
+			release = append(release, p)
 		}
 		return nil
 	})
-}
-
-// appendEntry appends e to a contiguous run, truncating a conflicting tail.
-func appendEntry(ents []*pb.Entry, e *pb.Entry) []*pb.Entry {
-	idx := e.GetIndex()
-	if len(ents) == 0 {
-		return append(ents, e)
+	if err != nil {
+		return err
 	}
-	first := ents[0].GetIndex()
-	last := first + uint64(len(ents)) - 1
-	switch {
-	case idx == last+1:
-		return append(ents, e)
-	case idx >= first && idx <= last:
-		return append(ents[:idx-first:idx-first], e)
-	default:
-		return []*pb.Entry{e}
-	}
-}
-
-func entryAt(ents []*pb.Entry, idx uint64) *pb.Entry {
-	if len(ents) == 0 {
-		return nil
-	}
-	first := ents[0].GetIndex()
-	if idx < first || idx >= first+uint64(len(ents)) {
-		return nil
-	}
-	return ents[idx-first]
-}
-
-func entriesAbove(ents []*pb.Entry, idx uint64) []*pb.Entry {
-	for i, e := range ents {
-		if e.GetIndex() > idx {
-			return ents[i:]
+	for _, r := range h.rec {
+		for _, l := range r.pendingLive {
+			release = append(release, l.pos)
 		}
+		for _, l := range r.orphans {
+			release = append(release, l.pos)
+		}
+		r.pendingLive, r.orphans = nil, nil
+	}
+	for _, p := range release {
+		h.store.Release(p)
 	}
 	return nil
 }
@@ -302,6 +336,16 @@ func (h *Host) Step(from string, msg []byte) {
 	}
 	for i := range items {
 		it := &items[i]
+		if it.kind == itemChunk {
+			m, err := reassemble(h.chunks, from, it)
+			if err != nil {
+				h.log.Warn("qraft: malformed chunked message", "from", from, "err", err)
+			}
+			if m == nil {
+				continue
+			}
+			it.kind, it.msg, it.part = itemRaft, m, nil
+		}
 		if it.kind == itemRaft && (it.msg.GetFrom() != fromID || it.msg.GetTo() != h.self) {
 			continue
 		}
@@ -361,6 +405,19 @@ func (h *Host) nameOf(id uint64) string {
 	return h.names[id]
 }
 
+// loopName is nameOf for the loop, through a cache (a node id's name
+// never changes).
+func (h *Host) loopName(id uint64) string {
+	if n, ok := h.loopNames[id]; ok {
+		return n
+	}
+	n := h.nameOf(id)
+	if n != "" {
+		h.loopNames[id] = n
+	}
+	return n
+}
+
 func (h *Host) isOnline(name string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -391,6 +448,7 @@ func (h *Host) Stats() HostStats {
 	ss := h.store.Stats()
 	out := HostStats{
 		Syncs: ss.Syncs, Appends: ss.Appends, LogBytes: ss.Bytes, LiveBytes: ss.LiveBytes, Segments: ss.Segments,
+		Compactions: h.st.compactions.Load(), Moved: ss.Moved,
 		Cycles: h.st.cycles.Load(), Batches: h.st.batches.Load(), RaftMsgs: h.st.raftMsgs.Load(),
 		Proposals: h.st.proposals.Load(), Snapshots: h.st.snaps.Load(), SnapsSent: h.st.snapsSent.Load(),
 		SnapsIn: h.st.snapsIn.Load(), SendErrors: h.st.sendErrs.Load(), DroppedMsgs: h.st.dropped.Load(),
@@ -476,27 +534,36 @@ func (h *Host) DeleteGroup(id uint64) { h.stopGroup(id, true) }
 func (h *Host) stopGroup(id uint64, del bool) {
 	h.mu.Lock()
 	g := h.groups[id]
-	delete(h.groups, id)
 	if g != nil {
+		delete(h.groups, id)
 		h.stopping[id] = g
+	} else {
+		g = h.stopping[id] // a stop the loop has not handled yet
 	}
-	if del {
+	if g != nil {
+		g.mu.Lock()
+		g.stopped = true
+		if del {
+			g.deleted = true
+		}
+		g.mu.Unlock()
+	} else if del {
+		// Not started here (recovered only, or unknown): its records go
+		// once its tombstone is synced.
+		h.pendingDeletes = append(h.pendingDeletes, pendingDelete{id: id, r: h.rec[id]})
 		delete(h.rec, id)
 	}
 	h.mu.Unlock()
 	if g != nil {
-		g.mu.Lock()
-		g.stopped = true
-		g.deleted = del
-		g.mu.Unlock()
 		h.markDirty(g)
-	} else if del {
-		// Not started on this host: still mark its records dead.
-		h.mu.Lock()
-		h.pendingDeletes = append(h.pendingDeletes, id)
-		h.mu.Unlock()
+	} else {
 		h.signal()
 	}
+}
+
+type pendingDelete struct {
+	id uint64
+	r  *recovered
 }
 
 // Close stops the loop and closes the store (synced). Waiting proposals
@@ -516,7 +583,7 @@ func (h *Host) close(crash bool) error {
 		close(h.stopc)
 		<-h.donec
 		if crash {
-			err = h.store.Crash()
+			err = h.store.CrashForTest()
 		} else {
 			err = h.store.Close()
 		}
@@ -544,7 +611,54 @@ func (h *Host) run() {
 			h.log.Error("qraft: host loop stopped", "err", err)
 			return
 		}
+		if tick && h.tickN%compactEveryTicks == 0 {
+			h.compact()
+		}
 	}
+}
+
+// compactEveryTicks: how often the loop checks whether the WAL has
+// segments worth compacting.
+const compactEveryTicks = 10
+
+// compact runs one bounded WAL compaction on the loop (nothing else moves
+// positions meanwhile: every position the host holds is in a group's
+// storage or a tombstone, and each move updates it).
+func (h *Host) compact() {
+	if h.store.Stats().Compactable == 0 {
+		return
+	}
+	h.mu.Lock()
+	owners := make(map[uint64]*logStorage, len(h.groups)+len(h.rec)+len(h.stopping))
+	for id, r := range h.rec {
+		owners[id] = r.ls
+	}
+	for id, g := range h.stopping {
+		owners[id] = g.ls
+	}
+	for id, g := range h.groups {
+		owners[id] = g.ls
+	}
+	h.mu.Unlock()
+	cs, err := h.store.Compact(func(old, nw recPos, r rec) {
+		if r.Kind == recDelete {
+			h.mu.Lock()
+			if h.tombs[r.Group] == old {
+				h.tombs[r.Group] = nw
+			}
+			h.mu.Unlock()
+			return
+		}
+		if ls := owners[r.Group]; ls != nil {
+			ls.moved(old, nw, r)
+		}
+	})
+	if err != nil {
+		h.log.Error("qraft: WAL compaction", "err", err)
+		return
+	}
+	h.st.compactions.Add(1)
+	h.log.Debug("qraft: WAL compacted", "segments", cs.Segments, "moved", cs.Moved, "freed", cs.FreedBytes)
 }
 
 func (h *Host) failAll() {
@@ -581,8 +695,11 @@ func (h *Host) cycle(tick bool) error {
 	h.mu.Unlock()
 
 	var extra []rec
-	for _, id := range dels {
-		extra = append(extra, rec{Group: id, Kind: recDelete})
+	for _, d := range dels {
+		extra = append(extra, rec{Group: d.id, Kind: recDelete})
+		if d.r != nil {
+			h.afterSync = append(h.afterSync, d.r.ls.allRecords()...)
+		}
 	}
 
 	touched := make(map[*Group]bool, len(dirty))
@@ -636,6 +753,11 @@ func (h *Host) cycle(tick bool) error {
 	for _, g := range gs {
 		g.updateStatus()
 	}
+	if len(h.afterSync) > 0 {
+		if err := h.sync(); err != nil {
+			return err
+		}
+	}
 	// Any batches left (quiesce items without a Ready) go out now.
 	h.flushSends()
 	return nil
@@ -656,16 +778,18 @@ func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 			return err
 		}
 	}
+	var poss []recPos
 	if len(recs) > 0 {
-		if _, err := h.store.Append(recs); err != nil {
+		var err error
+		if poss, err = h.store.Append(recs); err != nil {
 			return fmt.Errorf("qraft: append: %w", err)
 		}
-		if err := h.store.Sync(); err != nil {
-			return fmt.Errorf("qraft: sync: %w", err)
+		if err := h.sync(); err != nil {
+			return err
 		}
 	}
 	for i, g := range gs {
-		if err := g.storeReady(&rds[i]); err != nil {
+		if err := g.storeReady(&rds[i], poss); err != nil {
 			return err
 		}
 	}
@@ -677,16 +801,29 @@ func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 		if err := g.applyReady(&rds[i]); err != nil {
 			return err
 		}
+		g.ls.uncache(g.applied)
 		g.rn.Advance(rds[i])
 		g.afterAdvance()
 	}
 	return nil
 }
 
+// sync syncs the store and then releases the records that waited for it.
+func (h *Host) sync() error {
+	if err := h.store.Sync(); err != nil {
+		return fmt.Errorf("qraft: sync: %w", err)
+	}
+	for _, p := range h.afterSync {
+		h.store.Release(p)
+	}
+	h.afterSync = h.afterSync[:0]
+	return nil
+}
+
 func (h *Host) batcherFor(peer string) *batcher {
 	b := h.batches[peer]
 	if b == nil {
-		b = &batcher{}
+		b = &batcher{chunk: h.chunkSize}
 		h.batches[peer] = b
 	}
 	return b

@@ -46,6 +46,18 @@ func TestProposeApply(t *testing.T) {
 			t.Fatalf("%s sees leader %q, want %q", n, ld, l)
 		}
 	}
+	// Applied entries' bodies are not kept in memory: ReadEntry above read
+	// them back from the store.
+	for _, n := range c.names {
+		ls := c.groups[n][1].ls
+		ls.mu.Lock()
+		for i, m := range ls.ents[1:] {
+			if idx := ls.first + 1 + uint64(i); m.ent != nil && idx <= c.groups[n][1].Status().Applied {
+				t.Errorf("%s: body of applied entry %d still cached", n, idx)
+			}
+		}
+		ls.mu.Unlock()
+	}
 	st := c.groups[l][1].Status()
 	if st.Role != "leader" || st.Leader != l || len(st.Members) != 3 || st.Applied < last || st.Commit < last {
 		t.Fatalf("status %+v", st)
@@ -99,6 +111,14 @@ func TestManyGroups(t *testing.T) {
 		batches += st.Batches
 		if st.Groups != groups {
 			t.Fatalf("%s drives %d groups", n, st.Groups)
+		}
+	}
+	for _, n := range c.names {
+		// One fdatasync per batch of Readies (plus one after a round of
+		// snapshots, and the WAL's own at a segment roll).
+		st := c.hosts[n].Stats()
+		if st.Syncs > st.Cycles+st.Snapshots+uint64(st.Segments) {
+			t.Fatalf("%s: %d syncs for %d Ready batches", n, st.Syncs, st.Cycles)
 		}
 	}
 	if batches*2 > msgs {
@@ -201,7 +221,7 @@ func TestProposalDroppedOnLeaderChange(t *testing.T) {
 // and reopened recover every group's log from disk; the state machines
 // are rebuilt and the groups go on.
 func TestRestartFromDisk(t *testing.T) {
-	c := newTCluster(t, 3, nil)
+	c := newTCluster(t, 3, func(cfg *Config) { cfg.NoSync = false }) // real fdatasyncs
 	for gid := uint64(1); gid <= 3; gid++ {
 		c.startAll(gid, c.names...)
 	}
@@ -364,4 +384,120 @@ func TestQuiescedWakeOnLeaderDown(t *testing.T) {
 	if len(st.Online) != 2 || len(st.Members) != 3 {
 		t.Fatalf("status members %v online %v", st.Members, st.Online)
 	}
+}
+
+// issue 14: a member restarting while its group is quiesced (the leader
+// sends no heartbeats) does not depose the live leader: its vote request
+// wakes the leader, and it follows.
+func TestQuiescedMemberRestartKeepsLeader(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	if _, err := c.propose(l, 1, "enq:a"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 1, c.names...)
+	c.allQuiesced(1)
+	_, term := c.groups[l][1].Leader()
+	f := "n1"
+	if f == l {
+		f = "n2"
+	}
+	c.stop(f, false)
+	c.open(f)
+	c.start(f, 1, nil, false)
+	waitFor(t, 10*time.Second, "the restarted member to follow", func() bool {
+		ld, _ := c.groups[f][1].Leader()
+		return ld != ""
+	})
+	c.allQuiesced(1)
+	for _, n := range c.names {
+		if ld, tm := c.groups[n][1].Leader(); ld != l || tm != term {
+			t.Fatalf("%s: leader %q term %d, want %q term %d", n, ld, tm, l, term)
+		}
+	}
+}
+
+// issue 14: deleting a group recovered but never started releases its
+// records (the WAL keeps only the tombstone), and a delete right after a
+// stop is not undone by the stop.
+func TestDeleteRecoveredAndStoppingGroups(t *testing.T) {
+	c := newTCluster(t, 1, nil)
+	for _, gid := range []uint64{8, 9} {
+		c.startAll(gid, "n1")
+		c.leader(gid)
+		for i := 0; i < 20; i++ {
+			if _, err := c.propose("n1", gid, fmt.Sprintf("enq:%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	h := c.hosts["n1"]
+	h.StopGroup(9)
+	h.DeleteGroup(9)
+	c.stop("n1", false)
+	h = c.open("n1")
+	h.mu.Lock()
+	_, has8 := h.rec[8]
+	_, has9 := h.rec[9]
+	h.mu.Unlock()
+	if !has8 || has9 {
+		t.Fatalf("after restart: group 8 recovered %v (want true), group 9 %v (want false)", has8, has9)
+	}
+	before := h.store.Stats().LiveRecords
+	h.DeleteGroup(8) // never started since the restart
+	waitFor(t, 5*time.Second, "group 8's records to be released", func() bool {
+		return h.store.Stats().LiveRecords <= 2 // the tombstones
+	})
+	t.Logf("live WAL records: %d before the delete, %d after", before, h.store.Stats().LiveRecords)
+	c.stop("n1", false)
+	h = c.open("n1")
+	h.mu.Lock()
+	n := len(h.rec)
+	h.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d groups recovered after deleting them all", n)
+	}
+}
+
+// issue 14: a quiesced leader cut off from both followers (the transport
+// reports them down) wakes, and CheckQuorum makes it step down and say so,
+// while the followers elect a new leader.
+func TestQuiescedLeaderPartitionedStepsDown(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	if _, err := c.propose(l, 1, "enq:a"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 1, c.names...)
+	c.allQuiesced(1)
+	c.net.isolate(l, c.names...)
+	var others []string
+	for _, n := range c.names {
+		if n != l {
+			others = append(others, n)
+			c.hosts[n].PeerState(l, false)
+			c.hosts[l].PeerState(n, false)
+		}
+	}
+	l2 := c.leader(1, others...)
+	waitFor(t, 10*time.Second, "the cut-off leader to step down", func() bool {
+		return c.groups[l][1].Status().Role != "leader"
+	})
+	sm := c.sms[l][1]
+	waitFor(t, 5*time.Second, "the cut-off leader's state machine to hear it", func() bool {
+		sm.mu.Lock()
+		defer sm.mu.Unlock()
+		return sm.leader != l
+	})
+	c.net.heal()
+	for _, n := range others {
+		c.hosts[n].PeerState(l, true)
+		c.hosts[l].PeerState(n, true)
+	}
+	waitFor(t, 10*time.Second, "the old leader to follow the new one", func() bool {
+		ld, _ := c.groups[l][1].Leader()
+		return ld == l2
+	})
 }

@@ -3,6 +3,7 @@ package qraft
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -93,4 +94,74 @@ func TestTransferLeader(t *testing.T) {
 	if err := c.groups[l][1].TransferLeader(ctx, l); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("transfer from a follower: %v, want ErrNotLeader", err)
 	}
+}
+
+// issue 14: the leader can remove itself: it steps down once the change
+// is applied, the others elect a leader among themselves and go on.
+func TestRemoveLeaderItself(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	if _, err := c.propose(l, 1, "enq:a"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.groups[l][1].RemoveMember(ctx, l); err != nil {
+		t.Fatalf("remove the leader %s: %v", l, err)
+	}
+	var rest []string
+	for _, n := range c.names {
+		if n != l {
+			rest = append(rest, n)
+		}
+	}
+	c.hosts[l].DeleteGroup(1)
+	l2 := c.leader(1, rest...)
+	if _, err := c.propose(l2, 1, "enq:b"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 2, rest...)
+	if m := c.groups[l2][1].Status().Members; !reflect.DeepEqual(m, rest) {
+		t.Fatalf("members %v, want %v", m, rest)
+	}
+}
+
+// issue 14: a member removed (its group deleted on its node) and added
+// back later on the same node gets a fresh copy, which survives a restart
+// of that node (the tombstone drops only what came before it).
+func TestMemberRemovedAndAddedBack(t *testing.T) {
+	c := newTCluster(t, 3, nil)
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	for i := 0; i < 10; i++ {
+		if _, err := c.propose(l, 1, fmt.Sprintf("enq:%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := "n1"
+	if v == l {
+		v = "n2"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.groups[l][1].RemoveMember(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	c.hosts[v].DeleteGroup(1)
+	if _, err := c.propose(l, 1, "enq:while-away"); err != nil {
+		t.Fatal(err)
+	}
+	c.start(v, 1, nil, true)
+	if err := c.groups[l][1].AddMember(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 11, c.names...)
+	c.stop(v, true)
+	c.open(v)
+	c.start(v, 1, nil, false)
+	if _, err := c.propose(l, 1, "enq:after"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 12, c.names...)
 }

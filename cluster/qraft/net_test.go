@@ -65,6 +65,8 @@ func (n *memNet) sender(from string) func(string, []byte) error {
 					n.drops.Add(1)
 				case it.kind == itemRaft:
 					b.addRaft(it.group, it.msg)
+				case it.kind == itemChunk:
+					b.addChunk(it.group, it.id, it.seq, it.total, it.part)
 				default:
 					b.addQuiesce(it.group, it.term, it.commit)
 				}

@@ -32,6 +32,22 @@ func TestPropertySameLogSameState(t *testing.T) {
 	for gid := uint64(1); gid <= groups; gid++ {
 		c.startAll(gid, c.names...)
 	}
+	cut := ""
+	peerState := func(n string, up bool) {
+		for _, o := range c.names {
+			if o != n {
+				c.hosts[o].PeerState(n, up)
+				c.hosts[n].PeerState(o, up)
+			}
+		}
+	}
+	heal := func() {
+		c.net.heal()
+		if cut != "" {
+			peerState(cut, true)
+			cut = ""
+		}
+	}
 	var mu sync.Mutex
 	acked := map[string]bool{}
 	seq := 0
@@ -40,15 +56,26 @@ func TestPropertySameLogSameState(t *testing.T) {
 	for time.Now().Before(deadline) {
 		switch r := rng.Intn(20); {
 		case r == 0:
-			c.net.heal()
-			c.net.isolate(c.names[rng.Intn(3)], c.names...)
+			heal()
+			cut = c.names[rng.Intn(3)]
+			c.net.isolate(cut, c.names...)
+			if rng.Intn(2) == 0 { // the transport notices (or not yet)
+				peerState(cut, false)
+			}
 			faults++
 		case r < 3:
-			c.net.heal()
+			heal()
 		case r == 3:
 			n := c.names[rng.Intn(3)]
 			c.stop(n, rng.Intn(2) == 0)
 			c.open(n)
+			if cut != "" { // tell the new host of the cut (it may know already)
+				for _, o := range c.names {
+					if o != n && (n == cut || o == cut) {
+						c.hosts[n].PeerState(o, false)
+					}
+				}
+			}
 			for gid := uint64(1); gid <= groups; gid++ {
 				c.start(n, gid, nil, false)
 			}
@@ -80,7 +107,7 @@ func TestPropertySameLogSameState(t *testing.T) {
 		}
 		time.Sleep(time.Duration(rng.Intn(15)) * time.Millisecond) // pacing of the schedule
 	}
-	c.net.heal()
+	heal()
 	for gid := uint64(1); gid <= groups; gid++ {
 		final := fmt.Sprintf("enq:final-%d", gid)
 		waitFor(t, 15*time.Second, fmt.Sprintf("group %d to take a final entry", gid), func() bool {

@@ -3,7 +3,9 @@ package qraft
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 )
 
 // fillWithOneLive proposes an "old" entry, then n enqueue/delete pairs,
@@ -112,4 +114,169 @@ func TestSnapshotInstallToLaggingMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.converge(1, 122, c.names...)
+}
+
+// issue 14: the node-wide WAL reclaims space: segments whose records are
+// all released are deleted, and the one holding an old live entry is
+// compacted (the entry moves, its position is updated), so the WAL stays
+// small while the old entry stays readable, also after a restart.
+func TestWALReclaimsSpaceKeepsLiveEntry(t *testing.T) {
+	c := newTCluster(t, 1, func(cfg *Config) {
+		cfg.SnapshotEntries = 50
+		cfg.KeepEntries = -1
+		cfg.SegmentSize = 32 << 10
+	})
+	c.startAll(1, "n1")
+	c.leader(1)
+	old, err := c.propose("n1", 1, "enq:old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A reader (the leader's broker reading a body) runs all along, while
+	// snapshots compact the log and the WAL moves the old entry.
+	stop := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(readErr)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if data, err := c.groups["n1"][1].ReadEntry(old); err != nil || string(data) != "enq:old" {
+				readErr <- fmt.Errorf("concurrent ReadEntry(old) = %q, %v", data, err)
+				return
+			}
+		}
+	}()
+	pad := strings.Repeat("x", 1000)
+	for i := 0; i < 400; i++ {
+		idx, err := c.propose("n1", 1, fmt.Sprintf("enq:%d:%s", i, pad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.propose("n1", 1, fmt.Sprintf("del:%d", idx)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := c.hosts["n1"]
+	waitFor(t, 10*time.Second, "the WAL to shrink and compact", func() bool {
+		st := h.Stats()
+		return st.Moved > 0 && st.Segments <= 6
+	})
+	close(stop)
+	if err := <-readErr; err != nil {
+		t.Fatal(err)
+	}
+	st := h.Stats()
+	t.Logf("WAL: %d segments, %d bytes (%d live), %d compactions, %d records moved", st.Segments, st.LogBytes, st.LiveBytes, st.Compactions, st.Moved)
+	if data, err := c.groups["n1"][1].ReadEntry(old); err != nil || string(data) != "enq:old" {
+		t.Fatalf("ReadEntry(old) = %q, %v", data, err)
+	}
+	want, n, _ := c.sms["n1"][1].state()
+	c.stop("n1", true)
+	c.open("n1")
+	sm := c.start("n1", 1, nil, false)
+	c.leader(1)
+	if h, n2, live := sm.state(); h != want || n2 != n || live != 1 {
+		t.Fatalf("recovered %x/%d/%d, want %x/%d/1", h, n2, live, want, n)
+	}
+	if data, err := c.groups["n1"][1].ReadEntry(old); err != nil || string(data) != "enq:old" {
+		t.Fatalf("after restart: ReadEntry(old) = %q, %v", data, err)
+	}
+	if _, err := c.propose("n1", 1, "enq:after"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issue 14: a snapshot larger than a transport frame (live bodies) goes
+// in chunks and is reassembled by the lagging member.
+func TestSnapshotInstallChunked(t *testing.T) {
+	old := defaultChunkSize
+	t.Cleanup(func() { defaultChunkSize = old }) // after the hosts close
+	defaultChunkSize = 1 << 10
+	c := newTCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = 20; cfg.KeepEntries = 5 })
+	c.startAll(1, c.names...)
+	l := c.leader(1)
+	lag := "n1"
+	if l == lag {
+		lag = "n2"
+	}
+	c.net.isolate(lag, c.names...)
+	pad := strings.Repeat("y", 700)
+	var live []uint64
+	for i := 0; i < 60; i++ {
+		idx, err := c.propose(l, 1, fmt.Sprintf("enq:%d:%s", i, pad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, idx)
+	}
+	c.net.heal()
+	c.converge(1, 60, c.names...)
+	if c.hosts[lag].Stats().SnapsIn == 0 {
+		t.Fatal("no snapshot installed")
+	}
+	for i, idx := range live {
+		if data, err := c.groups[lag][1].ReadEntry(idx); err != nil || string(data) != fmt.Sprintf("enq:%d:%s", i, pad) {
+			t.Fatalf("ReadEntry(%d) on the lagging member: %v", idx, err)
+		}
+	}
+	// ReadEntries: every live body, in index order, on both members.
+	rev := append([]uint64(nil), live...)
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	for _, n := range []string{l, lag} {
+		k := 0
+		err := c.groups[n][1].ReadEntries(rev, func(index uint64, data []byte) error {
+			if index != live[k] || string(data) != fmt.Sprintf("enq:%d:%s", k, pad) {
+				return fmt.Errorf("entry %d: got index %d %.10q", k, index, data)
+			}
+			k++
+			return nil
+		})
+		if err != nil || k != len(live) {
+			t.Fatalf("%s: ReadEntries: %v after %d entries", n, err, k)
+		}
+		if err := c.groups[n][1].ReadEntries([]uint64{live[0], 1 << 40}, func(uint64, []byte) error { return nil }); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s: ReadEntries of a missing entry: %v", n, err)
+		}
+	}
+}
+
+// issue 14: a big state (a long queue) is not snapshotted every
+// SnapshotEntries entries: the log must weigh about as much as the last
+// snapshot first, bounding the snapshots' write amplification.
+func TestSnapshotPacedBySize(t *testing.T) {
+	c := newTCluster(t, 1, func(cfg *Config) { cfg.SnapshotEntries = 20; cfg.KeepEntries = -1 })
+	c.startAll(1, "n1")
+	c.leader(1)
+	big := strings.Repeat("z", 20000)
+	if _, err := c.propose("n1", 1, "enq:"+big); err != nil { // the test state keeps every data: a 20 kB state
+		t.Fatal(err)
+	}
+	for i := 0; i < 25; i++ { // past SnapshotEntries: the first snapshot (a 20 kB state)
+		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snaps := c.hosts["n1"].Stats().Snapshots
+	for i := 0; i < 100; i++ { // 100 small entries weigh less than 20 kB: no new snapshot
+		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:b%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.hosts["n1"].Stats().Snapshots; got != snaps {
+		t.Fatalf("%d snapshots of a big state after 100 small entries, want %d", got, snaps)
+	}
+	for i := 0; i < 300; i++ {
+		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:c%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.hosts["n1"].Stats().Snapshots; got == snaps {
+		t.Fatal("no snapshot once the log outweighed the state")
+	}
 }

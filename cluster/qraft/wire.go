@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +17,9 @@ import (
 //	item    := kind(1) group(uvarint) body
 //	kindRaft:    len(uvarint) raftpb.Message
 //	kindQuiesce: term(uvarint) commit(uvarint)   the leader quiesced the group
+//	kindChunk:   id(uvarint) seq(uvarint) total(uvarint) len(uvarint) bytes
+//	             a part of a raft message larger than chunkSize (a snapshot
+//	             with its live bodies), reassembled by the receiver
 //
 // A batch never exceeds maxBatch bytes unless one item alone does.
 const (
@@ -23,9 +27,16 @@ const (
 
 	itemRaft    = 1
 	itemQuiesce = 2
+	itemChunk   = 3
 
 	maxBatch = 8 << 20
 )
+
+// defaultChunkSize bounds one item: larger raft messages travel in chunks
+// (a variable for tests: read when a host opens).
+var defaultChunkSize = 4 << 20
+
+var chunkSeq atomic.Uint64
 
 var errBadBatch = errors.New("qraft: malformed batch")
 
@@ -36,6 +47,9 @@ type wireItem struct {
 	msg    *pb.Message // itemRaft
 	term   uint64      // itemQuiesce
 	commit uint64      // itemQuiesce
+	// itemChunk
+	id, seq, total uint64
+	part           []byte
 }
 
 // batcher accumulates the items bound for one peer in one cycle.
@@ -43,6 +57,7 @@ type batcher struct {
 	bufs   [][]byte // finished batches
 	cur    []byte
 	groups []uint64 // groups with a raft message in the batch (for ReportUnreachable)
+	chunk  int      // chunk size (0: defaultChunkSize)
 }
 
 func (b *batcher) begin() {
@@ -64,12 +79,35 @@ func (b *batcher) addRaft(group uint64, m *pb.Message) error {
 	if err != nil {
 		return err
 	}
+	chunkSize := b.chunk
+	if chunkSize <= 0 {
+		chunkSize = 4 << 20
+	}
+	if len(data) > chunkSize {
+		id := chunkSeq.Add(1)
+		total := (len(data) + chunkSize - 1) / chunkSize
+		for i := 0; i < total; i++ {
+			b.addChunk(group, id, uint64(i), uint64(total), data[i*chunkSize:min((i+1)*chunkSize, len(data))])
+		}
+		return nil
+	}
 	b.cut(len(data) + 21)
 	b.cur = append(b.cur, itemRaft)
 	b.cur = binary.AppendUvarint(b.cur, group)
 	b.cur = binary.AppendUvarint(b.cur, uint64(len(data)))
 	b.cur = append(b.cur, data...)
 	return nil
+}
+
+func (b *batcher) addChunk(group, id, seq, total uint64, part []byte) {
+	b.cut(len(part) + 51)
+	b.cur = append(b.cur, itemChunk)
+	b.cur = binary.AppendUvarint(b.cur, group)
+	b.cur = binary.AppendUvarint(b.cur, id)
+	b.cur = binary.AppendUvarint(b.cur, seq)
+	b.cur = binary.AppendUvarint(b.cur, total)
+	b.cur = binary.AppendUvarint(b.cur, uint64(len(part)))
+	b.cur = append(b.cur, part...)
 }
 
 func (b *batcher) addQuiesce(group, term, commit uint64) {
@@ -130,9 +168,63 @@ func decodeBatch(data []byte) ([]wireItem, error) {
 				return out, errBadBatch
 			}
 			out = append(out, wireItem{kind: kind, group: g, term: t, commit: c})
+		case itemChunk:
+			id, ok1 := uv()
+			seq, ok2 := uv()
+			total, ok3 := uv()
+			n, ok4 := uv()
+			if !ok1 || !ok2 || !ok3 || !ok4 || n > uint64(len(p)) || seq >= total {
+				return out, errBadBatch
+			}
+			out = append(out, wireItem{kind: kind, group: g, id: id, seq: seq, total: total, part: p[:n:n]})
+			p = p[n:]
 		default:
 			return out, errBadBatch
 		}
 	}
 	return out, nil
+}
+
+// chunkKey identifies a message being reassembled.
+type chunkKey struct {
+	from  string
+	group uint64
+}
+
+type chunkBuf struct {
+	id    uint64
+	total uint64
+	data  []byte
+	next  uint64
+}
+
+// reassemble adds a chunk; it returns the whole message once the last
+// chunk arrived. Chunks of one message arrive in order on one link; a
+// chunk of another message (the sender gave up and started again) resets.
+func reassemble(bufs map[chunkKey]*chunkBuf, from string, it *wireItem) (*pb.Message, error) {
+	k := chunkKey{from, it.group}
+	b := bufs[k]
+	if b == nil || b.id != it.id {
+		if it.seq != 0 {
+			delete(bufs, k)
+			return nil, nil // joined in the middle: drop (raft resends)
+		}
+		b = &chunkBuf{id: it.id, total: it.total}
+		bufs[k] = b
+	}
+	if it.seq != b.next || it.total != b.total {
+		delete(bufs, k)
+		return nil, nil
+	}
+	b.data = append(b.data, it.part...)
+	b.next++
+	if b.next < b.total {
+		return nil, nil
+	}
+	delete(bufs, k)
+	m := &pb.Message{}
+	if err := proto.Unmarshal(b.data, m); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadBatch, err)
+	}
+	return m, nil
 }
