@@ -34,6 +34,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -515,7 +516,6 @@ func (r *quorumRunner) publish(qc *qqCluster, fsync bool) (float64, string, erro
 	if err := declareQuorum(qc.amqp[0], qqQueue); err != nil {
 		return 0, "", err
 	}
-	desc := queueDesc(qc)
 	pids := qc.pids()
 	args := []string{"--publishers", strconv.Itoa(r.q.publishers), "--consumers", "0", "--size", "16", "--persistent", "--confirm", "1000",
 		"--duration", r.o.duration.String(), "--warmup", r.o.warmup.String()}
@@ -538,6 +538,7 @@ func (r *quorumRunner) publish(qc *qqCluster, fsync bool) (float64, string, erro
 	if err != nil {
 		return 0, "", err
 	}
+	desc := queueDesc(qc)
 	var rate float64
 	var per []string
 	for _, x := range res {
@@ -653,22 +654,30 @@ func (r *quorumRunner) idleCPU(qc *qqCluster) (float64, string, error) {
 }
 
 // confirmPub is a paced publisher with confirms (amqp091-go) recording
-// each confirm's latency from the message's scheduled send time.
+// each confirm's latency from the message's scheduled send time. It
+// publishes with mandatory set and the delivery tag in the body, so that
+// an ack of a message that reached no queue (returned first) is told
+// apart from a real one.
 type confirmPub struct {
 	conn *amqp.Connection
 	ch   *amqp.Channel
 
-	mu    sync.Mutex
-	sent  map[uint64]int64 // delivery tag -> scheduled send time (ns)
-	lat   []int64          // ns, of acks for messages scheduled after measureFrom
-	from  int64            // measureFrom (ns)
-	acks  atomic.Uint64
-	nacks atomic.Uint64
+	mu       sync.Mutex
+	sent     map[uint64]int64 // delivery tag -> scheduled send time (ns)
+	lat      []int64          // ns, of acks for messages scheduled after measureFrom
+	from     int64            // measureFrom (ns)
+	returned map[uint64]bool  // tags of returned (unroutable) messages
+	watched  []ackAt          // acks of tags above watch, in arrival order
+	acks     atomic.Uint64
+	nacks    atomic.Uint64
 
-	watch    atomic.Uint64 // first ack with a tag above this is noted in firstAt
-	firstAt  atomic.Int64
+	watch    atomic.Uint64 // acks of tags above this are kept in watched
 	lastSent atomic.Uint64
-	closed   chan struct{}
+}
+
+type ackAt struct {
+	tag uint64
+	at  int64 // ns
 }
 
 func newConfirmPub(uri string) (*confirmPub, error) {
@@ -684,11 +693,20 @@ func newConfirmPub(uri string) (*confirmPub, error) {
 		conn.Close()
 		return nil, err
 	}
-	p := &confirmPub{conn: conn, ch: ch, sent: map[uint64]int64{}, closed: make(chan struct{})}
+	p := &confirmPub{conn: conn, ch: ch, sent: map[uint64]int64{}, returned: map[uint64]bool{}}
 	p.watch.Store(math.MaxUint64)
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1<<16))
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1<<14))
 	go func() {
-		defer close(p.closed)
+		for r := range returns {
+			if len(r.Body) >= 8 {
+				p.mu.Lock()
+				p.returned[binary.BigEndian.Uint64(r.Body)] = true
+				p.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
 		for c := range confirms {
 			now := time.Now().UnixNano()
 			p.mu.Lock()
@@ -704,11 +722,39 @@ func newConfirmPub(uri string) (*confirmPub, error) {
 			}
 			p.acks.Add(1)
 			if c.DeliveryTag > p.watch.Load() {
-				p.firstAt.CompareAndSwap(0, now)
+				p.mu.Lock()
+				p.watched = append(p.watched, ackAt{c.DeliveryTag, now})
+				p.mu.Unlock()
 			}
 		}
 	}()
 	return p, nil
+}
+
+// firstRealAck is the time of the first ack of a watched tag that was not
+// returned, 0 if none yet. An ack younger than grace is not decided yet:
+// its message's basic.return (sent before the ack) may still be on its
+// way through the other channel.
+func (p *confirmPub) firstRealAck(grace time.Duration) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	limit := time.Now().Add(-grace).UnixNano()
+	for _, a := range p.watched {
+		if a.at > limit {
+			return 0
+		}
+		if !p.returned[a.tag] {
+			return a.at
+		}
+	}
+	return 0
+}
+
+// returns is the number of messages returned as unroutable.
+func (p *confirmPub) returns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.returned)
 }
 
 // run publishes persistent 16-byte messages to queue at rate until stop
@@ -732,7 +778,8 @@ func (p *confirmPub) run(ctx context.Context, queue string, rate float64, measur
 		p.mu.Lock()
 		p.sent[tag] = due.UnixNano()
 		p.mu.Unlock()
-		if err := p.ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: body}); err != nil {
+		binary.BigEndian.PutUint64(body, tag)
+		if err := p.ch.PublishWithContext(ctx, "", queue, true, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: body}); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -789,18 +836,23 @@ func (r *quorumRunner) latency(qc *qqCluster) (float64, string, error) {
 	}
 	var lat []int64
 	var nacks uint64
+	var returned int
 	for _, p := range pubs {
 		p.drain(30 * time.Second)
 		p.mu.Lock()
 		lat = append(lat, p.lat...)
 		p.mu.Unlock()
 		nacks += p.nacks.Load()
+		returned += p.returns()
 	}
 	if len(lat) == 0 {
 		return 0, "", errors.New("no confirm measured")
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e3 }
+	if returned > 0 {
+		return 0, "", fmt.Errorf("%d messages returned unroutable", returned)
+	}
 	return pct(0.99), fmt.Sprintf("(p50 %.0f µs, p99.9 %.0f µs, max %.0f µs; %d confirms measured, %d nacks; %s)",
 		pct(0.5), pct(0.999), pct(1), len(lat), nacks, queueDesc(qc)), nil
 }
@@ -849,7 +901,12 @@ func (r *quorumRunner) failover(qc *qqCluster) (float64, string, error) {
 		return 0, "", err
 	}
 	killed := time.Since(killAt)
-	for end := killAt.Add(r.q.failTimeout); p.firstAt.Load() == 0; time.Sleep(5 * time.Millisecond) {
+	const grace = 200 * time.Millisecond
+	var first int64
+	for end := killAt.Add(r.q.failTimeout + grace); ; time.Sleep(5 * time.Millisecond) {
+		if first = p.firstRealAck(grace); first != 0 {
+			break
+		}
 		select {
 		case err := <-pubErr:
 			return r.q.failTimeout.Seconds(), fmt.Sprintf("(NO confirm: the publisher via node %d failed after the kill of node %d: %v; %s)",
@@ -857,15 +914,15 @@ func (r *quorumRunner) failover(qc *qqCluster) (float64, string, error) {
 		default:
 		}
 		if time.Now().After(end) {
-			return r.q.failTimeout.Seconds(), fmt.Sprintf("(NO confirm within %v: %d nacks; killed node %d, publishing via node %d; %s)",
-				r.q.failTimeout, p.nacks.Load(), leader+1, via+1, desc), nil
+			return r.q.failTimeout.Seconds(), fmt.Sprintf("(NO confirm within %v: %d nacks, %d returned; killed node %d, publishing via node %d; %s)",
+				r.q.failTimeout, p.nacks.Load(), p.returns(), leader+1, via+1, desc), nil
 		}
 	}
-	took := time.Duration(p.firstAt.Load() - killAt.UnixNano())
+	took := time.Duration(first - killAt.UnixNano())
 	newDesc := "?"
 	if _, d, err := qc.leader(qqQueue); err == nil {
 		newDesc = d
 	}
-	return took.Seconds(), fmt.Sprintf("(killed node %d in %v, publishing via node %d, %d nacks; before: %s; after: %s)",
-		leader+1, killed.Round(time.Millisecond), via+1, p.nacks.Load(), desc, newDesc), nil
+	return took.Seconds(), fmt.Sprintf("(killed node %d in %v, publishing via node %d, %d nacks, %d returned; before: %s; after: %s)",
+		leader+1, killed.Round(time.Millisecond), via+1, p.nacks.Load(), p.returns(), desc, newDesc), nil
 }

@@ -330,16 +330,17 @@ func (n *Node) env() []string {
 // spawn starts the node's rabbitmq-server (foreground) and finds its VM.
 func (n *Node) spawn() error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.done != nil {
 		select {
 		case <-n.done:
 		default:
+			n.mu.Unlock()
 			return fmt.Errorf("%s is running", n.Name)
 		}
 	}
 	out, err := os.OpenFile(filepath.Join(n.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
+		n.mu.Unlock()
 		return err
 	}
 	cmd := exec.Command(filepath.Join(n.c.scripts, "rabbitmq-server"))
@@ -348,6 +349,7 @@ func (n *Node) spawn() error {
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
+		n.mu.Unlock()
 		out.Close()
 		return err
 	}
@@ -358,11 +360,14 @@ func (n *Node) spawn() error {
 		close(done)
 	}()
 	n.cmd, n.done, n.beam = cmd, done, 0
+	n.mu.Unlock()
 	// The script runs the VM as its child (erl execs erlexec, which execs
 	// beam.smp).
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if pid := childNamed(cmd.Process.Pid, "beam.smp"); pid != 0 {
+			n.mu.Lock()
 			n.beam = pid
+			n.mu.Unlock()
 			break
 		}
 		select {
@@ -374,7 +379,7 @@ func (n *Node) spawn() error {
 			return fmt.Errorf("%s: no beam.smp child of rabbitmq-server (pid %d) after 30s", n.Name, cmd.Process.Pid)
 		}
 	}
-	n.c.logf("%s started (beam.smp %d, amqp %d, mgmt %d)", n.Name, n.beam, n.AMQPPort, n.MgmtPort)
+	n.c.logf("%s started (beam.smp %d, amqp %d, mgmt %d)", n.Name, n.PID(), n.AMQPPort, n.MgmtPort)
 	return nil
 }
 
