@@ -901,7 +901,8 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 // its replicas). With node 3 crashed, shrink n3 through node 1 takes its
 // member off every quorum queue (each 2 members, ok), the queue keeps
 // its confirmed messages, and node 3, restarted, deletes its member and
-// shows the two members too.
+// shows the two members too; grown back and restarted, its member
+// recovers and follows.
 func TestClusterQQShrinkDownNode(t *testing.T) {
 	c := warrentest.StartCluster(t, 3)
 	nodes := []string{warrentest.NodeName(0), warrentest.NodeName(1), warrentest.NodeName(2)}
@@ -933,5 +934,28 @@ func TestClusterQQShrinkDownNode(t *testing.T) {
 		return len(rows) == 2 && rows[0]["Node Name"] == nodes[0] && rows[1]["Node Name"] == nodes[1]
 	}) {
 		t.Fatalf("status through the restarted node 3: %v", rows)
+	}
+
+	// Grown back onto node 3 (the same group, a member deleted and
+	// re-created there) and restarted, node 3's member recovers and
+	// follows with the others' term and commit index.
+	api[0].must(http.MethodPost, "/api/queues/quorum/replicas/on/"+esc(nodes[2])+"/grow",
+		map[string]string{"vhost_pattern": ".*", "queue_pattern": "^" + q + "$", "strategy": "all"}, http.StatusNoContent)
+	waitQQ(t, api[0], "/", q, "grown back onto node 3", settled(nodes...))
+	qqPublishConfirmed(t, c.Node(0).URL(), q, 3)
+	c.Node(2).Stop()
+	c.Node(2).Start()
+	api[2] = qqNodeAPI(t, c.Node(2))
+	if !testutil.Until(qqWait, func() bool {
+		rows = qqStatusRows(t, api[2], "/", q)
+		if len(rows) != 3 || rows[2]["Node Name"] != nodes[2] || rows[2]["Raft State"] != "follower" {
+			return false
+		}
+		return jsonEqual(rows[2]["Commit Index"], rows[0]["Commit Index"]) && jsonEqual(rows[2]["Term"], rows[0]["Term"])
+	}) {
+		t.Fatalf("node 3's member after the re-add and a restart: %v", rows)
+	}
+	if got := qqGetAll(t, c.Node(2).URL(), q, 3); len(got) != 3 {
+		t.Fatalf("after the re-add and a restart: %d of the 3 confirmed messages", len(got))
 	}
 }
