@@ -246,6 +246,46 @@ func TestQuorumClusterDeclare(t *testing.T) {
 			t.Fatalf("node %d: type %v node %v", i+1, m["type"], m["node"])
 		}
 	}
+	// /api/nodes: every node's raft host counters.
+	if got := qqPublish(t, c, 1, "h4-qq-decl", "x", 10); len(got) != 10 {
+		t.Fatalf("%d of 10 confirmed", len(got))
+	}
+	req, _ := http.NewRequest(http.MethodGet, c.Node(2).MgmtURL()+"/api/nodes", nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&nodes)
+	resp.Body.Close()
+	if err != nil || len(nodes) != 3 {
+		t.Fatalf("/api/nodes: %v %v", nodes, err)
+	}
+	for _, n := range nodes {
+		r, _ := n["quorum_queues_raft"].(map[string]any)
+		if r == nil || r["groups"] != float64(1) || r["fsyncs"] == float64(0) {
+			t.Fatalf("/api/nodes: %v's quorum_queues_raft: %v (%v)", n["name"], n["quorum_queues_raft"], n)
+		}
+	}
+	// The deletion deletes every member.
+	conn, err := amqp.Dial(c.Node(2).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete("h4-qq-decl", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	for i, nd := range c.Nodes() {
+		waitFor(t, fmt.Sprintf("node %d's member deleted", i+1), func() bool {
+			return len(nd.Cluster().QuorumHost().Groups()) == 0
+		})
+	}
 }
 
 // issue 14: publishes with confirms through every node reach the quorum
