@@ -286,6 +286,7 @@ type QuorumInfo struct {
 	Leader  string
 	Members []string
 	Online  []string
+	Group   uint64 // the group's id
 	// Status is this node's member's view (zero on other nodes).
 	Status QuorumStatus
 	Member bool
@@ -298,7 +299,7 @@ func (q *Queue) QuorumInfo(up func(node string) bool) (QuorumInfo, bool) {
 	if s == nil {
 		return QuorumInfo{}, false
 	}
-	info := QuorumInfo{Leader: s.leaderNode(), Members: slices.Clone(s.members)}
+	info := QuorumInfo{Leader: s.leaderNode(), Members: slices.Clone(s.members), Group: s.id}
 	s.smu.Lock()
 	g := s.g
 	s.smu.Unlock()

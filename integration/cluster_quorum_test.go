@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -690,4 +691,99 @@ func TestQuorumClusterCrashUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d confirmed, %d consumed, %d delivered more than once", len(want), len(cons.got), dups)
+}
+
+// issue 14: the leadership moves (a transfer: the old leader steps down
+// while its node stays up) under publishers and consumers on every node:
+// no confirmed message is lost, consumers on every node (the old
+// leader's included) keep consuming, duplicates are redelivered.
+func TestQuorumClusterLeaderTransfer(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-move", nil)
+	l := qqLeader(t, c, "h4-qq-move", "")
+	var cons []*qqConsumer
+	for i := range c.Nodes() {
+		qc := qqConsume(t, c, i, "h4-qq-move", 20, false)
+		defer qc.close()
+		cons = append(cons, qc)
+	}
+	stop := make(chan struct{})
+	var loads []*qqLoad
+	for i := range c.Nodes() {
+		loads = append(loads, qqStartLoad(t, c, i, "h4-qq-move", fmt.Sprintf("p%d", i+1), stop))
+	}
+	total := func() int {
+		n := 0
+		for _, ld := range loads {
+			n += ld.ackedN()
+		}
+		return n
+	}
+	waitFor(t, "confirms before the transfer", func() bool { return total() > 600 })
+	info, _ := qqInfo(c, l, "h4-qq-move")
+	to := c.Node((l + 1) % 3).Name()
+	g := c.Node(l).Cluster().QuorumHost().Group(info.Group)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := g.TransferLeader(ctx, to)
+	cancel()
+	if err != nil {
+		t.Fatalf("transfer to %s: %v", to, err)
+	}
+	nl := qqLeader(t, c, "h4-qq-move", c.Node(l).Name())
+	before := total()
+	waitFor(t, "confirms after the transfer", func() bool { return total() > before+600 })
+	close(stop)
+	var want []string
+	for _, ld := range loads {
+		<-ld.stopped
+		ld.mu.Lock()
+		if ld.err != nil {
+			t.Errorf("publisher: %v", ld.err)
+		}
+		want = append(want, ld.acked...)
+		ld.mu.Unlock()
+	}
+	seen := func() (map[string]int, map[string]bool) {
+		got, redel := map[string]int{}, map[string]bool{}
+		for _, qc := range cons {
+			qc.mu.Lock()
+			for b, n := range qc.got {
+				got[b] += n
+				redel[b] = redel[b] || qc.redel[b]
+			}
+			qc.mu.Unlock()
+		}
+		return got, redel
+	}
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, _ := seen()
+		missing := 0
+		for _, b := range want {
+			if got[b] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d confirmed messages not consumed 30s after the transfer to node %d", missing, len(want), nl+1)
+		}
+	}
+	got, redel := seen()
+	dups := 0
+	for b, n := range got {
+		if n > 1 {
+			dups++
+			if !redel[b] {
+				t.Errorf("%s delivered %d times, never redelivered", b, n)
+			}
+		}
+	}
+	for i, qc := range cons {
+		if qc.count() == 0 {
+			t.Errorf("node %d's consumer got nothing", i+1)
+		}
+	}
+	t.Logf("leader node %d -> node %d; %d confirmed, %d consumed, %d delivered more than once", l+1, nl+1, len(want), len(got), dups)
 }
