@@ -268,6 +268,16 @@ func (b *Broker) QuorumPeerState(node string, up bool) {
 			if s.here.Load() {
 				_ = h.Announce(node, s.announcement())
 			}
+			// A member that forgot its leader when the link went down
+			// (a flap: the group kept its leader) takes it back.
+			s.smu.Lock()
+			g := s.g
+			s.smu.Unlock()
+			if g != nil && s.leaderNode() == "" {
+				if l, term := g.Leader(); l != "" && l != b.node && s.setLeader(l, term) {
+					s.notify(l, term)
+				}
+			}
 			continue
 		}
 		if l := s.leader.Load(); l.node == node && !s.here.Load() {
