@@ -787,3 +787,19 @@ func TestQuorumClusterLeaderTransfer(t *testing.T) {
 	}
 	t.Logf("leader node %d -> node %d; %d confirmed, %d consumed, %d delivered more than once", l+1, nl+1, len(want), len(got), dups)
 }
+
+// issue 14: x-queue-leader-locator balanced places the leaders of new
+// quorum queues declared through one node on the nodes with the fewest
+// queues: three queues, three leaders.
+func TestQuorumClusterLeaderLocatorBalanced(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	leaders := map[int]bool{}
+	for k := 0; k < 3; k++ {
+		name := fmt.Sprintf("h4-qq-bal-%d", k)
+		qqDeclare(t, c, 0, name, amqp.Table{"x-queue-leader-locator": "balanced"})
+		leaders[qqLeader(t, c, name, "")] = true
+	}
+	if len(leaders) != 3 {
+		t.Fatalf("leaders on nodes %v, want one on each of the three", leaders)
+	}
+}
