@@ -328,3 +328,17 @@ func (q *Queue) QuorumInfo(up func(node string) bool) (QuorumInfo, bool) {
 	}
 	return info, true
 }
+
+// importGroups are the groups of the replicated quorum queues a
+// definitions import creates: their members by scopedKey, and the
+// import's log index.
+type importGroups struct {
+	members map[string][]string
+	index   uint64
+	n       uint64 // the queues given a group so far
+}
+
+// importGroupID is the group id of the n'th replicated quorum queue an
+// import at log index creates: the top bit apart from the declares' ids
+// (their log indices), unique and the same on every node.
+func importGroupID(index, n uint64) uint64 { return 1<<63 | index<<16 | n&0xFFFF }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -802,4 +803,46 @@ func TestQuorumClusterLeaderLocatorBalanced(t *testing.T) {
 	if len(leaders) != 3 {
 		t.Fatalf("leaders on nodes %v, want one on each of the three", leaders)
 	}
+}
+
+// issue 14: a quorum queue created by a definitions import in a cluster
+// is a replicated one too: members on the three nodes, a leader, and its
+// messages survive the crash of the leader's node.
+func TestQuorumClusterImport(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	defs := `{"queues":[{"name":"h4-qq-imp","vhost":"/","durable":true,"auto_delete":false,"type":"quorum","arguments":{"x-queue-type":"quorum"}}]}`
+	req, _ := http.NewRequest(http.MethodPost, c.Node(1).MgmtURL()+"/api/definitions", strings.NewReader(defs))
+	req.SetBasicAuth("guest", "guest")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("import: %d %s", resp.StatusCode, body)
+	}
+	for i := range c.Nodes() {
+		waitFor(t, fmt.Sprintf("node %d runs a member", i+1), func() bool {
+			info, ok := qqInfo(c, i, "h4-qq-imp")
+			return ok && info.Member && len(info.Members) == 3
+		})
+	}
+	l := qqLeader(t, c, "h4-qq-imp", "")
+	acked := qqPublish(t, c, (l+1)%3, "h4-qq-imp", "imp", 50)
+	c.Node(l).Crash()
+	qqLeader(t, c, "h4-qq-imp", c.Node(l).Name())
+	qc := qqConsume(t, c, (l+2)%3, "h4-qq-imp", 10, false)
+	defer qc.close()
+	waitFor(t, "the imported queue's confirmed messages consumed after the crash", func() bool {
+		qc.mu.Lock()
+		defer qc.mu.Unlock()
+		for _, b := range acked {
+			if qc.got[b] == 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
