@@ -247,6 +247,14 @@ func TestQuorumClusterDeclare(t *testing.T) {
 		if m["type"] != "quorum" || m["node"] != c.Node(l).Name() {
 			t.Fatalf("node %d: type %v node %v", i+1, m["type"], m["node"])
 		}
+		// Warren's raft: every member's metrics.
+		r, _ := m["raft"].(map[string]any)
+		for _, n := range all {
+			mr, _ := r[n].(map[string]any)
+			if mr == nil || mr["term"] == nil || mr["commit_index"] == nil || mr["log_entries"] == nil {
+				t.Fatalf("node %d: raft of %s: %v", i+1, n, m["raft"])
+			}
+		}
 	}
 	// /api/nodes: every node's raft host counters.
 	if got := qqPublish(t, c, 1, "h4-qq-decl", "x", 10); len(got) != 10 {
