@@ -854,3 +854,67 @@ func TestQuorumClusterImport(t *testing.T) {
 		return true
 	})
 }
+
+// issue 14 (R1.14): a quorum queue dead-letters at least once into a
+// quorum DLQ in the cluster: every rejected message reaches the DLQ, also
+// when the source's leader's node crashes on the way.
+func TestQuorumClusterDeadLetterAtLeastOnce(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-dlq", nil)
+	qqDeclare(t, c, 0, "h4-qq-src", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "h4-qq-dlq",
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
+	l := qqLeader(t, c, "h4-qq-src", "")
+	qqLeader(t, c, "h4-qq-dlq", "")
+	pub := (l + 1) % 3
+	acked := qqPublish(t, c, pub, "h4-qq-src", "dl", 200)
+	if len(acked) != 200 {
+		t.Fatalf("%d of 200 confirmed", len(acked))
+	}
+	conn, err := amqp.Dial(c.Node(pub).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(20, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume("h4-qq-src", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 100; k++ {
+		d := recv(t, ds)
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Node(l).Crash()
+	qqLeader(t, c, "h4-qq-src", c.Node(l).Name())
+	go func() {
+		for d := range ds {
+			_ = d.Reject(false)
+		}
+	}()
+	dlq := qqConsume(t, c, (l+2)%3, "h4-qq-dlq", 50, false)
+	defer dlq.close()
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dlq.mu.Lock()
+		missing := 0
+		for _, b := range acked {
+			if dlq.got[b] == 0 {
+				missing++
+			}
+		}
+		dlq.mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of 200 rejected messages not in the DLQ 30s after the crash", missing)
+		}
+	}
+}
