@@ -196,6 +196,9 @@ type command struct {
 
 	Defs  *Definitions      `json:"defs,omitempty"`
 	Homes map[string]string `json:"homes,omitempty"`
+	// QMembers are the group members of the replicated quorum queues an
+	// import creates, by scopedKey (issue 14).
+	QMembers map[string][]string `json:"qmembers,omitempty"`
 
 	// index is the command's log index (ApplyCommand).
 	index uint64
@@ -300,7 +303,7 @@ func (b *Broker) apply(c *command) error {
 		if c.Defs == nil {
 			return errors.New("import command without definitions")
 		}
-		return b.applyDefinitionsLocal(c.Defs, c.Homes)
+		return b.applyDefinitionsLocal(c.Defs, c.Homes, importGroups{members: c.QMembers, index: c.index})
 	}
 	v, err := vhost()
 	if err != nil {
@@ -596,6 +599,7 @@ func (b *Broker) proposeImport(d *Definitions) error {
 		}
 	}
 	homes := map[string]string{}
+	members := map[string][]string{}
 	for _, q := range d.Queues {
 		v := b.VHost(q.VHost) // nil when the import creates it
 		if v != nil && v.Queue(q.Name) != nil {
@@ -605,11 +609,27 @@ func (b *Broker) proposeImport(d *Definitions) error {
 		if err != nil {
 			continue // the apply reports it
 		}
-		if h := b.chooseHome(q.VHost, v, QueueSpec{Name: q.Name, Args: args}); h != "" {
+		if _, ok := args["x-queue-type"]; !ok && q.Type != "" {
+			if args == nil {
+				args = amqp.Table{}
+			}
+			args["x-queue-type"] = q.Type
+		}
+		spec := QueueSpec{Name: q.Name, Args: args}
+		if h := b.chooseHome(q.VHost, v, spec); h != "" {
 			homes[scopedKey(q.VHost, q.Name)] = h
+			spec.Home = h
+		}
+		if ms := b.quorumMembers(spec); len(ms) > 0 {
+			members[scopedKey(q.VHost, q.Name)] = ms
+			homes[scopedKey(q.VHost, q.Name)] = ms[0]
 		}
 	}
-	return b.propose("definitions import", &command{Op: opImport, Defs: &cp, Homes: homes})
+	c := &command{Op: opImport, Defs: &cp, Homes: homes}
+	if len(members) > 0 {
+		c.QMembers = members
+	}
+	return b.propose("definitions import", c)
 }
 
 // DropNodeExclusive deletes the exclusive queues whose owner connections

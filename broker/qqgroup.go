@@ -268,6 +268,16 @@ func (b *Broker) QuorumPeerState(node string, up bool) {
 			if s.here.Load() {
 				_ = h.Announce(node, s.announcement())
 			}
+			// A member that forgot its leader when the link went down
+			// (a flap: the group kept its leader) takes it back.
+			s.smu.Lock()
+			g := s.g
+			s.smu.Unlock()
+			if g != nil && s.leaderNode() == "" {
+				if l, term := g.Leader(); l != "" && l != b.node && s.setLeader(l, term) {
+					s.notify(l, term)
+				}
+			}
 			continue
 		}
 		if l := s.leader.Load(); l.node == node && !s.here.Load() {
@@ -286,6 +296,7 @@ type QuorumInfo struct {
 	Leader  string
 	Members []string
 	Online  []string
+	Group   uint64 // the group's id
 	// Status is this node's member's view (zero on other nodes).
 	Status QuorumStatus
 	Member bool
@@ -298,7 +309,7 @@ func (q *Queue) QuorumInfo(up func(node string) bool) (QuorumInfo, bool) {
 	if s == nil {
 		return QuorumInfo{}, false
 	}
-	info := QuorumInfo{Leader: s.leaderNode(), Members: s.memberList()}
+	info := QuorumInfo{Leader: s.leaderNode(), Members: s.memberList(), Group: s.id}
 	s.smu.Lock()
 	g := s.g
 	s.smu.Unlock()
@@ -317,3 +328,17 @@ func (q *Queue) QuorumInfo(up func(node string) bool) (QuorumInfo, bool) {
 	}
 	return info, true
 }
+
+// importGroups are the groups of the replicated quorum queues a
+// definitions import creates: their members by scopedKey, and the
+// import's log index.
+type importGroups struct {
+	members map[string][]string
+	index   uint64
+	n       uint64 // the queues given a group so far
+}
+
+// importGroupID is the group id of the n'th replicated quorum queue an
+// import at log index creates: the top bit apart from the declares' ids
+// (their log indices), unique and the same on every node.
+func importGroupID(index, n uint64) uint64 { return 1<<63 | index<<16 | n&0xFFFF }

@@ -630,6 +630,11 @@ func (q *Queue) getLocal(noAck bool) (d Delivery, remaining int, ok bool) {
 	if !ok {
 		return Delivery{}, 0, false
 	}
+	if q.qq != nil {
+		// Not held back (basic.get answers now): a message beyond the
+		// lease raises it, and is rare (the lease runs ahead).
+		q.qq.leasedLocked(e.Seq)
+	}
 	h := q.m.Holder()
 	return q.delivery(&e, "", h, h.Next()-1), remaining, true
 }

@@ -547,6 +547,21 @@ func (c mgmtCluster) Nodes() []mgmt.NodeInfo {
 	return out
 }
 
+// QuorumStats are the quorum queues' raft host's counters (mgmt.QuorumStatser).
+func (c mgmtCluster) QuorumStats() map[string]any {
+	if c.n.qh == nil {
+		return nil
+	}
+	st := c.n.qh.Stats()
+	return map[string]any{"groups": st.Groups, "quiesced": st.Quiesced, "fsyncs": st.Syncs, "appends": st.Appends,
+		"log_bytes": st.LogBytes, "live_bytes": st.LiveBytes, "segments": st.Segments, "compactions": st.Compactions,
+		"proposals": st.Proposals, "snapshots": st.Snapshots, "snapshots_sent": st.SnapsSent,
+		"snapshots_installed": st.SnapsIn, "batches_sent": st.Batches, "raft_messages_sent": st.RaftMsgs}
+}
+
+// QuorumHost is the node's raft host of quorum queues (tests, status).
+func (n *Node) QuorumHost() *qraft.Host { return n.qh }
+
 func (c mgmtCluster) Status() mgmt.ClusterStatus {
 	g := c.n.group()
 	if g == nil {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,6 +247,54 @@ func TestQuorumClusterDeclare(t *testing.T) {
 		if m["type"] != "quorum" || m["node"] != c.Node(l).Name() {
 			t.Fatalf("node %d: type %v node %v", i+1, m["type"], m["node"])
 		}
+		// Warren's raft: every member's metrics.
+		r, _ := m["raft"].(map[string]any)
+		for _, n := range all {
+			mr, _ := r[n].(map[string]any)
+			if mr == nil || mr["term"] == nil || mr["commit_index"] == nil || mr["log_entries"] == nil {
+				t.Fatalf("node %d: raft of %s: %v", i+1, n, m["raft"])
+			}
+		}
+	}
+	// /api/nodes: every node's raft host counters.
+	if got := qqPublish(t, c, 1, "h4-qq-decl", "x", 10); len(got) != 10 {
+		t.Fatalf("%d of 10 confirmed", len(got))
+	}
+	req, _ := http.NewRequest(http.MethodGet, c.Node(2).MgmtURL()+"/api/nodes", nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&nodes)
+	resp.Body.Close()
+	if err != nil || len(nodes) != 3 {
+		t.Fatalf("/api/nodes: %v %v", nodes, err)
+	}
+	for _, n := range nodes {
+		r, _ := n["quorum_queues_raft"].(map[string]any)
+		if r == nil || r["groups"] != float64(1) || r["fsyncs"] == float64(0) {
+			t.Fatalf("/api/nodes: %v's quorum_queues_raft: %v (%v)", n["name"], n["quorum_queues_raft"], n)
+		}
+	}
+	// The deletion deletes every member.
+	conn, err := amqp.Dial(c.Node(2).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete("h4-qq-decl", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	for i, nd := range c.Nodes() {
+		waitFor(t, fmt.Sprintf("node %d's member deleted", i+1), func() bool {
+			return len(nd.Cluster().QuorumHost().Groups()) == 0
+		})
 	}
 }
 
@@ -650,4 +700,221 @@ func TestQuorumClusterCrashUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d confirmed, %d consumed, %d delivered more than once", len(want), len(cons.got), dups)
+}
+
+// issue 14: the leadership moves (a transfer: the old leader steps down
+// while its node stays up) under publishers and consumers on every node:
+// no confirmed message is lost, consumers on every node (the old
+// leader's included) keep consuming, duplicates are redelivered.
+func TestQuorumClusterLeaderTransfer(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-move", nil)
+	l := qqLeader(t, c, "h4-qq-move", "")
+	var cons []*qqConsumer
+	for i := range c.Nodes() {
+		qc := qqConsume(t, c, i, "h4-qq-move", 20, false)
+		defer qc.close()
+		cons = append(cons, qc)
+	}
+	stop := make(chan struct{})
+	var loads []*qqLoad
+	for i := range c.Nodes() {
+		loads = append(loads, qqStartLoad(t, c, i, "h4-qq-move", fmt.Sprintf("p%d", i+1), stop))
+	}
+	total := func() int {
+		n := 0
+		for _, ld := range loads {
+			n += ld.ackedN()
+		}
+		return n
+	}
+	waitFor(t, "confirms before the transfer", func() bool { return total() > 600 })
+	info, _ := qqInfo(c, l, "h4-qq-move")
+	to := c.Node((l + 1) % 3).Name()
+	g := c.Node(l).Cluster().QuorumHost().Group(info.Group)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := g.TransferLeader(ctx, to)
+	cancel()
+	if err != nil {
+		t.Fatalf("transfer to %s: %v", to, err)
+	}
+	nl := qqLeader(t, c, "h4-qq-move", c.Node(l).Name())
+	before := total()
+	waitFor(t, "confirms after the transfer", func() bool { return total() > before+600 })
+	close(stop)
+	var want []string
+	for _, ld := range loads {
+		<-ld.stopped
+		ld.mu.Lock()
+		if ld.err != nil {
+			t.Errorf("publisher: %v", ld.err)
+		}
+		want = append(want, ld.acked...)
+		ld.mu.Unlock()
+	}
+	seen := func() (map[string]int, map[string]bool) {
+		got, redel := map[string]int{}, map[string]bool{}
+		for _, qc := range cons {
+			qc.mu.Lock()
+			for b, n := range qc.got {
+				got[b] += n
+				redel[b] = redel[b] || qc.redel[b]
+			}
+			qc.mu.Unlock()
+		}
+		return got, redel
+	}
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, _ := seen()
+		missing := 0
+		for _, b := range want {
+			if got[b] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d confirmed messages not consumed 30s after the transfer to node %d", missing, len(want), nl+1)
+		}
+	}
+	got, redel := seen()
+	dups := 0
+	for b, n := range got {
+		if n > 1 {
+			dups++
+			if !redel[b] {
+				t.Errorf("%s delivered %d times, never redelivered", b, n)
+			}
+		}
+	}
+	for i, qc := range cons {
+		if qc.count() == 0 {
+			t.Errorf("node %d's consumer got nothing", i+1)
+		}
+	}
+	t.Logf("leader node %d -> node %d; %d confirmed, %d consumed, %d delivered more than once", l+1, nl+1, len(want), len(got), dups)
+}
+
+// issue 14: x-queue-leader-locator balanced places the leaders of new
+// quorum queues declared through one node on the nodes with the fewest
+// queues: three queues, three leaders.
+func TestQuorumClusterLeaderLocatorBalanced(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	leaders := map[int]bool{}
+	for k := 0; k < 3; k++ {
+		name := fmt.Sprintf("h4-qq-bal-%d", k)
+		qqDeclare(t, c, 0, name, amqp.Table{"x-queue-leader-locator": "balanced"})
+		leaders[qqLeader(t, c, name, "")] = true
+	}
+	if len(leaders) != 3 {
+		t.Fatalf("leaders on nodes %v, want one on each of the three", leaders)
+	}
+}
+
+// issue 14: a quorum queue created by a definitions import in a cluster
+// is a replicated one too: members on the three nodes, a leader, and its
+// messages survive the crash of the leader's node.
+func TestQuorumClusterImport(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	defs := `{"queues":[{"name":"h4-qq-imp","vhost":"/","durable":true,"auto_delete":false,"type":"quorum","arguments":{"x-queue-type":"quorum"}}]}`
+	req, _ := http.NewRequest(http.MethodPost, c.Node(1).MgmtURL()+"/api/definitions", strings.NewReader(defs))
+	req.SetBasicAuth("guest", "guest")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("import: %d %s", resp.StatusCode, body)
+	}
+	for i := range c.Nodes() {
+		waitFor(t, fmt.Sprintf("node %d runs a member", i+1), func() bool {
+			info, ok := qqInfo(c, i, "h4-qq-imp")
+			return ok && info.Member && len(info.Members) == 3
+		})
+	}
+	l := qqLeader(t, c, "h4-qq-imp", "")
+	acked := qqPublish(t, c, (l+1)%3, "h4-qq-imp", "imp", 50)
+	c.Node(l).Crash()
+	qqLeader(t, c, "h4-qq-imp", c.Node(l).Name())
+	qc := qqConsume(t, c, (l+2)%3, "h4-qq-imp", 10, false)
+	defer qc.close()
+	waitFor(t, "the imported queue's confirmed messages consumed after the crash", func() bool {
+		qc.mu.Lock()
+		defer qc.mu.Unlock()
+		for _, b := range acked {
+			if qc.got[b] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// issue 14 (R1.14): a quorum queue dead-letters at least once into a
+// quorum DLQ in the cluster: every rejected message reaches the DLQ, also
+// when the source's leader's node crashes on the way.
+func TestQuorumClusterDeadLetterAtLeastOnce(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-dlq", nil)
+	qqDeclare(t, c, 0, "h4-qq-src", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "h4-qq-dlq",
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
+	l := qqLeader(t, c, "h4-qq-src", "")
+	qqLeader(t, c, "h4-qq-dlq", "")
+	pub := (l + 1) % 3
+	acked := qqPublish(t, c, pub, "h4-qq-src", "dl", 200)
+	if len(acked) != 200 {
+		t.Fatalf("%d of 200 confirmed", len(acked))
+	}
+	conn, err := amqp.Dial(c.Node(pub).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(20, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume("h4-qq-src", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 100; k++ {
+		d := recv(t, ds)
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Node(l).Crash()
+	qqLeader(t, c, "h4-qq-src", c.Node(l).Name())
+	go func() {
+		for d := range ds {
+			_ = d.Reject(false)
+		}
+	}()
+	dlq := qqConsume(t, c, (l+2)%3, "h4-qq-dlq", 50, false)
+	defer dlq.close()
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dlq.mu.Lock()
+		missing := 0
+		for _, b := range acked {
+			if dlq.got[b] == 0 {
+				missing++
+			}
+		}
+		dlq.mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of 200 rejected messages not in the DLQ 30s after the crash", missing)
+		}
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"sync"
 
 	"github.com/warrenmq/warren/broker"
 )
@@ -19,6 +21,28 @@ func (s *Server) queueRoutes() {
 	s.handle("POST /api/queues/{vhost}/{name}/get", lvlManagement, (*call).queueGetMessages)
 	s.handle("GET /api/queues/{vhost}/{name}/bindings", lvlManagement, (*call).queueBindings)
 	s.handle("POST /api/queues/{vhost}/{name}/actions", lvlManagement, (*call).queueActions)
+	s.handle("GET /api/queues/{vhost}/{name}/raft", lvlMonitoring, (*call).queueRaft)
+}
+
+// queueRaft is Warren's: this node's member of a replicated quorum queue's
+// Raft group (issue 14), 404 when the node runs none. The leader's
+// GET /api/queues/{vhost}/{name} gathers every member's in "raft".
+func (c *call) queueRaft() error {
+	_, q, err := c.queue()
+	if err != nil {
+		return err
+	}
+	info, ok := q.QuorumInfo(nil)
+	if !ok || !info.Member {
+		return errNotFound
+	}
+	return c.ok(raftJSON(info.Status))
+}
+
+func raftJSON(st broker.QuorumStatus) map[string]any {
+	return map[string]any{"term": st.Term, "commit_index": st.Commit, "last_applied": st.Applied, "last_index": st.LastIndex,
+		"snapshot_index": st.SnapshotIndex, "log_bytes": st.LogBytes, "log_entries": st.LogEntries,
+		"quiesced": st.Quiesced, "leader": st.Leader}
 }
 
 // queueActions takes RabbitMQ's classic mirrored queue actions: sync and
@@ -148,13 +172,45 @@ func (c *call) quorumFields(m map[string]any, q *broker.Queue) {
 	}
 	m["open_files"] = open
 	if info.Member {
-		st := info.Status
-		m["raft"] = map[string]any{c.s.node: map[string]any{
-			"term": st.Term, "commit_index": st.Commit, "last_applied": st.Applied, "last_index": st.LastIndex,
-			"snapshot_index": st.SnapshotIndex, "log_bytes": st.LogBytes, "log_entries": st.LogEntries,
-			"quiesced": st.Quiesced, "leader": st.Leader,
-		}}
+		m["raft"] = map[string]any{c.s.node: raftJSON(info.Status)}
 	}
+}
+
+// raftOfMembers adds the other online members' Raft metrics to a quorum
+// queue's "raft" (one queue's GET, not the lists: a call per member).
+func (c *call) raftOfMembers(m map[string]any, v *broker.VHost, q *broker.Queue) {
+	r, _ := m["raft"].(map[string]any)
+	cl := c.s.cluster()
+	if r == nil || cl == nil {
+		return
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range strListOf(m["online"]) {
+		if n == c.s.node {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
+			defer cancel()
+			st, body, err := cl.Fetch(ctx, n, http.MethodGet, "/api/queues/"+url.PathEscape(v.Name)+"/"+url.PathEscape(q.Name)+"/raft", nil)
+			var one map[string]any
+			if err != nil || st != http.StatusOK || json.Unmarshal(body, &one) != nil {
+				return
+			}
+			mu.Lock()
+			r[n] = one
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+func strListOf(v any) []string {
+	l, _ := v.([]string)
+	return l
 }
 
 func boolRate(b bool) float64 {
@@ -267,6 +323,7 @@ func (c *call) queueGet() error {
 		return c.ok(c.downQueueJSON(v, q))
 	}
 	m := c.queueJSON(v, q)
+	c.raftOfMembers(m, v, q)
 	// Per-exchange and per-channel rates: empty in the "basic" rates
 	// mode, as RabbitMQ's.
 	m["deliveries"], m["incoming"] = []any{}, []any{}
