@@ -53,7 +53,13 @@ import (
 //     one, then fail as RabbitMQ 3.10 does when its Ra command times out
 //     (a channel crash: connection.close 541 INTERNAL_ERROR); queue.declare
 //     waits as long, then answers declare-ok with 0 messages and 0
-//     consumers (rabbit_quorum_queue:stat swallows the timeout).
+//     consumers (rabbit_quorum_queue:stat swallows the timeout); other
+//     counts (management, shovels, a delete's checks) wait 250 ms as
+//     stat does.
+//   - Dead letters into a quorum queue go through the same publish path,
+//     owed by their source until the target's leader answers
+//     (dlremote.go); a quorum source's message leaves (its replicated
+//     Remove) only once every target has it (dlJoin).
 //
 // Contract with the leader side (qqleader.go):
 //   - qqLeaderChanged(leader, term) is called on every node for every

@@ -66,6 +66,12 @@ func TestQuorumClientConsumersFollowFailover(t *testing.T) {
 	leaderName := c.Node(l).Name()
 	c.Node(l).Crash()
 	nl := qqLeader(t, c, q, leaderName)
+	// Both subscriptions re-attach to the new leader by themselves: one
+	// on its own node's machine, the other as a remote proxy.
+	waitFor(t, "both consumers attached at the new leader", func() bool {
+		lq := c.Node(nl).Broker().VHost("/").Queue(q)
+		return lq != nil && lq.ConsumerCount() == 2
+	})
 	after := qqPublish(t, c, others[1], q, "after", 200)
 	if len(after) != 200 {
 		t.Fatalf("%d of 200 confirmed after the crash (node %d leads)", len(after), nl+1)

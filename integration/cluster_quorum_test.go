@@ -918,3 +918,40 @@ func TestQuorumClusterDeadLetterAtLeastOnce(t *testing.T) {
 		}
 	}
 }
+
+// issue 14: the crash of a consumer's node (not the leader's) returns the
+// messages it held to the quorum queue, redelivered to a consumer on
+// another node.
+func TestQuorumClusterConsumerNodeCrash(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	qqDeclare(t, c, 0, "h4-qq-cnode", nil)
+	l := qqLeader(t, c, "h4-qq-cnode", "")
+	acked := qqPublish(t, c, l, "h4-qq-cnode", "c", 100)
+	if len(acked) != 100 {
+		t.Fatalf("%d of 100 confirmed", len(acked))
+	}
+	holder := qqConsume(t, c, (l+1)%3, "h4-qq-cnode", 30, true)
+	defer holder.close()
+	waitFor(t, "30 held", func() bool { return holder.count() == 30 })
+	held := holder.heldBodies()
+	c.Node((l + 1) % 3).Crash()
+	qc := qqConsume(t, c, (l+2)%3, "h4-qq-cnode", 20, false)
+	defer qc.close()
+	waitFor(t, "every message consumed on the other node", func() bool {
+		qc.mu.Lock()
+		defer qc.mu.Unlock()
+		for _, b := range acked {
+			if qc.got[b] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	qc.mu.Lock()
+	defer qc.mu.Unlock()
+	for _, b := range held {
+		if !qc.redel[b] {
+			t.Errorf("%s, held by the crashed node's consumer, came back without redelivered", b)
+		}
+	}
+}
