@@ -78,6 +78,7 @@ type Broker struct {
 	placeQueue func(vhost, name string) string
 	applied    atomic.Uint64 // the last replicated command applied (cmd.go)
 	remote     remoteState   // remote queues (remote.go)
+	qq         qqBroker      // replicated quorum queues (qqhost.go)
 
 	mu     sync.RWMutex
 	vhosts map[string]*VHost

@@ -183,8 +183,11 @@ type command struct {
 	Args        []byte `json:"args,omitempty"`
 	Owner       uint64 `json:"owner,omitempty"`
 	Home        string `json:"home,omitempty"`
-	Conn        uint64 `json:"conn,omitempty"`
-	IfUnused    bool   `json:"if_unused,omitempty"`
+	// Members are a replicated quorum queue's initial group members
+	// (issue 14); its group id is the declare's log index.
+	Members  []string `json:"members,omitempty"`
+	Conn     uint64   `json:"conn,omitempty"`
+	IfUnused bool     `json:"if_unused,omitempty"`
 
 	Source     string `json:"source,omitempty"`
 	Dest       string `json:"dest,omitempty"`
@@ -193,6 +196,12 @@ type command struct {
 
 	Defs  *Definitions      `json:"defs,omitempty"`
 	Homes map[string]string `json:"homes,omitempty"`
+	// QMembers are the group members of the replicated quorum queues an
+	// import creates, by scopedKey (issue 14).
+	QMembers map[string][]string `json:"qmembers,omitempty"`
+
+	// index is the command's log index (ApplyCommand).
+	index uint64
 }
 
 func exchangeCommand(vhost string, s ExchangeSpec) *command {
@@ -228,6 +237,7 @@ func (b *Broker) ApplyCommand(index uint64, data []byte) error {
 		b.log.Error("cluster: undecodable definition command", "index", index, "err", err)
 		return fmt.Errorf("definition command %d: %w", index, err)
 	}
+	c.index = index
 	err := b.apply(&c)
 	if err != nil && !errors.Is(err, errNothing) {
 		b.log.Debug("cluster: definition command refused", "index", index, "op", c.Op, "err", err)
@@ -293,7 +303,7 @@ func (b *Broker) apply(c *command) error {
 		if c.Defs == nil {
 			return errors.New("import command without definitions")
 		}
-		return b.applyDefinitionsLocal(c.Defs, c.Homes)
+		return b.applyDefinitionsLocal(c.Defs, c.Homes, importGroups{members: c.QMembers, index: c.index})
 	}
 	v, err := vhost()
 	if err != nil {
@@ -317,8 +327,12 @@ func (b *Broker) apply(c *command) error {
 	case opExchangeDelete:
 		return v.deleteExchangeLocal(c.Name, c.IfUnused)
 	case opQueueDecl:
-		_, _, _, err := v.declareQueueLocal(QueueSpec{Name: c.Name, Durable: c.Durable, Exclusive: c.Exclusive,
-			AutoDelete: c.AutoDelete, Args: args, Owner: c.Owner, ServerNamed: c.ServerNamed, Home: c.Home}, false)
+		s := QueueSpec{Name: c.Name, Durable: c.Durable, Exclusive: c.Exclusive,
+			AutoDelete: c.AutoDelete, Args: args, Owner: c.Owner, ServerNamed: c.ServerNamed, Home: c.Home}
+		if len(c.Members) > 0 && c.index != 0 {
+			s.Members, s.Group, s.newGroup = c.Members, c.index, true
+		}
+		_, _, _, err := v.declareQueueLocal(s, false)
 		return err
 	case opQueueDelete:
 		// if-unused and if-empty were checked by the proposer: consumers
@@ -341,6 +355,8 @@ func (b *Broker) apply(c *command) error {
 	case opExclusiveDrop:
 		v.deleteExclusiveLocal(c.Conn)
 		return nil
+	case opQueueMembers: // issue 14, qqmembers.go
+		return v.applyQueueMembers(c)
 	case opBind:
 		return v.bindLocal(c.Source, c.Dest, c.ToExchange, c.Key, args, c.Conn)
 	case opUnbind:
@@ -445,8 +461,15 @@ func (v *VHost) proposeQueueDeclare(s QueueSpec) (*Queue, int, int, error) {
 	if !s.Exclusive {
 		s.Owner = 0
 	}
+	if s.Members == nil {
+		s.Members = v.b.quorumMembers(s)
+		if len(s.Members) > 0 {
+			s.Home = s.Members[0]
+		}
+	}
 	c := &command{Op: opQueueDecl, VHost: v.Name, Name: s.Name, Durable: s.Durable, Exclusive: s.Exclusive,
-		AutoDelete: s.AutoDelete, Args: encodeArgs(s.Args), Owner: s.Owner, ServerNamed: s.ServerNamed, Home: s.Home}
+		AutoDelete: s.AutoDelete, Args: encodeArgs(s.Args), Owner: s.Owner, ServerNamed: s.ServerNamed, Home: s.Home,
+		Members: s.Members}
 	if err := v.b.propose(fmt.Sprintf("declare of queue '%s' in vhost '%s'", s.Name, v.Name), c); err != nil {
 		return nil, 0, 0, err
 	}
@@ -576,6 +599,7 @@ func (b *Broker) proposeImport(d *Definitions) error {
 		}
 	}
 	homes := map[string]string{}
+	members := map[string][]string{}
 	for _, q := range d.Queues {
 		v := b.VHost(q.VHost) // nil when the import creates it
 		if v != nil && v.Queue(q.Name) != nil {
@@ -585,11 +609,27 @@ func (b *Broker) proposeImport(d *Definitions) error {
 		if err != nil {
 			continue // the apply reports it
 		}
-		if h := b.chooseHome(q.VHost, v, QueueSpec{Name: q.Name, Args: args}); h != "" {
+		if _, ok := args["x-queue-type"]; !ok && q.Type != "" {
+			if args == nil {
+				args = amqp.Table{}
+			}
+			args["x-queue-type"] = q.Type
+		}
+		spec := QueueSpec{Name: q.Name, Args: args}
+		if h := b.chooseHome(q.VHost, v, spec); h != "" {
 			homes[scopedKey(q.VHost, q.Name)] = h
+			spec.Home = h
+		}
+		if ms := b.quorumMembers(spec); len(ms) > 0 {
+			members[scopedKey(q.VHost, q.Name)] = ms
+			homes[scopedKey(q.VHost, q.Name)] = ms[0]
 		}
 	}
-	return b.propose("definitions import", &command{Op: opImport, Defs: &cp, Homes: homes})
+	c := &command{Op: opImport, Defs: &cp, Homes: homes}
+	if len(members) > 0 {
+		c.QMembers = members
+	}
+	return b.propose("definitions import", c)
 }
 
 // DropNodeExclusive deletes the exclusive queues whose owner connections

@@ -71,6 +71,9 @@ type snapQueue struct {
 	Args       []byte `json:"args,omitempty"`
 	Owner      uint64 `json:"owner,omitempty"`
 	Home       string `json:"home,omitempty"`
+	// A replicated quorum queue's group (issue 14).
+	Members []string `json:"members,omitempty"`
+	Group   uint64   `json:"group,omitempty"`
 }
 
 type snapBinding struct {
@@ -148,8 +151,12 @@ func (b *Broker) snapshot() *snapState {
 		}
 		for _, name := range sortedKeys(v.queues) {
 			q := v.queues[name]
-			st.Queues = append(st.Queues, snapQueue{VHost: v.Name, Name: name, Durable: q.Durable, Exclusive: q.Exclusive,
-				AutoDelete: q.AutoDelete, Args: encodeArgs(q.Args), Owner: q.Owner, Home: q.Home})
+			sq := snapQueue{VHost: v.Name, Name: name, Durable: q.Durable, Exclusive: q.Exclusive,
+				AutoDelete: q.AutoDelete, Args: encodeArgs(q.Args), Owner: q.Owner, Home: q.Home}
+			if q.qq != nil {
+				sq.Members, sq.Group = slices.Clone(q.qq.members), q.qq.id
+			}
+			st.Queues = append(st.Queues, sq)
 		}
 		v.mu.RUnlock()
 	}
@@ -387,7 +394,8 @@ func (b *Broker) RestoreDefinitions(index uint64, data []byte) error {
 		args, err := decodeArgs(q.Args)
 		if err == nil {
 			_, _, _, err = v.declareQueueLocal(QueueSpec{Name: q.Name, Durable: q.Durable, Exclusive: q.Exclusive, AutoDelete: q.AutoDelete,
-				Args: args, Owner: q.Owner, Home: q.Home, ServerNamed: strings.HasPrefix(q.Name, "amq.")}, false)
+				Args: args, Owner: q.Owner, Home: q.Home, ServerNamed: strings.HasPrefix(q.Name, "amq."),
+				Members: q.Members, Group: q.Group}, false)
 		}
 		note(err, "queue "+q.Name)
 	}

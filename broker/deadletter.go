@@ -202,6 +202,7 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 	var owed []pendingDL
 	var moves []*dlMove
 	var gone []dlItem
+	var joins []*dlJoin
 	qv := any(q.Name)
 	for _, it := range items {
 		p := pendingDL{msg: deadLetterCopyBoxed(it.msg, q.Name, qv, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx, byDLRK: dlrk != nil, src: it}
@@ -217,12 +218,19 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 			owed = append(owed, p)
 			continue
 		}
+		if p.join != nil { // a quorum queue's: gone once its remote targets took it too (dlremote.go)
+			joins = append(joins, p.join)
+			continue
+		}
 		gone = append(gone, it)
 	}
 	q.mu.Lock()
 	q.dlInFlight -= len(items) // counted in dlxPending if owed (Stats)
 	for i := range gone {
 		q.goneLocked(&entry{seq: gone[i].seq, seg: gone[i].seg, ondisk: gone[i].ondisk})
+	}
+	for _, j := range joins {
+		q.dlJoinDoneLocked(j)
 	}
 	if len(owed) > 0 {
 		q.dlxPending = append(q.dlxPending, owed...)
@@ -247,6 +255,9 @@ type pendingDL struct {
 	targets []string
 	// src is the message in the source queue (its log record).
 	src dlItem
+	// join: a quorum queue's message leaves once this and its remote
+	// targets are done (dlremote.go).
+	join *dlJoin
 }
 
 // routeKeys appends the keys p.msg is routed with (R3.3): the
@@ -288,7 +299,7 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
 			continue
 		}
-		if !t.IsLocal() { // owed until its home confirms (dlremote.go)
+		if !t.IsLocal() || t.qq != nil { // owed until its home (a quorum queue's leader) confirms (dlremote.go)
 			if remote == nil {
 				remote = &remoteDL{msg: p.msg}
 			}
@@ -300,6 +311,13 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 		}
 	}
 	if remote != nil {
+		if q.qq != nil && q.atLeastOnce() && p.join == nil {
+			// A quorum queue's leader removes the message (a replicated
+			// Remove) only once its remote targets have it too: a new
+			// leader dead-letters it again otherwise.
+			p.join = &dlJoin{left: 2, src: p.src}
+			remote.join = p.join
+		}
 		q.oweRemote([]*remoteDL{remote})
 	}
 	p.targets = failed
@@ -325,16 +343,23 @@ func (q *Queue) retryDeadLetters() {
 	var r Router
 	var owed []pendingDL
 	var gone []dlItem
+	var joins []*dlJoin
 	for i := range ps {
-		if !q.sendDeadLetter(&r, &ps[i]) {
+		switch {
+		case !q.sendDeadLetter(&r, &ps[i]):
 			owed = append(owed, ps[i])
-		} else {
+		case ps[i].join != nil:
+			joins = append(joins, ps[i].join)
+		default:
 			gone = append(gone, ps[i].src)
 		}
 	}
 	q.mu.Lock()
 	for i := range gone {
 		q.goneLocked(&entry{seq: gone[i].seq, seg: gone[i].seg, ondisk: gone[i].ondisk})
+	}
+	for _, j := range joins {
+		q.dlJoinDoneLocked(j)
 	}
 	q.dlxPending = append(owed, q.dlxPending...)
 	q.armDLXRetryLocked()

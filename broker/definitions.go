@@ -178,13 +178,13 @@ func (b *Broker) ApplyDefinitions(d *Definitions) error {
 	if b.replicating() {
 		return b.proposeImport(d)
 	}
-	return b.applyDefinitionsLocal(d, nil)
+	return b.applyDefinitionsLocal(d, nil, importGroups{})
 }
 
 // applyDefinitionsLocal is ApplyDefinitions on this node's state; homes
 // gives the home node of the new queues (by scopedKey), chosen by the
 // node that proposed the import (cmd.go).
-func (b *Broker) applyDefinitionsLocal(d *Definitions, homes map[string]string) error {
+func (b *Broker) applyDefinitionsLocal(d *Definitions, homes map[string]string, groups importGroups) error {
 	for _, u := range d.Users {
 		if u.Name == "" {
 			return fmt.Errorf("definitions: a user has no name")
@@ -313,8 +313,13 @@ func (b *Broker) applyDefinitionsLocal(d *Definitions, homes map[string]string) 
 			}
 			args["x-queue-type"] = q.Type
 		}
-		if _, _, _, err := v.declareQueueLocal(QueueSpec{Name: q.Name, Durable: boolOr(q.Durable, true), AutoDelete: q.AutoDelete, Args: args,
-			Home: homes[scopedKey(q.VHost, q.Name)]}, false); err != nil {
+		spec := QueueSpec{Name: q.Name, Durable: boolOr(q.Durable, true), AutoDelete: q.AutoDelete, Args: args,
+			Home: homes[scopedKey(q.VHost, q.Name)]}
+		if ms := groups.members[scopedKey(q.VHost, q.Name)]; len(ms) > 0 && groups.index != 0 {
+			groups.n++
+			spec.Members, spec.Group, spec.newGroup = ms, importGroupID(groups.index, groups.n), true
+		}
+		if _, _, _, err := v.declareQueueLocal(spec, false); err != nil {
 			return fmt.Errorf("definitions: queue '%s' in vhost '%s': %w", q.Name, q.VHost, err)
 		}
 	}

@@ -65,6 +65,24 @@ type remoteDL struct {
 	ondisk  bool
 	sending int  // answers awaited
 	dead    bool // confirmed everywhere, or the source queue was deleted
+	join    *dlJoin
+}
+
+// dlJoin holds a quorum queue's dead-lettered message (at least once)
+// until both its local targets (the pendingDL) and its remote ones (the
+// remoteDL) took it; guarded by the source's mu.
+type dlJoin struct {
+	left int
+	src  dlItem
+}
+
+// dlJoinDoneLocked is one part of j done; the last makes the source's
+// message gone (a quorum queue's leader proposes its Remove).
+func (q *Queue) dlJoinDoneLocked(j *dlJoin) {
+	j.left--
+	if j.left == 0 {
+		q.goneLocked(&entry{seq: j.src.seq, seg: j.src.seg, ondisk: j.src.ondisk})
+	}
 }
 
 // appendRemoteDLRecordLocked appends q's Y record for rd (under q.mu, q.disk
@@ -145,6 +163,8 @@ func (q *Queue) sendRemoteDL(rd *remoteDL) {
 		switch {
 		case t == nil:
 			q.remoteDLAnswer(rd, name, errRemoteNoQueue)
+		case t.qq != nil: // a replicated quorum queue: through its leader
+			q.qqForwardDL(t, rd, name)
 		case t.IsLocal(): // its home moved here
 			if t.enqueue(rd.msg, nil) == rejectedOverflow {
 				q.remoteDLAnswer(rd, name, ErrRemoteRejected)
@@ -229,6 +249,9 @@ func (q *Queue) remoteDLAnswer(rd *remoteDL, name string, err error) {
 	}
 	// Confirmed everywhere: the Y record goes.
 	rd.dead = true
+	if rd.join != nil {
+		q.dlJoinDoneLocked(rd.join)
+	}
 	if i := slices.Index(q.rdl, rd); i >= 0 {
 		q.rdl = slices.Delete(q.rdl, i, i+1)
 	}

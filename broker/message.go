@@ -48,6 +48,10 @@ type Delivery struct {
 	// ck its checkout number there (machine.Consumer.Next).
 	holder *mconsumer
 	ck     uint64
+	// term is, for a replicated quorum queue, the epoch of this node's
+	// view of its leader the delivery came from (qqclient.go): a settle
+	// of an older one is dropped.
+	term uint64
 }
 
 // queued returns the message as the queue holds it.

@@ -137,6 +137,10 @@ type queueRecord struct {
 	Node      string `json:"node,omitempty"`
 	Exclusive bool   `json:"exclusive,omitempty"`
 	Owner     uint64 `json:"owner,omitempty"`
+	// Members and Group: a replicated quorum queue's Raft group (issue
+	// 14), whose log keeps its messages.
+	Members []string `json:"members,omitempty"`
+	Group   uint64   `json:"group,omitempty"`
 }
 
 type exchangeRecord struct {
@@ -368,10 +372,14 @@ func queueOp(v *VHost, q *Queue) defOp {
 	if typ == "" {
 		typ = QueueTypeClassic
 	}
-	return putOp(DefKindQueues, scopedKey(v.Name, q.Name), queueRecord{
+	rec := queueRecord{
 		DefQueue: DefQueue{Name: q.Name, VHost: v.Name, Type: typ, Durable: &durable, AutoDelete: q.AutoDelete,
 			Arguments: tableToJSON(q.Args)},
-		AMQPArgs: encodeArgs(q.Args), Node: q.Home, Exclusive: q.Exclusive, Owner: q.Owner})
+		AMQPArgs: encodeArgs(q.Args), Node: q.Home, Exclusive: q.Exclusive, Owner: q.Owner}
+	if q.qq != nil {
+		rec.Members, rec.Group = q.qq.members, q.qq.id
+	}
+	return putOp(DefKindQueues, scopedKey(v.Name, q.Name), rec)
 }
 
 func exchangeOp(v *VHost, x *Exchange) defOp {
@@ -813,7 +821,8 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 		args, err := decodeArgs(d.AMQPArgs)
 		if err == nil {
 			_, _, _, err = v.DeclareQueue(QueueSpec{Name: d.Name, Durable: boolOr(d.Durable, true), AutoDelete: d.AutoDelete,
-				Args: args, ServerNamed: strings.HasPrefix(d.Name, "amq."), Home: d.Node, Exclusive: d.Exclusive, Owner: d.Owner}, false)
+				Args: args, ServerNamed: strings.HasPrefix(d.Name, "amq."), Home: d.Node, Exclusive: d.Exclusive, Owner: d.Owner,
+				Members: d.Members, Group: d.Group}, false)
 		}
 		if err != nil {
 			skip(DefKindQueues, r.key, err)

@@ -1,21 +1,121 @@
 package broker
 
-import "github.com/warrenmq/warren/broker/machine"
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
-// Replicated quorum queues, the leader's side (issue 14). Stubs the
-// leader-side owner fills in; see /work/i14-design.md.
+	"github.com/warrenmq/warren/broker/machine"
+	"github.com/warrenmq/warren/broker/qrepl"
+)
+
+// Replicated quorum queues, the leader's side (issue 14).
+//
+// In a cluster every quorum queue is a Raft group (QuorumHost) whose
+// members apply its log to a qrepl.State: the live messages' headers,
+// publisher deduplication, the delivery lease. Only the leader acts: its
+// node runs the queue as any local Queue (the machine, consumers, timers,
+// dead-lettering), in leader mode:
+//
+//   - a publish is an Enqueue proposal (qqEnqueueAtLeader); the message
+//     enters the machine, and is confirmed, once committed and applied;
+//   - acks, drops, expiries and completed dead letters are batched Remove
+//     proposals, requeues Return proposals, purges Purge proposals
+//     (qqState.propose: in order, after the queue's lock is released);
+//   - a delivery waits for the replicated lease to cover the message
+//     (Lease proposals ahead of need), so that a new leader knows which
+//     messages may have been delivered: it marks them redelivered.
+//
+// On becoming leader (every entry of earlier terms applied) a node builds
+// its machine from the replicated state, reading the bodies from the log
+// (takeover); on losing leadership it drops them (they stay in the state)
+// and detaches its consumers, which the client side (qqclient.go)
+// re-attaches to the new leader. Every node learns the leader: members
+// from their group, the others from the leader's announcements
+// (qqgroup.go); each change reaches qqLeaderChanged, in term order.
+//
+// The machine's sequence numbers are the leader's own, unique across
+// leaderships (they start at term<<40), so that a settle of an earlier
+// leadership's delivery never names a message of this one; ids maps them
+// to the replicated ids (the indices of the enqueue entries).
+
+// Lease steps: a delivery beyond the lease waits for a Lease raising it
+// to leaseAhead past the message; the leader raises it before that, when
+// an applied enqueue comes within leaseLow of it.
+const (
+	leaseAhead = 1024
+	leaseLow   = 512
+)
+
+// qqSeqTermShift places a leadership's machine sequence numbers at
+// term<<qqSeqTermShift (takeoverLocked).
+const qqSeqTermShift = 40
+
+// qqLeader is a leader as this node knows it.
+type qqLeader struct {
+	node string
+	term uint64
+}
 
 // qqState is a replicated quorum queue's state on this node: nil on a
 // single node and for every other queue type.
-type qqState struct{}
+type qqState struct {
+	q       *Queue
+	id      uint64   // the group id
+	members []string // the initial members
+
+	leader atomic.Pointer[qqLeader]
+	here   atomic.Bool // this node leads and took over
+
+	// smu serializes the group's callbacks (Apply, Restore,
+	// LeaderChanged) with start and delete. Lock order: smu, q.mu, pmu.
+	smu      sync.Mutex
+	g        QuorumGroup // this node's member; nil on other nodes
+	st       *qrepl.State
+	gone     bool   // deleted or stopped: callbacks do nothing
+	pending  bool   // a takeover waits for StartGroup to return
+	pterm    uint64 // its term
+	starting bool   // StartGroup runs
+
+	// Leader side, guarded by q.mu.
+	ids      map[uint64]uint64 // machine seq -> replicated id
+	lease    uint64            // the applied lease
+	leaseReq uint64            // the lease proposed, not yet applied
+	maxID    uint64            // the newest id placed
+	term     uint64            // the term this node leads in
+
+	// gate keeps a publisher's later publishes out of the log after this
+	// node refused or failed an earlier one (qqGate).
+	gate qqGate
+
+	// Proposals waiting for the flusher, in order (pmu).
+	pmu      sync.Mutex
+	pend     []qrepl.Command
+	flushing bool
+
+	// Leader changes waiting to reach qqLeaderChanged, in order (nmu).
+	nmu       sync.Mutex
+	notes     []qqLeader
+	notifying bool
+}
+
+func newQQState(q *Queue, id uint64, members []string) *qqState {
+	s := &qqState{q: q, id: id, members: slices.Clone(members)}
+	s.leader.Store(&qqLeader{})
+	return s
+}
 
 // leaderHere reports whether this node is the queue's leader and has
 // taken over (its Queue holds the messages and serves consumers).
-func (s *qqState) leaderHere() bool { return false }
+func (s *qqState) leaderHere() bool { return s.here.Load() }
 
 // leaderNode is the queue's leader as this node knows it, "" when none
 // is known.
-func (s *qqState) leaderNode() string { return "" }
+func (s *qqState) leaderNode() string { return s.leader.Load().node }
+
+// leaderTerm is the term of the leader this node knows.
+func (s *qqState) leaderTerm() uint64 { return s.leader.Load().term }
 
 // qqEnqueueAtLeader enqueues m under the publish id id on this node, the
 // leader: done runs once with enqOK after the enqueue is committed on a
@@ -23,5 +123,534 @@ func (s *qqState) leaderNode() string { return "" }
 // enqNotLeader when this node is not (or stopped being) the leader, or
 // enqFailed. id.Publisher 0 means no deduplication.
 func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status byte)) {
-	done(enqNotLeader)
+	s := q.qq
+	if s == nil {
+		done(enqNotLeader)
+		return
+	}
+	q.mu.Lock()
+	switch {
+	case q.deleted:
+		q.mu.Unlock()
+		done(enqNoQueue)
+		return
+	case !s.here.Load():
+		q.mu.Unlock()
+		s.gate.refused(id)
+		done(enqNotLeader)
+		return
+	case !s.gate.admit(id):
+		q.mu.Unlock()
+		done(enqNotLeader)
+		return
+	case q.rejectsLocked(m):
+		q.mu.Unlock()
+		done(enqRejected)
+		return
+	}
+	now := q.nowMs()
+	e := q.newEntryLocked(now, 1, m) // for its deadline
+	g := s.g
+	q.mu.Unlock()
+	if g == nil {
+		done(enqNotLeader)
+		return
+	}
+	data := qrepl.Encode(qrepl.Enqueue{Pub: id, Time: now, ExpiresAt: e.ExpiresAt, Priority: m.Props.Priority,
+		Persistent: m.persistent(), Size: uint32(m.Size()), Body: appendMessage(nil, m)})
+	g.Propose(data, func(_ uint64, err error) {
+		if err != nil {
+			s.gate.refused(id)
+			done(enqNotLeader)
+			return
+		}
+		done(enqOK)
+	})
+}
+
+// qqGate keeps a publisher's later publishes out of a quorum queue's log
+// after this node answered an earlier one enqNotLeader (not leading yet,
+// or its proposal failed), until the earlier one comes back: the state
+// drops an enqueue whose seq is not above its publisher's last, so a
+// later seq overtaking a refused one would make the refused one's resend
+// a duplicate, confirmed and lost. A client resends in id order; the mark
+// goes after qqGateTTL without news (the client resent elsewhere).
+type qqGate struct {
+	mu    sync.Mutex
+	marks map[uint64]qqMark
+}
+
+type qqMark struct {
+	seq uint64
+	at  time.Time
+}
+
+// qqGateTTL is how long a refusal holds a publisher's later publishes.
+const qqGateTTL = 5 * time.Second
+
+// refused records that publish id was answered enqNotLeader here.
+func (g *qqGate) refused(id machine.PubID) {
+	if id.Publisher == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.marks == nil {
+		g.marks = map[uint64]qqMark{}
+	}
+	m, ok := g.marks[id.Publisher]
+	if !ok || id.Seq < m.seq || time.Since(m.at) > qqGateTTL {
+		m.seq = id.Seq
+	}
+	m.at = time.Now()
+	g.marks[id.Publisher] = m
+}
+
+// admit reports whether publish id may be proposed: not when an earlier
+// publish of its publisher was refused and not yet resent.
+func (g *qqGate) admit(id machine.PubID) bool {
+	if id.Publisher == 0 {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, ok := g.marks[id.Publisher]
+	switch {
+	case !ok:
+		return true
+	case time.Since(m.at) > qqGateTTL || id.Seq == m.seq:
+		delete(g.marks, id.Publisher) // expired, or the resend
+		return true
+	case id.Seq < m.seq:
+		return true
+	}
+	return false
+}
+
+// --- the group's state machine (QuorumSM) ---
+
+// qqSM is a qqState as its group's state machine.
+type qqSM qqState
+
+func (f *qqSM) Apply(ents []QuorumEntry) { (*qqState)(f).apply(ents) }
+
+func (f *qqSM) Snapshot() ([]byte, []uint64) {
+	s := (*qqState)(f)
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if s.st == nil {
+		s.st = qrepl.New()
+	}
+	return s.st.Snapshot(), s.st.Live()
+}
+
+func (f *qqSM) Restore(index uint64, data []byte) {
+	s := (*qqState)(f)
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	st, err := qrepl.Restore(data)
+	if err != nil {
+		s.q.vhost.b.log.Error("quorum queue: undecodable snapshot", "queue", s.q.Name, "vhost", s.q.vhost.Name,
+			"group", s.id, "index", index, "err", err)
+		return
+	}
+	s.st = st
+}
+
+func (f *qqSM) LeaderChanged(leader string, term uint64, isSelf bool) {
+	(*qqState)(f).leaderChanged(leader, term, isSelf)
+}
+
+// apply applies committed entries to the replicated state and, on the
+// leader, places the new messages in the machine.
+func (s *qqState) apply(ents []QuorumEntry) {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if s.gone {
+		return
+	}
+	if s.st == nil {
+		s.st = qrepl.New()
+	}
+	q := s.q
+	leading := s.here.Load()
+	if leading {
+		q.mu.Lock()
+	}
+	dispatch := false
+	for i := range ents {
+		e := &ents[i]
+		c, err := qrepl.Decode(e.Data)
+		if err != nil {
+			_, _ = s.st.Apply(e.Index, e.Data) // counted as skipped, alike on every member
+			q.vhost.b.log.Error("quorum queue: undecodable entry", "queue", q.Name, "vhost", q.vhost.Name, "index", e.Index, "err", err)
+			continue
+		}
+		res, err := s.st.ApplyCommand(e.Index, c)
+		if err != nil || !leading || q.deleted {
+			continue
+		}
+		switch c := c.(type) {
+		case qrepl.Enqueue:
+			if !res.Duplicate {
+				s.placeLocked(e.Index, &c)
+			}
+		case qrepl.Lease:
+			if c.UpTo > s.lease {
+				s.lease = c.UpTo
+				dispatch = true
+			}
+		}
+	}
+	if leading {
+		if dispatch && !q.deleted {
+			q.m.Dispatch(q.clockMs(nil))
+		}
+		q.armLocked()
+		q.unlock()
+	}
+}
+
+// placeLocked makes the message of the enqueue at id ready on the leader.
+func (s *qqState) placeLocked(id uint64, c *qrepl.Enqueue) {
+	q := s.q
+	m, err := decodeMessage(c.Body)
+	if err != nil {
+		q.vhost.b.log.Error("quorum queue: undecodable message; dropped", "queue", q.Name, "vhost", q.vhost.Name, "id", id, "err", err)
+		s.proposeLocked(qrepl.Remove{IDs: []uint64{id}})
+		return
+	}
+	now := q.nowMs()
+	e := q.m.NewEntry(now, m, c.Size, c.Priority, c.Persistent, -1)
+	e.ExpiresAt = c.ExpiresAt
+	s.ids[e.Seq] = id
+	s.maxID = max(s.maxID, id)
+	if id+leaseLow > s.lease {
+		s.wantLeaseLocked(id)
+	}
+	q.m.Place(now, e)
+}
+
+// leasedLocked reports whether the message under seq may be delivered
+// (the lease covers it); if not, it asks for a higher lease, whose apply
+// dispatches again.
+func (s *qqState) leasedLocked(seq uint64) bool {
+	id, ok := s.ids[seq]
+	if !ok || id <= s.lease {
+		return true
+	}
+	s.wantLeaseLocked(id)
+	return false
+}
+
+// wantLeaseLocked proposes a lease leaseAhead past id unless one that
+// covers it with room is on its way.
+func (s *qqState) wantLeaseLocked(id uint64) {
+	if s.leaseReq >= id+leaseLow {
+		return
+	}
+	s.leaseReq = id + leaseAhead
+	s.proposeLocked(qrepl.Lease{UpTo: s.leaseReq})
+}
+
+// removeLocked is the message under seq leaving the queue for good
+// (acked, dropped, expired, dead-lettered): a Remove.
+func (s *qqState) removeLocked(seq uint64) {
+	id, ok := s.ids[seq]
+	if !ok {
+		return
+	}
+	delete(s.ids, seq)
+	s.proposeLocked(qrepl.Remove{IDs: []uint64{id}})
+}
+
+// returnedLocked is e returned to the queue under seq (a new one when it
+// goes to the back), ready at delayUntil when not 0: a Return.
+func (s *qqState) returnedLocked(e *qentry, seq uint64, delayUntil int64) {
+	id, ok := s.ids[e.Seq]
+	if !ok {
+		return
+	}
+	if seq != e.Seq {
+		delete(s.ids, e.Seq)
+		s.ids[seq] = id
+	}
+	s.proposeLocked(qrepl.Return{Items: []qrepl.ReturnItem{{ID: id, DeliveryCount: e.DeliveryCount, Acquired: e.Acquired,
+		Redelivered: true, Back: seq != e.Seq, DelayUntil: delayUntil}}})
+}
+
+// discardLocked marks the message under seq as being dead-lettered
+// (at-least-once, R1.14): a Discard; its Remove follows once every target
+// took it (goneLocked).
+func (s *qqState) discardLocked(seq uint64, reason string) {
+	if id, ok := s.ids[seq]; ok {
+		s.proposeLocked(qrepl.Discard{IDs: []uint64{id}, Reason: machine.Reason(reasonIndex(reason))})
+	}
+}
+
+// purgeLocked proposes the purge of every queued message (before the
+// machine's Purge drops them).
+func (s *qqState) purgeLocked() {
+	var ids []uint64
+	s.q.m.EachQueued(func(e *qentry) {
+		if id, ok := s.ids[e.Seq]; ok {
+			ids = append(ids, id)
+			delete(s.ids, e.Seq)
+		}
+	})
+	for len(ids) > 0 {
+		n := min(len(ids), qrepl.MaxBatch)
+		s.proposeLocked(qrepl.Purge{IDs: ids[:n]})
+		ids = ids[n:]
+	}
+}
+
+// proposeLocked queues a command for the group, after the ones queued
+// before it; the flusher proposes them without the queue's lock. Only
+// the leader proposes; the commands of a leadership that ends are
+// dropped (the new leader starts from the replicated state).
+func (s *qqState) proposeLocked(c qrepl.Command) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	n := len(s.pend)
+	// Coalesce with the last command of the same kind.
+	if n > 0 {
+		switch c := c.(type) {
+		case qrepl.Remove:
+			if last, ok := s.pend[n-1].(qrepl.Remove); ok && len(last.IDs) < qrepl.MaxBatch {
+				s.pend[n-1] = qrepl.Remove{IDs: append(last.IDs, c.IDs...)}
+				return
+			}
+		case qrepl.Return:
+			if last, ok := s.pend[n-1].(qrepl.Return); ok && len(last.Items) < qrepl.MaxBatch {
+				s.pend[n-1] = qrepl.Return{Items: append(last.Items, c.Items...)}
+				return
+			}
+		case qrepl.Discard:
+			if last, ok := s.pend[n-1].(qrepl.Discard); ok && last.Reason == c.Reason && len(last.IDs) < qrepl.MaxBatch {
+				s.pend[n-1] = qrepl.Discard{IDs: append(last.IDs, c.IDs...), Reason: c.Reason}
+				return
+			}
+		}
+	}
+	s.pend = append(s.pend, c)
+	if !s.flushing {
+		s.flushing = true
+		go s.flush()
+	}
+}
+
+// flush proposes the queued commands, in order.
+func (s *qqState) flush() {
+	for {
+		s.pmu.Lock()
+		cs := s.pend
+		s.pend = nil
+		if len(cs) == 0 {
+			s.flushing = false
+			s.pmu.Unlock()
+			return
+		}
+		s.pmu.Unlock()
+		s.smu.Lock()
+		g := s.g
+		s.smu.Unlock()
+		if g == nil || !s.here.Load() {
+			continue
+		}
+		for _, c := range cs {
+			lease, isLease := c.(qrepl.Lease)
+			g.Propose(qrepl.Encode(c), func(_ uint64, err error) {
+				if err != nil && isLease {
+					s.q.mu.Lock()
+					if s.leaseReq == lease.UpTo {
+						s.leaseReq = s.lease // ask again at the next delivery
+					}
+					s.q.mu.Unlock()
+				}
+			})
+		}
+	}
+}
+
+// --- leadership ---
+
+// leaderChanged is the group's report of its leader.
+func (s *qqState) leaderChanged(leader string, term uint64, isSelf bool) {
+	b := s.q.vhost.b
+	s.smu.Lock()
+	if s.gone {
+		s.smu.Unlock()
+		return
+	}
+	if leader == b.node && !isSelf {
+		// Elected, entries of earlier terms not yet applied: the
+		// takeover comes with isSelf.
+		s.smu.Unlock()
+		return
+	}
+	if isSelf {
+		if s.g == nil {
+			s.pending, s.pterm = true, term // StartGroup has not returned yet
+			s.smu.Unlock()
+			return
+		}
+		s.takeoverLocked(term)
+	} else if s.here.Load() {
+		s.stepDownLocked()
+	}
+	changed := s.setLeader(leader, term)
+	s.smu.Unlock()
+	if isSelf {
+		s.announceAll()
+	}
+	if changed {
+		s.notify(leader, term)
+	}
+}
+
+// setLeader records leader in term unless this node knows a later term;
+// it reports whether anything changed.
+func (s *qqState) setLeader(leader string, term uint64) bool {
+	for {
+		cur := s.leader.Load()
+		if term < cur.term || term == cur.term && leader == cur.node {
+			return false
+		}
+		if s.leader.CompareAndSwap(cur, &qqLeader{node: leader, term: term}) {
+			return true
+		}
+	}
+}
+
+// takeoverLocked builds the machine from the replicated state (smu held).
+func (s *qqState) takeoverLocked(term uint64) {
+	if s.here.Load() {
+		return
+	}
+	q := s.q
+	b := q.vhost.b
+	if s.st == nil {
+		s.st = qrepl.New()
+	}
+	lease := s.st.Lease()
+	q.mu.Lock()
+	defer q.unlock()
+	if q.deleted {
+		return
+	}
+	// This leadership's sequence numbers start at term<<40: above every
+	// earlier one of any node, so that a settle of an earlier leader's
+	// delivery, sent here because its node learned of the change late,
+	// names no message of this leadership.
+	seq := max(q.m.LastSeq(), term<<qqSeqTermShift)
+	ids := make(map[uint64]uint64, s.st.Len())
+	var ready, delayed, dead []qentry
+	var delays []int64
+	var deadWhy []machine.Reason
+	var maxID uint64
+	var bad []uint64
+	s.st.Messages(func(msg qrepl.Msg) bool {
+		maxID = max(maxID, msg.ID)
+		data, err := s.g.ReadEntry(msg.ID)
+		var enq qrepl.Enqueue
+		if err == nil {
+			enq, err = qrepl.DecodeEnqueue(data)
+		}
+		var m *Message
+		if err == nil {
+			m, err = decodeMessage(enq.Body)
+		}
+		if err != nil {
+			b.log.Error("quorum queue: a live message's body is unreadable; dropped", "queue", q.Name, "vhost", q.vhost.Name,
+				"id", msg.ID, "err", err)
+			bad = append(bad, msg.ID)
+			return true
+		}
+		seq++
+		e := qentry{Seq: seq, Msg: m, ExpiresAt: msg.ExpiresAt, DeliveryCount: msg.DeliveryCount, Acquired: msg.Acquired,
+			Size: msg.Size, Level: msg.Priority, Persistent: msg.Persistent,
+			// The lease covers every message an earlier leader may have
+			// delivered (not counted as a delivery attempt).
+			Redelivered: msg.Redelivered || msg.ID <= lease}
+		ids[seq] = msg.ID
+		if msg.DLX {
+			// Being dead-lettered when the last leader stopped: again
+			// (at least once).
+			dead, deadWhy = append(dead, e), append(deadWhy, msg.Reason)
+		} else if msg.DelayUntil != 0 {
+			delayed, delays = append(delayed, e), append(delays, msg.DelayUntil)
+		} else {
+			ready = append(ready, e)
+		}
+		return true
+	})
+	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
+	q.m.Restore(ready, delays, delayed, machine.Counts{}, nil, seq)
+	s.ids, s.lease, s.leaseReq, s.maxID, s.term = ids, lease, lease, maxID, term
+	s.here.Store(true)
+	for i := range dead {
+		q.deadLocked(&dead[i], reasons[deadWhy[i]&3])
+	}
+	b.log.Info("quorum queue: leading", "queue", q.Name, "vhost", q.vhost.Name, "term", term, "messages", len(ready)+len(delayed))
+	if len(bad) > 0 {
+		s.proposeLocked(qrepl.Remove{IDs: bad})
+	}
+	if maxID+leaseLow > lease {
+		s.wantLeaseLocked(maxID)
+	}
+	q.touchLocked()
+	q.m.Dispatch(q.clockMs(nil))
+	q.armLocked()
+}
+
+// stepDownLocked drops the leader's machine (smu held): its messages stay
+// in the replicated state; its consumers go with it, their sinks not told:
+// the client side (qqclient.go) re-attaches this node's to the new leader
+// and drops the proxies of other nodes, which re-attach theirs.
+func (s *qqState) stepDownLocked() {
+	q := s.q
+	q.mu.Lock()
+	s.here.Store(false)
+	old := q.m
+	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
+	q.m.Restore(nil, nil, nil, machine.Counts{}, nil, old.LastSeq())
+	s.ids, s.lease, s.leaseReq, s.maxID = nil, 0, 0, 0
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer, q.timerAt = nil, 0
+	}
+	q.dlxPending = nil
+	q.mu.Unlock()
+	s.pmu.Lock()
+	s.pend = nil
+	s.pmu.Unlock()
+	q.vhost.b.log.Info("quorum queue: no longer leading", "queue", q.Name, "vhost", q.vhost.Name)
+}
+
+// notify hands a leader change to the client side (qqLeaderChanged), in
+// order, on a goroutine of its own: it may call other nodes.
+func (s *qqState) notify(leader string, term uint64) {
+	s.nmu.Lock()
+	s.notes = append(s.notes, qqLeader{node: leader, term: term})
+	if s.notifying {
+		s.nmu.Unlock()
+		return
+	}
+	s.notifying = true
+	s.nmu.Unlock()
+	go func() {
+		for {
+			s.nmu.Lock()
+			if len(s.notes) == 0 {
+				s.notifying = false
+				s.nmu.Unlock()
+				return
+			}
+			n := s.notes[0]
+			s.notes = s.notes[1:]
+			s.nmu.Unlock()
+			s.q.qqLeaderChanged(n.node, n.term)
+		}
+	}()
 }

@@ -133,6 +133,9 @@ type Queue struct {
 	// qq is a replicated quorum queue's state on this node (issue 14,
 	// qqleader.go): nil for every other queue, set at creation.
 	qq *qqState
+	// qc is this node's client side of a replicated quorum queue
+	// (qqclient.go): publishes pending at the leader, consumers.
+	qc qqClient
 }
 
 // The queue machine as the broker instantiates it: messages are
@@ -377,6 +380,9 @@ const (
 // appended to the queue's log first; r (nil when nobody waits for it)
 // collects the logs that a publisher confirm must wait for.
 func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
+	if q.qq != nil { // a replicated quorum queue: through its leader (qqclient.go)
+		return q.qqPublish(m, r)
+	}
 	if !q.IsLocal() {
 		return q.forward(m, r)
 	}
@@ -453,6 +459,9 @@ func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
 // dead-letter exchange), in the outbox for the queue's flusher to
 // publish (dlflush.go).
 func (q *Queue) deadLocked(e *qentry, reason string) {
+	if q.qq != nil && q.atLeastOnce() {
+		q.qq.discardLocked(e.Seq, reason) // a new leader dead-letters it again
+	}
 	it := dlItem{msg: e.Msg, seq: e.Seq, seg: e.Seg, ondisk: e.OnDisk}
 	q.outboxN++
 	q.vhost.dlq.n.Add(1)
@@ -469,12 +478,18 @@ func (q *Queue) goneLocked(e *entry) {
 	if e.ondisk && q.disk != nil {
 		q.disk.ack1(e.seq, e.seg)
 	}
+	if q.qq != nil {
+		q.qq.removeLocked(e.seq)
+	}
 }
 
 // gone is goneLocked for a machine entry.
 func (q *Queue) gone(e *qentry) {
 	if e.OnDisk && q.disk != nil {
 		q.disk.ack1(e.Seq, e.Seg)
+	}
+	if q.qq != nil {
+		q.qq.removeLocked(e.Seq)
 	}
 }
 
@@ -486,6 +501,9 @@ type qeffects Queue
 // Deliver offers e to consumer c through its sink (Sink.Deliver).
 func (f *qeffects) Deliver(c *mconsumer, e qentry) bool {
 	q := (*Queue)(f)
+	if q.qq != nil && !q.qq.leasedLocked(e.Seq) {
+		return false // until the lease covers it (qqleader.go)
+	}
 	k := c.Ref
 	return k.Sink.Deliver(k, q.delivery(&e, k.Tag, c, c.Next()))
 }
@@ -504,6 +522,9 @@ func (f *qeffects) Requeued(e qentry, seq uint64, delayUntil int64) {
 	q := (*Queue)(f)
 	if e.OnDisk && q.disk != nil {
 		q.disk.requeue(e.Seq, seq, e.DeliveryCount, e.Acquired, delayUntil)
+	}
+	if q.qq != nil {
+		q.qq.returnedLocked(&e, seq, delayUntil)
 	}
 }
 
@@ -589,9 +610,17 @@ func (s *QueueStats) Delivered() uint64 {
 // Get takes the head message for basic.get. ok is false when the queue is
 // empty; remaining is the count left after the take.
 func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
+	if q.qq != nil { // from its leader (qqclient.go)
+		return q.qqGet(noAck)
+	}
 	if !q.IsLocal() {
 		return q.remoteGet(noAck)
 	}
+	return q.getLocal(noAck)
+}
+
+// getLocal is Get on the queue's home.
+func (q *Queue) getLocal(noAck bool) (d Delivery, remaining int, ok bool) {
 	q.mu.Lock()
 	defer q.unlock()
 	e, remaining, ok := q.m.Get(q.nowMs(), noAck)
@@ -600,6 +629,11 @@ func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
 	}
 	if !ok {
 		return Delivery{}, 0, false
+	}
+	if q.qq != nil {
+		// Not held back (basic.get answers now): a message beyond the
+		// lease raises it, and is rare (the lease runs ahead).
+		q.qq.leasedLocked(e.Seq)
 	}
 	h := q.m.Holder()
 	return q.delivery(&e, "", h, h.Next()-1), remaining, true
@@ -667,6 +701,11 @@ func (q *Queue) settledLocked(ds []Delivery) {
 
 // Ack settles deliveries of this queue as done.
 func (q *Queue) Ack(ds []Delivery) {
+	if q.qq != nil { // drops stale deliveries, sends remote ones (qqclient.go)
+		if ds = q.qqSettle(ds, settleAck); len(ds) == 0 {
+			return
+		}
+	}
 	if !q.IsLocal() {
 		q.remoteSettle(ds, settleAck)
 		return
@@ -676,7 +715,9 @@ func (q *Queue) Ack(ds []Delivery) {
 	q.settledLocked(ds)
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
-			q.m.Ack(h, ds[i].Seq, ds[i].ck)
+			if e, ok := q.m.Ack(h, ds[i].Seq, ds[i].ck); ok && q.qq != nil {
+				q.qq.removeLocked(e.Seq)
+			}
 		}
 	}
 	if q.disk == nil {
@@ -696,6 +737,11 @@ func (q *Queue) Ack(ds []Delivery) {
 // dead-lettered with reason rejected when the queue has a DLX, else
 // discarded (R5.2).
 func (q *Queue) Reject(ds []Delivery) {
+	if q.qq != nil {
+		if ds = q.qqSettle(ds, settleReject); len(ds) == 0 {
+			return
+		}
+	}
 	if !q.IsLocal() {
 		q.remoteSettle(ds, settleReject)
 		return
@@ -718,11 +764,16 @@ func (q *Queue) Reject(ds []Delivery) {
 // delayed retry (R5.5), the deadline (R2.3) and drop-head (R4.4): see
 // machine.Machine.Requeue.
 func (q *Queue) Requeue(ds []Delivery, failed bool) {
-	if !q.IsLocal() {
-		kind := settleRequeue
-		if failed {
-			kind = settleRequeueFailed
+	kind := settleRequeue
+	if failed {
+		kind = settleRequeueFailed
+	}
+	if q.qq != nil {
+		if ds = q.qqSettle(ds, kind); len(ds) == 0 {
+			return
 		}
+	}
+	if !q.IsLocal() {
 		q.remoteSettle(ds, kind)
 		return
 	}
@@ -748,6 +799,9 @@ func (q *Queue) Purge() int {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.qq != nil {
+		q.qq.purgeLocked()
+	}
 	q.purgeDiskLocked()
 	q.purgeSpillLocked()
 	// RabbitMQ 4.3 purge also drops pending at-least-once dead letters.
@@ -764,9 +818,17 @@ func (q *Queue) AddConsumer(c *Consumer) error { return q.AddConsumerThen(c, nil
 // delivered to c, so that basic.consume-ok is sent only on success and
 // ahead of the first delivery. added follows the rules of Sink.Deliver.
 func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
+	if q.qq != nil { // attached to its leader, wherever it moves (qqclient.go)
+		return q.qqAddConsumer(c, added)
+	}
 	if !q.IsLocal() {
 		return q.remoteAddConsumer(c, added)
 	}
+	return q.addConsumerLocal(c, added)
+}
+
+// addConsumerLocal is AddConsumerThen on the queue's home.
+func (q *Queue) addConsumerLocal(c *Consumer, added func()) error {
 	q.mu.Lock()
 	if q.deleted {
 		q.mu.Unlock()
@@ -791,6 +853,10 @@ func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
 // RemoveConsumer unsubscribes c. If the queue is auto-delete and c was its
 // last consumer, the queue is deleted.
 func (q *Queue) RemoveConsumer(c *Consumer) {
+	if q.qq != nil {
+		q.qqRemoveConsumer(c)
+		return
+	}
 	if !q.IsLocal() {
 		q.remoteRemoveConsumer(c)
 		return

@@ -135,6 +135,11 @@ type remoteState struct {
 	barrierC *sync.Cond
 	// outboxes: the lossless, ordered one-way messages per node (remoteout.go).
 	outs map[string]*outbox
+	// replicated quorum queues (qqclient.go): those this node publishes
+	// to or consumes from, this run's publisher id and the last seq.
+	qqs   map[*Queue]struct{}
+	qqPub atomic.Uint64
+	qqSeq atomic.Uint64
 }
 
 type pubWait struct {
@@ -153,8 +158,9 @@ type heldKey struct {
 }
 
 type heldDelivery struct {
-	d Delivery
-	p *proxy // nil for basic.get
+	d    Delivery
+	p    *proxy // nil for basic.get
+	term uint64 // a quorum queue's: the client's leader term (qqclient.go)
 }
 
 // id returns a new id for a wait, a consumer or a barrier. Ids start at
@@ -188,6 +194,15 @@ func (q *Queue) homeDown() *amqp.Error {
 // checkHome returns the unavailable-queue error when q is remote and its
 // home is down (nil for a local queue).
 func (q *Queue) checkHome() error {
+	if q.qq != nil { // wait for its leader (qqclient.go)
+		if _, _, ok := q.qqAwait(time.Now().Add(qqLeaderWait)); !ok {
+			if q.Deleted() {
+				return notFoundQueue(q.Name, q.vhost.Name)
+			}
+			return qqNoLeader()
+		}
+		return nil
+	}
 	if q.IsLocal() {
 		return nil
 	}
@@ -204,8 +219,20 @@ func (q *Queue) checkHome() error {
 // call runs a call on q's home node; a transport failure is the
 // unavailable-queue error, an error the home answered keeps its code.
 func (q *Queue) call(req []byte) (*msgDecoder, error) {
+	if q.qq != nil {
+		return q.qqCall(req, qqLeaderWait)
+	}
+	return q.callNode(q.HomeNode(), req)
+}
+
+// callNode runs a call on node, q's home (or its leader); for a quorum
+// queue, node unreachable or not its leader is errQQRetry.
+func (q *Queue) callNode(node string, req []byte) (*msgDecoder, error) {
 	p := q.vhost.b.getPeers()
-	if p == nil || !p.Up(q.HomeNode()) {
+	if p == nil || !p.Up(node) {
+		if q.qq != nil {
+			return nil, errQQRetry
+		}
 		return nil, q.homeDown()
 	}
 	// Calls and one-way messages travel separately: a barrier sent
@@ -215,16 +242,23 @@ func (q *Queue) call(req []byte) (*msgDecoder, error) {
 	rs.mu.Lock()
 	bid := rs.id()
 	rs.mu.Unlock()
-	q.vhost.b.sendOrdered(q.HomeNode(), binary.AppendUvarint([]byte{opBarrier}, bid))
+	q.vhost.b.sendOrdered(node, binary.AppendUvarint([]byte{opBarrier}, bid))
 	req = append(binary.AppendUvarint([]byte{req[0]}, bid), req[1:]...)
 	ctx, cancel := context.WithTimeout(context.Background(), remoteCallTimeout)
 	defer cancel()
-	resp, err := p.Call(ctx, q.HomeNode(), req)
+	resp, err := p.Call(ctx, node, req)
 	if err != nil {
-		q.vhost.b.log.Warn("cluster: call to a queue's home node failed", "queue", q.Name, "vhost", q.vhost.Name, "home", q.HomeNode(), "err", err)
+		q.vhost.b.log.Warn("cluster: call to a queue's home node failed", "queue", q.Name, "vhost", q.vhost.Name, "home", node, "err", err)
+		if q.qq != nil {
+			return nil, errQQRetry
+		}
 		return nil, q.homeDown()
 	}
-	return decodeResult(resp)
+	d, err := decodeResult(resp)
+	if q.qq != nil && isQQNotLeader(err) {
+		return nil, errQQRetry
+	}
+	return d, err
 }
 
 // --- encoding ---
@@ -316,6 +350,9 @@ func (b *Broker) lookupRef(d *msgDecoder) (*Queue, error) {
 		return nil, notFoundQueue(qn, vn)
 	}
 	if !q.IsLocal() {
+		if q.qq != nil {
+			return nil, q.qqNotLeaderErr()
+		}
 		return nil, amqp.Errorf(amqp.NotFound, "queue '%s' in vhost '%s' is not homed on node '%s'", qn, vn, b.node)
 	}
 	return q, nil
@@ -543,28 +580,45 @@ func (b *Broker) enqueueFromPeer(from string, d *msgDecoder) {
 		answer(enqNoQueue)
 		return
 	}
+	if id == 0 {
+		answer = nil
+	}
+	b.enqueueAnswered(q, m, answer)
+}
+
+// enqueueAnswered enqueues m from a peer into q, homed here, and calls
+// answer (nil: nobody waits) with the outcome once it is durable. A
+// quorum queue's enqueue goes through its leader (qqclient.go).
+func (b *Broker) enqueueAnswered(q *Queue, m *Message, answer func(byte)) {
 	r, _ := b.remote.routers.Get().(*Router)
 	if r == nil {
 		r = &Router{}
 	}
 	clear(r.logs)
-	r.logs, r.failed, r.busy, r.rw = r.logs[:0], false, false, nil
+	r.logs, r.failed, r.busy, r.rw, r.NoWait = r.logs[:0], false, false, nil, answer == nil
 	res := q.enqueue(m, r)
 	tok := b.durability(r.logs)
+	if r.rw != nil {
+		tok.rws = []*rwait{r.rw}
+		r.rw = nil
+	}
 	failed := r.failed
 	defer b.remote.routers.Put(r) // after Notify, which reads r.logs
 	switch {
+	case answer == nil:
 	case res == rejectedOverflow:
 		answer(enqRejected)
 	case failed:
 		answer(enqFailed)
-	case id == 0:
 	default:
 		tok.Notify(func(err error) {
-			if err != nil {
-				answer(enqFailed)
-			} else {
+			switch {
+			case err == nil:
 				answer(enqOK)
+			case errors.Is(err, ErrRemoteRejected):
+				answer(enqRejected)
+			default:
+				answer(enqFailed)
 			}
 		})
 	}
@@ -581,6 +635,10 @@ type rconsumer struct {
 	active bool       // the home accepted it
 	buf    []Delivery // deliveries its Sink could not take yet, in order
 	gone   bool
+	// a quorum queue's leg (qqclient.go): the epoch of this node's view
+	// of the leader it is attached to (0 for other queues), and the node.
+	epoch uint64
+	node  string
 }
 
 // remoteQ is a remote queue's state on a client node (guarded by q.mu).
@@ -674,6 +732,10 @@ func (rc *rconsumer) flushLocked() {
 
 // returnDeliveries gives deliveries no client saw back to the home.
 func (q *Queue) returnDeliveries(ds []Delivery) {
+	if len(ds) > 0 && q.qq != nil { // by epoch (qqclient.go)
+		q.Requeue(ds, false)
+		return
+	}
 	if len(ds) > 0 {
 		q.remoteSettle(ds, settleRequeue)
 	}
@@ -741,10 +803,11 @@ func (b *Broker) deliverFromHome(from string, d *msgDecoder) {
 		b.log.Warn("cluster: bad delivery from a queue's home node", "queue", q.Name, "err", err)
 		return
 	}
+	dv.term = rc.epoch
 	q.mu.Lock()
 	if rc.gone {
 		q.mu.Unlock()
-		q.returnDeliveries([]Delivery{dv})
+		q.returnDeliveries([]Delivery{dv}) // a quorum queue's of an earlier epoch are dropped there
 		return
 	}
 	if !rc.active || len(rc.buf) > 0 || !rc.c.Sink.Deliver(rc.c, dv) {
@@ -762,6 +825,10 @@ func (b *Broker) canceledFromHome(d *msgDecoder) {
 	delete(rs.cons, cid)
 	rs.mu.Unlock()
 	if rc == nil {
+		return
+	}
+	if rc.q.qq != nil { // a leg: attached again, or cancelled if the queue is gone
+		rc.q.qqLegLost(func(l qqLeg) bool { return l.rc == rc })
 		return
 	}
 	// Either the answer to our cancel (rc is gone already: its stream
@@ -791,6 +858,10 @@ func (q *Queue) dropRemoteConsumers(match func(*rconsumer) bool) {
 }
 
 func (q *Queue) remoteDispatch() {
+	if q.qq != nil {
+		q.qqDispatch()
+		return
+	}
 	q.mu.Lock()
 	if q.rq != nil {
 		for _, rc := range q.rq.cons {
@@ -824,6 +895,7 @@ type proxy struct {
 	credit int // the consumer's prefetch; 0: unlimited
 	out    int // deliveries held by the node, not yet settled
 	retry  atomic.Bool
+	term   uint64 // a quorum queue's: the leader term its node attached in
 }
 
 // sendRetry is how soon a delivery the link could not take is offered again.
@@ -853,7 +925,7 @@ func (p *proxy) Deliver(c *Consumer, d Delivery) bool {
 			h = map[heldKey]heldDelivery{}
 			rs.held[p.node] = h
 		}
-		h[heldKey{d.Queue, d.Seq}] = heldDelivery{d: d, p: p}
+		h[heldKey{d.Queue, d.Seq}] = heldDelivery{d: d, p: p, term: p.term}
 		rs.mu.Unlock()
 	}
 	buf := make([]byte, 0, 48+len(d.Msg.Body)+len(d.Msg.Exchange)+len(d.Msg.RoutingKey))
@@ -891,9 +963,16 @@ func (p *proxy) Cancelled(c *Consumer) {
 	p.b.sendOrdered(p.node, binary.AppendUvarint([]byte{opCanceled}, p.cid))
 }
 
-func (b *Broker) consumeForPeer(from string, d *msgDecoder) error {
+func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
+	var term uint64
+	if qq {
+		term = d.uvarint()
+	}
 	q, err := b.lookupRef(d)
 	if err != nil {
+		return err
+	}
+	if err := q.qqCheckTerm(term); err != nil {
 		return err
 	}
 	cid, tag := d.uvarint(), d.str()
@@ -909,7 +988,7 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder) error {
 	if len(args) == 0 {
 		args = nil
 	}
-	p := &proxy{b: b, node: from, cid: cid, credit: int(prefetch)}
+	p := &proxy{b: b, node: from, cid: cid, credit: int(prefetch), term: term}
 	p.c = &Consumer{Tag: tag, NoAck: noAck, Exclusive: excl, Priority: int(prio), Args: args, Sink: p, Owner: owner, Prefetch: int(prefetch)}
 	rs := &b.remote
 	rs.mu.Lock()
@@ -918,7 +997,7 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder) error {
 	}
 	rs.proxies[proxyKey{from, cid}] = p
 	rs.mu.Unlock()
-	if err := q.AddConsumer(p.c); err != nil {
+	if err := q.addConsumerLocal(p.c, nil); err != nil {
 		rs.mu.Lock()
 		delete(rs.proxies, proxyKey{from, cid})
 		rs.mu.Unlock()
@@ -1039,6 +1118,9 @@ func (q *Queue) settleLocal(ds []Delivery, kind byte) {
 // the local consumers of queues homed there are cancelled and the
 // publishes waiting for it fail (nack).
 func (b *Broker) PeerState(node string, up bool) {
+	if node != b.node {
+		defer b.qqPeerState(node, up) // quorum queues wait for their leader (qqclient.go)
+	}
 	if up && node != b.node {
 		b.retryRemoteDLsNow()
 	}
@@ -1066,6 +1148,12 @@ func (b *Broker) PeerState(node string, up bool) {
 	delete(rs.barriers, node) // a restarted node counts from 0 again
 	var rqs []*Queue
 	for id, rc := range rs.cons {
+		if rc.q.qq != nil { // a quorum queue's leg: attached again elsewhere
+			if rc.node == node {
+				delete(rs.cons, id)
+			}
+			continue
+		}
 		if rc.q.HomeNode() == node {
 			delete(rs.cons, id)
 			rqs = append(rqs, rc.q)
@@ -1116,7 +1204,14 @@ func (q *Queue) remoteGet(noAck bool) (Delivery, int, bool) {
 // remoteCounts is declare-ok's message and consumer counts from the home;
 // the call is a use of the queue (x-expires) there.
 func (q *Queue) remoteCounts(touch bool) (int, int, error) {
-	d, err := q.call(appendBool(q.appendRef(nil, callCounts), touch))
+	req := appendBool(q.appendRef(nil, callCounts), touch)
+	var d *msgDecoder
+	var err error
+	if q.qq != nil && !touch { // not a declare's (qqDeclareCounts waited)
+		d, err = q.qqCall(req, qqStatWait)
+	} else {
+		d, err = q.call(req)
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -1153,15 +1248,22 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		b.awaitBarrier(from, bid)
 	}
 	switch req[0] {
-	case callConsume:
-		return appendResult(nil, b.consumeForPeer(from, d)), nil
-	case callGet:
+	case callConsume, callQQConsume:
+		return appendResult(nil, b.consumeForPeer(from, d, req[0] == callQQConsume)), nil
+	case callGet, callQQGet:
+		var term uint64
+		if req[0] == callQQGet {
+			term = d.uvarint()
+		}
 		q, err := b.lookupRef(d)
+		if err == nil {
+			err = q.qqCheckTerm(term)
+		}
 		if err != nil {
 			return appendResult(nil, err), nil
 		}
 		noAck := d.bool()
-		dv, remaining, ok := q.Get(noAck)
+		dv, remaining, ok := q.getLocal(noAck)
 		out := appendBool(appendResult(nil, nil), ok)
 		if !ok {
 			return out, nil
@@ -1175,7 +1277,7 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 			if rs.held[from] == nil {
 				rs.held[from] = map[heldKey]heldDelivery{}
 			}
-			rs.held[from][heldKey{q, dv.Seq}] = heldDelivery{d: dv}
+			rs.held[from][heldKey{q, dv.Seq}] = heldDelivery{d: dv, term: term}
 			rs.mu.Unlock()
 		}
 		out = binary.AppendUvarint(out, uint64(remaining))
@@ -1238,6 +1340,10 @@ func (b *Broker) HandlePeerMessage(from string, msg []byte) {
 		b.barrierFromPeer(from, d.uvarint())
 	case opStale:
 		b.staleForPeer(from, d)
+	case opQQEnqueue:
+		b.qqEnqueueFromPeer(from, d)
+	case opQQEnqueued:
+		b.qqEnqueuedFromPeer(d)
 	}
 }
 
@@ -1288,6 +1394,9 @@ func (b *Broker) awaitBarrier(from string, id uint64) {
 // declareCounts is queue.declare-ok's counts for an existing queue, whose
 // declare is a use (x-expires); from the home for a remote queue.
 func (q *Queue) declareCounts() (*Queue, int, int, error) {
+	if q.qq != nil {
+		return q.qqDeclareCounts()
+	}
 	if !q.IsLocal() && q.vhost.b.getPeers() == nil {
 		return q, 0, 0, nil // no data plane wired (a definitions-only broker)
 	}

@@ -240,6 +240,14 @@ type QueueSpec struct {
 	// Home is the node the queue lives on in a cluster ("" on a single
 	// node; Queue.Home).
 	Home string
+	// Members and Group make a quorum queue in a cluster a replicated
+	// one (issue 14, qqgroup.go): its Raft group's initial members, the
+	// preferred leader first, and the group's id.
+	Members []string
+	Group   uint64
+	// newGroup: the declare creates the group (its command is being
+	// applied), not a restart or a snapshot.
+	newGroup bool
 }
 
 // NewQueueName returns a server-generated queue name as RabbitMQ makes them.
@@ -296,6 +304,9 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 		}
 		q = newQueue(v, s)
 		q.Home = s.Home
+		if len(s.Members) > 0 && s.Group != 0 && v.b.node != "" {
+			q.qq = newQQState(q, s.Group, s.Members)
+		}
 		v.applyQueuePolicies(q) // existing policies apply (R1.12)
 		v.queues[s.Name] = q
 		if q.recorded() {
@@ -317,6 +328,9 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 			q.mu.Lock()
 			q.disk.ensure()
 			q.mu.Unlock()
+		}
+		if q.qq != nil {
+			q.qq.start(s.newGroup) // this node's member, if it is one
 		}
 		return q, 0, 0, nil
 	}
@@ -388,9 +402,12 @@ func (v *VHost) DeleteQueue(name string, conn uint64, ifUnused, ifEmpty bool) (i
 	}
 	if v.b.replicating() {
 		// The deletion applies on every node, the home's messages with
-		// it; a queue whose home is down cannot be deleted (RabbitMQ).
-		if err := q.checkHome(); err != nil {
-			return 0, err
+		// it; a queue whose home is down cannot be deleted (RabbitMQ); a
+		// quorum queue without a leader can (RabbitMQ forces it).
+		if q.qq == nil {
+			if err := q.checkHome(); err != nil {
+				return 0, err
+			}
 		}
 		return v.proposeQueueDelete(q, conn, ifUnused, ifEmpty)
 	}
@@ -429,6 +446,9 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 	}
 	perr := v.unlockPersist(nil)
 	n, cs := q.markDeleted()
+	if q.qq != nil {
+		q.qq.delete()
+	}
 	for _, c := range cs {
 		c.Sink.Cancelled(c)
 	}

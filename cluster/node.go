@@ -11,6 +11,8 @@
 //	svcData  call/one-way  the data plane of remote queues (broker.Peers)
 //	svcMgmt  call      the management API's local view of a node (mgmt.Cluster)
 //	svcSync  call      wait until a node has applied the metadata log to an index
+//	svcQRaft one-way   Raft messages of the quorum queues' groups (cluster/qraft)
+//	svcQQ    one-way   quorum queue leaders' announcements (broker.HandleQuorumMessage)
 package cluster
 
 import (
@@ -22,12 +24,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/cluster/meta"
+	"github.com/warrenmq/warren/cluster/qraft"
 	"github.com/warrenmq/warren/cluster/transport"
 	"github.com/warrenmq/warren/mgmt"
 )
@@ -38,6 +42,9 @@ const (
 	svcData byte = 2
 	svcMgmt byte = 3
 	svcSync byte = 4
+	// issue 14: replicated quorum queues.
+	svcQRaft byte = 5
+	svcQQ    byte = 6
 )
 
 // Config configures a node.
@@ -81,6 +88,7 @@ type Node struct {
 	tr   *transport.Transport
 	ln   net.Listener
 	meta *meta.Group
+	qh   *qraft.Host // the quorum queues' raft host
 	addr string
 	up   time.Time
 
@@ -146,6 +154,25 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		}
 	})
 
+	// The quorum queues' raft host before the metadata group: replaying
+	// the definitions starts the groups of the quorum queues declared.
+	qh, err := qraft.Open(qraft.Config{
+		Self:         cfg.Node,
+		Dir:          filepath.Join(cfg.DataDir, "qraft"),
+		Send:         func(to string, data []byte) error { return n.tr.Send(to, svcQRaft, data) },
+		Logger:       n.log,
+		TickInterval: cfg.Tick,
+	})
+	if err != nil {
+		n.tr.Close()
+		ln.Close()
+		return nil, fmt.Errorf("cluster: quorum queues: %w", err)
+	}
+	n.qh = qh
+	n.tr.OnMessage(svcQRaft, qh.Step)
+	n.tr.OnMessage(svcQQ, b.HandleQuorumMessage)
+	b.SetQuorumHost(quorumHost{h: qh, n: n})
+
 	// The group first (it reads the cluster id this node keeps), then
 	// the links: a handshake always compares the id the node has.
 	g, err := meta.Open(meta.Config{
@@ -160,6 +187,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		ProposeTimeout: cfg.ProposeTimeout,
 	})
 	if err != nil {
+		qh.Close()
 		n.tr.Close()
 		ln.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -186,7 +214,11 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	b.SetPeers(peers{n})
 	n.tr.Handle(svcData, b.HandlePeerCall)
 	n.tr.OnMessage(svcData, n.dataMessage)
-	n.tr.OnPeerState(func(name string, up bool) { b.PeerState(name, up) })
+	n.tr.OnPeerState(func(name string, up bool) {
+		qh.PeerState(name, up)
+		b.PeerState(name, up)
+		b.QuorumPeerState(name, up)
+	})
 	if m != nil {
 		m.SetCluster(mgmtCluster{n})
 		n.tr.Handle(svcMgmt, n.serveMgmt)
@@ -283,7 +315,11 @@ func (n *Node) membersChanged(ms []meta.Member) {
 	}
 	for _, name := range gone {
 		n.tr.RemovePeer(name)
+		if n.qh != nil {
+			n.qh.PeerState(name, false)
+		}
 		n.b.PeerState(name, false)
+		n.b.QuorumPeerState(name, false)
 	}
 }
 
@@ -318,6 +354,11 @@ func (n *Node) Close() error {
 		}
 		if g := n.group(); g != nil {
 			err = g.Close()
+		}
+		if n.qh != nil {
+			if e := n.qh.Close(); err == nil {
+				err = e
+			}
 		}
 		if e := n.tr.Close(); err == nil {
 			err = e
@@ -506,6 +547,21 @@ func (c mgmtCluster) Nodes() []mgmt.NodeInfo {
 	return out
 }
 
+// QuorumStats are the quorum queues' raft host's counters (mgmt.QuorumStatser).
+func (c mgmtCluster) QuorumStats() map[string]any {
+	if c.n.qh == nil {
+		return nil
+	}
+	st := c.n.qh.Stats()
+	return map[string]any{"groups": st.Groups, "quiesced": st.Quiesced, "fsyncs": st.Syncs, "appends": st.Appends,
+		"log_bytes": st.LogBytes, "live_bytes": st.LiveBytes, "segments": st.Segments, "compactions": st.Compactions,
+		"proposals": st.Proposals, "snapshots": st.Snapshots, "snapshots_sent": st.SnapsSent,
+		"snapshots_installed": st.SnapsIn, "batches_sent": st.Batches, "raft_messages_sent": st.RaftMsgs}
+}
+
+// QuorumHost is the node's raft host of quorum queues (tests, status).
+func (n *Node) QuorumHost() *qraft.Host { return n.qh }
+
 func (c mgmtCluster) Status() mgmt.ClusterStatus {
 	g := c.n.group()
 	if g == nil {
@@ -557,4 +613,63 @@ func (e noQuorumError) Unwrap() []error {
 		return []error{broker.ErrNoQuorum, broker.ErrOutcomeUnknown, e.err}
 	}
 	return []error{broker.ErrNoQuorum, e.err}
+}
+
+// quorumHost adapts the raft host to the broker's QuorumHost.
+type quorumHost struct {
+	h *qraft.Host
+	n *Node
+}
+
+func (a quorumHost) StartGroup(id uint64, members []string, sm broker.QuorumSM, join bool) (broker.QuorumGroup, error) {
+	g, err := a.h.StartGroup(id, members, quorumSM{sm}, join)
+	if err != nil {
+		return nil, err
+	}
+	return quorumGroup{g}, nil
+}
+
+func (a quorumHost) StopGroup(id uint64)   { a.h.StopGroup(id) }
+func (a quorumHost) DeleteGroup(id uint64) { a.h.DeleteGroup(id) }
+func (a quorumHost) Announce(node string, msg []byte) error {
+	return a.n.tr.Send(node, svcQQ, msg)
+}
+
+// quorumSM adapts a broker quorum queue's state machine to the host's.
+type quorumSM struct{ sm broker.QuorumSM }
+
+func (s quorumSM) Apply(ents []qraft.Entry) {
+	out := make([]broker.QuorumEntry, len(ents))
+	for i, e := range ents {
+		out[i] = broker.QuorumEntry{Index: e.Index, Term: e.Term, Data: e.Data}
+	}
+	s.sm.Apply(out)
+}
+func (s quorumSM) Snapshot() ([]byte, []uint64)      { return s.sm.Snapshot() }
+func (s quorumSM) Restore(index uint64, data []byte) { s.sm.Restore(index, data) }
+func (s quorumSM) LeaderChanged(leader string, term uint64, isSelf bool) {
+	s.sm.LeaderChanged(leader, term, isSelf)
+}
+
+// quorumGroup adapts a host's group to the broker's QuorumGroup.
+type quorumGroup struct{ g *qraft.Group }
+
+func (g quorumGroup) Propose(data []byte, done func(uint64, error)) { g.g.Propose(data, done) }
+func (g quorumGroup) ReadEntry(index uint64) ([]byte, error)        { return g.g.ReadEntry(index) }
+func (g quorumGroup) Leader() (string, uint64)                      { return g.g.Leader() }
+func (g quorumGroup) AddMember(ctx context.Context, node string) error {
+	return g.g.AddMember(ctx, node)
+}
+func (g quorumGroup) RemoveMember(ctx context.Context, node string) error {
+	return g.g.RemoveMember(ctx, node)
+}
+func (g quorumGroup) TransferLeader(ctx context.Context, node string) error {
+	return g.g.TransferLeader(ctx, node)
+}
+func (g quorumGroup) Campaign() error { return g.g.Campaign() }
+func (g quorumGroup) Status() broker.QuorumStatus {
+	st := g.g.Status()
+	return broker.QuorumStatus{ID: st.ID, Term: st.Term, Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,
+		Leader: st.Leader, Members: st.Members, Online: st.Online, LogBytes: st.LogBytes, LogEntries: st.LogEntries,
+		SnapshotIndex: st.SnapshotIndex, Quiesced: st.Quiesced}
 }

@@ -42,6 +42,14 @@ type NodeInfo struct {
 }
 
 // ClusterStatus is the metadata group's state as this node sees it.
+// QuorumStatser is implemented by a Cluster whose node runs the raft host
+// of replicated quorum queues (issue 14): its counters (fsyncs of the
+// shared log, groups, quiesced groups...), which /api/nodes shows as the
+// node's quorum_queues_raft.
+type QuorumStatser interface {
+	QuorumStats() map[string]any
+}
+
 type ClusterStatus struct {
 	ID     string // the cluster id ("" until known)
 	Leader string // the metadata group's leader ("" when there is none)

@@ -34,6 +34,7 @@ func (s *Server) routes() {
 	s.handle("GET /api/nodes/{node}", lvlMonitoring, (*call).nodeGet)
 	s.healthRoutes()
 	s.clusterRoutes()
+	s.quorumRoutes()
 
 	s.connRoutes()
 	s.accessRoutes()
@@ -343,7 +344,7 @@ func (c *call) nodeGet() error {
 		if name != c.s.node {
 			return errNotFound
 		}
-		return c.ok(c.s.node1())
+		return c.ok(c.s.nodeSelf())
 	}
 	for _, n := range c.s.cluster().Nodes() {
 		if n.Name == name {
@@ -353,13 +354,23 @@ func (c *call) nodeGet() error {
 	return errNotFound
 }
 
+// nodeSelf is this node as /api/nodes shows it: node1, and in a cluster
+// the quorum queues' raft host counters (issue 14).
+func (s *Server) nodeSelf() map[string]any {
+	m := s.node1()
+	if qs, ok := s.cluster().(QuorumStatser); ok {
+		m["quorum_queues_raft"] = qs.QuorumStats()
+	}
+	return m
+}
+
 // clusterNode is a member as /api/nodes shows it: what the node reports
 // about itself, or, when it does not answer, its name with running false.
 // Warren adds "leader" (it leads the metadata group) and "address".
 func (c *call) clusterNode(n NodeInfo) map[string]any {
 	var m map[string]any
 	if n.Name == c.s.node {
-		m = c.s.node1()
+		m = c.s.nodeSelf()
 	} else if n.Running {
 		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
 		st, body, err := c.s.cluster().Fetch(ctx, n.Name, http.MethodGet, "/api/nodes/"+url.PathEscape(n.Name), nil)

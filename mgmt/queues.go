@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"sync"
 
 	"github.com/warrenmq/warren/broker"
 )
@@ -19,6 +21,28 @@ func (s *Server) queueRoutes() {
 	s.handle("POST /api/queues/{vhost}/{name}/get", lvlManagement, (*call).queueGetMessages)
 	s.handle("GET /api/queues/{vhost}/{name}/bindings", lvlManagement, (*call).queueBindings)
 	s.handle("POST /api/queues/{vhost}/{name}/actions", lvlManagement, (*call).queueActions)
+	s.handle("GET /api/queues/{vhost}/{name}/raft", lvlMonitoring, (*call).queueRaft)
+}
+
+// queueRaft is Warren's: this node's member of a replicated quorum queue's
+// Raft group (issue 14), 404 when the node runs none. The leader's
+// GET /api/queues/{vhost}/{name} gathers every member's in "raft".
+func (c *call) queueRaft() error {
+	_, q, err := c.queue()
+	if err != nil {
+		return err
+	}
+	info, ok := q.QuorumInfo(nil)
+	if !ok || !info.Member {
+		return errNotFound
+	}
+	return c.ok(raftJSON(info.Status))
+}
+
+func raftJSON(st broker.QuorumStatus) map[string]any {
+	return map[string]any{"term": st.Term, "commit_index": st.Commit, "last_applied": st.Applied, "last_index": st.LastIndex,
+		"snapshot_index": st.SnapshotIndex, "log_bytes": st.LogBytes, "log_entries": st.LogEntries,
+		"quiesced": st.Quiesced, "leader": st.Leader}
 }
 
 // queueActions takes RabbitMQ's classic mirrored queue actions: sync and
@@ -111,8 +135,82 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		m["messages_dlx"], m["message_bytes_dlx"] = st.DeadLetterPending, 0
 		m["open_files"] = map[string]any{s.node: 0}
 		m["single_active_consumer_ctag"] = nil
+		c.quorumFields(m, q)
 	}
 	return m
+}
+
+// quorumFields sets a replicated quorum queue's group fields (issue 14):
+// RabbitMQ's leader, members and online, and Warren's raft, the local
+// member's Raft metrics by node. Nothing for other queues.
+func (c *call) quorumFields(m map[string]any, q *broker.Queue) {
+	up := func(string) bool { return true }
+	if cl := c.s.cluster(); cl != nil {
+		running := map[string]bool{}
+		for _, n := range cl.Nodes() {
+			running[n.Name] = n.Running
+		}
+		up = func(n string) bool { return running[n] }
+	}
+	info, ok := q.QuorumInfo(up)
+	if !ok {
+		return
+	}
+	online := info.Online
+	if online == nil {
+		online = []string{}
+	}
+	m["members"], m["online"] = info.Members, online
+	if info.Leader != "" {
+		m["leader"], m["node"] = info.Leader, info.Leader
+	} else {
+		m["leader"] = nil
+	}
+	open := map[string]any{}
+	for _, n := range online {
+		open[n] = 0
+	}
+	m["open_files"] = open
+	if info.Member {
+		m["raft"] = map[string]any{c.s.node: raftJSON(info.Status)}
+	}
+}
+
+// raftOfMembers adds the other online members' Raft metrics to a quorum
+// queue's "raft" (one queue's GET, not the lists: a call per member).
+func (c *call) raftOfMembers(m map[string]any, v *broker.VHost, q *broker.Queue) {
+	r, _ := m["raft"].(map[string]any)
+	cl := c.s.cluster()
+	if r == nil || cl == nil {
+		return
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range strListOf(m["online"]) {
+		if n == c.s.node {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
+			defer cancel()
+			st, body, err := cl.Fetch(ctx, n, http.MethodGet, "/api/queues/"+url.PathEscape(v.Name)+"/"+url.PathEscape(q.Name)+"/raft", nil)
+			var one map[string]any
+			if err != nil || st != http.StatusOK || json.Unmarshal(body, &one) != nil {
+				return
+			}
+			mu.Lock()
+			r[n] = one
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+func strListOf(v any) []string {
+	l, _ := v.([]string)
+	return l
 }
 
 func boolRate(b bool) float64 {
@@ -182,10 +280,14 @@ func (c *call) downQueueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		}
 		return s
 	}
-	return map[string]any{"name": q.Name, "vhost": v.Name, "node": q.Home, "type": typ, "state": "down",
+	m := map[string]any{"name": q.Name, "vhost": v.Name, "node": q.Home, "type": typ, "state": "down",
 		"durable": q.Durable, "auto_delete": q.AutoDelete, "exclusive": q.Exclusive, "arguments": args,
 		"policy": nilIfEmpty(pol), "operator_policy": nilIfEmpty(opPol),
 		"effective_policy_definition": v.EffectivePolicyDefinition(q)}
+	if typ == "quorum" {
+		c.quorumFields(m, q) // no leader: RabbitMQ's "down" quorum queue
+	}
+	return m
 }
 
 // queue returns the {vhost}/{name} queue, 404 if there is none.
@@ -221,6 +323,7 @@ func (c *call) queueGet() error {
 		return c.ok(c.downQueueJSON(v, q))
 	}
 	m := c.queueJSON(v, q)
+	c.raftOfMembers(m, v, q)
 	// Per-exchange and per-channel rates: empty in the "basic" rates
 	// mode, as RabbitMQ's.
 	m["deliveries"], m["incoming"] = []any{}, []any{}

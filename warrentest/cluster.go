@@ -308,3 +308,35 @@ func (nd *Node) Start() {
 	}
 	nd.c.t.Fatalf("warrentest: restarting %s: %v", nd.name, err)
 }
+
+// QueueLeader is the index of the node that leads the replicated quorum
+// queue name in vhost as every running node knows it, -1 while the
+// running nodes know none or disagree (issue 14).
+func (c *Cluster) QueueLeader(vhost, name string) int {
+	leader := ""
+	for _, nd := range c.nodes {
+		b := nd.Broker()
+		if b == nil {
+			continue
+		}
+		v := b.VHost(vhost)
+		if v == nil {
+			return -1
+		}
+		q := v.Queue(name)
+		if q == nil {
+			return -1
+		}
+		info, ok := q.QuorumInfo(nil)
+		if !ok || info.Leader == "" || leader != "" && info.Leader != leader {
+			return -1
+		}
+		leader = info.Leader
+	}
+	for i, nd := range c.nodes {
+		if nd.name == leader {
+			return i
+		}
+	}
+	return -1
+}

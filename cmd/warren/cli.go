@@ -36,6 +36,8 @@ type cliCommand struct {
 	flags func(fs *flag.FlagSet, c *cliCtx)
 	run   func(c *cliCtx, args []string) error
 	// subs, when set, makes this a command group (dlq, definitions, policies).
+	// A group with run runs it when the first argument is not one of subs
+	// (warren queues lists, warren queues grow ... grows).
 	subs []*cliCommand
 }
 
@@ -61,6 +63,8 @@ type cliCtx struct {
 	batch      int
 	truncate   int
 	pollPeriod time.Duration
+	// warren queues grow and rebalance (cli_qq.go).
+	vhostPattern, queuePattern string
 }
 
 // deadFilterFlags are dlq inspect's and dlq replay's filters, by the most
@@ -79,7 +83,7 @@ func (c *cliCtx) oneVhost() string {
 }
 
 var cliCommands = []*cliCommand{
-	{name: "queues", args: "[--vhost V]", summary: "list queues (all vhosts unless --vhost)", run: cmdQueues},
+	{name: "queues", args: "[--vhost V]", summary: "list queues (all vhosts unless --vhost)", run: cmdQueues, subs: quorumSubcommands},
 	{name: "exchanges", args: "[--vhost V]", summary: "list exchanges", run: cmdExchanges},
 	{name: "bindings", args: "[--vhost V]", summary: "list bindings", run: cmdBindings},
 	{name: "get", args: "QUEUE [--count N] [--ackmode MODE] [--encoding auto|base64] [--truncate BYTES]",
@@ -227,7 +231,7 @@ func runCLI(args []string, stdout, stderr io.Writer) error {
 	}
 	path := []string{cmd.name}
 	rest := args[1:]
-	if len(cmd.subs) > 0 {
+	if len(cmd.subs) > 0 && !(cmd.run != nil && (len(rest) == 0 || findCommand(cmd.subs, rest[0]) == nil)) {
 		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
 			if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
 				printCommandUsage(stdout, path, cmd)
@@ -268,6 +272,9 @@ func printCommands(w io.Writer) {
 	fmt.Fprintln(w, "Commands (talk to a running broker over its management HTTP API):")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, cmd := range cliCommands {
+		if len(cmd.subs) > 0 && cmd.run != nil {
+			fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(cmd.name+" "+positional(cmd.args)), cmd.summary)
+		}
 		if len(cmd.subs) == 0 {
 			fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(cmd.name+" "+positional(cmd.args)), cmd.summary)
 			continue
@@ -295,7 +302,12 @@ func positional(synopsis string) string {
 
 func printCommandUsage(w io.Writer, path []string, cmd *cliCommand) {
 	if len(cmd.subs) > 0 {
-		fmt.Fprintf(w, "Usage: warren %s SUBCOMMAND\n\n%s\n\nSubcommands:\n", strings.Join(path, " "), cmd.summary)
+		if cmd.run != nil {
+			fmt.Fprintf(w, "Usage: warren %s %s\n       ", strings.Join(path, " "), cmd.args)
+		} else {
+			fmt.Fprint(w, "Usage: ")
+		}
+		fmt.Fprintf(w, "warren %s SUBCOMMAND\n\n%s\n\nSubcommands:\n", strings.Join(path, " "), cmd.summary)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, sub := range cmd.subs {
 			fmt.Fprintf(tw, "  %s %s\t%s\n", sub.name, sub.args, sub.summary)
