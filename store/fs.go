@@ -97,7 +97,7 @@ func (f osFile) ReadAt(p []byte, off int64) (int, error)  { return f.f.ReadAt(p,
 func (f osFile) WriteAt(p []byte, off int64) (int, error) { return f.f.WriteAt(p, off) }
 func (f osFile) Truncate(size int64) error                { return f.f.Truncate(size) }
 func (f osFile) Close() error                             { return f.f.Close() }
-func (f osFile) Sync() error                              { return datasync(f.f) }
+func (f osFile) Sync() error                              { return Datasync(f.f) }
 
 func (f osFile) Size() (int64, error) {
 	fi, err := f.f.Stat()

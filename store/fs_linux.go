@@ -5,9 +5,10 @@ import (
 	"syscall"
 )
 
-// datasync flushes f's data (and the metadata needed to read it back, such as
-// its size) to stable storage: fdatasync(2).
-func datasync(f *os.File) error {
+// Datasync flushes f's data (and the metadata needed to read it back, such
+// as its size) to stable storage: fdatasync(2). The quorum queues' WAL
+// (cluster/qraft/wal) uses it too.
+func Datasync(f *os.File) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err

@@ -4,8 +4,8 @@ package store
 
 import "os"
 
-// datasync flushes f to stable storage (fsync; fdatasync where available).
-func datasync(f *os.File) error { return f.Sync() }
+// Datasync flushes f to stable storage (fsync; fdatasync where available).
+func Datasync(f *os.File) error { return f.Sync() }
 
 // DefaultMaxOpenFiles is a bound for a FilePool.
 func DefaultMaxOpenFiles() int { return 256 }

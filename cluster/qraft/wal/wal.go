@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/warrenmq/warren/store"
 )
 
 // Record is one entry of the log. Group, Index, Term and Kind are the
@@ -327,7 +329,7 @@ func (w *WAL) datasync(f *os.File) error {
 	if w.o.NoSync {
 		return nil
 	}
-	return datasync(f)
+	return store.Datasync(f)
 }
 
 // Sync makes every record appended before it was called durable: it writes
