@@ -3,13 +3,13 @@ package qraft
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren/cluster/meta"
 	"github.com/warrenmq/warren/cluster/qraft/wal"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -61,16 +61,9 @@ const (
 	heartbeatTicks = 1
 )
 
-// NodeID is a node's raft id in every group (FNV-1a of its name, as the
-// metadata group's).
-func NodeID(name string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	if id := h.Sum64(); id != 0 {
-		return id
-	}
-	return 1
-}
+// NodeID is a node's raft id in every group: the metadata group's id for
+// it (meta.NodeID), so a node is the same id in every group.
+func NodeID(name string) uint64 { return meta.NodeID(name) }
 
 // HostStats are the host's counters.
 type HostStats struct {
