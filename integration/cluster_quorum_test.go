@@ -121,6 +121,21 @@ type qqConsumer struct {
 	first map[string]bool // the body's first delivery was redelivered
 }
 
+// waitAll waits until every body of bodies was delivered to qc.
+func (qc *qqConsumer) waitAll(t *testing.T, what string, bodies []string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		qc.mu.Lock()
+		defer qc.mu.Unlock()
+		for _, b := range bodies {
+			if qc.got[b] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func qqConsume(t *testing.T, c *warrentest.Cluster, i int, queue string, prefetch int, hold bool) *qqConsumer {
 	t.Helper()
 	conn, err := amqp.Dial(c.Node(i).URL())
@@ -385,16 +400,7 @@ func TestQuorumClusterLeaderCrash(t *testing.T) {
 
 	qc := qqConsume(t, c, others[1], "h4-qq-crash", 50, false)
 	defer qc.close()
-	waitFor(t, "every confirmed message consumed after the failover", func() bool {
-		qc.mu.Lock()
-		defer qc.mu.Unlock()
-		for _, b := range want {
-			if qc.got[b] == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	qc.waitAll(t, "every confirmed message consumed after the failover", want)
 	qc.mu.Lock()
 	for _, b := range out {
 		if !qc.redel[b] {
@@ -417,16 +423,7 @@ func TestQuorumClusterLeaderCrash(t *testing.T) {
 		return ok1 && ok2 && ri.Member && ri.Status.Applied >= li.Status.Commit && li.Status.Commit > 0 &&
 			ri.Leader == c.Node(nl).Name()
 	})
-	waitFor(t, "the messages published after the failover consumed", func() bool {
-		qc.mu.Lock()
-		defer qc.mu.Unlock()
-		for _, b := range more {
-			if qc.got[b] == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	qc.waitAll(t, "the messages published after the failover consumed", more)
 }
 
 // issue 14: a quorum queue with x-quorum-initial-group-size 2 on three
@@ -477,16 +474,7 @@ func TestQuorumClusterNonMember(t *testing.T) {
 	qqLeader(t, c, "h4-qq-two", "")
 	qc2 := qqConsume(t, c, outside, "h4-qq-two", 20, false)
 	defer qc2.close()
-	waitFor(t, "the messages confirmed before the crash consumed through the non-member", func() bool {
-		qc2.mu.Lock()
-		defer qc2.mu.Unlock()
-		for _, b := range acked {
-			if qc2.got[b] == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	qc2.waitAll(t, "the messages confirmed before the crash consumed through the non-member", acked)
 }
 
 // issue 14: every node of the cluster stops and starts again: the quorum
@@ -843,16 +831,7 @@ func TestQuorumClusterImport(t *testing.T) {
 	qqLeader(t, c, "h4-qq-imp", c.Node(l).Name())
 	qc := qqConsume(t, c, (l+2)%3, "h4-qq-imp", 10, false)
 	defer qc.close()
-	waitFor(t, "the imported queue's confirmed messages consumed after the crash", func() bool {
-		qc.mu.Lock()
-		defer qc.mu.Unlock()
-		for _, b := range acked {
-			if qc.got[b] == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	qc.waitAll(t, "the imported queue's confirmed messages consumed after the crash", acked)
 }
 
 // issue 14 (R1.14): a quorum queue dead-letters at least once into a
@@ -937,16 +916,7 @@ func TestQuorumClusterConsumerNodeCrash(t *testing.T) {
 	c.Node((l + 1) % 3).Crash()
 	qc := qqConsume(t, c, (l+2)%3, "h4-qq-cnode", 20, false)
 	defer qc.close()
-	waitFor(t, "every message consumed on the other node", func() bool {
-		qc.mu.Lock()
-		defer qc.mu.Unlock()
-		for _, b := range acked {
-			if qc.got[b] == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	qc.waitAll(t, "every message consumed on the other node", acked)
 	qc.mu.Lock()
 	defer qc.mu.Unlock()
 	for _, b := range held {
