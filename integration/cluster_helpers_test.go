@@ -35,6 +35,9 @@ type testCluster struct {
 	// beyond it, as the transport's does); 0: 65536. Links take the
 	// value in force when they are first used.
 	linkCap int
+	// closed: close has begun; Send makes no new link (its goroutine
+	// would never end) and fails as an unreachable node does.
+	closed bool
 }
 
 // testNode is one node of a testCluster.
@@ -106,6 +109,7 @@ func (c *testCluster) close() {
 		cancel()
 	}
 	c.mu.Lock()
+	c.closed = true
 	for k, l := range c.links {
 		close(l.ch)
 		delete(c.links, k)
@@ -222,7 +226,7 @@ func (p *loopPeers) Send(node string, msg []byte) error {
 	c := p.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.nodes[node] == nil || c.cut[[2]string{p.self, node}] {
+	if c.closed || c.nodes[node] == nil || c.cut[[2]string{p.self, node}] {
 		return fmt.Errorf("%s: %w", node, errLoopUnreachable)
 	}
 	k := [2]string{p.self, node}
