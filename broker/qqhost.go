@@ -38,6 +38,7 @@ type QuorumSM interface {
 type QuorumStatus struct {
 	ID, Term, Commit, Applied, LastIndex uint64
 	Leader                               string
+	Role                                 string // leader, follower, candidate, precandidate, stopped
 	Members, Online                      []string
 	LogBytes                             int64
 	LogEntries                           uint64

@@ -77,7 +77,7 @@ type QuorumMembership struct {
 // (RabbitMQ's rabbit_quorum_queue:status/2 rows).
 type QuorumMemberStatus struct {
 	Node           string
-	RaftState      string // leader, follower, candidate, pre_candidate; noproc when the member does not run
+	RaftState      string // leader, follower, candidate, pre_vote; noproc when the member does not run
 	Membership     string // voter
 	LastLogIndex   uint64
 	LastWritten    uint64
@@ -625,14 +625,13 @@ func (b *Broker) qqLocalStatus(q *Queue) QuorumMemberStatus {
 	}
 	gs := g.Status()
 	st.Membership, st.MachineVersion = "voter", qqMachineVersion
-	switch {
-	case gs.Leader == b.node:
-		st.RaftState = "leader"
-	case gs.Leader == "" && gs.Term > 0:
-		// No leader known in a term: an election (QuorumStatus has no
-		// role; a new member waiting for its leader has term 0 and is a
-		// follower).
-		st.RaftState = "candidate"
+	switch gs.Role {
+	case "leader", "follower", "candidate":
+		st.RaftState = gs.Role
+	case "precandidate":
+		st.RaftState = "pre_vote" // Ra's name for the pre-vote phase
+	case "stopped":
+		st.RaftState = "noproc"
 	default:
 		st.RaftState = "follower"
 	}

@@ -670,6 +670,6 @@ func (g quorumGroup) Campaign() error { return g.g.Campaign() }
 func (g quorumGroup) Status() broker.QuorumStatus {
 	st := g.g.Status()
 	return broker.QuorumStatus{ID: st.ID, Term: st.Term, Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,
-		Leader: st.Leader, Members: st.Members, Online: st.Online, LogBytes: st.LogBytes, LogEntries: st.LogEntries,
+		Leader: st.Leader, Role: st.Role, Members: st.Members, Online: st.Online, LogBytes: st.LogBytes, LogEntries: st.LogEntries,
 		SnapshotIndex: st.SnapshotIndex, Quiesced: st.Quiesced}
 }
