@@ -123,13 +123,16 @@ func qqNoLeader() *amqp.Error {
 
 // qqClient is a replicated quorum queue's client side on this node.
 type qqClient struct {
-	mu      sync.Mutex
-	leader  string
-	term    uint64
-	set     bool // qqLeaderChanged was called: leader/term are known
-	down    bool // the leader's node is down (PeerState)
-	epoch   uint64
-	epochA  atomic.Uint64 // epoch, for readers under Queue.mu
+	mu     sync.Mutex
+	leader string
+	term   uint64
+	set    bool // qqLeaderChanged was called: leader/term are known
+	down   bool // the leader's node is down (PeerState)
+	epoch  uint64
+	epochA atomic.Uint64 // epoch, for readers under Queue.mu
+	// origins: the node whose machine made an epoch's deliveries (where
+	// that epoch's legs and gets went), for qqSettle.
+	origins map[uint64]string
 	changed chan struct{} // closed at the next change of leader, epoch or down
 	tracked bool          // in remoteState.qqs
 
@@ -342,7 +345,7 @@ func (q *Queue) qqLeaderChanged(leader string, term uint64) {
 	// As a leader (or no longer one): the proxies and gets this node
 	// serves for other nodes from an earlier term are gone with the
 	// machine of that term.
-	q.vhost.b.remote.dropQQProxies(q, leader == q.vhost.b.node, term)
+	q.vhost.b.remote.dropQQProxies(q)
 	q.qqKick(0)
 	q.qqReattach()
 }
@@ -744,7 +747,7 @@ func (q *Queue) qqAddConsumer(c *Consumer, added func()) error {
 			}
 			qc.mu.Unlock()
 			if !current { // the leader moved meanwhile: the subscription stays
-				q.qqDetach(leg, false)
+				q.qqDetach(leg)
 				q.qqReattach()
 			}
 			return nil
@@ -767,6 +770,9 @@ func (q *Queue) qqAddConsumer(c *Consumer, added func()) error {
 // (may be nil) runs under the queue's lock before the first delivery.
 func (q *Queue) qqAttach(c *Consumer, node string, ep uint64, added func()) (qqLeg, error) {
 	b := q.vhost.b
+	q.qc.mu.Lock()
+	q.qc.qqOriginLocked(ep, node)
+	q.qc.mu.Unlock()
 	if node == b.node {
 		leg := &Consumer{Tag: c.Tag, NoAck: c.NoAck, Exclusive: c.Exclusive, Priority: c.Priority,
 			Args: c.Args, Owner: c.Owner, Prefetch: c.Prefetch}
@@ -821,10 +827,10 @@ func (q *Queue) qqAttach(c *Consumer, node string, ep uint64, added func()) (qqL
 }
 
 // qqDetach takes a leg away from the machine it is attached to. The
-// deliveries a remote leg buffered (no client saw them) go back when
-// returnBuf (the client cancelled: the same leader gets them back);
-// otherwise they are dropped (an earlier epoch: live at the new leader).
-func (q *Queue) qqDetach(l qqLeg, returnBuf bool) {
+// deliveries a remote leg buffered (no client saw them) go back to the
+// machine that made them (qqSettle: a no-op if it is gone, the new
+// leader has them).
+func (q *Queue) qqDetach(l qqLeg) {
 	if l.local != nil {
 		q.qqRemoveFromMachine(l.local)
 		return
@@ -840,13 +846,13 @@ func (q *Queue) qqDetach(l qqLeg, returnBuf bool) {
 	rc.buf = nil
 	q.mu.Unlock()
 	// rc stays known until the leader's answer ends its stream; a
-	// delivery crossing the cancel is returned (same epoch) or dropped.
+	// delivery crossing the cancel goes back to its machine too.
 	if p := b.getPeers(); p != nil && p.Up(l.node) {
 		b.sendOrdered(l.node, binary.AppendUvarint([]byte{opCancel}, rc.id))
 	} else {
 		q.forgetConsumer(rc)
 	}
-	if returnBuf && len(buf) > 0 {
+	if len(buf) > 0 {
 		q.Requeue(buf, false)
 	}
 }
@@ -881,7 +887,7 @@ func (q *Queue) qqRemoveConsumer(c *Consumer) {
 		q.qqRemoveFromMachine(c)
 		return
 	}
-	q.qqDetach(leg, true)
+	q.qqDetach(leg)
 }
 
 // qqLegLost: the machine or the leader dropped a leg (the queue deleted,
@@ -926,7 +932,7 @@ func (q *Queue) qqReattachLoop() {
 			qc.cons, qc.attaching = nil, false
 			qc.mu.Unlock()
 			for _, k := range cons {
-				q.qqDetach(k.leg, false)
+				q.qqDetach(k.leg)
 				k.c.Sink.Cancelled(k.c)
 			}
 			return
@@ -949,14 +955,14 @@ func (q *Queue) qqReattachLoop() {
 			qc.attaching = false
 			qc.mu.Unlock()
 			for _, l := range stale {
-				q.qqDetach(l, false)
+				q.qqDetach(l)
 			}
 			return
 		}
 		ch := qc.changedLocked()
 		qc.mu.Unlock()
 		for _, l := range stale {
-			q.qqDetach(l, false)
+			q.qqDetach(l)
 		}
 		if !ok {
 			waitChange(ch, qqPoll)
@@ -984,7 +990,7 @@ func (q *Queue) qqReattachLoop() {
 			qc.mu.Lock()
 			if qc.epoch != ep || qc.cons[k.c] != k {
 				qc.mu.Unlock()
-				q.qqDetach(leg, false)
+				q.qqDetach(leg)
 				continue
 			}
 			k.leg, k.epoch = leg, ep
@@ -1024,8 +1030,16 @@ func (q *Queue) qqDispatch() {
 
 // --- settle and get ---
 
-// qqSettle drops the deliveries of an earlier epoch, sends those of a
-// remote leader there, and returns those this node's machine settles.
+// qqSettle sends each settle to the node whose machine made the
+// delivery (the leader of the delivery's epoch, qqClient.origins) and
+// returns those this node's machine settles. The deliveries of an
+// earlier epoch go there too: if that machine still runs (the leader did
+// not change, this node's view of it did), it settles them; if it is
+// gone, they name no message of the machine that runs there now (its
+// sequence numbers are its term's, qqOwnLocked), and the message, still
+// live in the replicated state, is redelivered by the new leader.
+// Dropping them here instead would strand them, unacked, in a machine
+// that still runs.
 func (q *Queue) qqSettle(ds []Delivery, kind byte) []Delivery {
 	qc := &q.qc
 	self := q.vhost.b.node
@@ -1047,24 +1061,81 @@ func (q *Queue) qqSettle(ds []Delivery, kind byte) []Delivery {
 		return ds
 	}
 	var mine []Delivery
-	var seqs []uint64
+	var out map[string][]uint64
 	for i := range ds {
-		switch t := ds[i].term; {
-		case !ok:
-		case t == 0 || t == ep && local: // made by this node's machine (0: for a peer)
+		t := ds[i].term
+		if t == 0 { // made by this node's machine, for a peer
 			if local {
 				mine = append(mine, ds[i])
 			}
-		case t == ep:
-			seqs = append(seqs, ds[i].Seq)
+			continue
+		}
+		switch origin := qc.origins[t]; origin {
+		case "":
+			// unknown (an epoch too old, or none attached): the machine
+			// that made it is long gone
+		case self:
+			if q.IsLocal() {
+				mine = append(mine, ds[i])
+			}
+		default:
+			if out == nil {
+				out = map[string][]uint64{}
+			}
+			out[origin] = append(out[origin], ds[i].Seq)
 		}
 	}
-	if len(seqs) > 0 {
-		q.vhost.b.sendOut(node, outMsg{q: q, kind: kind, seqs: seqs})
+	for n, seqs := range out {
+		q.vhost.b.sendOut(n, outMsg{q: q, kind: kind, seqs: seqs})
 	}
 	qc.mu.Unlock()
 	return mine
 }
+
+// qqOwnLocked keeps the deliveries made by the machine this node runs
+// as the leader now: a settle of an earlier machine's delivery (its term
+// is in the sequence number, takeoverLocked) must not touch this one,
+// whose holders are other records. Not replicated queues keep all.
+func (q *Queue) qqOwnLocked(ds []Delivery) []Delivery {
+	s := q.qq
+	if s == nil {
+		return ds
+	}
+	here := s.here.Load()
+	own := func(d *Delivery) bool { return here && d.Seq>>qqSeqTermShift == s.term }
+	for i := range ds {
+		if !own(&ds[i]) {
+			kept := slices.Clone(ds[:i])
+			for j := i + 1; j < len(ds); j++ {
+				if own(&ds[j]) {
+					kept = append(kept, ds[j])
+				}
+			}
+			return kept
+		}
+	}
+	return ds
+}
+
+// qqOrigin records that the deliveries of epoch ep come from node's
+// machine (qqSettle sends their settles there); the oldest records go.
+func (qc *qqClient) qqOriginLocked(ep uint64, node string) {
+	if qc.origins == nil {
+		qc.origins = map[uint64]string{}
+	}
+	qc.origins[ep] = node
+	if len(qc.origins) > 2*qqOriginsKept {
+		for e := range qc.origins {
+			if e+qqOriginsKept < ep {
+				delete(qc.origins, e)
+			}
+		}
+	}
+}
+
+// qqOriginsKept is how many epochs' origins a node remembers: a delivery
+// of an older epoch is settled nowhere (its machine is gone by then).
+const qqOriginsKept = 256
 
 // qqGet is basic.get from the leader (waiting for one, qqLeaderWait).
 func (q *Queue) qqGet(noAck bool) (Delivery, int, bool) {
@@ -1074,6 +1145,9 @@ func (q *Queue) qqGet(noAck bool) (Delivery, int, bool) {
 		if !ok {
 			return Delivery{}, 0, false
 		}
+		q.qc.mu.Lock()
+		q.qc.qqOriginLocked(ep, node)
+		q.qc.mu.Unlock()
 		if node == q.vhost.b.node {
 			d, n, ok := q.getLocal(noAck)
 			d.term = ep
@@ -1168,21 +1242,26 @@ func (q *Queue) qqDeclareCounts() (*Queue, int, int, error) {
 }
 
 // dropQQProxies drops the proxy consumers and gets this node serves for
-// other nodes on q: all of them when this node does not lead q, those of
-// terms before term when it does (their machine is gone).
-func (rs *remoteState) dropQQProxies(q *Queue, leads bool, term uint64) {
-	stale := func(t uint64) bool { return !leads || t < term }
+// other nodes on q whose machine is gone: all of them when this node
+// does not lead q, those of an earlier leadership's machine when it does.
+// It looks at the machine itself, not at the change being reported: the
+// reports reach the client side late, after a new machine may have taken
+// proxies on.
+func (rs *remoteState) dropQQProxies(q *Queue) {
+	q.mu.Lock()
+	here, term := q.qq.here.Load(), q.qq.term
+	stale := func(gen uint64) bool { return !here || gen != term }
 	rs.mu.Lock()
 	var ps []*proxy
 	for k, p := range rs.proxies {
-		if p.c.Queue == q && stale(p.term) {
+		if p.q == q && stale(p.gen) {
 			delete(rs.proxies, k)
 			ps = append(ps, p)
 		}
 	}
 	for _, h := range rs.held {
 		for k, hd := range h {
-			if k.q == q && stale(hd.term) {
+			if k.q == q && stale(k.seq>>qqSeqTermShift) {
 				if hd.p != nil {
 					hd.p.out--
 				}
@@ -1191,6 +1270,7 @@ func (rs *remoteState) dropQQProxies(q *Queue, leads bool, term uint64) {
 		}
 	}
 	rs.mu.Unlock()
+	q.mu.Unlock()
 	for _, p := range ps {
 		q.qqRemoveFromMachine(p.c)
 	}

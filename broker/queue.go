@@ -713,6 +713,7 @@ func (q *Queue) Ack(ds []Delivery) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.settledLocked(ds)
+	ds = q.qqOwnLocked(ds)
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
 			if e, ok := q.m.Ack(h, ds[i].Seq, ds[i].ck); ok && q.qq != nil {
@@ -748,6 +749,7 @@ func (q *Queue) Reject(ds []Delivery) {
 	}
 	q.mu.Lock()
 	q.settledLocked(ds)
+	ds = q.qqOwnLocked(ds)
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
 			q.m.Reject(h, ds[i].Seq, ds[i].ck)
@@ -780,6 +782,7 @@ func (q *Queue) Requeue(ds []Delivery, failed bool) {
 	q.mu.Lock()
 	defer q.unlockPaced()
 	q.settledLocked(ds)
+	ds = q.qqOwnLocked(ds)
 	now := q.nowMs()
 	for i := range ds {
 		if h := ds[i].holder; h != nil {

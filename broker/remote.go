@@ -158,9 +158,8 @@ type heldKey struct {
 }
 
 type heldDelivery struct {
-	d    Delivery
-	p    *proxy // nil for basic.get
-	term uint64 // a quorum queue's: the client's leader term (qqclient.go)
+	d Delivery
+	p *proxy // nil for basic.get
 }
 
 // id returns a new id for a wait, a consumer or a barrier. Ids start at
@@ -827,8 +826,16 @@ func (b *Broker) canceledFromHome(d *msgDecoder) {
 	if rc == nil {
 		return
 	}
-	if rc.q.qq != nil { // a leg: attached again, or cancelled if the queue is gone
-		rc.q.qqLegLost(func(l qqLeg) bool { return l.rc == rc })
+	if q := rc.q; q.qq != nil { // a leg: attached again, or cancelled if the queue is gone
+		q.mu.Lock()
+		rc.gone = true
+		buf := rc.buf
+		rc.buf = nil
+		q.mu.Unlock()
+		q.qqLegLost(func(l qqLeg) bool { return l.rc == rc })
+		if len(buf) > 0 { // back to the machine that made them (if it runs)
+			q.Requeue(buf, false)
+		}
 		return
 	}
 	// Either the answer to our cancel (rc is gone already: its stream
@@ -895,7 +902,8 @@ type proxy struct {
 	credit int // the consumer's prefetch; 0: unlimited
 	out    int // deliveries held by the node, not yet settled
 	retry  atomic.Bool
-	term   uint64 // a quorum queue's: the leader term its node attached in
+	q      *Queue // the queue (c.Queue is set later, under the queue's lock)
+	gen    uint64 // a quorum queue's: the leader term of the machine it joined (under q.mu)
 }
 
 // sendRetry is how soon a delivery the link could not take is offered again.
@@ -925,7 +933,7 @@ func (p *proxy) Deliver(c *Consumer, d Delivery) bool {
 			h = map[heldKey]heldDelivery{}
 			rs.held[p.node] = h
 		}
-		h[heldKey{d.Queue, d.Seq}] = heldDelivery{d: d, p: p, term: p.term}
+		h[heldKey{d.Queue, d.Seq}] = heldDelivery{d: d, p: p}
 		rs.mu.Unlock()
 	}
 	buf := make([]byte, 0, 48+len(d.Msg.Body)+len(d.Msg.Exchange)+len(d.Msg.RoutingKey))
@@ -988,7 +996,7 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
 	if len(args) == 0 {
 		args = nil
 	}
-	p := &proxy{b: b, node: from, cid: cid, credit: int(prefetch), term: term}
+	p := &proxy{b: b, node: from, cid: cid, credit: int(prefetch), q: q}
 	p.c = &Consumer{Tag: tag, NoAck: noAck, Exclusive: excl, Priority: int(prio), Args: args, Sink: p, Owner: owner, Prefetch: int(prefetch)}
 	rs := &b.remote
 	rs.mu.Lock()
@@ -997,7 +1005,12 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
 	}
 	rs.proxies[proxyKey{from, cid}] = p
 	rs.mu.Unlock()
-	if err := q.addConsumerLocal(p.c, nil); err != nil {
+	err = q.addConsumerLocal(p.c, func() {
+		if q.qq != nil && q.qq.here.Load() { // the machine it joins (dropQQProxies)
+			p.gen = q.qq.term
+		}
+	})
+	if err != nil {
 		rs.mu.Lock()
 		delete(rs.proxies, proxyKey{from, cid})
 		rs.mu.Unlock()
@@ -1277,7 +1290,7 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 			if rs.held[from] == nil {
 				rs.held[from] = map[heldKey]heldDelivery{}
 			}
-			rs.held[from][heldKey{q, dv.Seq}] = heldDelivery{d: dv, term: term}
+			rs.held[from][heldKey{q, dv.Seq}] = heldDelivery{d: dv}
 			rs.mu.Unlock()
 		}
 		out = binary.AppendUvarint(out, uint64(remaining))

@@ -3,8 +3,10 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,6 +19,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/cluster/qraft"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -177,10 +181,65 @@ func qqConsume(t *testing.T, c *warrentest.Cluster, i int, queue string, prefetc
 	return qc
 }
 
+// qqTransfer moves the queue's leadership from its leader of the moment
+// to node to(leader) and returns the leader it moved it from. On a
+// loaded machine an election may move the leadership just before (the
+// transfer then fails with ErrNotLeader) or the transfer may time out:
+// it tries again.
+func qqTransfer(t *testing.T, c *warrentest.Cluster, name string, to func(leader int) int) int {
+	t.Helper()
+	for try := 0; ; try++ {
+		l := qqLeader(t, c, name, "")
+		info, _ := qqInfo(c, l, name)
+		dest := c.Node(to(l)).Name()
+		g := c.Node(l).Cluster().QuorumHost().Group(info.Group)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := g.TransferLeader(ctx, dest)
+		cancel()
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, qraft.ErrNotLeader) && !errors.Is(err, context.DeadlineExceeded) || try == 5 {
+			t.Fatalf("transfer of %s from node %d to %s: %v", name, l+1, dest, err)
+		}
+		t.Logf("transfer of %s from node %d: %v; again", name, l+1, err)
+	}
+}
+
+// qqViews describes every node's view of the queue's group, for a
+// failure's message.
+func qqViews(c *warrentest.Cluster, name string) string {
+	var out []string
+	for i, nd := range c.Nodes() {
+		b := nd.Broker()
+		if b == nil {
+			out = append(out, fmt.Sprintf("node %d down", i+1))
+			continue
+		}
+		q := b.VHost("/").Queue(name)
+		if q == nil {
+			out = append(out, fmt.Sprintf("node %d: no queue", i+1))
+			continue
+		}
+		info, _ := q.QuorumInfo(nil)
+		st := info.Status
+		out = append(out, fmt.Sprintf("node %d: leader %q; raft %s term %d leader %q commit %d applied %d last %d quiesced %v online %v",
+			i+1, info.Leader, st.Role, st.Term, st.Leader, st.Commit, st.Applied, st.LastIndex, st.Quiesced, st.Online))
+	}
+	return strings.Join(out, "; ")
+}
+
 func (qc *qqConsumer) count() int {
 	qc.mu.Lock()
 	defer qc.mu.Unlock()
 	return len(qc.got)
+}
+
+// heldDeliveries returns the deliveries held (hold mode) so far.
+func (qc *qqConsumer) heldDeliveries() []amqp.Delivery {
+	qc.mu.Lock()
+	defer qc.mu.Unlock()
+	return slices.Clone(qc.held)
 }
 
 func (qc *qqConsumer) heldBodies() []string {
@@ -717,18 +776,12 @@ func TestQuorumClusterLeaderTransfer(t *testing.T) {
 		return n
 	}
 	waitFor(t, "confirms before the transfer", func() bool { return total() > 600 })
-	info, _ := qqInfo(c, l, "h4-qq-move")
-	to := c.Node((l + 1) % 3).Name()
-	g := c.Node(l).Cluster().QuorumHost().Group(info.Group)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := g.TransferLeader(ctx, to)
-	cancel()
-	if err != nil {
-		t.Fatalf("transfer to %s: %v", to, err)
-	}
+	l = qqTransfer(t, c, "h4-qq-move", func(l int) int { return (l + 1) % 3 })
 	nl := qqLeader(t, c, "h4-qq-move", c.Node(l).Name())
 	before := total()
-	waitFor(t, "confirms after the transfer", func() bool { return total() > before+600 })
+	// A loaded machine (-race, 2 cores) may take a while: a stall is what
+	// this catches.
+	testutil.Eventually(t, 30*time.Second, "confirms after the transfer", func() bool { return total() > before+600 })
 	close(stop)
 	var want []string
 	for _, ld := range loads {
@@ -764,7 +817,24 @@ func TestQuorumClusterLeaderTransfer(t *testing.T) {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("%d of %d confirmed messages not consumed 30s after the transfer to node %d", missing, len(want), nl+1)
+			var first string
+			for _, b := range want {
+				if got[b] == 0 {
+					first = b
+					break
+				}
+			}
+			ldr := c.QueueLeader("/", "h4-qq-move")
+			var st broker.QueueStats
+			if ldr >= 0 {
+				st = c.Node(ldr).Broker().VHost("/").Queue("h4-qq-move").Stats()
+			}
+			var counts []int
+			for _, qc := range cons {
+				counts = append(counts, qc.count())
+			}
+			t.Fatalf("%d of %d confirmed messages not consumed 30s after the transfer to node %d (the first: %s); consumed per node %v; leader node %d: ready %d unacked %d consumers %d; %s",
+				missing, len(want), nl+1, first, counts, ldr+1, st.Ready, st.Unacked, st.Consumers, qqViews(c, "h4-qq-move"))
 		}
 	}
 	got, redel := seen()
@@ -922,6 +992,73 @@ func TestQuorumClusterConsumerNodeCrash(t *testing.T) {
 	for _, b := range held {
 		if !qc.redel[b] {
 			t.Errorf("%s, held by the crashed node's consumer, came back without redelivered", b)
+		}
+	}
+}
+
+// issue 14 (consuming through any node, failover): a settle of a
+// delivery made by an earlier leadership's machine touches nothing of the
+// machine that runs now, even on the same node: the leadership leaves the
+// consumer's node and comes back (each machine delivers the messages
+// again, redelivered), and the consumer there nacks (requeue) the first
+// machine's deliveries. Were the nacks applied to the machine that runs
+// now, it would put the messages back once more and deliver them again.
+func TestQuorumClusterStaleSettleNewMachine(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	const name = "h4-qq-gen"
+	qqDeclare(t, c, 0, name, nil)
+	l := qqLeader(t, c, name, "")
+	bodies := qqPublish(t, c, l, name, "g", 5)
+	cons := qqConsume(t, c, l, name, 100, true)
+	defer cons.close()
+	cons.waitAll(t, "the first deliveries", bodies)
+	old := cons.heldDeliveries()
+	each := func(n int) func() bool {
+		return func() bool {
+			cons.mu.Lock()
+			defer cons.mu.Unlock()
+			for _, b := range bodies {
+				if cons.got[b] < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	qqTransfer(t, c, name, func(l int) int { return (l + 1) % 3 })
+	qqLeader(t, c, name, c.Node(l).Name())
+	waitFor(t, "the second machine's redeliveries", each(2))
+	qqTransfer(t, c, name, func(int) int { return l })
+	waitFor(t, "the leadership back on node "+c.Node(l).Name(), func() bool { return c.QueueLeader("/", name) == l })
+	waitFor(t, "the third machine's redeliveries", each(3))
+	info, _ := qqInfo(c, l, name)
+	cons.mu.Lock()
+	before := maps.Clone(cons.got)
+	cons.mu.Unlock()
+	for _, d := range old {
+		if err := d.Nack(false, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The channel handles its frames in order: the marker is routed after
+	// the nacks were, and a message they put back would be delivered
+	// before it.
+	if err := cons.ch.Publish("", name, false, false, amqp.Publishing{DeliveryMode: 2, Body: []byte("marker")}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the marker delivered", func() bool {
+		cons.mu.Lock()
+		defer cons.mu.Unlock()
+		return cons.got["marker"] > 0
+	})
+	if now, _ := qqInfo(c, l, name); now.Status.Term != info.Status.Term {
+		t.Skipf("an election (term %d -> %d) redelivered everything again; nothing to tell", info.Status.Term, now.Status.Term)
+	}
+	cons.mu.Lock()
+	defer cons.mu.Unlock()
+	for _, b := range bodies {
+		if n := cons.got[b]; n != before[b] {
+			t.Errorf("%s delivered %d times after the nacks, %d before", b, n, before[b])
 		}
 	}
 }
