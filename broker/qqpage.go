@@ -312,3 +312,117 @@ func (q *Queue) QuorumMessages() (n int, ok bool) {
 	}
 	return s.st.Len(), true
 }
+
+// qqPageChunk is how many paged-out bodies Browse and Take read at once.
+const qqPageChunk = 256
+
+// browsePagedLocked continues Browse over the paged-out tail (*i counts
+// the messages walked so far, offset the first one handed to fn): their
+// bodies are read from the log, a chunk at a time, and left there.
+func (s *qqState) browsePagedLocked(i *int, offset int, fn func(Browsed) bool) {
+	if !s.here.Load() || s.lg == nil {
+		return
+	}
+	t := s.paging.tail()
+	for k := 0; k < len(t); {
+		var ps []*qqPaged
+		var ids []uint64
+		for ; k < len(t) && len(ids) < qqPageChunk; k++ {
+			p := &t[k]
+			if p.flags&qpGone != 0 {
+				continue
+			}
+			if *i < offset {
+				*i++
+				continue
+			}
+			ps, ids = append(ps, p), append(ids, p.id)
+		}
+		bodies, _ := s.readBodies(ids)
+		for j, p := range ps {
+			if bodies[j] == nil {
+				continue
+			}
+			if !fn(Browsed{Msg: bodies[j], Redelivered: p.flags&qpRedelivered != 0 || p.acq > 0, ExpiresAt: p.expiresAt}) {
+				return
+			}
+			*i++
+		}
+	}
+}
+
+// takePagedLocked continues Take over the paged-out tail, after cur.seq:
+// the matching messages are taken where they sit (their bodies read from
+// the log, the rest left there); a taken one returned (Return) goes back
+// in memory, where everything older than it is.
+func (s *qqState) takePagedLocked(cur *TakeCursor, now int64, limit, budget int, examined *int, upto uint64,
+	match func(*Message) bool, ds []Delivery) ([]Delivery, bool) {
+	q := s.q
+	full := func(more int) bool { return limit > 0 && len(ds)+more >= limit }
+	if !s.here.Load() || s.lg == nil {
+		return ds, true
+	}
+	t := s.paging.tail()
+	k := sort.Search(len(t), func(k int) bool { return t[k].seq > cur.seq })
+	for k < len(t) {
+		var ks []int
+		var ids []uint64
+		for ; k < len(t) && len(ids) < qqPageChunk; k++ {
+			p := &t[k]
+			if p.flags&qpGone != 0 || p.seq > upto {
+				continue
+			}
+			if full(len(ids)) || *examined >= budget {
+				break
+			}
+			*examined++
+			cur.seq = p.seq
+			if p.expiresAt != 0 && p.expiresAt <= now {
+				cur.Skipped++
+				continue
+			}
+			ks, ids = append(ks, k), append(ids, p.id)
+		}
+		bodies, _ := s.readBodies(ids)
+		for j, x := range ks {
+			p := &t[x]
+			if bodies[j] == nil || !match(bodies[j]) {
+				cur.Skipped++
+				continue
+			}
+			p.flags |= qpGone
+			e := p.entry()
+			e.Msg = bodies[j]
+			s.ids[e.Seq] = p.id
+			q.m.TakePaged(e)
+			ds = append(ds, q.delivery(&e, "", q.m.Holder(), q.m.Holder().Next()-1))
+		}
+		if full(0) || *examined >= budget {
+			s.paging.drop(0)
+			return ds, false
+		}
+	}
+	s.paging.drop(0)
+	return ds, true
+}
+
+// untakePagedLocked puts a paged-out message that Take took back in the
+// paged-out tail, where it sat, unless everything before it was paged in
+// since (then it goes back in memory, where they are); it reports whether
+// it did (the machine counts it paged out: Untake).
+func (s *qqState) untakePagedLocked(d *Delivery, redelivered bool) bool {
+	if !s.here.Load() {
+		return false
+	}
+	t := s.paging.tail()
+	k := sort.Search(len(t), func(k int) bool { return t[k].seq >= d.Seq })
+	if k == 0 || k >= len(t) || t[k].seq != d.Seq || t[k].flags&qpGone == 0 {
+		return false // k == 0: nothing older is paged out
+	}
+	t[k].flags &^= qpGone
+	if redelivered {
+		t[k].flags |= qpRedelivered
+	}
+	delete(s.ids, d.Seq)
+	return true
+}
