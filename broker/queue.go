@@ -948,6 +948,9 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	cs = append(cs, q.consumersLocked()...)
 	messages, _ = q.m.Delete()
 	q.spill = spillState{}
+	if q.qq != nil {
+		q.qq.paging.reset()
+	}
 	q.dlxPending = nil
 	q.dropRemoteDLsLocked()
 	if q.dlxTimer != nil {
