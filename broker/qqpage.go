@@ -63,7 +63,7 @@ func (p *qqPaged) entry() qentry {
 
 func (pg *qqPaging) push(p qqPaged) { pg.list = append(pg.list, p) }
 
-// live returns the headers not yet paged in or gone.
+// tail returns the headers not yet paged in (tombstones among them).
 func (pg *qqPaging) tail() []qqPaged { return pg.list[pg.head:] }
 
 // find returns the tail's index of seq, or -1.
@@ -97,7 +97,7 @@ func (pg *qqPaging) drop(n int) {
 
 func (pg *qqPaging) reset() { *pg = qqPaging{} }
 
-// pageable reports whether the queue pages at all.
+// pageableLocked reports whether the queue pages at all.
 func (s *qqState) pageableLocked() bool { return s.q.m.Levels() <= 1 }
 
 // pagesLocked reports whether a newly applied enqueue goes to the paged
@@ -127,8 +127,10 @@ func (s *qqState) pageOutNewLocked(id uint64, c *qrepl.Enqueue) {
 }
 
 // pageOutReturnLocked pages a message returned to the back under seq out
-// again when older messages are paged out: it must not overtake them. Its
-// body is in the log (id).
+// again when older messages are paged out: it goes behind them, so its
+// body leaves memory as theirs did (and it cannot be delivered before
+// them while the byte window holds a page-in back). Its body is in the
+// log (id).
 func (s *qqState) pageOutReturnLocked(e *qentry, seq, id uint64) {
 	q := s.q
 	if q.m.PagedN() == 0 || !s.pageableLocked() || !q.m.PageOutReady(0, seq, id) {
