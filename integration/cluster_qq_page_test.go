@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
 	"github.com/warrenmq/warren/warrentest"
 )
@@ -285,7 +286,7 @@ func TestQuorumPageOutTTL(t *testing.T) {
 			t.Fatalf("%d dead-lettered before the TTL passed", dl.Ready)
 		}
 	}
-	waitFor(t, "the expired messages in the DLQ", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the expired messages in the DLQ", func() bool {
 		return qqStats(t, c, qqLeader(t, c, "page-qq-dlq", ""), "page-qq-dlq").Ready == len(expire)
 	})
 	if since := time.Since(start); since < ttl*time.Millisecond {
@@ -430,4 +431,41 @@ func TestQuorumPageOutBrowseReplay(t *testing.T) {
 		return st.Ready == 0 && st.Unacked == 0 && st.PagedOut == 0
 	})
 	checkOrder(t, drainOrdered(t, c, ls, "page-qq-rsrc", n), acked)
+}
+
+// issue 14 (bounded resources): a new leader pages out the messages
+// beyond the window with their deadlines: paged-out messages whose TTL
+// passes after the failover are dead-lettered by the new leader, every
+// one, in order.
+func TestQuorumPageOutTTLFailover(t *testing.T) {
+	c := startPageCluster(t)
+	qqDeclare(t, c, 0, "page-qq-fdlq", nil)
+	qqDeclare(t, c, 0, "page-qq-fttl", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "page-qq-fdlq",
+		"x-message-ttl": 3000})
+	l := qqLeader(t, c, "page-qq-fttl", "")
+	pub := (l + 1) % 3
+	start := time.Now()
+	acked := qqPublish(t, c, pub, "page-qq-fttl", "f", 100)
+	if len(acked) != 100 {
+		t.Fatalf("%d of 100 confirmed", len(acked))
+	}
+	waitReplicated(t, c, "page-qq-fttl", 100)
+	c.Node(l).Crash()
+	nl := qqLeader(t, c, "page-qq-fttl", c.Node(l).Name())
+	if time.Since(start) < 3*time.Second {
+		st := qqStats(t, c, nl, "page-qq-fttl")
+		if st.Ready+int(st.DeadLettered["expired"]) != 100 {
+			t.Fatalf("new leader: %+v", st)
+		}
+		if time.Since(start) < 2*time.Second && st.PagedOut < 100-pageWindow {
+			t.Fatalf("new leader pages out %d of 100 (window %d)", st.PagedOut, pageWindow)
+		}
+	}
+	testutil.Eventually(t, 15*time.Second, "the expired messages in the DLQ", func() bool {
+		return qqStats(t, c, qqLeader(t, c, "page-qq-fdlq", ""), "page-qq-fdlq").Ready == 100
+	})
+	if since := time.Since(start); since < 3*time.Second {
+		t.Fatalf("dead-lettered after %v, before the TTL of 3s", since)
+	}
+	checkOrder(t, drainOrdered(t, c, nl, "page-qq-fdlq", 100), acked)
 }
