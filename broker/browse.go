@@ -45,6 +45,10 @@ func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
 	if stop {
 		return total
 	}
+	if q.qq != nil { // a quorum queue's leader: its paged-out tail (qqpage.go)
+		q.qq.browsePagedLocked(&i, offset, fn)
+		return total
+	}
 	s := &q.spill
 	if !s.active || q.disk == nil || q.disk.log == nil {
 		return total
@@ -88,7 +92,8 @@ func (q *Queue) Return(ds []Delivery, redelivered bool) {
 	q.mu.Lock()
 	defer q.unlock()
 	for i := range ds {
-		inSpill := len(q.taken) > 0 && q.untakeLocked(&ds[i], redelivered)
+		inSpill := len(q.taken) > 0 && q.untakeLocked(&ds[i], redelivered) ||
+			q.qq != nil && q.qq.untakePagedLocked(&ds[i], redelivered)
 		if h := ds[i].holder; h != nil {
 			q.m.Untake(h, ds[i].Seq, ds[i].ck, redelivered, inSpill)
 		}
@@ -207,6 +212,9 @@ func (q *Queue) Take(cur *TakeCursor, limit, budget int, upto uint64, match func
 		if cur.level == 0 {
 			break // level 0 is walked again on every call, from cur.seq
 		}
+	}
+	if q.qq != nil { // a quorum queue's leader: its paged-out tail (qqpage.go)
+		return q.qq.takePagedLocked(cur, now, limit, budget, &examined, upto, match, ds)
 	}
 	s := &q.spill
 	if !s.active || q.disk == nil || q.disk.log == nil {

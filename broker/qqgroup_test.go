@@ -32,6 +32,8 @@ func (stubGroup) RemoveMember(context.Context, string) error    { return nil }
 func (stubGroup) TransferLeader(context.Context, string) error  { return nil }
 func (stubGroup) Campaign() error                               { return nil }
 
+func (stubGroup) ReadEntries([]uint64, func(uint64, []byte) error) error { return context.Canceled }
+
 // issue 14: a new quorum queue's members are the preferred leader, the
 // declaring node, then the nodes with the fewest quorum members (ties by
 // name), x-quorum-initial-group-size of them (default 3, at most the

@@ -55,6 +55,10 @@ type QuorumGroup interface {
 	Propose(data []byte, done func(index uint64, err error))
 	// ReadEntry returns an entry's data (a live message's enqueue).
 	ReadEntry(index uint64) ([]byte, error)
+	// ReadEntries reads many entries' data with few reads; fn gets them
+	// in index order. It fails if one is missing (then read them one by
+	// one to tell which).
+	ReadEntries(indices []uint64, fn func(index uint64, data []byte) error) error
 	Leader() (node string, term uint64)
 	Status() QuorumStatus
 	AddMember(ctx context.Context, node string) error

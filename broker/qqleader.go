@@ -84,6 +84,8 @@ type qqState struct {
 	leaseReq uint64            // the lease proposed, not yet applied
 	maxID    uint64            // the newest id placed
 	term     uint64            // the term this node leads in
+	lg       QuorumGroup       // the group, while leading (bodies: qqpage.go)
+	paging   qqPaging          // the paged-out tail (qqpage.go)
 
 	// gate keeps a publisher's later publishes out of the log after this
 	// node refused or failed an earlier one (qqGate).
@@ -311,9 +313,15 @@ func (s *qqState) apply(ents []QuorumEntry) {
 	}
 }
 
-// placeLocked makes the message of the enqueue at id ready on the leader.
+// placeLocked makes the message of the enqueue at id ready on the leader,
+// or, beyond the window, counts it paged out (its body stays in the log).
 func (s *qqState) placeLocked(id uint64, c *qrepl.Enqueue) {
 	q := s.q
+	s.maxID = max(s.maxID, id)
+	if s.pagesLocked() {
+		s.pageOutNewLocked(id, c)
+		return
+	}
 	m, err := decodeMessage(c.Body)
 	if err != nil {
 		q.vhost.b.log.Error("quorum queue: undecodable message; dropped", "queue", q.Name, "vhost", q.vhost.Name, "id", id, "err", err)
@@ -324,7 +332,6 @@ func (s *qqState) placeLocked(id uint64, c *qrepl.Enqueue) {
 	e := q.m.NewEntry(now, m, c.Size, c.Priority, c.Persistent, -1)
 	e.ExpiresAt = c.ExpiresAt
 	s.ids[e.Seq] = id
-	s.maxID = max(s.maxID, id)
 	if id+leaseLow > s.lease {
 		s.wantLeaseLocked(id)
 	}
@@ -377,6 +384,9 @@ func (s *qqState) returnedLocked(e *qentry, seq uint64, delayUntil int64) {
 	}
 	s.proposeLocked(qrepl.Return{Items: []qrepl.ReturnItem{{ID: id, DeliveryCount: e.DeliveryCount, Acquired: e.Acquired,
 		Redelivered: true, Back: seq != e.Seq, DelayUntil: delayUntil}}})
+	if seq != e.Seq && delayUntil == 0 {
+		s.pageOutReturnLocked(e, seq, id) // behind paged-out messages: paged out too
+	}
 }
 
 // discardLocked marks the message under seq as being dead-lettered
@@ -398,6 +408,7 @@ func (s *qqState) purgeLocked() {
 			delete(s.ids, e.Seq)
 		}
 	})
+	ids = s.purgePagedLocked(ids)
 	for len(ids) > 0 {
 		n := min(len(ids), qrepl.MaxBatch)
 		s.proposeLocked(qrepl.Purge{IDs: ids[:n]})
@@ -544,60 +555,115 @@ func (s *qqState) takeoverLocked(term uint64) {
 	// delivery, sent here because its node learned of the change late,
 	// names no message of this leadership.
 	seq := max(q.m.LastSeq(), term<<qqSeqTermShift)
-	ids := make(map[uint64]uint64, s.st.Len())
-	var ready, delayed, dead []qentry
-	var delays []int64
-	var deadWhy []machine.Reason
-	var maxID uint64
-	var bad []uint64
+	// The ready messages up to the window are read into memory, the
+	// rest paged out (their headers only, qqpage.go); delayed retries and
+	// messages being dead-lettered are read wherever they sit.
+	cfg := q.machineConfig()
+	pageable := cfg.Levels <= 1
+	wm, wb := b.window()
+	var readyN int
+	var readyBytes int64
+	var pg qqPaging
+	var paged machine.Counts
+	var pagedDeadlines []machine.Timed
+	const (
+		kReady = iota
+		kDelayed
+		kDead
+	)
+	type want struct {
+		e     qentry
+		id    uint64
+		kind  int
+		delay int64
+		why   machine.Reason
+	}
+	var wants []want
+	var maxID, maxMem uint64
 	s.st.Messages(func(msg qrepl.Msg) bool {
 		maxID = max(maxID, msg.ID)
-		data, err := s.g.ReadEntry(msg.ID)
-		var enq qrepl.Enqueue
-		if err == nil {
-			enq, err = qrepl.DecodeEnqueue(data)
-		}
-		var m *Message
-		if err == nil {
-			m, err = decodeMessage(enq.Body)
-		}
-		if err != nil {
-			b.log.Error("quorum queue: a live message's body is unreadable; dropped", "queue", q.Name, "vhost", q.vhost.Name,
-				"id", msg.ID, "err", err)
-			bad = append(bad, msg.ID)
-			return true
-		}
 		seq++
-		e := qentry{Seq: seq, Msg: m, ExpiresAt: msg.ExpiresAt, DeliveryCount: msg.DeliveryCount, Acquired: msg.Acquired,
+		e := qentry{Seq: seq, ExpiresAt: msg.ExpiresAt, DeliveryCount: msg.DeliveryCount, Acquired: msg.Acquired,
 			Size: msg.Size, Level: msg.Priority, Persistent: msg.Persistent,
 			// The lease covers every message an earlier leader may have
 			// delivered (not counted as a delivery attempt).
 			Redelivered: msg.Redelivered || msg.ID <= lease}
-		ids[seq] = msg.ID
-		if msg.DLX {
+		switch {
+		case msg.DLX:
 			// Being dead-lettered when the last leader stopped: again
 			// (at least once).
-			dead, deadWhy = append(dead, e), append(deadWhy, msg.Reason)
-		} else if msg.DelayUntil != 0 {
-			delayed, delays = append(delayed, e), append(delays, msg.DelayUntil)
-		} else {
-			ready = append(ready, e)
+			wants = append(wants, want{e: e, id: msg.ID, kind: kDead, why: msg.Reason})
+		case msg.DelayUntil != 0:
+			wants = append(wants, want{e: e, id: msg.ID, kind: kDelayed, delay: msg.DelayUntil})
+		case pageable && (pg.head < len(pg.list) || readyN >= wm || readyBytes >= wb):
+			p := qqPaged{seq: seq, id: msg.ID, expiresAt: msg.ExpiresAt, size: msg.Size, dc: msg.DeliveryCount, acq: msg.Acquired}
+			if msg.Persistent {
+				p.flags |= qpPersistent
+				paged.Persistent.N++
+				paged.Persistent.Bytes += int64(msg.Size)
+			}
+			if e.Redelivered {
+				p.flags |= qpRedelivered
+			}
+			pg.push(p)
+			paged.All.N++
+			paged.All.Bytes += int64(msg.Size)
+			if msg.ExpiresAt != 0 {
+				pagedDeadlines = append(pagedDeadlines, machine.Timed{At: msg.ExpiresAt, Seq: seq, Pos: msg.ID})
+			}
+		default:
+			readyN++
+			readyBytes += int64(msg.Size)
+			maxMem = max(maxMem, msg.ID)
+			wants = append(wants, want{e: e, id: msg.ID, kind: kReady})
 		}
 		return true
 	})
+	s.lg = s.g
+	wantIDs := make([]uint64, len(wants))
+	for i := range wants {
+		wantIDs[i] = wants[i].id
+	}
+	bodies, errs := s.readBodies(wantIDs)
+	ids := make(map[uint64]uint64, len(wants))
+	var ready, delayed, dead []qentry
+	var delays []int64
+	var deadWhy []machine.Reason
+	var bad []uint64
+	for i := range wants {
+		w := &wants[i]
+		if bodies[i] == nil {
+			b.log.Error("quorum queue: a live message's body is unreadable; dropped", "queue", q.Name, "vhost", q.vhost.Name,
+				"id", w.id, "err", errs[i])
+			bad = append(bad, w.id)
+			continue
+		}
+		w.e.Msg = bodies[i]
+		ids[w.e.Seq] = w.id
+		switch w.kind {
+		case kDead:
+			dead, deadWhy = append(dead, w.e), append(deadWhy, w.why)
+		case kDelayed:
+			delayed, delays = append(delayed, w.e), append(delays, w.delay)
+		default:
+			ready = append(ready, w.e)
+		}
+	}
 	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
-	q.m.Restore(ready, delays, delayed, machine.Counts{}, nil, seq)
+	q.m.Restore(ready, delays, delayed, paged, pagedDeadlines, seq)
 	s.ids, s.lease, s.leaseReq, s.maxID, s.term = ids, lease, lease, maxID, term
+	s.paging = pg
 	s.here.Store(true)
 	for i := range dead {
 		q.deadLocked(&dead[i], reasons[deadWhy[i]&3])
 	}
-	b.log.Info("quorum queue: leading", "queue", q.Name, "vhost", q.vhost.Name, "term", term, "messages", len(ready)+len(delayed))
+	b.log.Info("quorum queue: leading", "queue", q.Name, "vhost", q.vhost.Name, "term", term, "messages", len(ready)+len(delayed),
+		"paged_out", paged.All.N)
 	if len(bad) > 0 {
 		s.proposeLocked(qrepl.Remove{IDs: bad})
 	}
-	if maxID+leaseLow > lease {
-		s.wantLeaseLocked(maxID)
+	if maxMem+leaseLow > lease { // the paged-out ones when paged in
+		s.wantLeaseLocked(maxMem)
 	}
 	q.touchLocked()
 	q.m.Dispatch(q.clockMs(nil))
@@ -616,6 +682,8 @@ func (s *qqState) stepDownLocked() {
 	q.m = machine.New(q.machineConfig(), (*qeffects)(q))
 	q.m.Restore(nil, nil, nil, machine.Counts{}, nil, old.LastSeq())
 	s.ids, s.lease, s.leaseReq, s.maxID = nil, 0, 0, 0
+	s.lg = nil
+	s.paging.reset()
 	if q.timer != nil {
 		q.timer.Stop()
 		q.timer, q.timerAt = nil, 0

@@ -528,20 +528,38 @@ func (f *qeffects) Requeued(e qentry, seq uint64, delayUntil int64) {
 	}
 }
 
-// PageIn reads paged-out messages back (spill.go).
-func (f *qeffects) PageIn(force bool) { (*Queue)(f).refillLocked(force) }
+// PageIn reads paged-out messages back (spill.go; a quorum queue's
+// leader from its raft log, qqpage.go).
+func (f *qeffects) PageIn(force bool) {
+	q := (*Queue)(f)
+	if q.qq != nil {
+		q.qq.pageInLocked(force)
+		return
+	}
+	q.refillLocked(force)
+}
 
 // ExpirePaged dead-letters a paged-out message whose deadline passed, if
 // it is still paged out.
 func (f *qeffects) ExpirePaged(t machine.Timed) {
 	q := (*Queue)(f)
+	if q.qq != nil {
+		q.qq.expirePagedLocked(t)
+		return
+	}
 	if q.isSpilledLocked(t) {
 		q.expireSpilledLocked(t)
 	}
 }
 
 // IsPaged reports whether the deadline t is of a message still paged out.
-func (f *qeffects) IsPaged(t machine.Timed) bool { return (*Queue)(f).isSpilledLocked(t) }
+func (f *qeffects) IsPaged(t machine.Timed) bool {
+	q := (*Queue)(f)
+	if q.qq != nil {
+		return q.qq.isPagedLocked(t)
+	}
+	return q.isSpilledLocked(t)
+}
 
 // dlBatch is dead letters of one reason, in the order they left the
 // queue, with the dead-letter exchange and routing key in force then.
@@ -933,6 +951,9 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	cs = append(cs, q.consumersLocked()...)
 	messages, _ = q.m.Delete()
 	q.spill = spillState{}
+	if q.qq != nil {
+		q.qq.paging.reset()
+	}
 	q.dlxPending = nil
 	q.dropRemoteDLsLocked()
 	if q.dlxTimer != nil {

@@ -667,6 +667,9 @@ func (g quorumGroup) TransferLeader(ctx context.Context, node string) error {
 	return g.g.TransferLeader(ctx, node)
 }
 func (g quorumGroup) Campaign() error { return g.g.Campaign() }
+func (g quorumGroup) ReadEntries(indices []uint64, fn func(uint64, []byte) error) error {
+	return g.g.ReadEntries(indices, fn)
+}
 func (g quorumGroup) Status() broker.QuorumStatus {
 	st := g.g.Status()
 	return broker.QuorumStatus{ID: st.ID, Term: st.Term, Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,

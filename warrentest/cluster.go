@@ -190,16 +190,17 @@ func (nd *Node) start() error {
 	if os.Getenv("WARREN_TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", nd.name)
 	}
-	b, err := broker.Open(broker.Config{DataDir: nd.dataDir, Node: nd.name, Logger: logger, PlaceQueue: nd.c.cfg.place})
+	cfg := server.Config{AMQPAddr: nd.addr, Heartbeat: 60 * time.Second, DataDir: nd.dataDir, Logger: logger}
+	if nd.c.cfg.server != nil {
+		nd.c.cfg.server(&cfg)
+	}
+	// The broker's own settings among the server's (QueueWindow).
+	b, err := broker.Open(broker.Config{DataDir: nd.dataDir, Node: nd.name, Logger: logger, PlaceQueue: nd.c.cfg.place,
+		QueueWindow: cfg.QueueWindow})
 	if err != nil {
 		return err
 	}
-	cfg := server.Config{AMQPAddr: nd.addr, Heartbeat: 60 * time.Second, Broker: b, DataDir: nd.dataDir, Logger: logger,
-		ConnIDBase: b.RunConnIDBase()}
-	if nd.c.cfg.server != nil {
-		nd.c.cfg.server(&cfg)
-		cfg.Broker, cfg.ConnIDBase = b, b.RunConnIDBase()
-	}
+	cfg.Broker, cfg.ConnIDBase = b, b.RunConnIDBase()
 	srv, err := server.New(cfg)
 	if err != nil {
 		b.Close()

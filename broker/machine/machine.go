@@ -15,7 +15,7 @@
 //
 //	publish    Duplicate (publisher id, seq), Rejects (reject-publish(-dlx)),
 //	           NewEntry or Reserve + EntryAt, then Place or PageOut
-//	paging     PageIn, ExpiredPaged, LostPaged, ForgetPaged
+//	paging     PageIn, PageOutReady, ExpiredPaged, LostPaged, ForgetPaged
 //	consume    AddConsumer (priority, credit, exclusive, single active),
 //	           RemoveConsumer, Dispatch, Get, TakeEntry, TakePaged
 //	settle     Ack, Reject, Requeue (failed or plain) + Returned, Untake
@@ -301,6 +301,26 @@ func (m *Machine[M, C]) PageIn(e Entry[M]) {
 	m.paged.add(e.Size, e.Persistent, -1)
 	e.Level = 0
 	m.ready.putBack(e)
+}
+
+// PageOutReady pages the ready message seq at level out (the shell keeps
+// it on its disk at log position pos, not 0): a quorum queue's return
+// going to the back behind messages already paged out. It reports
+// whether seq was ready.
+func (m *Machine[M, C]) PageOutReady(level uint8, seq, pos uint64) bool {
+	e := m.ready.find(level, seq)
+	if e == nil {
+		return false
+	}
+	x := *e
+	m.ready.kill(e)
+	var zero M
+	e.Msg = zero
+	m.paged.add(x.Size, x.Persistent, 1)
+	if x.ExpiresAt != 0 {
+		m.expiries.add(Timed{At: x.ExpiresAt, Seq: x.Seq, Pos: pos})
+	}
+	return true
 }
 
 // ForgetPaged counts every paged-out message out: the shell lost them.
@@ -707,10 +727,13 @@ func (m *Machine[M, C]) Requeue(now int64, c *Consumer[M, C], seq, n uint64, fai
 		return true
 	}
 	if m.cfg.Quorum && m.cfg.DeliveryLimit < 0 {
+		// To the back, under a new seq; the shell hears of it once it
+		// is there (it may page it out: PageOutReady).
 		m.nextSeq++
-		m.fx.Requeued(e, m.nextSeq, 0)
+		old := e
 		e.Seq = m.nextSeq
 		m.ready.push(e)
+		m.fx.Requeued(old, e.Seq, 0)
 	} else {
 		m.fx.Requeued(e, e.Seq, 0)
 		m.ready.putBack(e)
