@@ -811,6 +811,18 @@ func (q *Queue) qqAttach(c *Consumer, node string, ep uint64, added func()) (qqL
 	req = amqp.AppendTable(req, c.Args)
 	if _, err := q.callNode(node, req); err != nil {
 		rs.forget(rc)
+		// The call may have reached the leader all the same (it timed
+		// out here): the leader drops the proxy and returns what it sent
+		// (opStale), as it does when a delivery reaches no consumer here.
+		b.sendOrdered(node, binary.AppendUvarint([]byte{opStale}, rc.id))
+		q.mu.Lock()
+		rc.gone = true
+		buf := rc.buf
+		rc.buf = nil
+		q.mu.Unlock()
+		if len(buf) > 0 {
+			q.Requeue(buf, false)
+		}
 		return qqLeg{}, err
 	}
 	q.mu.Lock()

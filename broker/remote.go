@@ -903,6 +903,7 @@ type proxy struct {
 	out    int // deliveries held by the node, not yet settled
 	retry  atomic.Bool
 	q      *Queue // the queue (c.Queue is set later, under the queue's lock)
+	stale  bool   // its node dropped it (staleForPeer); remoteState.mu
 	gen    uint64 // a quorum queue's: the leader term of the machine it joined (under q.mu)
 }
 
@@ -1016,6 +1017,14 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
 		rs.mu.Unlock()
 		return err
 	}
+	// Its node may have dropped it while it was being added (a call that
+	// timed out there: qqAttach): then return what it took meanwhile.
+	rs.mu.Lock()
+	stale := p.stale
+	rs.mu.Unlock()
+	if stale {
+		p.returnHeld()
+	}
 	return nil
 }
 
@@ -1027,22 +1036,34 @@ func (b *Broker) staleForPeer(from string, d *msgDecoder) {
 	rs.mu.Lock()
 	p := rs.proxies[proxyKey{from, cid}]
 	delete(rs.proxies, proxyKey{from, cid})
-	var ds []Delivery
 	if p != nil {
-		h := rs.held[from]
-		for k, hd := range h {
-			if hd.p == p {
-				ds = append(ds, hd.d)
-				delete(h, k)
-			}
+		p.stale = true
+	}
+	rs.mu.Unlock()
+	if p != nil {
+		p.returnHeld()
+	}
+}
+
+// returnHeld removes the proxy's consumer from its queue, then returns
+// what it held (in that order: nothing is delivered to it after), as a
+// failed delivery for a classic queue, as a plain return for a quorum
+// queue (its leg moved: a delivery attempt that did not fail).
+func (p *proxy) returnHeld() {
+	q := p.q
+	q.RemoveConsumer(p.c)
+	rs := &p.b.remote
+	rs.mu.Lock()
+	var ds []Delivery
+	h := rs.held[p.node]
+	for k, hd := range h {
+		if hd.p == p {
+			ds = append(ds, hd.d)
+			delete(h, k)
 		}
 	}
 	rs.mu.Unlock()
-	if p == nil || p.c.Queue == nil {
-		return
-	}
-	p.c.Queue.RemoveConsumer(p.c)
-	p.c.Queue.Requeue(ds, true)
+	q.Requeue(ds, q.qq == nil)
 }
 
 func (b *Broker) cancelForPeer(from string, d *msgDecoder) {

@@ -68,10 +68,12 @@ func qqInfo(c *warrentest.Cluster, i int, name string) (broker.QuorumInfo, bool)
 func qqLeader(t *testing.T, c *warrentest.Cluster, name, not string) int {
 	t.Helper()
 	l := -1
-	waitFor(t, "a leader every running node knows, of "+name, func() bool {
+	if !testutil.Until(15*time.Second, func() bool {
 		l = c.QueueLeader("/", name)
 		return l >= 0 && c.Node(l).Name() != not
-	})
+	}) {
+		t.Fatalf("no leader every running node knows, of %s, in 15s: %s", name, qqViews(c, name))
+	}
 	return l
 }
 
@@ -223,8 +225,11 @@ func qqViews(c *warrentest.Cluster, name string) string {
 		}
 		info, _ := q.QuorumInfo(nil)
 		st := info.Status
-		out = append(out, fmt.Sprintf("node %d: leader %q; raft %s term %d leader %q commit %d applied %d last %d quiesced %v online %v",
-			i+1, info.Leader, st.Role, st.Term, st.Leader, st.Commit, st.Applied, st.LastIndex, st.Quiesced, st.Online))
+		live, _ := q.QuorumMessages()
+		qs := q.Stats()
+		out = append(out, fmt.Sprintf("node %d: leader %q; raft %s term %d leader %q commit %d applied %d last %d quiesced %v online %v; replicated %d; machine ready %d (paged %d) unacked %d consumers %d",
+			i+1, info.Leader, st.Role, st.Term, st.Leader, st.Commit, st.Applied, st.LastIndex, st.Quiesced, st.Online,
+			live, qs.Ready, qs.PagedOut, qs.Unacked, qs.Consumers))
 	}
 	return strings.Join(out, "; ")
 }
