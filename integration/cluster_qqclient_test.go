@@ -123,7 +123,8 @@ func TestQuorumClientConsumersFollowFailover(t *testing.T) {
 // has no leader: a publish through the survivor waits (no confirm, no
 // nack) and is confirmed once a second member is back; basic.consume
 // fails after a few seconds with 541 INTERNAL_ERROR (RabbitMQ 3.10's
-// answer when its Ra command times out: the connection closes), and a
+// answer when its Ra command times out: the connection closes, even with
+// a heartbeat shorter than the wait), and a
 // passive queue.declare answers declare-ok with 0 messages and 0
 // consumers (rabbit_quorum_queue:stat's answer without a leader).
 func TestQuorumClientNoQuorum(t *testing.T) {
@@ -166,7 +167,10 @@ func TestQuorumClientNoQuorum(t *testing.T) {
 		t.Fatalf("declare answered after %v: it waits for a leader first", d)
 	}
 
-	cconn, err := amqp.Dial(c.Node(survivor).URL())
+	// A 1s heartbeat: the consume waits longer than two intervals for a
+	// leader, which must not read as missed heartbeats (the reader is
+	// busy, not idle).
+	cconn, err := amqp.DialConfig(c.Node(survivor).URL(), amqp.Config{Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,7 @@ type conn struct {
 	panicked   atomic.Bool // a panic was recovered (panics.go)
 	closeSent  atomic.Bool
 	readFrames atomic.Uint64
+	handling   atomic.Bool   // the reader is handling a frame (not reading)
 	done       chan struct{} // closed when the reader stops
 	writerDone chan struct{}
 	blocked    bool // connection.blocked sent (reader goroutine only)
@@ -293,7 +294,7 @@ func (c *conn) writeLoopBody() {
 			if hb <= 0 {
 				continue
 			}
-			if n := c.readFrames.Load(); n != lastReadCount || c.readPaused.Load() {
+			if n := c.readFrames.Load(); n != lastReadCount || c.readPaused.Load() || c.handling.Load() {
 				lastReadCount, lastRead = n, now
 			} else if now.Sub(lastRead) > 2*hb {
 				c.s.log.Warn("missed heartbeats from client", "conn", c.id, "timeout", hb.String())
@@ -644,7 +645,15 @@ func (c *conn) readLoop() error {
 			return err
 		}
 		frames++
-		if err := c.handleFrameSafe(f); err != nil {
+		// While a frame is handled the reader is busy, not waiting for
+		// the client: a handler that waits (a quorum queue's leader, a
+		// full pending list, a remote call) must not read as missed
+		// heartbeats (RabbitMQ pauses its heartbeat monitor likewise
+		// while the reader is blocked).
+		c.handling.Store(true)
+		err = c.handleFrameSafe(f)
+		c.handling.Store(false)
+		if err != nil {
 			if errors.Is(err, errClosed) {
 				return nil
 			}
