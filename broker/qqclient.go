@@ -13,6 +13,7 @@ import (
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/broker/machine"
+	"github.com/warrenmq/warren/broker/qrepl"
 )
 
 // Replicated quorum queues, the side of every node that publishes to and
@@ -157,15 +158,29 @@ type qqClient struct {
 	// earlier one would make the dedup drop the earlier).
 	sentTo    string
 	sentEpoch uint64
+
+	// chain is the seq of the newest publish answered enqOK that left the
+	// pending list (it is in the queue's log), 0 when none is known; a
+	// publish's Prev is the seq before it in the log (qqPrevLocked).
+	// chainAt is when the pending list last emptied: after
+	// qqChainIdle the state may have forgotten this node (qrepl.PubTTL)
+	// and the chain starts again from 0.
+	chain   uint64
+	chainAt time.Time
 }
 
+// qqChainIdle: a queue this node has not published to for this long
+// starts its publish chain again (half of qrepl.PubTTL).
+const qqChainIdle = qrepl.PubTTL / 2 * time.Millisecond
+
 type qqPub struct {
-	seq  uint64
-	m    *Message
-	w    *rwait
-	size int64
-	at   time.Time // last sent
-	done bool
+	seq      uint64
+	m        *Message
+	w        *rwait
+	size     int64
+	at       time.Time // last sent
+	done     bool
+	rejected bool // answered enqRejected: not in the log
 }
 
 // qqCons is a client's consumer of the queue on this node and its leg.
@@ -430,13 +445,17 @@ func (q *Queue) qqSend(m *Message, w *rwait) bool {
 	if ok && qc.pendLive == 0 {
 		qc.sentTo, qc.sentEpoch = node, ep
 	}
+	if len(qc.pend) == 0 && time.Since(qc.chainAt) > qqChainIdle {
+		qc.chain = 0
+	}
 	direct := ok && qc.sentTo == node && qc.sentEpoch == ep
 	qc.pend = append(qc.pend, qqPub{seq: seq, m: m, w: w, size: size, at: time.Now()})
+	prev := qc.qqPrevLocked(len(qc.pend) - 1)
 	qc.pendLive++
 	qc.pendBytes += size
 	q.qqTickLocked()
 	qc.mu.Unlock()
-	if direct && !q.qqSendOne(node, seq, m) {
+	if direct && !q.qqSendOne(node, seq, prev, m) {
 		qc.mu.Lock()
 		qc.sentEpoch = 0
 		qc.mu.Unlock()
@@ -469,10 +488,10 @@ func (q *Queue) qqRoom() bool {
 }
 
 // qqSendOne sends publish seq to node, with sendMu held.
-func (q *Queue) qqSendOne(node string, seq uint64, m *Message) bool {
+func (q *Queue) qqSendOne(node string, seq, prev uint64, m *Message) bool {
 	b := q.vhost.b
 	if node == b.node {
-		q.qqEnqueueAtLeader(machine.PubID{Publisher: b.remote.qqPubID(), Seq: seq}, m, func(st byte) { q.qqAnswer(seq, st) })
+		q.qqEnqueueAtLeader(machine.PubID{Publisher: b.remote.qqPubID(), Seq: seq}, prev, m, func(st byte) { q.qqAnswer(seq, st) })
 		return true
 	}
 	p := b.getPeers()
@@ -483,6 +502,7 @@ func (q *Queue) qqSendOne(node string, seq uint64, m *Message) bool {
 	buf = append(buf, opQQEnqueue)
 	buf = binary.AppendUvarint(buf, b.remote.qqPubID())
 	buf = binary.AppendUvarint(buf, seq)
+	buf = binary.AppendUvarint(buf, prev)
 	buf = appendStr(buf, q.vhost.Name)
 	buf = appendStr(buf, q.Name)
 	buf = appendMessage(buf, m)
@@ -510,6 +530,7 @@ func (q *Queue) qqAnswer(seq uint64, st byte) {
 		return
 	}
 	w := qc.pend[i].w
+	qc.pend[i].rejected = st == enqRejected
 	qc.finishLocked(i)
 	qc.backoff = 0
 	qc.mu.Unlock()
@@ -523,6 +544,18 @@ func (q *Queue) qqAnswer(seq uint64, st byte) {
 }
 
 // finishLocked ends pending publish i.
+// qqPrevLocked is the Prev of pending publish i: the seq of the publish
+// before it that is (or will be) in the log, the last pending or
+// confirmed one before it, not one refused (enqRejected).
+func (qc *qqClient) qqPrevLocked(i int) uint64 {
+	for j := i - 1; j >= 0; j-- {
+		if p := &qc.pend[j]; !p.rejected {
+			return p.seq
+		}
+	}
+	return qc.chain
+}
+
 func (qc *qqClient) finishLocked(i int) {
 	p := &qc.pend[i]
 	p.done, p.m, p.w = true, nil, nil
@@ -530,7 +563,13 @@ func (qc *qqClient) finishLocked(i int) {
 	qc.pendBytes -= p.size
 	n := 0
 	for n < len(qc.pend) && qc.pend[n].done {
+		if !qc.pend[n].rejected {
+			qc.chain = qc.pend[n].seq // in the log
+		}
 		n++
+	}
+	if n == len(qc.pend) {
+		qc.chainAt = time.Now()
 	}
 	if n > 0 {
 		clear(qc.pend[:n])
@@ -614,22 +653,22 @@ func (q *Queue) qqResend() {
 		return // a leader change or the node coming up kicks again
 	}
 	type item struct {
-		seq uint64
-		m   *Message
+		seq, prev uint64
+		m         *Message
 	}
 	items := make([]item, 0, qc.pendLive)
 	now := time.Now()
 	for i := range qc.pend {
 		if p := &qc.pend[i]; !p.done {
 			p.at = now
-			items = append(items, item{p.seq, p.m})
+			items = append(items, item{p.seq, qc.qqPrevLocked(i), p.m})
 		}
 	}
 	backoff := min(max(2*qc.backoff, qqRetryMin), qqRetryMax)
 	qc.sentTo, qc.sentEpoch = node, qc.epochLocked()
 	qc.mu.Unlock()
 	for _, it := range items {
-		if !q.qqSendOne(node, it.seq, it.m) {
+		if !q.qqSendOne(node, it.seq, it.prev, it.m) {
 			qc.mu.Lock()
 			qc.sentEpoch = 0
 			qc.mu.Unlock()
@@ -666,7 +705,7 @@ func (q *Queue) qqFailPending(err error) {
 
 // qqEnqueueFromPeer is the leader's side of opQQEnqueue.
 func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
-	pub, seq := d.uvarint(), d.uvarint()
+	pub, seq, prev := d.uvarint(), d.uvarint(), d.uvarint()
 	vn, qn := d.str(), d.str()
 	if d.err != nil {
 		return
@@ -690,7 +729,7 @@ func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 	case q == nil:
 		answer(enqNoQueue)
 	case q.qq != nil: // not leading: refused there, and remembered (qqGate)
-		q.qqEnqueueAtLeader(machine.PubID{Publisher: pub, Seq: seq}, m, answer)
+		q.qqEnqueueAtLeader(machine.PubID{Publisher: pub, Seq: seq}, prev, m, answer)
 	case q.IsLocal():
 		// Homed here but not replicated (the definitions are not yet the
 		// same everywhere, or a test's stand-in leader): a plain enqueue.

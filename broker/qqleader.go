@@ -90,6 +90,9 @@ type qqState struct {
 	// gate keeps a publisher's later publishes out of the log after this
 	// node refused or failed an earlier one (qqGate).
 	gate qqGate
+	// gaps: this leader's enqueues applied out of order (qrepl
+	// Result.Gap), by index, until their proposals are answered (smu).
+	gaps map[uint64]struct{}
 
 	// Proposals waiting for the flusher, in order (pmu).
 	pmu      sync.Mutex
@@ -124,7 +127,7 @@ func (s *qqState) leaderTerm() uint64 { return s.leader.Load().term }
 // majority and applied here, enqRejected for a reject-publish refusal,
 // enqNotLeader when this node is not (or stopped being) the leader, or
 // enqFailed. id.Publisher 0 means no deduplication.
-func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status byte)) {
+func (q *Queue) qqEnqueueAtLeader(id machine.PubID, prev uint64, m *Message, done func(status byte)) {
 	s := q.qq
 	if s == nil {
 		done(enqNotLeader)
@@ -147,6 +150,13 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status
 		return
 	case q.rejectsLocked(m):
 		q.mu.Unlock()
+		if s.applied(id) {
+			// A resend of a publish already in the log (its answer was
+			// lost): confirmed, not refused, or its publisher's next
+			// publish, chained after it, would never be placed.
+			done(enqOK)
+			return
+		}
 		done(enqRejected)
 		return
 	}
@@ -158,16 +168,47 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, m *Message, done func(status
 		done(enqNotLeader)
 		return
 	}
-	data := qrepl.Encode(qrepl.Enqueue{Pub: id, Time: now, ExpiresAt: e.ExpiresAt, Priority: m.Props.Priority,
+	data := qrepl.Encode(qrepl.Enqueue{Pub: id, Prev: prev, Time: now, ExpiresAt: e.ExpiresAt, Priority: m.Props.Priority,
 		Persistent: m.persistent(), Size: uint32(m.Size()), Body: appendMessage(nil, m)})
-	g.Propose(data, func(_ uint64, err error) {
-		if err != nil {
+	g.Propose(data, func(index uint64, err error) {
+		if err != nil || s.tookGap(index) {
+			// Not placed: not proposed, its outcome unknown, or applied
+			// out of order (an earlier publish of its publisher is
+			// missing): the publisher sends it again, after that one.
 			s.gate.refused(id)
 			done(enqNotLeader)
 			return
 		}
 		done(enqOK)
 	})
+}
+
+// applied reports whether the replicated state applied publish id (or a
+// later one of its publisher).
+func (s *qqState) applied(id machine.PubID) bool {
+	if id.Publisher == 0 {
+		return false
+	}
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if s.st == nil {
+		return false
+	}
+	last, ok := s.st.LastSeq(id.Publisher)
+	return ok && id.Seq <= last
+}
+
+// tookGap reports (once) whether the enqueue applied at index was
+// dropped as out of order. A proposal's answer runs after its entry was
+// applied.
+func (s *qqState) tookGap(index uint64) bool {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if _, ok := s.gaps[index]; ok {
+		delete(s.gaps, index)
+		return true
+	}
+	return false
 }
 
 // qqGate keeps a publisher's later publishes out of a quorum queue's log
@@ -291,6 +332,12 @@ func (s *qqState) apply(ents []QuorumEntry) {
 		res, err := s.st.ApplyCommand(e.Index, c)
 		if err != nil || !leading || q.deleted {
 			continue
+		}
+		if res.Gap {
+			if s.gaps == nil {
+				s.gaps = map[uint64]struct{}{}
+			}
+			s.gaps[e.Index] = struct{}{} // for its proposal's answer (tookGap)
 		}
 		switch c := c.(type) {
 		case qrepl.Enqueue:
@@ -690,6 +737,7 @@ func (s *qqState) stepDownLocked() {
 	}
 	q.dlxPending = nil
 	q.mu.Unlock()
+	s.gaps = nil
 	s.pmu.Lock()
 	s.pend = nil
 	s.pmu.Unlock()

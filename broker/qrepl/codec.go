@@ -72,7 +72,13 @@ type Command interface {
 // of the log entry. Body is opaque here (the broker's encoded message)
 // and is not kept in the state: the log entry holds it.
 type Enqueue struct {
-	Pub        PubID // Publisher 0: no deduplication
+	Pub PubID // Publisher 0: no deduplication
+	// Prev is the seq of the publisher's enqueue to this queue before
+	// this one (0: none known, no check): the state places the enqueue
+	// only if that is the last it applied for the publisher, so that a
+	// later publish never overtakes an earlier one whose proposal was
+	// dropped (the earlier one's resend would be taken for a duplicate).
+	Prev       uint64
 	Time       int64 // the leader's clock, unix ms (publisher expiry)
 	ExpiresAt  int64 // unix ms, 0 = never
 	Priority   uint8
@@ -139,6 +145,7 @@ const (
 	eqPersistent = 1 << iota
 	eqPub
 	eqExpires
+	eqPrev
 )
 
 // AppendTo encodes e: kind, flags, [publisher, seq], time, [expiry],
@@ -154,10 +161,16 @@ func (e Enqueue) AppendTo(b []byte) []byte {
 	if e.ExpiresAt != 0 {
 		f |= eqExpires
 	}
+	if e.Prev != 0 && e.Pub.Publisher != 0 {
+		f |= eqPrev
+	}
 	b = append(b, byte(KindEnqueue), f)
 	if f&eqPub != 0 {
 		b = binary.AppendUvarint(b, e.Pub.Publisher)
 		b = binary.AppendUvarint(b, e.Pub.Seq)
+	}
+	if f&eqPrev != 0 {
+		b = binary.AppendUvarint(b, e.Prev)
 	}
 	b = binary.AppendVarint(b, e.Time)
 	if f&eqExpires != 0 {
@@ -370,13 +383,18 @@ func Decode(data []byte) (Command, error) {
 func decodeEnqueue(d *dec) (Enqueue, error) {
 	var e Enqueue
 	f := d.byte()
-	if f&^(eqPersistent|eqPub|eqExpires) != 0 {
+	if f&^(eqPersistent|eqPub|eqExpires|eqPrev) != 0 || f&eqPrev != 0 && f&eqPub == 0 {
 		return e, ErrCorrupt
 	}
 	e.Persistent = f&eqPersistent != 0
 	if f&eqPub != 0 {
 		e.Pub.Publisher, e.Pub.Seq = d.u(), d.u()
 		if e.Pub.Publisher == 0 {
+			d.bad = true
+		}
+	}
+	if f&eqPrev != 0 {
+		if e.Prev = d.u(); e.Prev == 0 || e.Prev >= e.Pub.Seq {
 			d.bad = true
 		}
 	}

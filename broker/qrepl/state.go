@@ -76,7 +76,7 @@ func (r *rec) msg(delay int64) Msg {
 // Stats count what the state saw.
 type Stats struct {
 	Enqueued   uint64 // enqueues placed (duplicates excluded)
-	Duplicates uint64 // enqueues dropped as duplicates
+	Duplicates uint64 // enqueues dropped as duplicates or out of order (Result.Gap)
 	Removed    uint64 // messages removed by Remove
 	Purged     uint64 // messages removed by Purge
 	Returned   uint64 // return items applied
@@ -130,6 +130,10 @@ type Result struct {
 	// Duplicate: an Enqueue dropped because its publisher's seq is not
 	// above the last one applied.
 	Duplicate bool
+	// Gap: an Enqueue dropped because its Prev is not the last seq
+	// applied for its publisher (an earlier publish is missing): the
+	// publisher must send it again, after the missing one.
+	Gap bool
 	// N is the number of messages placed, removed, returned or marked
 	// (ids not live are not counted).
 	N int
@@ -156,10 +160,11 @@ func (s *State) Apply(index uint64, data []byte) (Result, error) {
 			s.stats.Corrupt++
 			return Result{}, err
 		}
-		if s.enqueue(index, &e) {
-			return Result{Kind: KindEnqueue, Duplicate: true}, nil
+		res := Result{Kind: KindEnqueue}
+		if res.Duplicate, res.Gap = s.enqueue(index, &e); !res.Duplicate && !res.Gap {
+			res.N = 1
 		}
-		return Result{Kind: KindEnqueue, N: 1}, nil
+		return res, nil
 	}
 	c, err := Decode(data)
 	if err != nil {
@@ -186,8 +191,7 @@ func (s *State) apply(index uint64, c Command) Result {
 	res := Result{Kind: c.Kind()}
 	switch c := c.(type) {
 	case Enqueue:
-		res.Duplicate = s.enqueue(index, &c)
-		if !res.Duplicate {
+		if res.Duplicate, res.Gap = s.enqueue(index, &c); !res.Duplicate && !res.Gap {
 			res.N = 1
 		}
 	case Remove:
@@ -216,12 +220,19 @@ func (s *State) apply(index uint64, c Command) Result {
 	return res
 }
 
-// enqueue places e at index unless it is a duplicate.
-func (s *State) enqueue(index uint64, e *Enqueue) bool {
+// enqueue places e at index unless it is a duplicate (its seq is not
+// above its publisher's last) or out of order (its Prev is set and is not
+// its publisher's last).
+func (s *State) enqueue(index uint64, e *Enqueue) (dup, gap bool) {
 	if e.Pub.Publisher != 0 {
-		if p, ok := s.pubs[e.Pub.Publisher]; ok && e.Pub.Seq <= p.seq {
+		p, ok := s.pubs[e.Pub.Publisher]
+		if ok && e.Pub.Seq <= p.seq {
 			s.stats.Duplicates++
-			return true
+			return true, false
+		}
+		if e.Prev != 0 && (!ok || p.seq != e.Prev) {
+			s.stats.Duplicates++
+			return false, true
 		}
 	}
 	s.tick(e.Time)
@@ -242,7 +253,7 @@ func (s *State) enqueue(index uint64, e *Enqueue) bool {
 	}
 	s.push(r)
 	s.stats.Enqueued++
-	return false
+	return false, false
 }
 
 // tick advances the state's clock to t (it never goes back).

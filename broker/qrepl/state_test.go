@@ -286,3 +286,38 @@ func heapPerMessage(n int) (float64, *State) {
 	runtime.KeepAlive(s)
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n), s
 }
+
+// issue 14 (publishing through any node): an enqueue whose Prev is not its
+// publisher's last applied seq is dropped as out of order (Gap), so that a
+// later publish never overtakes an earlier one whose proposal was lost:
+// the earlier one's resend would be taken for a duplicate. Prev 0 is not
+// checked; a publisher the state does not know accepts only Prev 0.
+func TestEnqueuePrevChain(t *testing.T) {
+	s := New()
+	idx := uint64(0)
+	enq := func(seq, prev uint64) Result {
+		t.Helper()
+		idx++
+		res, err := s.Apply(idx, Encode(Enqueue{Pub: PubID{Publisher: 7, Seq: seq}, Prev: prev, Time: 1, Body: []byte("b")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	check := func(what string, res Result, dup, gap bool) {
+		t.Helper()
+		if res.Duplicate != dup || res.Gap != gap || (res.N == 1) != (!dup && !gap) {
+			t.Fatalf("%s: %+v, want duplicate %v gap %v", what, res, dup, gap)
+		}
+	}
+	check("unknown publisher with a prev", enq(5, 3), false, true)
+	check("first, no prev", enq(5, 0), false, false)
+	check("9 after 7, 7 missing", enq(9, 7), false, true)
+	check("7 after 5", enq(7, 5), false, false)
+	check("9 after 7", enq(9, 7), false, false)
+	check("7 again", enq(7, 5), true, false)
+	check("12, no prev", enq(12, 0), false, false)
+	if s.Len() != 4 {
+		t.Fatalf("%d messages, want 4", s.Len())
+	}
+}
