@@ -9,6 +9,8 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -211,6 +213,9 @@ func qqTransfer(t *testing.T, c *warrentest.Cluster, name string, to func(leader
 // qqViews describes every node's view of the queue's group, for a
 // failure's message.
 func qqViews(c *warrentest.Cluster, name string) string {
+	if os.Getenv("WARREN_TEST_STACKS") != "" { // where every goroutine is, to stderr
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	}
 	var out []string
 	for i, nd := range c.Nodes() {
 		b := nd.Broker()
@@ -229,7 +234,7 @@ func qqViews(c *warrentest.Cluster, name string) string {
 		qs := q.Stats()
 		out = append(out, fmt.Sprintf("node %d: leader %q; raft %s term %d leader %q commit %d applied %d last %d quiesced %v online %v; replicated %d; machine ready %d (paged %d) unacked %d consumers %d",
 			i+1, info.Leader, st.Role, st.Term, st.Leader, st.Commit, st.Applied, st.LastIndex, st.Quiesced, st.Online,
-			live, qs.Ready, qs.PagedOut, qs.Unacked, qs.Consumers))
+			live, qs.Ready, qs.PagedOut, qs.Unacked, qs.Consumers)+"; "+q.QuorumDebug())
 	}
 	return strings.Join(out, "; ")
 }
@@ -823,12 +828,16 @@ func TestQuorumClusterLeaderTransfer(t *testing.T) {
 		}
 		if time.Now().After(end) {
 			var first string
+			var miss []string
 			for _, b := range want {
 				if got[b] == 0 {
-					first = b
-					break
+					if first == "" {
+						first = b
+					}
+					miss = append(miss, b)
 				}
 			}
+			t.Logf("missing: %s", qqRanges(miss))
 			ldr := c.QueueLeader("/", "h4-qq-move")
 			var st broker.QueueStats
 			if ldr >= 0 {
@@ -1066,4 +1075,33 @@ func TestQuorumClusterStaleSettleNewMachine(t *testing.T) {
 			t.Errorf("%s delivered %d times after the nacks, %d before", b, n, before[b])
 		}
 	}
+}
+
+// qqRanges describes bodies prefix-n as ranges per prefix (p1-3..7 p2-9).
+func qqRanges(bodies []string) string {
+	by := map[string][]int{}
+	for _, b := range bodies {
+		i := strings.LastIndexByte(b, '-')
+		var n int
+		fmt.Sscan(b[i+1:], &n)
+		by[b[:i]] = append(by[b[:i]], n)
+	}
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(by)) {
+		ns := by[p]
+		slices.Sort(ns)
+		for i := 0; i < len(ns); {
+			j := i
+			for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
+				j++
+			}
+			if i == j {
+				out = append(out, fmt.Sprintf("%s-%d", p, ns[i]))
+			} else {
+				out = append(out, fmt.Sprintf("%s-%d..%d", p, ns[i], ns[j]))
+			}
+			i = j + 1
+		}
+	}
+	return strings.Join(out, " ")
 }
