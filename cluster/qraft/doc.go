@@ -46,9 +46,13 @@
 // ticks) quiesces it: it stops ticking (no heartbeats) and tells the
 // followers, which quiesce when their log and commit match. A quiesced
 // group wakes on a proposal, an operation or a raft message (a heartbeat
-// response excepted). A follower wakes when PeerState reports its
-// leader's node down, then campaigns after the election timeout (PreVote
-// and CheckQuorum are on); a leader wakes when a member's node comes back
+// response excepted). A follower (quiesced or not) whose leader's node
+// PeerState reports down forgets that leader and campaigns after a short
+// delay spread by node (campaignStagger), not after the election timeout:
+// failover takes a round trip, not 1-2 s. PreVote and CheckQuorum stay on,
+// so a follower merely cut off from a healthy leader only pre-votes,
+// which the members still hearing from the leader refuse: no term moves
+// (Group.leaderDown). A leader wakes when a member's node comes back
 // up, to catch it up, or goes down, so that CheckQuorum makes a leader cut
 // off from its quorum step down. A woken follower keeps its election clock: its
 // leader lease (CheckQuorum) still protects a live leader from a member

@@ -2,7 +2,10 @@ package qraft
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -952,13 +955,16 @@ func (g *Group) maybeQuiesce() bool {
 
 // peerEvent wakes the group when node's state matters to it.
 func (g *Group) peerEvent(node uint64, up bool) bool {
-	if g.stoppedLoop || !g.quiesced {
+	if g.stoppedLoop {
 		return false
 	}
 	st := g.rn.BasicStatus()
-	if !up && st.Lead == node && st.RaftState != raft.StateLeader {
-		g.wake()
+	if !up && st.Lead == node && st.RaftState == raft.StateFollower {
+		g.leaderDown(st.GetTerm(), node)
 		return true
+	}
+	if !g.quiesced {
+		return false
 	}
 	if st.RaftState == raft.StateLeader && g.isMember(node) {
 		// Up: catch the member up. Down: tick again, so that CheckQuorum
@@ -967,6 +973,69 @@ func (g *Group) peerEvent(node uint64, up bool) bool {
 		return true
 	}
 	return false
+}
+
+// campaignStagger spaces the campaigns of a group's followers after its
+// leader's node went down: the follower ranked k (see campaignRank)
+// campaigns after k*campaignStagger plus up to half of it at random, so
+// that two rarely split the vote.
+const campaignStagger = 50 * time.Millisecond
+
+// leaderDown: the transport reports the node of this follower's leader
+// down (in term). The follower forgets its leader at once and campaigns
+// after a short delay spread by node, instead of waiting out the election
+// timeout (1-2 s; a quiesced group does not even tick).
+//
+// Safety: the report comes from this node's link alone, so a cut link
+// (this follower partitioned away) must not disrupt a healthy leader.
+// PreVote and CheckQuorum stay on: the campaign is a pre-vote, which a
+// member still hearing from the leader refuses (it has not forgotten it:
+// its lease holds), so the term moves only where a majority lost the
+// leader too. Forgetting is what lets the followers that did lose it
+// grant each other's pre-votes now rather than an election timeout later
+// (raft's ForgetLeader, made for an external failure detector); a
+// follower that hears from the leader again simply follows it again.
+func (g *Group) leaderDown(term, leader uint64) {
+	g.wake()
+	_ = g.rn.ForgetLeader()
+	rank := g.campaignRank(leader)
+	d := time.Duration(rank)*campaignStagger + rand.N(campaignStagger/2+1)
+	time.AfterFunc(d, func() {
+		_ = g.do(func() {
+			st := g.rn.BasicStatus()
+			if st.RaftState != raft.StateFollower || st.Lead != raft.None || st.GetTerm() != term {
+				return // a leader (or an election) came first
+			}
+			g.wake()
+			_ = g.rn.Campaign()
+		})
+	})
+}
+
+// campaignRank is this node's place among the group's voters other than
+// the down leader, in an order by a hash of the group and the node (so
+// that the groups of a dead node spread their new leaders over the
+// others).
+func (g *Group) campaignRank(leader uint64) int {
+	key := func(id uint64) uint64 {
+		h := fnv.New64a()
+		var b [16]byte
+		binary.BigEndian.PutUint64(b[:8], g.id)
+		binary.BigEndian.PutUint64(b[8:], id)
+		h.Write(b[:])
+		return h.Sum64()
+	}
+	mine := key(g.h.self)
+	rank := 0
+	for _, v := range g.confState.GetVoters() {
+		if v == g.h.self || v == leader {
+			continue
+		}
+		if k := key(v); k < mine || k == mine && v < g.h.self {
+			rank++
+		}
+	}
+	return rank
 }
 
 func (g *Group) isMember(id uint64) bool {

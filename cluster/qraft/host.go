@@ -54,6 +54,10 @@ type Config struct {
 	// SegmentSize is the WAL's segment size (default 64 MiB).
 	SegmentSize int64
 	NoSync      bool // tests and benchmarks only
+
+	// manualTicks (tests): no ticker; the loop ticks when tickNow is
+	// called.
+	manualTicks bool
 }
 
 const (
@@ -109,6 +113,7 @@ type Host struct {
 	afterSync      []recPos // records to release once the next sync is done
 
 	notify chan struct{}
+	tickc  chan struct{} // manualTicks only
 	stopc  chan struct{}
 	donec  chan struct{}
 	once   sync.Once
@@ -187,6 +192,9 @@ func Open(cfg Config) (*Host, error) {
 		batches:   map[string]*batcher{},
 		loopNames: map[uint64]string{},
 		chunkSize: defaultChunkSize,
+	}
+	if cfg.manualTicks {
+		h.tickc = make(chan struct{})
 	}
 	h.names[h.self] = cfg.Self
 	if err := h.recover(); err != nil {
@@ -356,8 +364,8 @@ func (h *Host) Step(from string, msg []byte) {
 }
 
 // PeerState tells the host that the transport saw a node go down or come
-// up. Followers whose leader is on a node that went down wake (and
-// campaign after the election timeout); leaders wake the groups a node
+// up. Followers whose leader is on a node that went down wake, forget
+// it and campaign after a short delay (Group.leaderDown); leaders wake the groups a node
 // that came up belongs to, to catch it up.
 func (h *Host) PeerState(node string, up bool) {
 	h.mu.Lock()
@@ -589,6 +597,10 @@ func (h *Host) close(crash bool) error {
 func (h *Host) run() {
 	ticker := time.NewTicker(h.cfg.TickInterval)
 	defer ticker.Stop()
+	tickerC := ticker.C
+	if h.tickc != nil {
+		tickerC = nil
+	}
 	defer close(h.donec)
 	defer h.failAll()
 	for {
@@ -597,7 +609,9 @@ func (h *Host) run() {
 		case <-h.stopc:
 			return
 		case <-h.notify:
-		case <-ticker.C:
+		case <-tickerC:
+			tick = true
+		case <-h.tickc:
 			tick = true
 		}
 		if err := h.cycle(tick); err != nil {
@@ -607,6 +621,14 @@ func (h *Host) run() {
 		if tick && h.tickN%compactEveryTicks == 0 {
 			h.compact()
 		}
+	}
+}
+
+// tickNow makes the loop of a manualTicks host tick once (tests).
+func (h *Host) tickNow() {
+	select {
+	case h.tickc <- struct{}{}:
+	case <-h.donec:
 	}
 }
 
