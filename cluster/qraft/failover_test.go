@@ -230,3 +230,146 @@ func TestFollowerCutOffAloneKeepsLeader(t *testing.T) {
 		}
 	}
 }
+
+// issue 14 (faster quorum publishing): a Ready that only moves the commit
+// index needs no fdatasync (raft's MustSync): with one proposal at a time
+// and no ticks, the leader syncs about once per proposal (its entry), not
+// twice (entry, then the commit), and so does each follower.
+func TestCommitOnlyHardStateNotSynced(t *testing.T) {
+	c := manualCluster(t, 3)
+	c.startAll(1, c.names...)
+	c.elect("n1", 1)
+	if _, err := c.propose("n1", 1, "enq:warm"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 1, c.names...)
+	before := map[string]uint64{}
+	for _, n := range c.names {
+		before[n] = c.hosts[n].Stats().Syncs
+	}
+	const n = 40
+	for i := 0; i < n; i++ {
+		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.converge(1, n+1, c.names...)
+	for _, name := range c.names {
+		d := c.hosts[name].Stats().Syncs - before[name]
+		t.Logf("%s: %d syncs for %d proposals", name, d, n)
+		if d > n+n/4 {
+			t.Fatalf("%s: %d syncs for %d sequential proposals: the commit-only hard states are synced too", name, d, n)
+		}
+	}
+}
+
+// issue 14 (faster quorum publishing): a hard state appended without a
+// sync does not release the one it supersedes before a sync: a crash
+// right after loses only the commit index, never the term or the vote,
+// and the member recovers and catches up. (The leader's last Ready here
+// only moves its commit index: it is the member with a lazy hard state.)
+func TestLazyHardStateCrashKeepsTermAndVote(t *testing.T) {
+	c := manualCluster(t, 3)
+	c.startAll(1, c.names...)
+	c.elect("n1", 1)
+	for i := 0; i < 10; i++ {
+		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.converge(1, 10, c.names...)
+	h := c.hosts["n1"]
+	g := c.groups["n1"][1]
+	type view struct {
+		lazy, waiting int
+		term, vote    uint64
+	}
+	look := func(g *Group, h *Host) view {
+		ch := make(chan view, 1)
+		if err := g.do(func() {
+			hs := g.rn.BasicStatus().HardState
+			ch <- view{h.lazy, len(h.afterSync), hs.GetTerm(), hs.GetVote()}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return <-ch
+	}
+	v := look(g, h)
+	if v.lazy == 0 || v.lazy > v.waiting {
+		t.Fatalf("leader: %d superseded records waiting lazily (of %d), want some: its commit-only hard state was synced, or its predecessor released", v.lazy, v.waiting)
+	}
+	c.stop("n1", true) // drops what was not synced
+	h = c.open("n1")
+	c.start("n1", 1, nil, false)
+	w := look(c.groups["n1"][1], h)
+	if w.term != v.term || w.vote != v.vote {
+		t.Fatalf("after the crash: term %d vote %x, want term %d vote %x", w.term, w.vote, v.term, v.vote)
+	}
+	var l string
+	waitFor(t, 10*time.Second, "a leader after the crash", func() bool {
+		c.tickAll()
+		time.Sleep(2 * time.Millisecond)
+		for _, n := range c.names {
+			if ld, _ := c.groups[n][1].Leader(); ld == n {
+				l = n
+				return true
+			}
+		}
+		return false
+	})
+	l = c.leader(1)
+	if _, err := c.propose(l, 1, "enq:after"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "every member to apply the new entry", func() bool {
+		c.tickAll()
+		time.Sleep(2 * time.Millisecond)
+		for _, n := range c.names {
+			if _, cnt, _ := c.sms[n][1].state(); cnt < 11 {
+				return false
+			}
+		}
+		return true
+	})
+	c.converge(1, 11, c.names...)
+}
+
+// issue 14 (faster quorum publishing): a leader sends its appends before
+// its own fdatasync, so that it writes in parallel with its followers
+// (raft counts its own copy only after the sync).
+func TestLeaderSendsAppendBeforeItsSync(t *testing.T) {
+	c := manualCluster(t, 3)
+	c.startAll(1, c.names...)
+	c.elect("n1", 1)
+	c.converge(1, 0, c.names...)
+	lh := c.hosts["n1"]
+	var atSend []uint64
+	c.net.mu.Lock()
+	c.net.filter = func(from, to string, it *wireItem) bool {
+		if from == "n1" && it.kind == itemRaft && it.msg.GetType().String() == "MsgApp" {
+			for _, e := range it.msg.GetEntries() {
+				if string(e.GetData()) == "enq:probe" {
+					atSend = append(atSend, lh.store.Stats().Syncs)
+				}
+			}
+		}
+		return false
+	}
+	c.net.mu.Unlock()
+	if _, err := c.propose("n1", 1, "enq:probe"); err != nil {
+		t.Fatal(err)
+	}
+	after := lh.store.Stats().Syncs
+	c.net.mu.Lock()
+	c.net.filter = nil
+	sends := append([]uint64(nil), atSend...)
+	c.net.mu.Unlock()
+	if len(sends) == 0 {
+		t.Fatal("no MsgApp carried the probe entry")
+	}
+	for _, s := range sends {
+		if s >= after {
+			t.Fatalf("the probe's MsgApp left after the leader's sync (syncs %d at send, %d after the commit)", s, after)
+		}
+	}
+}

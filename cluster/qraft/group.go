@@ -583,7 +583,7 @@ func entryOfRec(x rec) *pb.Entry {
 
 // storeReady records the persisted Ready (at poss, in persistRecords'
 // order) in the group's storage, and releases what it superseded.
-func (g *Group) storeReady(rd *raft.Ready, poss []recPos) error {
+func (g *Group) storeReady(rd *raft.Ready, poss []recPos, synced bool) error {
 	poss = poss[g.recLo:g.recHi]
 	i := 0
 	var old []recPos
@@ -603,9 +603,7 @@ func (g *Group) storeReady(rd *raft.Ready, poss []recPos) error {
 	if !raft.IsEmptyHardState(rd.HardState) {
 		old = append(old, g.ls.setHardState(rd.HardState, poss[i])...)
 	}
-	for _, p := range old {
-		g.h.store.Release(p)
-	}
+	g.h.releaseSuperseded(old, synced)
 	return nil
 }
 

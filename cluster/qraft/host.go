@@ -111,6 +111,12 @@ type Host struct {
 	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
 	chunks         map[chunkKey]*chunkBuf
 	afterSync      []recPos // records to release once the next sync is done
+	// lazy: how many of afterSync wait for a sync that is not urgent
+	// (records superseded by a commit-only hard state that was appended
+	// without a sync); unsynced: records were appended since the last
+	// sync (the next tick syncs them).
+	lazy     int
+	unsynced bool
 
 	notify chan struct{}
 	tickc  chan struct{} // manualTicks only
@@ -618,6 +624,14 @@ func (h *Host) run() {
 			h.log.Error("qraft: host loop stopped", "err", err)
 			return
 		}
+		if tick && h.unsynced {
+			// Commit-only hard states appended without a sync: make them
+			// (and the release of what they superseded) durable now.
+			if err := h.sync(); err != nil {
+				h.log.Error("qraft: host loop stopped", "err", err)
+				return
+			}
+		}
 		if tick && h.tickN%compactEveryTicks == 0 {
 			h.compact()
 		}
@@ -768,7 +782,7 @@ func (h *Host) cycle(tick bool) error {
 	for _, g := range gs {
 		g.updateStatus()
 	}
-	if len(h.afterSync) > 0 {
+	if len(h.afterSync) > h.lazy {
 		if err := h.sync(); err != nil {
 			return err
 		}
@@ -780,10 +794,26 @@ func (h *Host) cycle(tick bool) error {
 
 // handleReadies persists every group's Ready in one store batch with one
 // sync, sends the messages batched per peer, applies, and advances.
+//
+// Two things keep the sync off the critical path where raft allows it:
+//   - Messages that do not vouch for this node's persisted state (a
+//     leader's appends and heartbeats, vote requests: everything but
+//     MsgAppResp, MsgVoteResp and MsgPreVoteResp) go out before the
+//     append and its sync, so that a leader writes its entries in
+//     parallel with its followers (Raft thesis 10.2.1; raft counts the
+//     leader's own copy only after Advance, i.e. after the sync). The
+//     responses go out after the sync.
+//   - A batch whose Readies need no sync (raft's MustSync: no entries, no
+//     term or vote change, no snapshot: a commit index moving) is
+//     appended without one: the commit index is not needed for safety
+//     (it is learnt again from the leader), and the records it
+//     supersedes are released only after a later sync (the next batch
+//     that needs one, or the next tick).
 func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 	h.st.cycles.Add(1)
 	rds := make([]raft.Ready, len(gs))
 	recs := extra
+	mustSync := len(extra) > 0
 	for i, g := range gs {
 		rds[i] = g.rn.Ready()
 		g.matchProposals(&rds[i])
@@ -792,24 +822,46 @@ func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 		if err != nil {
 			return err
 		}
+		if rds[i].MustSync || !raft.IsEmptySnap(rds[i].Snapshot) {
+			mustSync = true
+		}
+	}
+	late := make([][]*pb.Message, len(gs))
+	early := false
+	for i, g := range gs {
+		var now []*pb.Message
+		now, late[i] = splitAfterPersist(rds[i].Messages)
+		if len(now) > 0 {
+			g.queueMessages(now)
+			early = true
+		}
+	}
+	if early {
+		h.flushSends()
 	}
 	var poss []recPos
+	synced := false
 	if len(recs) > 0 {
 		var err error
 		if poss, err = h.store.Append(recs); err != nil {
 			return fmt.Errorf("qraft: append: %w", err)
 		}
-		if err := h.sync(); err != nil {
+		if mustSync {
+			if err := h.sync(); err != nil {
+				return err
+			}
+			synced = true
+		} else {
+			h.unsynced = true
+		}
+	}
+	for i, g := range gs {
+		if err := g.storeReady(&rds[i], poss, synced || len(recs) == 0); err != nil {
 			return err
 		}
 	}
 	for i, g := range gs {
-		if err := g.storeReady(&rds[i], poss); err != nil {
-			return err
-		}
-	}
-	for i, g := range gs {
-		g.queueMessages(rds[i].Messages)
+		g.queueMessages(late[i])
 	}
 	h.flushSends()
 	for i, g := range gs {
@@ -823,6 +875,29 @@ func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 	return nil
 }
 
+// splitAfterPersist splits a Ready's messages into those that may go
+// before its state is persisted and the responses that must wait for it
+// (raft's msgsAfterAppend: they vouch for a persisted append or vote).
+func splitAfterPersist(msgs []*pb.Message) (now, after []*pb.Message) {
+	for i, m := range msgs {
+		switch m.GetType() {
+		case pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
+			if now == nil {
+				now = msgs[:i:i]
+			}
+			after = append(after, m)
+		default:
+			if after != nil {
+				now = append(now, m)
+			}
+		}
+	}
+	if after == nil {
+		return msgs, nil
+	}
+	return now, after
+}
+
 // sync syncs the store and then releases the records that waited for it.
 func (h *Host) sync() error {
 	if err := h.store.Sync(); err != nil {
@@ -832,7 +907,23 @@ func (h *Host) sync() error {
 		h.store.Release(p)
 	}
 	h.afterSync = h.afterSync[:0]
+	h.lazy = 0
+	h.unsynced = false
 	return nil
+}
+
+// releaseSuperseded releases records a Ready superseded: at once when
+// the Ready was synced (or wrote nothing), else after the next sync (a
+// superseded hard state must not go before its successor is durable).
+func (h *Host) releaseSuperseded(old []recPos, synced bool) {
+	if synced {
+		for _, p := range old {
+			h.store.Release(p)
+		}
+		return
+	}
+	h.afterSync = append(h.afterSync, old...)
+	h.lazy += len(old)
 }
 
 func (h *Host) batcherFor(peer string) *batcher {
