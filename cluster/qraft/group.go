@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -807,15 +808,21 @@ func (g *Group) afterAdvance() {
 
 // snapshotDue: SnapshotEntries or SnapshotBytes applied since the last
 // snapshot, and (so that a big state, a long queue, is not rewritten for
-// every few thousand small entries) at least as much log as the last
-// snapshot weighed, counting each entry's bookkeeping as 64 bytes: the
-// snapshots then write at most about as much as the log itself.
+// every few thousand small entries) at least snapWeighFactor times as
+// much log as the last snapshot weighed, counting each entry's
+// bookkeeping as 64 bytes: the snapshots then write at most about a
+// quarter as much as the log itself. (A growing queue, whose entries all
+// stay live, gains nothing from a snapshot but pays for one in
+// proportion to its length: at 1x, a queue growing by a third got one.)
 func (g *Group) snapshotDue() bool {
 	if g.sinceSnapEntries < g.h.cfg.SnapshotEntries && g.sinceSnapBytes < g.h.cfg.SnapshotBytes {
 		return false
 	}
-	return g.sinceSnapBytes+64*int64(g.sinceSnapEntries) >= g.lastSnapSize
+	return g.sinceSnapBytes+64*int64(g.sinceSnapEntries) >= snapWeighFactor*g.lastSnapSize
 }
+
+// snapWeighFactor: see snapshotDue.
+const snapWeighFactor = 4
 
 // snapshot takes a local snapshot at the applied index and compacts the
 // log: entries at or below it (less KeepEntries) are dropped except the
@@ -831,20 +838,18 @@ func (g *Group) snapshot() {
 		return
 	}
 	data, liveIdx := g.sm.Snapshot()
-	sort.Slice(liveIdx, func(i, j int) bool { return liveIdx[i] < liveIdx[j] })
-	sd := &snapData{sm: data, names: g.memberNames()}
-	live := make([]liveRef, 0, len(liveIdx))
-	for i, li := range liveIdx {
-		if li > idx || (i > 0 && liveIdx[i-1] == li) {
-			continue
-		}
-		ref, ok := g.ls.liveRefOf(li)
-		if !ok {
-			g.h.log.Error("qraft: state machine lists an entry the log lacks", "group", g.id, "index", li)
-			continue
-		}
-		live = append(live, ref)
-		sd.live = append(sd.live, liveEnt{index: li, term: ref.term})
+	slices.Sort(liveIdx) // usually sorted already (a queue's order): linear then
+	liveIdx = slices.Compact(liveIdx)
+	if n, _ := slices.BinarySearch(liveIdx, idx+1); n < len(liveIdx) {
+		liveIdx = liveIdx[:n] // above the snapshot: still in the log
+	}
+	live, missing := g.ls.liveRefsOf(liveIdx)
+	for _, li := range missing {
+		g.h.log.Error("qraft: state machine lists an entry the log lacks", "group", g.id, "index", li)
+	}
+	sd := &snapData{sm: data, names: g.memberNames(), live: make([]liveEnt, len(live))}
+	for i, ref := range live {
+		sd.live[i] = liveEnt{index: ref.index, term: ref.term}
 	}
 	snap := &pb.Snapshot{Data: sd.encode(false), Metadata: &pb.SnapshotMetadata{
 		Index: new(idx), Term: new(term), ConfState: proto.Clone(pb.EnsureConfState(g.confState)).(*pb.ConfState)}}

@@ -487,6 +487,33 @@ func (s *logStorage) liveRefOf(index uint64) (liveRef, bool) {
 	return liveRef{}, false
 }
 
+// liveRefsOf is liveRefOf for many indices, sorted and unique, under one
+// lock (a snapshot's live entries): the ones not found are skipped and
+// returned apart.
+func (s *logStorage) liveRefsOf(idx []uint64) (refs []liveRef, missing []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refs = make([]liveRef, 0, len(idx))
+	last := s.lastLocked()
+	j := 0
+	for _, index := range idx {
+		if index > s.first && index <= last {
+			m := &s.ents[index-s.first]
+			refs = append(refs, liveRef{index: index, term: m.term, pos: m.pos, size: m.size})
+			continue
+		}
+		for j < len(s.live) && s.live[j].index < index {
+			j++
+		}
+		if j < len(s.live) && s.live[j].index == index {
+			refs = append(refs, s.live[j])
+			continue
+		}
+		missing = append(missing, index)
+	}
+	return refs, missing
+}
+
 // allRecords lists every record the group holds (to release on delete).
 func (s *logStorage) allRecords() []recPos {
 	s.mu.Lock()
