@@ -109,7 +109,7 @@ type Group struct {
 	installed        *snapData // a snapshot from the leader, persisted, to restore
 	installedMeta    *pb.Snapshot
 	snapNow          bool  // a configuration change was applied
-	lastSnapSize     int64 // the last snapshot's weight (state bytes, live entries)
+	nextSnapWeight   int64 // the log weight due before the next snapshot (snapshotDue)
 
 	quiescedFlag atomic.Bool
 
@@ -808,17 +808,20 @@ func (g *Group) afterAdvance() {
 
 // snapshotDue: SnapshotEntries or SnapshotBytes applied since the last
 // snapshot, and (so that a big state, a long queue, is not rewritten for
-// every few thousand small entries) at least snapWeighFactor times as
-// much log as the last snapshot weighed, counting each entry's
-// bookkeeping as 64 bytes: the snapshots then write at most about a
-// quarter as much as the log itself. (A growing queue, whose entries all
-// stay live, gains nothing from a snapshot but pays for one in
-// proportion to its length: at 1x, a queue growing by a third got one.)
+// every few thousand small entries) at least as much log as the last
+// snapshot weighed, counting each entry's bookkeeping as 64 bytes: the
+// snapshots then write at most about as much as the log itself. When the
+// last snapshot found three quarters or more of the entries it covered
+// still live (it freed little: a growing queue), the log must weigh
+// snapWeighFactor times as much: such a snapshot costs in proportion to
+// the queue's length and gains little (at 1x, a queue growing by a third
+// got one, and a publish-only load spent a third of the nodes' CPU
+// there).
 func (g *Group) snapshotDue() bool {
 	if g.sinceSnapEntries < g.h.cfg.SnapshotEntries && g.sinceSnapBytes < g.h.cfg.SnapshotBytes {
 		return false
 	}
-	return g.sinceSnapBytes+64*int64(g.sinceSnapEntries) >= snapWeighFactor*g.lastSnapSize
+	return g.sinceSnapBytes+64*int64(g.sinceSnapEntries) >= g.nextSnapWeight
 }
 
 // snapWeighFactor: see snapshotDue.
@@ -844,6 +847,7 @@ func (g *Group) snapshot() {
 		liveIdx = liveIdx[:n] // above the snapshot: still in the log
 	}
 	live, missing := g.ls.liveRefsOf(liveIdx)
+	held := g.ls.heldUpTo(idx)
 	for _, li := range missing {
 		g.h.log.Error("qraft: state machine lists an entry the log lacks", "group", g.id, "index", li)
 	}
@@ -869,7 +873,10 @@ func (g *Group) snapshot() {
 	g.h.afterSync = append(g.h.afterSync, g.ls.createSnapshot(snap, poss[0], live, compactTo)...)
 	g.snapIndex = idx
 	g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
-	g.lastSnapSize = int64(len(data)) + 16*int64(len(live))
+	g.nextSnapWeight = int64(len(data)) + 16*int64(len(live))
+	if 4*len(live) >= 3*held {
+		g.nextSnapWeight *= snapWeighFactor // it freed less than a quarter
+	}
 	g.h.st.snaps.Add(1)
 }
 

@@ -514,6 +514,23 @@ func (s *logStorage) liveRefsOf(idx []uint64) (refs []liveRef, missing []uint64)
 	return refs, missing
 }
 
+// heldUpTo is how many entries at or below index the storage holds (the
+// live ones below the log and the log's).
+func (s *logStorage) heldUpTo(index uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.live {
+		if l.index <= s.first {
+			n++
+		}
+	}
+	if index > s.first {
+		n += int(min(index, s.lastLocked()) - s.first)
+	}
+	return n
+}
+
 // allRecords lists every record the group holds (to release on delete).
 func (s *logStorage) allRecords() []recPos {
 	s.mu.Lock()
