@@ -2,6 +2,7 @@ package qraft
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -371,5 +372,95 @@ func TestLeaderSendsAppendBeforeItsSync(t *testing.T) {
 		if s >= after {
 			t.Fatalf("the probe's MsgApp left after the leader's sync (syncs %d at send, %d after the commit)", s, after)
 		}
+	}
+}
+
+// gateStore blocks Sync while armed, until released.
+type gateStore struct {
+	logStore
+	mu      sync.Mutex
+	armed   bool
+	blocked chan struct{} // closed when a Sync starts waiting
+	release chan struct{}
+}
+
+func (s *gateStore) arm() {
+	s.mu.Lock()
+	s.armed = true
+	s.blocked = make(chan struct{})
+	s.release = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *gateStore) Sync() error {
+	s.mu.Lock()
+	armed, blocked, release := s.armed, s.blocked, s.release
+	s.armed = false
+	s.mu.Unlock()
+	if armed {
+		close(blocked)
+		<-release
+	}
+	return s.logStore.Sync()
+}
+
+// issue 14 (faster quorum publishing): entries committed while a leader
+// has new entries to persist are applied (their proposers answered)
+// before the sync of the new entries, not after it.
+func TestCommittedAppliedBeforeNextSync(t *testing.T) {
+	var gate *gateStore
+	c := newTCluster(t, 3, func(cfg *Config) {
+		cfg.manualTicks = true
+		if cfg.Self == "n1" {
+			cfg.wrapStore = func(s logStore) logStore { gate = &gateStore{logStore: s}; return gate }
+		}
+	})
+	c.startAll(1, c.names...)
+	c.elect("n1", 1)
+	if _, err := c.propose("n1", 1, "enq:warm"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 1, c.names...)
+	// A's sync on the leader blocks; the followers get A meanwhile (sent
+	// before the sync) and answer; B is proposed while the leader waits.
+	gate.arm()
+	first := gate.blocked
+	g := c.groups["n1"][1]
+	before := g.Status().LastIndex
+	doneA := make(chan error, 1)
+	g.Propose([]byte("enq:A"), func(_ uint64, err error) { doneA <- err })
+	<-first
+	waitFor(t, 5*time.Second, "the followers to have A", func() bool {
+		for _, n := range []string{"n2", "n3"} {
+			if st := c.groups[n][1].Status(); st.LastIndex < before+1 {
+				return false
+			}
+		}
+		return true
+	})
+	doneB := make(chan error, 1)
+	g.Propose([]byte("enq:B"), func(_ uint64, err error) { doneB <- err })
+	// The next sync (B's) blocks too: A must be answered while it waits.
+	rel := gate.release
+	gate.arm()
+	second := gate.blocked
+	close(rel)
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader never synced B")
+	}
+	select {
+	case err := <-doneA:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		close(gate.release)
+		t.Fatal("A, committed, was not applied while the leader synced B")
+	}
+	close(gate.release)
+	if err := <-doneB; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -665,6 +665,27 @@ func (g *Group) expandSnap(m *pb.Message) *pb.Message {
 	return m2
 }
 
+// canApplyEarly: the Ready's committed entries may be applied before the
+// Ready is persisted: it installs no snapshot and every committed entry
+// is in the stored log already (an earlier Ready's, synced). They are
+// committed, so on a majority's disks; applying them does not depend on
+// this Ready's entries or hard state.
+func (g *Group) canApplyEarly(rd *raft.Ready) bool {
+	if g.installed != nil || !raft.IsEmptySnap(rd.Snapshot) {
+		return false
+	}
+	n := len(rd.CommittedEntries)
+	if n == 0 {
+		return true
+	}
+	hi := rd.CommittedEntries[n-1].GetIndex()
+	if len(rd.Entries) > 0 && rd.Entries[0].GetIndex() <= hi {
+		return false // this Ready rewrites the stored log under them
+	}
+	last, _ := g.ls.LastIndex()
+	return hi <= last
+}
+
 // applyReady restores an installed snapshot and applies committed entries.
 func (g *Group) applyReady(rd *raft.Ready) error {
 	if g.installed != nil {

@@ -58,6 +58,8 @@ type Config struct {
 	// manualTicks (tests): no ticker; the loop ticks when tickNow is
 	// called.
 	manualTicks bool
+	// wrapStore (tests) wraps the log store.
+	wrapStore func(logStore) logStore
 }
 
 const (
@@ -180,11 +182,15 @@ func Open(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qraft: open the WAL: %w", err)
 	}
+	var ls logStore = st
+	if cfg.wrapStore != nil {
+		ls = cfg.wrapStore(st)
+	}
 	h := &Host{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "qraft"),
 		self:      NodeID(cfg.Self),
-		store:     st,
+		store:     ls,
 		groups:    map[uint64]*Group{},
 		rec:       map[uint64]*recovered{},
 		names:     map[uint64]string{},
@@ -803,6 +809,8 @@ func (h *Host) cycle(tick bool) error {
 //     parallel with its followers (Raft thesis 10.2.1; raft counts the
 //     leader's own copy only after Advance, i.e. after the sync). The
 //     responses go out after the sync.
+//   - Committed entries already in this node's log are applied before
+//     the sync (canApplyEarly).
 //   - A batch whose Readies need no sync (raft's MustSync: no entries, no
 //     term or vote change, no snapshot: a commit index moving) is
 //     appended without one: the commit index is not needed for safety
@@ -827,17 +835,30 @@ func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 		}
 	}
 	late := make([][]*pb.Message, len(gs))
-	early := false
+	sendEarly := false
 	for i, g := range gs {
 		var now []*pb.Message
 		now, late[i] = splitAfterPersist(rds[i].Messages)
 		if len(now) > 0 {
 			g.queueMessages(now)
-			early = true
+			sendEarly = true
 		}
 	}
-	if early {
+	if sendEarly {
 		h.flushSends()
+	}
+	// Entries committed and already in this node's log (a leader's,
+	// always: it counts its own copy only once synced) are applied before
+	// this batch's sync, so that their proposers hear of them without
+	// waiting for the sync of the entries proposed since.
+	early := make([]bool, len(gs))
+	for i, g := range gs {
+		if g.canApplyEarly(&rds[i]) {
+			if err := g.applyReady(&rds[i]); err != nil {
+				return err
+			}
+			early[i] = true
+		}
 	}
 	var poss []recPos
 	synced := false
@@ -865,8 +886,10 @@ func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 	}
 	h.flushSends()
 	for i, g := range gs {
-		if err := g.applyReady(&rds[i]); err != nil {
-			return err
+		if !early[i] {
+			if err := g.applyReady(&rds[i]); err != nil {
+				return err
+			}
 		}
 		g.ls.uncache(g.applied)
 		g.rn.Advance(rds[i])
