@@ -872,11 +872,7 @@ func (g *Group) snapshot() {
 	for _, li := range missing {
 		g.h.log.Error("qraft: state machine lists an entry the log lacks", "group", g.id, "index", li)
 	}
-	sd := &snapData{sm: data, names: g.memberNames(), live: make([]liveEnt, len(live))}
-	for i, ref := range live {
-		sd.live[i] = liveEnt{index: ref.index, term: ref.term}
-	}
-	snap := &pb.Snapshot{Data: sd.encode(false), Metadata: &pb.SnapshotMetadata{
+	snap := &pb.Snapshot{Data: encodeLocal(data, live, g.memberNames()), Metadata: &pb.SnapshotMetadata{
 		Index: new(idx), Term: new(term), ConfState: proto.Clone(pb.EnsureConfState(g.confState)).(*pb.ConfState)}}
 	meta, err := proto.Marshal(snap)
 	if err != nil {

@@ -62,6 +62,33 @@ func (s *snapData) encode(withData bool) []byte {
 	return b
 }
 
+// encodeLocal is encode(false) of a local snapshot whose live entries
+// are refs (no liveEnt list built: a long queue's snapshot lists every
+// message).
+func encodeLocal(sm []byte, refs []liveRef, names map[uint64]string) []byte {
+	sd := snapData{sm: sm, names: names}
+	b := sd.encode(false) // version, state, no live entries, names
+	n := 16 + len(sm) + 20*len(refs) + (len(b) - len(sm))
+	out := make([]byte, 0, n)
+	out = append(out, snapVersion)
+	out = binary.AppendUvarint(out, uint64(len(sm)))
+	out = append(out, sm...)
+	out = binary.AppendUvarint(out, uint64(len(refs)))
+	for _, r := range refs {
+		out = binary.AppendUvarint(out, r.index)
+		out = binary.AppendUvarint(out, r.term)
+		out = append(out, 0)
+	}
+	// the names: what encode wrote after its (empty) live list
+	tail := b[1+uvarintLen(uint64(len(sm)))+len(sm)+uvarintLen(0):]
+	return append(out, tail...)
+}
+
+func uvarintLen(v uint64) int {
+	var buf [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(buf[:], v)
+}
+
 var errBadSnap = errors.New("qraft: malformed snapshot data")
 
 func decodeSnapData(b []byte) (*snapData, error) {
