@@ -706,12 +706,12 @@ func (g *Group) applyReady(rd *raft.Ready) error {
 		}
 	}
 	g.checkLeader()
-	var batch []Entry
+	batch := make([]Entry, 0, len(rd.CommittedEntries))
 	var dones []*flight
 	flush := func() {
 		if len(batch) > 0 {
 			g.sm.Apply(batch)
-			batch = nil
+			batch = batch[len(batch):] // the SM may keep what it got
 		}
 		for _, f := range dones {
 			if f.done != nil {

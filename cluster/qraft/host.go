@@ -820,10 +820,14 @@ func (h *Host) cycle(tick bool) error {
 func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 	h.st.cycles.Add(1)
 	rds := make([]raft.Ready, len(gs))
-	recs := extra
-	mustSync := len(extra) > 0
+	n := len(extra)
 	for i, g := range gs {
 		rds[i] = g.rn.Ready()
+		n += len(rds[i].Entries) + 2
+	}
+	recs := append(make([]rec, 0, n), extra...)
+	mustSync := len(extra) > 0
+	for i, g := range gs {
 		g.matchProposals(&rds[i])
 		var err error
 		recs, err = g.persistRecords(recs, &rds[i])
