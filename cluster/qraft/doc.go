@@ -6,14 +6,21 @@
 // One goroutine per Host. Each pass takes what arrived (raft messages
 // from peers, proposals, operations), ticks the active groups when the
 // tick timer fired, then collects the Ready of every group that has one
-// and handles them together: every group's entries, hard state and
+// and handles them together: first the messages that vouch for nothing
+// persisted (a leader's appends and heartbeats, vote requests) go out, so
+// that a leader writes in parallel with its followers; committed entries
+// already in the stored log (a leader's always are) are applied to each
+// group's StateMachine; then every group's entries, hard state and
 // installed snapshot go to the node-wide log store in one append and one
-// sync; then the messages go out batched per peer (one transport message
-// per peer per pass, carrying many groups' raft messages, see wire.go);
-// then committed entries are applied to each group's StateMachine and the
-// groups are advanced. It repeats while a group has a Ready (a leader's
-// commit follows its own append). Nothing in the loop waits on the
-// network: Config.Send must not block (transport.Send queues or fails).
+// sync (none when no Ready needs one: raft's MustSync, a commit index
+// moving does not; the next sync, or tick, covers it); then the
+// responses (MsgAppResp, votes) go out, the remaining committed entries
+// are applied and the groups are advanced. Messages go batched per peer
+// (one transport message per peer per send, carrying many groups' raft
+// messages, see wire.go). It repeats while a group has a Ready (a
+// leader's commit follows its own append). Nothing in the loop waits on
+// the network: Config.Send must not block (transport.Send queues or
+// fails).
 //
 // # Callbacks
 //
