@@ -377,8 +377,8 @@ func (h *Host) Step(from string, msg []byte) {
 
 // PeerState tells the host that the transport saw a node go down or come
 // up. Followers whose leader is on a node that went down wake, forget
-// it and campaign after a short delay (Group.leaderDown); leaders wake the groups a node
-// that came up belongs to, to catch it up.
+// it and campaign after a short delay (Group.leaderDown); leaders wake
+// the groups a node that came up belongs to, to catch it up.
 func (h *Host) PeerState(node string, up bool) {
 	h.mu.Lock()
 	if up {
@@ -801,7 +801,7 @@ func (h *Host) cycle(tick bool) error {
 // handleReadies persists every group's Ready in one store batch with one
 // sync, sends the messages batched per peer, applies, and advances.
 //
-// Two things keep the sync off the critical path where raft allows it:
+// Three things keep the sync off the critical path where raft allows it:
 //   - Messages that do not vouch for this node's persisted state (a
 //     leader's appends and heartbeats, vote requests: everything but
 //     MsgAppResp, MsgVoteResp and MsgPreVoteResp) go out before the
