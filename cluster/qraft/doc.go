@@ -6,14 +6,21 @@
 // One goroutine per Host. Each pass takes what arrived (raft messages
 // from peers, proposals, operations), ticks the active groups when the
 // tick timer fired, then collects the Ready of every group that has one
-// and handles them together: every group's entries, hard state and
+// and handles them together: first the messages that vouch for nothing
+// persisted (a leader's appends and heartbeats, vote requests) go out, so
+// that a leader writes in parallel with its followers; committed entries
+// already in the stored log (a leader's always are) are applied to each
+// group's StateMachine; then every group's entries, hard state and
 // installed snapshot go to the node-wide log store in one append and one
-// sync; then the messages go out batched per peer (one transport message
-// per peer per pass, carrying many groups' raft messages, see wire.go);
-// then committed entries are applied to each group's StateMachine and the
-// groups are advanced. It repeats while a group has a Ready (a leader's
-// commit follows its own append). Nothing in the loop waits on the
-// network: Config.Send must not block (transport.Send queues or fails).
+// sync (none when no Ready needs one: raft's MustSync, a commit index
+// moving does not; the next sync, or tick, covers it); then the
+// responses (MsgAppResp, votes) go out, the remaining committed entries
+// are applied and the groups are advanced. Messages go batched per peer
+// (one transport message per peer per send, carrying many groups' raft
+// messages, see wire.go). It repeats while a group has a Ready (a
+// leader's commit follows its own append). Nothing in the loop waits on
+// the network: Config.Send must not block (transport.Send queues or
+// fails).
 //
 // # Callbacks
 //
@@ -46,9 +53,13 @@
 // ticks) quiesces it: it stops ticking (no heartbeats) and tells the
 // followers, which quiesce when their log and commit match. A quiesced
 // group wakes on a proposal, an operation or a raft message (a heartbeat
-// response excepted). A follower wakes when PeerState reports its
-// leader's node down, then campaigns after the election timeout (PreVote
-// and CheckQuorum are on); a leader wakes when a member's node comes back
+// response excepted). A follower (quiesced or not) whose leader's node
+// PeerState reports down forgets that leader and campaigns after a short
+// delay spread by node (campaignStagger), not after the election timeout:
+// failover takes a round trip, not 1-2 s. PreVote and CheckQuorum stay on,
+// so a follower merely cut off from a healthy leader only pre-votes,
+// which the members still hearing from the leader refuse: no term moves
+// (Group.leaderDown). A leader wakes when a member's node comes back
 // up, to catch it up, or goes down, so that CheckQuorum makes a leader cut
 // off from its quorum step down. A woken follower keeps its election clock: its
 // leader lease (CheckQuorum) still protects a live leader from a member

@@ -2,7 +2,11 @@ package qraft
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -105,7 +109,7 @@ type Group struct {
 	installed        *snapData // a snapshot from the leader, persisted, to restore
 	installedMeta    *pb.Snapshot
 	snapNow          bool  // a configuration change was applied
-	lastSnapSize     int64 // the last snapshot's weight (state bytes, live entries)
+	nextSnapWeight   int64 // the log weight due before the next snapshot (snapshotDue)
 
 	quiescedFlag atomic.Bool
 
@@ -580,7 +584,7 @@ func entryOfRec(x rec) *pb.Entry {
 
 // storeReady records the persisted Ready (at poss, in persistRecords'
 // order) in the group's storage, and releases what it superseded.
-func (g *Group) storeReady(rd *raft.Ready, poss []recPos) error {
+func (g *Group) storeReady(rd *raft.Ready, poss []recPos, synced bool) error {
 	poss = poss[g.recLo:g.recHi]
 	i := 0
 	var old []recPos
@@ -600,9 +604,7 @@ func (g *Group) storeReady(rd *raft.Ready, poss []recPos) error {
 	if !raft.IsEmptyHardState(rd.HardState) {
 		old = append(old, g.ls.setHardState(rd.HardState, poss[i])...)
 	}
-	for _, p := range old {
-		g.h.store.Release(p)
-	}
+	g.h.releaseSuperseded(old, synced)
 	return nil
 }
 
@@ -663,6 +665,27 @@ func (g *Group) expandSnap(m *pb.Message) *pb.Message {
 	return m2
 }
 
+// canApplyEarly: the Ready's committed entries may be applied before the
+// Ready is persisted: it installs no snapshot and every committed entry
+// is in the stored log already (an earlier Ready's, synced). They are
+// committed, so on a majority's disks; applying them does not depend on
+// this Ready's entries or hard state.
+func (g *Group) canApplyEarly(rd *raft.Ready) bool {
+	if g.installed != nil || !raft.IsEmptySnap(rd.Snapshot) {
+		return false
+	}
+	n := len(rd.CommittedEntries)
+	if n == 0 {
+		return true
+	}
+	hi := rd.CommittedEntries[n-1].GetIndex()
+	if len(rd.Entries) > 0 && rd.Entries[0].GetIndex() <= hi {
+		return false // this Ready rewrites the stored log under them
+	}
+	last, _ := g.ls.LastIndex()
+	return hi <= last
+}
+
 // applyReady restores an installed snapshot and applies committed entries.
 func (g *Group) applyReady(rd *raft.Ready) error {
 	if g.installed != nil {
@@ -683,12 +706,12 @@ func (g *Group) applyReady(rd *raft.Ready) error {
 		}
 	}
 	g.checkLeader()
-	var batch []Entry
+	batch := make([]Entry, 0, len(rd.CommittedEntries))
 	var dones []*flight
 	flush := func() {
 		if len(batch) > 0 {
 			g.sm.Apply(batch)
-			batch = nil
+			batch = batch[len(batch):] // the SM may keep what it got
 		}
 		for _, f := range dones {
 			if f.done != nil {
@@ -808,13 +831,22 @@ func (g *Group) afterAdvance() {
 // snapshot, and (so that a big state, a long queue, is not rewritten for
 // every few thousand small entries) at least as much log as the last
 // snapshot weighed, counting each entry's bookkeeping as 64 bytes: the
-// snapshots then write at most about as much as the log itself.
+// snapshots then write at most about as much as the log itself. When the
+// last snapshot found three quarters or more of the entries it covered
+// still live (it freed little: a growing queue), the log must weigh
+// snapWeighFactor times as much: such a snapshot costs in proportion to
+// the queue's length and gains little (at 1x, a queue growing by a third
+// got one, and a publish-only load spent a third of the nodes' CPU
+// there).
 func (g *Group) snapshotDue() bool {
 	if g.sinceSnapEntries < g.h.cfg.SnapshotEntries && g.sinceSnapBytes < g.h.cfg.SnapshotBytes {
 		return false
 	}
-	return g.sinceSnapBytes+64*int64(g.sinceSnapEntries) >= g.lastSnapSize
+	return g.sinceSnapBytes+64*int64(g.sinceSnapEntries) >= g.nextSnapWeight
 }
+
+// snapWeighFactor: see snapshotDue.
+const snapWeighFactor = 4
 
 // snapshot takes a local snapshot at the applied index and compacts the
 // log: entries at or below it (less KeepEntries) are dropped except the
@@ -830,22 +862,17 @@ func (g *Group) snapshot() {
 		return
 	}
 	data, liveIdx := g.sm.Snapshot()
-	sort.Slice(liveIdx, func(i, j int) bool { return liveIdx[i] < liveIdx[j] })
-	sd := &snapData{sm: data, names: g.memberNames()}
-	live := make([]liveRef, 0, len(liveIdx))
-	for i, li := range liveIdx {
-		if li > idx || (i > 0 && liveIdx[i-1] == li) {
-			continue
-		}
-		ref, ok := g.ls.liveRefOf(li)
-		if !ok {
-			g.h.log.Error("qraft: state machine lists an entry the log lacks", "group", g.id, "index", li)
-			continue
-		}
-		live = append(live, ref)
-		sd.live = append(sd.live, liveEnt{index: li, term: ref.term})
+	slices.Sort(liveIdx) // usually sorted already (a queue's order): linear then
+	liveIdx = slices.Compact(liveIdx)
+	if n, _ := slices.BinarySearch(liveIdx, idx+1); n < len(liveIdx) {
+		liveIdx = liveIdx[:n] // above the snapshot: still in the log
 	}
-	snap := &pb.Snapshot{Data: sd.encode(false), Metadata: &pb.SnapshotMetadata{
+	live, missing := g.ls.liveRefsOf(liveIdx)
+	held := g.ls.heldUpTo(idx)
+	for _, li := range missing {
+		g.h.log.Error("qraft: state machine lists an entry the log lacks", "group", g.id, "index", li)
+	}
+	snap := &pb.Snapshot{Data: encodeLocal(data, live, g.memberNames()), Metadata: &pb.SnapshotMetadata{
 		Index: new(idx), Term: new(term), ConfState: proto.Clone(pb.EnsureConfState(g.confState)).(*pb.ConfState)}}
 	meta, err := proto.Marshal(snap)
 	if err != nil {
@@ -863,7 +890,10 @@ func (g *Group) snapshot() {
 	g.h.afterSync = append(g.h.afterSync, g.ls.createSnapshot(snap, poss[0], live, compactTo)...)
 	g.snapIndex = idx
 	g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
-	g.lastSnapSize = int64(len(data)) + 16*int64(len(live))
+	g.nextSnapWeight = int64(len(data)) + 16*int64(len(live))
+	if 4*len(live) >= 3*held {
+		g.nextSnapWeight *= snapWeighFactor // it freed less than a quarter
+	}
 	g.h.st.snaps.Add(1)
 }
 
@@ -952,13 +982,16 @@ func (g *Group) maybeQuiesce() bool {
 
 // peerEvent wakes the group when node's state matters to it.
 func (g *Group) peerEvent(node uint64, up bool) bool {
-	if g.stoppedLoop || !g.quiesced {
+	if g.stoppedLoop {
 		return false
 	}
 	st := g.rn.BasicStatus()
-	if !up && st.Lead == node && st.RaftState != raft.StateLeader {
-		g.wake()
+	if !up && st.Lead == node && st.RaftState == raft.StateFollower {
+		g.leaderDown(st.GetTerm(), node)
 		return true
+	}
+	if !g.quiesced {
+		return false
 	}
 	if st.RaftState == raft.StateLeader && g.isMember(node) {
 		// Up: catch the member up. Down: tick again, so that CheckQuorum
@@ -967,6 +1000,69 @@ func (g *Group) peerEvent(node uint64, up bool) bool {
 		return true
 	}
 	return false
+}
+
+// campaignStagger spaces the campaigns of a group's followers after its
+// leader's node went down: the follower ranked k (see campaignRank)
+// campaigns after k*campaignStagger plus up to half of it at random, so
+// that two rarely split the vote.
+const campaignStagger = 50 * time.Millisecond
+
+// leaderDown: the transport reports the node of this follower's leader
+// down (in term). The follower forgets its leader at once and campaigns
+// after a short delay spread by node, instead of waiting out the election
+// timeout (1-2 s; a quiesced group does not even tick).
+//
+// Safety: the report comes from this node's link alone, so a cut link
+// (this follower partitioned away) must not disrupt a healthy leader.
+// PreVote and CheckQuorum stay on: the campaign is a pre-vote, which a
+// member still hearing from the leader refuses (it has not forgotten it:
+// its lease holds), so the term moves only where a majority lost the
+// leader too. Forgetting is what lets the followers that did lose it
+// grant each other's pre-votes now rather than an election timeout later
+// (raft's ForgetLeader, made for an external failure detector); a
+// follower that hears from the leader again simply follows it again.
+func (g *Group) leaderDown(term, leader uint64) {
+	g.wake()
+	_ = g.rn.ForgetLeader()
+	rank := g.campaignRank(leader)
+	d := time.Duration(rank)*campaignStagger + rand.N(campaignStagger/2+1)
+	time.AfterFunc(d, func() {
+		_ = g.do(func() {
+			st := g.rn.BasicStatus()
+			if st.RaftState != raft.StateFollower || st.Lead != raft.None || st.GetTerm() != term {
+				return // a leader (or an election) came first
+			}
+			g.wake()
+			_ = g.rn.Campaign()
+		})
+	})
+}
+
+// campaignRank is this node's place among the group's voters other than
+// the down leader, in an order by a hash of the group and the node (so
+// that the groups of a dead node spread their new leaders over the
+// others).
+func (g *Group) campaignRank(leader uint64) int {
+	key := func(id uint64) uint64 {
+		h := fnv.New64a()
+		var b [16]byte
+		binary.BigEndian.PutUint64(b[:8], g.id)
+		binary.BigEndian.PutUint64(b[8:], id)
+		h.Write(b[:])
+		return h.Sum64()
+	}
+	mine := key(g.h.self)
+	rank := 0
+	for _, v := range g.confState.GetVoters() {
+		if v == g.h.self || v == leader {
+			continue
+		}
+		if k := key(v); k < mine || k == mine && v < g.h.self {
+			rank++
+		}
+	}
+	return rank
 }
 
 func (g *Group) isMember(id uint64) bool {

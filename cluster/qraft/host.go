@@ -54,6 +54,12 @@ type Config struct {
 	// SegmentSize is the WAL's segment size (default 64 MiB).
 	SegmentSize int64
 	NoSync      bool // tests and benchmarks only
+
+	// manualTicks (tests): no ticker; the loop ticks when tickNow is
+	// called.
+	manualTicks bool
+	// wrapStore (tests) wraps the log store.
+	wrapStore func(logStore) logStore
 }
 
 const (
@@ -107,8 +113,15 @@ type Host struct {
 	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
 	chunks         map[chunkKey]*chunkBuf
 	afterSync      []recPos // records to release once the next sync is done
+	// lazy: how many of afterSync wait for a sync that is not urgent
+	// (records superseded by a commit-only hard state that was appended
+	// without a sync); unsynced: records were appended since the last
+	// sync (the next tick syncs them).
+	lazy     int
+	unsynced bool
 
 	notify chan struct{}
+	tickc  chan struct{} // manualTicks only
 	stopc  chan struct{}
 	donec  chan struct{}
 	once   sync.Once
@@ -169,11 +182,15 @@ func Open(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qraft: open the WAL: %w", err)
 	}
+	var ls logStore = st
+	if cfg.wrapStore != nil {
+		ls = cfg.wrapStore(st)
+	}
 	h := &Host{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "qraft"),
 		self:      NodeID(cfg.Self),
-		store:     st,
+		store:     ls,
 		groups:    map[uint64]*Group{},
 		rec:       map[uint64]*recovered{},
 		names:     map[uint64]string{},
@@ -187,6 +204,9 @@ func Open(cfg Config) (*Host, error) {
 		batches:   map[string]*batcher{},
 		loopNames: map[uint64]string{},
 		chunkSize: defaultChunkSize,
+	}
+	if cfg.manualTicks {
+		h.tickc = make(chan struct{})
 	}
 	h.names[h.self] = cfg.Self
 	if err := h.recover(); err != nil {
@@ -356,9 +376,9 @@ func (h *Host) Step(from string, msg []byte) {
 }
 
 // PeerState tells the host that the transport saw a node go down or come
-// up. Followers whose leader is on a node that went down wake (and
-// campaign after the election timeout); leaders wake the groups a node
-// that came up belongs to, to catch it up.
+// up. Followers whose leader is on a node that went down wake, forget
+// it and campaign after a short delay (Group.leaderDown); leaders wake
+// the groups a node that came up belongs to, to catch it up.
 func (h *Host) PeerState(node string, up bool) {
 	h.mu.Lock()
 	if up {
@@ -589,6 +609,10 @@ func (h *Host) close(crash bool) error {
 func (h *Host) run() {
 	ticker := time.NewTicker(h.cfg.TickInterval)
 	defer ticker.Stop()
+	tickerC := ticker.C
+	if h.tickc != nil {
+		tickerC = nil
+	}
 	defer close(h.donec)
 	defer h.failAll()
 	for {
@@ -597,16 +621,34 @@ func (h *Host) run() {
 		case <-h.stopc:
 			return
 		case <-h.notify:
-		case <-ticker.C:
+		case <-tickerC:
+			tick = true
+		case <-h.tickc:
 			tick = true
 		}
 		if err := h.cycle(tick); err != nil {
 			h.log.Error("qraft: host loop stopped", "err", err)
 			return
 		}
+		if tick && h.unsynced {
+			// Commit-only hard states appended without a sync: make them
+			// (and the release of what they superseded) durable now.
+			if err := h.sync(); err != nil {
+				h.log.Error("qraft: host loop stopped", "err", err)
+				return
+			}
+		}
 		if tick && h.tickN%compactEveryTicks == 0 {
 			h.compact()
 		}
+	}
+}
+
+// tickNow makes the loop of a manualTicks host tick once (tests).
+func (h *Host) tickNow() {
+	select {
+	case h.tickc <- struct{}{}:
+	case <-h.donec:
 	}
 }
 
@@ -746,7 +788,7 @@ func (h *Host) cycle(tick bool) error {
 	for _, g := range gs {
 		g.updateStatus()
 	}
-	if len(h.afterSync) > 0 {
+	if len(h.afterSync) > h.lazy {
 		if err := h.sync(); err != nil {
 			return err
 		}
@@ -758,47 +800,129 @@ func (h *Host) cycle(tick bool) error {
 
 // handleReadies persists every group's Ready in one store batch with one
 // sync, sends the messages batched per peer, applies, and advances.
+//
+// Three things keep the sync off the critical path where raft allows it:
+//   - Messages that do not vouch for this node's persisted state (a
+//     leader's appends and heartbeats, vote requests: everything but
+//     MsgAppResp, MsgVoteResp and MsgPreVoteResp) go out before the
+//     append and its sync, so that a leader writes its entries in
+//     parallel with its followers (Raft thesis 10.2.1; raft counts the
+//     leader's own copy only after Advance, i.e. after the sync). The
+//     responses go out after the sync.
+//   - Committed entries already in this node's log are applied before
+//     the sync (canApplyEarly).
+//   - A batch whose Readies need no sync (raft's MustSync: no entries, no
+//     term or vote change, no snapshot: a commit index moving) is
+//     appended without one: the commit index is not needed for safety
+//     (it is learnt again from the leader), and the records it
+//     supersedes are released only after a later sync (the next batch
+//     that needs one, or the next tick).
 func (h *Host) handleReadies(gs []*Group, extra []rec) error {
 	h.st.cycles.Add(1)
 	rds := make([]raft.Ready, len(gs))
-	recs := extra
+	n := len(extra)
 	for i, g := range gs {
 		rds[i] = g.rn.Ready()
+		n += len(rds[i].Entries) + 2
+	}
+	recs := append(make([]rec, 0, n), extra...)
+	mustSync := len(extra) > 0
+	for i, g := range gs {
 		g.matchProposals(&rds[i])
 		var err error
 		recs, err = g.persistRecords(recs, &rds[i])
 		if err != nil {
 			return err
 		}
+		if rds[i].MustSync || !raft.IsEmptySnap(rds[i].Snapshot) {
+			mustSync = true
+		}
+	}
+	late := make([][]*pb.Message, len(gs))
+	sendEarly := false
+	for i, g := range gs {
+		var now []*pb.Message
+		now, late[i] = splitAfterPersist(rds[i].Messages)
+		if len(now) > 0 {
+			g.queueMessages(now)
+			sendEarly = true
+		}
+	}
+	if sendEarly {
+		h.flushSends()
+	}
+	// Entries committed and already in this node's log (a leader's,
+	// always: it counts its own copy only once synced) are applied before
+	// this batch's sync, so that their proposers hear of them without
+	// waiting for the sync of the entries proposed since.
+	early := make([]bool, len(gs))
+	for i, g := range gs {
+		if g.canApplyEarly(&rds[i]) {
+			if err := g.applyReady(&rds[i]); err != nil {
+				return err
+			}
+			early[i] = true
+		}
 	}
 	var poss []recPos
+	synced := false
 	if len(recs) > 0 {
 		var err error
 		if poss, err = h.store.Append(recs); err != nil {
 			return fmt.Errorf("qraft: append: %w", err)
 		}
-		if err := h.sync(); err != nil {
+		if mustSync {
+			if err := h.sync(); err != nil {
+				return err
+			}
+			synced = true
+		} else {
+			h.unsynced = true
+		}
+	}
+	for i, g := range gs {
+		if err := g.storeReady(&rds[i], poss, synced || len(recs) == 0); err != nil {
 			return err
 		}
 	}
 	for i, g := range gs {
-		if err := g.storeReady(&rds[i], poss); err != nil {
-			return err
-		}
-	}
-	for i, g := range gs {
-		g.queueMessages(rds[i].Messages)
+		g.queueMessages(late[i])
 	}
 	h.flushSends()
 	for i, g := range gs {
-		if err := g.applyReady(&rds[i]); err != nil {
-			return err
+		if !early[i] {
+			if err := g.applyReady(&rds[i]); err != nil {
+				return err
+			}
 		}
 		g.ls.uncache(g.applied)
 		g.rn.Advance(rds[i])
 		g.afterAdvance()
 	}
 	return nil
+}
+
+// splitAfterPersist splits a Ready's messages into those that may go
+// before its state is persisted and the responses that must wait for it
+// (raft's msgsAfterAppend: they vouch for a persisted append or vote).
+func splitAfterPersist(msgs []*pb.Message) (now, after []*pb.Message) {
+	for i, m := range msgs {
+		switch m.GetType() {
+		case pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
+			if now == nil {
+				now = msgs[:i:i]
+			}
+			after = append(after, m)
+		default:
+			if after != nil {
+				now = append(now, m)
+			}
+		}
+	}
+	if after == nil {
+		return msgs, nil
+	}
+	return now, after
 }
 
 // sync syncs the store and then releases the records that waited for it.
@@ -810,7 +934,23 @@ func (h *Host) sync() error {
 		h.store.Release(p)
 	}
 	h.afterSync = h.afterSync[:0]
+	h.lazy = 0
+	h.unsynced = false
 	return nil
+}
+
+// releaseSuperseded releases records a Ready superseded: at once when
+// the Ready was synced (or wrote nothing), else after the next sync (a
+// superseded hard state must not go before its successor is durable).
+func (h *Host) releaseSuperseded(old []recPos, synced bool) {
+	if synced {
+		for _, p := range old {
+			h.store.Release(p)
+		}
+		return
+	}
+	h.afterSync = append(h.afterSync, old...)
+	h.lazy += len(old)
 }
 
 func (h *Host) batcherFor(peer string) *batcher {

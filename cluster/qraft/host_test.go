@@ -347,8 +347,8 @@ func TestQuiescence(t *testing.T) {
 }
 
 // issue 14: followers of a quiesced group wake when the transport reports
-// the leader's node down, and elect a new leader after the election
-// timeout; without that report they stay quiet (no spurious elections).
+// the leader's node down, and elect a new leader (at once: see
+// failover_test.go); without that report they stay quiet (no spurious elections).
 func TestQuiescedWakeOnLeaderDown(t *testing.T) {
 	c := newTCluster(t, 3, nil)
 	c.startAll(1, c.names...)

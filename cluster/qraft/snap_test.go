@@ -247,8 +247,8 @@ func TestSnapshotInstallChunked(t *testing.T) {
 }
 
 // issue 14: a big state (a long queue) is not snapshotted every
-// SnapshotEntries entries: the log must weigh about as much as the last
-// snapshot first, bounding the snapshots' write amplification.
+// SnapshotEntries entries: the log must weigh snapWeighFactor times the
+// last snapshot first, bounding the snapshots' write amplification.
 func TestSnapshotPacedBySize(t *testing.T) {
 	c := newTCluster(t, 1, func(cfg *Config) { cfg.SnapshotEntries = 20; cfg.KeepEntries = -1 })
 	c.startAll(1, "n1")
@@ -263,13 +263,13 @@ func TestSnapshotPacedBySize(t *testing.T) {
 		}
 	}
 	snaps := c.hosts["n1"].Stats().Snapshots
-	for i := 0; i < 100; i++ { // 100 small entries weigh less than 20 kB: no new snapshot
+	for i := 0; i < 1000; i++ { // 1000 small entries weigh less than 4 x 20 kB: no new snapshot
 		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:b%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := c.hosts["n1"].Stats().Snapshots; got != snaps {
-		t.Fatalf("%d snapshots of a big state after 100 small entries, want %d", got, snaps)
+		t.Fatalf("%d snapshots of a big state after 1000 small entries, want %d", got, snaps)
 	}
 	for i := 0; i < 300; i++ {
 		if _, err := c.propose("n1", 1, fmt.Sprintf("enq:c%d", i)); err != nil {

@@ -48,16 +48,38 @@ func (s *snapData) encode(withData bool) []byte {
 			b = append(b, 0)
 		}
 	}
-	ids := make([]uint64, 0, len(s.names))
-	for id := range s.names {
+	return appendNames(b, s.names)
+}
+
+// encodeLocal is encode(false) of a local snapshot whose live entries
+// are refs (no liveEnt list built: a long queue's snapshot lists every
+// message).
+func encodeLocal(sm []byte, refs []liveRef, names map[uint64]string) []byte {
+	out := make([]byte, 0, 32+len(sm)+20*len(refs)+32*len(names))
+	out = append(out, snapVersion)
+	out = binary.AppendUvarint(out, uint64(len(sm)))
+	out = append(out, sm...)
+	out = binary.AppendUvarint(out, uint64(len(refs)))
+	for _, r := range refs {
+		out = binary.AppendUvarint(out, r.index)
+		out = binary.AppendUvarint(out, r.term)
+		out = append(out, 0)
+	}
+	return appendNames(out, names)
+}
+
+// appendNames appends the members' names, by id.
+func appendNames(b []byte, names map[uint64]string) []byte {
+	ids := make([]uint64, 0, len(names))
+	for id := range names {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, id)
-		b = binary.AppendUvarint(b, uint64(len(s.names[id])))
-		b = append(b, s.names[id]...)
+		b = binary.AppendUvarint(b, uint64(len(names[id])))
+		b = append(b, names[id]...)
 	}
 	return b
 }

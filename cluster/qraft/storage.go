@@ -367,7 +367,7 @@ func (s *logStorage) createSnapshot(snap *pb.Snapshot, p recPos, live []liveRef,
 		}
 	}
 	n := sort.Search(len(live), func(i int) bool { return live[i].index > newFirst })
-	s.setLiveLocked(append([]liveRef(nil), live[:n]...))
+	s.setLiveLocked(live[:n:n]) // live is the caller's no more
 	return old
 }
 
@@ -459,16 +459,14 @@ func (s *logStorage) setLiveLocked(live []liveRef) {
 	}
 }
 
-// liveBelow counts the live entries below the raft log and their bytes.
+// liveBelow counts the live entries below the raft log and their bytes
+// (s.live is sorted by index: a binary search, not a walk, as it runs at
+// every pass over a busy group).
 func (s *logStorage) liveBelow() (n uint64, bytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range s.live {
-		if l.index <= s.first {
-			n++
-		}
-	}
-	return n, s.liveSize
+	k := sort.Search(len(s.live), func(i int) bool { return s.live[i].index > s.first })
+	return uint64(k), s.liveSize
 }
 
 // liveRefOf finds index among the live set or the raft log, for a new
@@ -485,6 +483,50 @@ func (s *logStorage) liveRefOf(index uint64) (liveRef, bool) {
 		return s.live[i], true
 	}
 	return liveRef{}, false
+}
+
+// liveRefsOf is liveRefOf for many indices, sorted and unique, under one
+// lock (a snapshot's live entries): the ones not found are skipped and
+// returned apart.
+func (s *logStorage) liveRefsOf(idx []uint64) (refs []liveRef, missing []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refs = make([]liveRef, 0, len(idx))
+	last := s.lastLocked()
+	j := 0
+	for _, index := range idx {
+		if index > s.first && index <= last {
+			m := &s.ents[index-s.first]
+			refs = append(refs, liveRef{index: index, term: m.term, pos: m.pos, size: m.size})
+			continue
+		}
+		for j < len(s.live) && s.live[j].index < index {
+			j++
+		}
+		if j < len(s.live) && s.live[j].index == index {
+			refs = append(refs, s.live[j])
+			continue
+		}
+		missing = append(missing, index)
+	}
+	return refs, missing
+}
+
+// heldUpTo is how many entries at or below index the storage holds (the
+// live ones below the log and the log's).
+func (s *logStorage) heldUpTo(index uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.live {
+		if l.index <= s.first {
+			n++
+		}
+	}
+	if index > s.first {
+		n += int(min(index, s.lastLocked()) - s.first)
+	}
+	return n
 }
 
 // allRecords lists every record the group holds (to release on delete).
