@@ -85,15 +85,8 @@ func waitReplicated(t *testing.T, c *warrentest.Cluster, name string, n int) {
 // prefetch 10) and returns them in delivery order.
 func drainOrdered(t *testing.T, c *warrentest.Cluster, i int, queue string, n int) []amqp.Delivery {
 	t.Helper()
-	conn, err := amqp.Dial(c.Node(i).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, ch := qqChannel(t, c, i)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := ch.Qos(10, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -244,15 +237,8 @@ func TestQuorumPageOutTTL(t *testing.T) {
 	l := qqLeader(t, c, "page-qq-ttl", "")
 	qqLeader(t, c, "page-qq-dlq", "")
 	pub := (l + 1) % 3
-	conn, err := amqp.Dial(c.Node(pub).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, ch := qqChannel(t, c, pub)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -321,15 +307,8 @@ func TestQuorumPageOutPurge(t *testing.T) {
 		t.Fatalf("%d of 300 confirmed", len(acked))
 	}
 	checkWindow(t, c, l, "page-qq-purge", 300)
-	conn, err := amqp.Dial(c.Node(pub).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, ch := qqChannel(t, c, pub)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	n, err := ch.QueuePurge("page-qq-purge", false)
 	if err != nil {
 		t.Fatal(err)
@@ -367,15 +346,8 @@ func TestQuorumPageOutBrowseReplay(t *testing.T) {
 		t.Fatalf("%d of %d confirmed", len(acked), n)
 	}
 	// Reject all, in order: into the DLQ, mostly paged out there.
-	conn, err := amqp.Dial(c.Node(ls).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, ch := qqChannel(t, c, ls)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for k := 0; k < n; k++ {
 		d, ok, err := ch.Get("page-qq-rsrc", false)
 		if err != nil || !ok {

@@ -33,15 +33,8 @@ import (
 // qqDeclare declares the quorum queue name through node i.
 func qqDeclare(t *testing.T, c *warrentest.Cluster, i int, name string, args amqp.Table) {
 	t.Helper()
-	conn, err := amqp.Dial(c.Node(i).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, ch := qqChannel(t, c, i)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	a := amqp.Table{"x-queue-type": "quorum"}
 	for k, v := range args {
 		a[k] = v
@@ -79,19 +72,27 @@ func qqLeader(t *testing.T, c *warrentest.Cluster, name, not string) int {
 	return l
 }
 
-// qqPublish publishes n persistent messages with confirms through node
-// i, bodies prefix-0... and returns the bodies confirmed (acked).
-func qqPublish(t *testing.T, c *warrentest.Cluster, i int, queue, prefix string, n int) []string {
+// qqChannel opens a connection to node i and a channel on it.
+func qqChannel(t *testing.T, c *warrentest.Cluster, i int) (*amqp.Connection, *amqp.Channel) {
 	t.Helper()
 	conn, err := amqp.Dial(c.Node(i).URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
+		conn.Close()
 		t.Fatal(err)
 	}
+	return conn, ch
+}
+
+// qqPublish publishes n persistent messages with confirms through node
+// i, bodies prefix-0... and returns the bodies confirmed (acked).
+func qqPublish(t *testing.T, c *warrentest.Cluster, i int, queue, prefix string, n int) []string {
+	t.Helper()
+	conn, ch := qqChannel(t, c, i)
+	defer conn.Close()
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -363,15 +364,8 @@ func TestQuorumClusterDeclare(t *testing.T) {
 		}
 	}
 	// The deletion deletes every member.
-	conn, err := amqp.Dial(c.Node(2).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, ch := qqChannel(t, c, 2)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := ch.QueueDelete("h4-qq-decl", false, false, false); err != nil {
 		t.Fatal(err)
 	}
@@ -933,15 +927,8 @@ func TestQuorumClusterDeadLetterAtLeastOnce(t *testing.T) {
 	if len(acked) != 200 {
 		t.Fatalf("%d of 200 confirmed", len(acked))
 	}
-	conn, err := amqp.Dial(c.Node(pub).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, ch := qqChannel(t, c, pub)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := ch.Qos(20, 0, false); err != nil {
 		t.Fatal(err)
 	}

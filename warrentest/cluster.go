@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/cluster"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/server"
 )
@@ -80,7 +81,14 @@ const ClusterSecret = "warrentest-cluster-secret"
 // t.Cleanup.
 func StartCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, cfg: clusterConfig{tick: 20 * time.Millisecond}}
+	// A short Raft tick keeps elections quick (10 to 20 ticks); under the
+	// race detector, several times slower, a loaded machine's pauses
+	// would otherwise pass for dead leaders all the time.
+	tick := 20 * time.Millisecond
+	if testutil.Race {
+		tick = 60 * time.Millisecond
+	}
+	c := &Cluster{t: t, cfg: clusterConfig{tick: tick}}
 	for _, o := range opts {
 		o(&c.cfg)
 	}
