@@ -93,6 +93,11 @@ type qqState struct {
 	// gaps: this leader's enqueues applied out of order (qrepl
 	// Result.Gap), by index, until their proposals are answered (smu).
 	gaps map[uint64]struct{}
+	// applied is, on the leader, the last seq applied per publisher (the
+	// state's dedup, readable without smu): a resend of a publish already
+	// applied is answered at once, not appended to the log again.
+	pubMu   sync.Mutex
+	pubLast map[uint64]uint64
 
 	// Proposals waiting for the flusher, in order (pmu).
 	pmu      sync.Mutex
@@ -148,9 +153,13 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, prev uint64, m *Message, don
 		q.mu.Unlock()
 		done(enqNotLeader)
 		return
+	case s.appliedSeq(id):
+		q.mu.Unlock()
+		done(enqOK) // a resend of one already in the queue (its answer was lost)
+		return
 	case q.rejectsLocked(m):
 		q.mu.Unlock()
-		if s.applied(id) {
+		if s.appliedSeq(id) {
 			// A resend of a publish already in the log (its answer was
 			// lost): confirmed, not refused, or its publisher's next
 			// publish, chained after it, would never be placed.
@@ -183,19 +192,31 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, prev uint64, m *Message, don
 	})
 }
 
-// applied reports whether the replicated state applied publish id (or a
-// later one of its publisher).
-func (s *qqState) applied(id machine.PubID) bool {
+// appliedSeq reports whether this leader applied publish id (or a later
+// one of its publisher): the cache of the state's dedup.
+func (s *qqState) appliedSeq(id machine.PubID) bool {
 	if id.Publisher == 0 {
 		return false
 	}
-	s.smu.Lock()
-	defer s.smu.Unlock()
-	if s.st == nil {
-		return false
-	}
-	last, ok := s.st.LastSeq(id.Publisher)
+	s.pubMu.Lock()
+	last, ok := s.pubLast[id.Publisher]
+	s.pubMu.Unlock()
 	return ok && id.Seq <= last
+}
+
+// setApplied records the last seq applied for publisher (the leader's
+// cache, appliedSeq); nil resets it.
+func (s *qqState) setApplied(fn func(set func(publisher, seq uint64))) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	if fn == nil {
+		s.pubLast = nil
+		return
+	}
+	if s.pubLast == nil {
+		s.pubLast = map[uint64]uint64{}
+	}
+	fn(func(p, seq uint64) { s.pubLast[p] = max(s.pubLast[p], seq) })
 }
 
 // tookGap reports (once) whether the enqueue applied at index was
@@ -341,8 +362,11 @@ func (s *qqState) apply(ents []QuorumEntry) {
 		}
 		switch c := c.(type) {
 		case qrepl.Enqueue:
-			if !res.Duplicate {
+			if !res.Duplicate && !res.Gap {
 				s.placeLocked(e.Index, &c)
+				if c.Pub.Publisher != 0 {
+					s.setApplied(func(set func(p, seq uint64)) { set(c.Pub.Publisher, c.Pub.Seq) })
+				}
 			}
 		case qrepl.Lease:
 			if c.UpTo > s.lease {
@@ -700,6 +724,8 @@ func (s *qqState) takeoverLocked(term uint64) {
 	q.m.Restore(ready, delays, delayed, paged, pagedDeadlines, seq)
 	s.ids, s.lease, s.leaseReq, s.maxID, s.term = ids, lease, lease, maxID, term
 	s.paging = pg
+	s.setApplied(nil)
+	s.setApplied(func(set func(p, seq uint64)) { s.st.EachPublisher(set) })
 	s.here.Store(true)
 	for i := range dead {
 		q.deadLocked(&dead[i], reasons[deadWhy[i]&3])
@@ -738,6 +764,7 @@ func (s *qqState) stepDownLocked() {
 	q.dlxPending = nil
 	q.mu.Unlock()
 	s.gaps = nil
+	s.setApplied(nil)
 	s.pmu.Lock()
 	s.pend = nil
 	s.pmu.Unlock()

@@ -435,6 +435,14 @@ func (s *State) LastSeq(p uint64) (uint64, bool) {
 	return x.seq, ok
 }
 
+// EachPublisher calls fn with every publisher remembered for dedup and
+// the last seq applied for it.
+func (s *State) EachPublisher(fn func(publisher, seq uint64)) {
+	for id, p := range s.pubs {
+		fn(id, p.seq)
+	}
+}
+
 // Publishers is the number of publishers remembered for dedup.
 func (s *State) Publishers() int { return len(s.pubs) }
 
