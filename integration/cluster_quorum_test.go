@@ -792,7 +792,7 @@ func TestQuorumClusterLeaderTransfer(t *testing.T) {
 		<-ld.stopped
 		ld.mu.Lock()
 		if ld.err != nil {
-			t.Errorf("publisher: %v", ld.err)
+			t.Errorf("publisher: %v; %s", ld.err, qqViews(c, "h4-qq-move"))
 		}
 		want = append(want, ld.acked...)
 		ld.mu.Unlock()
