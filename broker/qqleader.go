@@ -81,6 +81,7 @@ type qqState struct {
 	// Leader side, guarded by q.mu.
 	ids      map[uint64]uint64 // machine seq -> replicated id
 	lease    uint64            // the applied lease
+	leaseC   chan struct{}     // closed when the applied lease rises
 	leaseReq uint64            // the lease proposed, not yet applied
 	maxID    uint64            // the newest id placed
 	term     uint64            // the term this node leads in
@@ -372,6 +373,10 @@ func (s *qqState) apply(ents []QuorumEntry) {
 			if c.UpTo > s.lease {
 				s.lease = c.UpTo
 				dispatch = true
+				if s.leaseC != nil { // a basic.get waits for it (leaseWait)
+					close(s.leaseC)
+					s.leaseC = nil
+				}
 			}
 		}
 	}
@@ -420,6 +425,46 @@ func (s *qqState) leasedLocked(seq uint64) bool {
 	s.wantLeaseLocked(id)
 	return false
 }
+
+// qqGetWait bounds how long basic.get waits for the lease to cover the
+// message it took (RabbitMQ's Ra commands time out after 5s as well).
+const qqGetWait = 5 * time.Second
+
+// leaseWait waits, after a basic.get took the message under seq beyond
+// the lease (q.mu not held), until the lease covers it: covered then.
+// gone: the leadership that took it ended (its machine is gone, the
+// message is live at the next leader: it must not be handed out). Neither:
+// the wait timed out in the same leadership.
+func (s *qqState) leaseWait(seq uint64) (covered, gone bool) {
+	q := s.q
+	deadline := time.Now().Add(qqGetWait)
+	for {
+		q.mu.Lock()
+		if !s.here.Load() || seq>>qqSeqTermShift != s.term {
+			q.mu.Unlock()
+			return false, true
+		}
+		id, ok := s.ids[seq]
+		if !ok || id <= s.lease {
+			q.mu.Unlock()
+			return true, false
+		}
+		s.wantLeaseLocked(id)
+		if s.leaseC == nil {
+			s.leaseC = make(chan struct{})
+		}
+		ch := s.leaseC
+		q.mu.Unlock()
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, false
+		}
+		waitChange(ch, left)
+	}
+}
+
+// qqLeaseDelay (tests: a slow commit) holds Lease proposals back.
+var qqLeaseDelay atomic.Int64
 
 // wantLeaseLocked proposes a lease leaseAhead past id unless one that
 // covers it with room is on its way.
@@ -542,6 +587,9 @@ func (s *qqState) flush() {
 		}
 		for _, c := range cs {
 			lease, isLease := c.(qrepl.Lease)
+			if d := qqLeaseDelay.Load(); d > 0 && isLease {
+				time.Sleep(time.Duration(d))
+			}
 			g.Propose(qrepl.Encode(c), func(_ uint64, err error) {
 				if err != nil && isLease {
 					s.q.mu.Lock()

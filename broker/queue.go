@@ -648,13 +648,28 @@ func (q *Queue) getLocal(noAck bool) (d Delivery, remaining int, ok bool) {
 	if !ok {
 		return Delivery{}, 0, false
 	}
-	if q.qq != nil {
-		// Not held back (basic.get answers now): a message beyond the
-		// lease raises it, and is rare (the lease runs ahead).
-		q.qq.leasedLocked(e.Seq)
-	}
 	h := q.m.Holder()
-	return q.delivery(&e, "", h, h.Next()-1), remaining, true
+	d = q.delivery(&e, "", h, h.Next()-1)
+	if q.qq != nil && !q.qq.leasedLocked(e.Seq) {
+		// Beyond the lease (rare: it runs ahead): handed out once the
+		// lease covers it, so that a new leader knows it may have been
+		// delivered (redelivered=true). If the leadership ends first,
+		// the get finds nothing (the message is live at the next
+		// leader); a wait that times out in the same leadership hands a
+		// no-ack get's message out (its removal is on its way) and
+		// returns the others.
+		q.mu.Unlock()
+		covered, gone := q.qq.leaseWait(e.Seq)
+		if !covered && (gone || !noAck) {
+			if !noAck {
+				q.Requeue([]Delivery{d}, false)
+			}
+			q.mu.Lock()
+			return Delivery{}, 0, false
+		}
+		q.mu.Lock()
+	}
+	return d, remaining, true
 }
 
 // armLocked keeps one timer for the machine's next deadline: the earliest
