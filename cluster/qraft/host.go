@@ -109,6 +109,7 @@ type Host struct {
 	offline        map[string]bool // peers the transport reported down
 	closed         bool
 	pendingDeletes []pendingDelete
+	crashing       bool              // close(crash): the loop ends without a last cycle
 	stopping       map[uint64]*Group // stopped, not yet let go by the loop
 	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
 	chunks         map[chunkKey]*chunkBuf
@@ -592,6 +593,7 @@ func (h *Host) close(crash bool) error {
 	h.once.Do(func() {
 		h.mu.Lock()
 		h.closed = true
+		h.crashing = crash
 		h.mu.Unlock()
 		close(h.stopc)
 		<-h.donec
@@ -619,6 +621,16 @@ func (h *Host) run() {
 		tick := false
 		select {
 		case <-h.stopc:
+			// A clean close does what is pending first: stops and deletes
+			// asked for just before (their tombstones), appends, syncs.
+			h.mu.Lock()
+			crash := h.crashing
+			h.mu.Unlock()
+			if !crash {
+				if err := h.cycle(false); err == nil && h.unsynced {
+					_ = h.sync()
+				}
+			}
 			return
 		case <-h.notify:
 		case <-tickerC:
