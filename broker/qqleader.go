@@ -205,19 +205,26 @@ func (s *qqState) appliedSeq(id machine.PubID) bool {
 	return ok && id.Seq <= last
 }
 
-// setApplied records the last seq applied for publisher (the leader's
-// cache, appliedSeq); nil resets it.
-func (s *qqState) setApplied(fn func(set func(publisher, seq uint64))) {
+// noteApplied records seq as applied for publisher (the leader's cache,
+// appliedSeq).
+func (s *qqState) noteApplied(publisher, seq uint64) {
 	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	if fn == nil {
-		s.pubLast = nil
-		return
-	}
 	if s.pubLast == nil {
 		s.pubLast = map[uint64]uint64{}
 	}
-	fn(func(p, seq uint64) { s.pubLast[p] = max(s.pubLast[p], seq) })
+	s.pubLast[publisher] = max(s.pubLast[publisher], seq)
+	s.pubMu.Unlock()
+}
+
+// resetApplied empties the cache, then seeds it from st (nil: empty).
+func (s *qqState) resetApplied(st *qrepl.State) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	s.pubLast = nil
+	if st != nil {
+		s.pubLast = map[uint64]uint64{}
+		st.EachPublisher(func(p, seq uint64) { s.pubLast[p] = seq })
+	}
 }
 
 // tookGap reports (once) whether the enqueue applied at index was
@@ -366,7 +373,7 @@ func (s *qqState) apply(ents []QuorumEntry) {
 			if !res.Duplicate && !res.Gap {
 				s.placeLocked(e.Index, &c)
 				if c.Pub.Publisher != 0 {
-					s.setApplied(func(set func(p, seq uint64)) { set(c.Pub.Publisher, c.Pub.Seq) })
+					s.noteApplied(c.Pub.Publisher, c.Pub.Seq)
 				}
 			}
 		case qrepl.Lease:
@@ -772,8 +779,7 @@ func (s *qqState) takeoverLocked(term uint64) {
 	q.m.Restore(ready, delays, delayed, paged, pagedDeadlines, seq)
 	s.ids, s.lease, s.leaseReq, s.maxID, s.term = ids, lease, lease, maxID, term
 	s.paging = pg
-	s.setApplied(nil)
-	s.setApplied(func(set func(p, seq uint64)) { s.st.EachPublisher(set) })
+	s.resetApplied(s.st)
 	s.here.Store(true)
 	for i := range dead {
 		q.deadLocked(&dead[i], reasons[deadWhy[i]&3])
@@ -812,7 +818,7 @@ func (s *qqState) stepDownLocked() {
 	q.dlxPending = nil
 	q.mu.Unlock()
 	s.gaps = nil
-	s.setApplied(nil)
+	s.resetApplied(nil)
 	s.pmu.Lock()
 	s.pend = nil
 	s.pmu.Unlock()
