@@ -293,9 +293,12 @@ function queuePage(ctx, vhost, name) {
     publishPanel(ctx, vhost, name),
     getPanel(ctx, vhost, name, () => loadMessages()));
 
+  // One poll for the queue and its bindings: core's poll runs a second
+  // registration first only at the next tick.
   poll(ctx, 'Loading the queue', async () => {
-    const q = await api(qpath + '?' + historyQuery());
+    const [q, bs] = await Promise.all([api(qpath + '?' + historyQuery()), api(qpath + '/bindings')]);
     if (!ctx.live()) return;
+    bindings.replaceChildren(bindingsTable(ctx, vhost, name, bs));
     ready = q.messages_ready;
     typeBadge.replaceChildren(badge(q.type || 'classic'));
     stats.replaceChildren(
@@ -308,7 +311,7 @@ function queuePage(ctx, vhost, name) {
       card('Ack', rateText(rateOf(q, 'ack'))));
     rates.update(q);
     lengths.update(q);
-    const dead = q.messages_dead_lettered || {};
+    const dead = Object.fromEntries(Object.entries(q.messages_dead_lettered || {}).filter(([, n]) => Number(n) > 0));
     const rows = [
       ['Virtual host', vhost], ['Type', q.type || 'classic'], ['State', q.state || '—'],
       ['Features', features(q)],
@@ -333,12 +336,6 @@ function queuePage(ctx, vhost, name) {
         h('div', null, h('h3', null, 'Effective policy definition'), kvTable(eff, 'policy-def'))));
     consumers.replaceChildren(consumersTable(q.consumer_details || []));
     if (q.type === 'quorum') await drawQuorum(quorum, vhost, name, q);
-  });
-
-  poll(ctx, 'Loading the bindings', async () => {
-    const list = await api(qpath + '/bindings');
-    if (!ctx.live()) return;
-    bindings.replaceChildren(bindingsTable(ctx, vhost, name, list));
   });
 
   // The message browser reloads on demand only, so it does not jump while
@@ -424,7 +421,7 @@ async function deleteQueue(vhost, name, done) {
       const qs = new URLSearchParams();
       if (f.get('if-empty')) qs.set('if-empty', 'true');
       if (f.get('if-unused')) qs.set('if-unused', 'true');
-      await api(`/queues/${enc(vhost)}/${enc(name)}${qs.size ? '?' + qs : ''}`, {method: 'DELETE'});
+      await api(`/queues/${enc(vhost)}/${enc(name)}${String(qs) ? '?' + qs : ''}`, {method: 'DELETE'});
       deleted = true;
       return '';
     },
@@ -492,7 +489,7 @@ async function drawQuorum(el, vhost, name, q) {
 // ---- Bindings ------------------------------------------------------------------
 
 function bindingsTable(ctx, vhost, name, list) {
-  const cols = ['From', 'Routing key', 'Arguments', ''];
+  const cols = ['From', 'Routing key', 'Arguments', 'Actions'];
   return h('div', {class: 'table-wrap'}, h('table', {class: 'grid', id: 'q-binding-table'},
     h('thead', null, h('tr', null, cols.map(c => h('th', {scope: 'col'}, c)))),
     h('tbody', null, items(list).map(b => {
