@@ -204,6 +204,43 @@ func TestUIQueues(t *testing.T) {
 	b.shot("queue-detail")
 	uiWaitMessages(t, ch, qn, 0)
 
+	// Reject without requeue (the keyboard way): the message is
+	// dead-lettered to u2-dlq, whose page gets it back with its x-death
+	// table (requeued: the default ack mode), and it stays there.
+	if _, err := ch.QueueDeclare("u2-dlq", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(context.Background(), "", qn, false, false, amqp.Publishing{Body: []byte("bad order")}); err != nil {
+		t.Fatal(err)
+	}
+	uiWaitMessages(t, ch, qn, 1)
+	b.do("reject",
+		u2Select("#qg-mode", "reject_requeue_false"),
+		chromedp.Focus(uiSel("#qg-get")),
+		chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(uiSel(`#get-results article`)))
+	if got := b.text("#get-summary"); !strings.HasPrefix(got, "1 message got (reject requeue false)") {
+		t.Errorf("reject summary = %q", got)
+	}
+	uiWaitMessages(t, ch, qn, 0)
+	uiWaitMessages(t, ch, "u2-dlq", 1)
+	b.do("get from the DLQ",
+		chromedp.Navigate(tg.url+"/#/queues/%2F/u2-dlq"),
+		chromedp.WaitVisible(uiSel("#q-get summary")),
+		chromedp.Click(uiSel("#q-get summary")),
+		chromedp.Click(uiSel("#qg-get")),
+		chromedp.WaitVisible(uiSel(`#get-results table.xdeath tbody tr`)))
+	xd := `#get-results table.xdeath tbody tr:first-child`
+	for col, want := range map[string]string{"count": "1", "reason": "rejected", "queue": qn, "routing-keys": qn} {
+		if got := b.text(xd + ` td[data-col="` + col + `"]`); got != want {
+			t.Errorf("x-death %s = %q, want %q", col, got, want)
+		}
+	}
+	uiWaitMessages(t, ch, "u2-dlq", 1)
+	b.do("back to the queue",
+		chromedp.Navigate(tg.url+"/#/queues/%2F/"+qn),
+		chromedp.WaitVisible(uiSel(`#q-binding-table tr[data-source="amq.direct"]`)))
+
 	// Remove the binding, confirmed; the API no longer has it.
 	b.do("unbind",
 		chromedp.Click(uiSel(`#q-binding-table tr[data-source="amq.direct"] button.unbind`)))
@@ -255,6 +292,10 @@ func TestUIQueues(t *testing.T) {
 	if _, ok := u2Passive(t, conn, qn); ok {
 		t.Fatalf("%s still exists after the delete", qn)
 	}
+	b.do("the deleted queue's page",
+		chromedp.Navigate(tg.url+"/#/queues/%2F/"+qn),
+		chromedp.WaitVisible(uiSel("#q-missing")),
+		chromedp.Navigate(tg.url+"/#/queues"))
 
 	// A quorum queue added in the UI: its page shows the leader and the
 	// member's Raft state.
@@ -283,11 +324,13 @@ func TestUIQueues(t *testing.T) {
 		t.Errorf("quorum member raft state = %q", got)
 	}
 
-	// At a phone's width the page does not scroll sideways (wide tables
+	// At a phone's width the pages do not scroll sideways (wide tables
 	// scroll inside their frame).
 	b.do("phone width", chromedp.EmulateViewport(390, 844))
 	b.poll("no sideways scroll at 390 px", `document.documentElement.scrollWidth <= 390`)
 	b.shot("queue-detail-phone")
+	b.do("the list at 390 px", chromedp.Click(uiSel(`a[data-nav="queues"]`)), chromedp.WaitVisible(uiSel(qrow)))
+	b.poll("no sideways scroll of the list at 390 px", `document.documentElement.scrollWidth <= 390`)
 	b.do("desktop width", chromedp.EmulateViewport(1280, 800))
 	b.checkNoExceptions()
 }

@@ -267,6 +267,7 @@ function queuePage(ctx, vhost, name) {
   const lengths = lengthsChart('q-length-chart', 'Queued messages', LENGTH_STATS);
   const gone = () => { location.hash = '#/queues'; };
   let ready = null;
+  let missing = false;
 
   const actions = h('div', {class: 'actions page-actions'},
     h('button', {type: 'button', class: 'secondary', id: 'q-move', onclick: async () => {
@@ -296,7 +297,19 @@ function queuePage(ctx, vhost, name) {
   // One poll for the queue and its bindings: core's poll runs a second
   // registration first only at the next tick.
   poll(ctx, 'Loading the queue', async () => {
-    const [q, bs] = await Promise.all([api(qpath + '?' + historyQuery()), api(qpath + '/bindings')]);
+    if (missing) return;
+    let q, bs;
+    try {
+      [q, bs] = await Promise.all([api(qpath + '?' + historyQuery()), api(qpath + '/bindings')]);
+    } catch (err) {
+      if (err.status !== 404 || !ctx.live()) throw err;
+      // Deleted (or never there): say so once, rather than fail every 5 s.
+      missing = true;
+      ctx.main.replaceChildren(crumbs([['Queues', '#/queues'], [`vhost ${vhost}`]]), h('h1', null, name),
+        h('p', {class: 'error', id: 'q-missing', role: 'alert'}, `There is no queue ${name} in vhost ${vhost} (any more). `,
+          h('a', {href: '#/queues'}, 'Back to the queues'), '.'));
+      return;
+    }
     if (!ctx.live()) return;
     bindings.replaceChildren(bindingsTable(ctx, vhost, name, bs));
     ready = q.messages_ready;
