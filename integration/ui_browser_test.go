@@ -5,7 +5,7 @@ package integration
 // dead-letter page, the message browser's x-death table, replay, the queue
 // list). It needs Debian's chromium package; without it the test skips,
 // except under CI=true where it fails. Set WARREN_SCREENSHOTS=<dir> to
-// write 1280x800 screenshots of the main pages there (docs/screenshots).
+// write screenshots of the pages there (docs/screenshots/take does).
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/internal/testutil"
@@ -113,20 +115,41 @@ func (b *uiBrowser) pageText() string {
 	return s
 }
 
-// shot writes a screenshot when WARREN_SCREENSHOTS is set.
+// uiPhoneShots are the pages also shot at a phone's width (390 px).
+var uiPhoneShots = map[string]bool{"overview": true, "queues": true, "dead-letters": true, "cluster": true}
+
+// shot writes a full-page screenshot (name.png) when WARREN_SCREENSHOTS is
+// set, and for the pages in uiPhoneShots one at 390 px too
+// (name-phone.png). docs/screenshots/take runs every UI test so.
 func (b *uiBrowser) shot(name string) {
 	b.t.Helper()
 	if b.shots == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		b.t.Fatalf("screenshot %s: %v", name, err)
-	}
 	if err := os.MkdirAll(b.shots, 0o755); err != nil {
 		b.t.Fatal(err)
+	}
+	b.capture(name)
+	if uiPhoneShots[name] {
+		b.do("phone width", chromedp.EmulateViewport(390, 844))
+		b.poll("layout at 390 px", `document.documentElement.clientWidth === 390`)
+		b.capture(name + "-phone")
+		b.do("desktop width", chromedp.EmulateViewport(1280, 800))
+		b.poll("layout at 1280 px", `document.documentElement.clientWidth === 1280`)
+	}
+}
+
+func (b *uiBrowser) capture(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	// Let charts redraw after a resize (they follow a ResizeObserver).
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise)); err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
 	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
 		b.t.Fatal(err)
@@ -140,6 +163,87 @@ func (b *uiBrowser) checkNoExceptions() {
 	for _, e := range b.errors {
 		b.t.Errorf("uncaught exception in the page: %s", e)
 	}
+}
+
+// login signs in on the UI at base as user and waits for the overview.
+func (b *uiBrowser) login(base, user, pass string) {
+	b.t.Helper()
+	b.do("log in as "+user,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(uiSel("#login-user")),
+		chromedp.SendKeys(uiSel("#login-user"), user),
+		chromedp.SendKeys(uiSel("#login-pass"), pass),
+		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		chromedp.WaitVisible(uiSel("#ov-objects .card")))
+}
+
+// eval returns the value of a JavaScript expression.
+func (b *uiBrowser) eval(expr string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		b.t.Fatalf("evaluating %s: %v\npage: %s", expr, err, b.pageText())
+	}
+	return s
+}
+
+// uiContrastJS lists the visible text on the page whose contrast with
+// its background is below WCAG 2's AA level: 4.5:1, 3:1 for large text
+// (24 px, or 18.66 px bold). Colours are composed through translucent
+// backgrounds and opacity; disabled controls are exempt, as in WCAG.
+const uiContrastJS = `(() => {
+  const parse = c => { const m = /rgba?\(([^)]+)\)/.exec(c); if (!m) return null;
+    const p = m[1].split(/[\s,\/]+/).filter(Boolean).map(Number); return {r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1}; };
+  const over = (top, bot) => ({r: top.r * top.a + bot.r * (1 - top.a), g: top.g * top.a + bot.g * (1 - top.a), b: top.b * top.a + bot.b * (1 - top.a), a: 1});
+  const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b); };
+  const background = el => { const layers = [];
+    for (let e = el; e; e = e.parentElement) { const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c.a > 0) { layers.push(c); if (c.a >= 1) break; } }
+    let bg = {r: 255, g: 255, b: 255, a: 1};
+    for (let i = layers.length - 1; i >= 0; i--) bg = over(layers[i], bg);
+    return bg; };
+  const bad = [], seen = new Set();
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) {
+    const t = walk.currentNode, el = t.parentElement;
+    if (!t.textContent.trim() || !el || seen.has(el)) continue;
+    seen.add(el);
+    const box = el.getBoundingClientRect(), cs = getComputedStyle(el);
+    if (box.width <= 1 || box.height <= 1 || cs.visibility === 'hidden') continue;
+    if (el.closest('button:disabled, [aria-disabled="true"], [hidden], option')) continue;
+    let opacity = 1;
+    for (let e = el; e; e = e.parentElement) opacity *= Number(getComputedStyle(e).opacity);
+    const bg = background(el), fg0 = parse(cs.color);
+    const fg = over({...fg0, a: fg0.a * opacity}, bg);
+    const l1 = lum(fg), l2 = lum(bg), ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+    const size = parseFloat(cs.fontSize), large = size >= 24 || (Number(cs.fontWeight) >= 700 && size >= 18.66);
+    if (ratio < (large ? 3 : 4.5)) bad.push(ratio.toFixed(2) + ':1 ' + el.tagName.toLowerCase() + (el.className ? '.' + String(el.className).split(' ').join('.') : '') + ' "' + t.textContent.trim().slice(0, 40) + '"');
+  }
+  return JSON.stringify(bad.slice(0, 15));
+})()`
+
+// checkContrast fails the test for text below WCAG AA contrast on the
+// page shown, in the light and in the dark colour scheme.
+func (b *uiBrowser) checkContrast(page string) {
+	b.t.Helper()
+	for _, scheme := range []string{"light", "dark"} {
+		b.do("colour scheme "+scheme, func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+			_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+			return chromedp.Void{}, err
+		})
+		if got := b.eval(uiContrastJS); got != "[]" {
+			b.t.Errorf("%s page, %s scheme: text below WCAG AA contrast: %s", page, scheme, got)
+		}
+	}
+	b.do("colour scheme light", func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "light"}}})
+		return chromedp.Void{}, err
+	})
 }
 
 // poll waits until the JavaScript expression is truthy.
