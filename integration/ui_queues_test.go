@@ -15,18 +15,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// u2Login logs the browser in as guest and waits for the overview.
-func (b *uiBrowser) u2Login(base string) {
-	b.t.Helper()
-	b.do("log in",
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(uiSel("#login-user")),
-		chromedp.SendKeys(uiSel("#login-user"), "guest"),
-		chromedp.SendKeys(uiSel("#login-pass"), "guest"),
-		chromedp.Click(uiSel("#login-form button[type=submit]")),
-		chromedp.WaitVisible(uiSel("#ov-objects .card")))
-}
-
 // u2Select sets a <select> (or input) to value and fires its change event,
 // as a user picking the option does.
 func u2Select(sel, value string) chromedp.Action[chromedp.Void] {
@@ -89,7 +77,7 @@ func TestUIQueues(t *testing.T) {
 	}
 
 	b := newUIBrowser(t, chrome)
-	b.u2Login(tg.url)
+	b.login(tg.url, "guest", "guest")
 
 	// Add a queue with arguments; x-max-length -1 first, which the server
 	// refuses: its reason shows in the dialog, which stays open.
@@ -105,6 +93,7 @@ func TestUIQueues(t *testing.T) {
 		chromedp.SendKeys(uiSel("#aq-args-val-1"), "-1"),
 		chromedp.Click(uiSel("#dialog-confirm")),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
+	b.checkContrast("add queue dialog")
 	if got := b.text("#dialog-error"); !strings.Contains(got, "invalid arg 'x-max-length'") || !strings.Contains(got, "value_negative") {
 		t.Errorf("add queue with x-max-length -1: dialog error = %q, want the server's invalid arg reason", got)
 	}
@@ -200,7 +189,7 @@ func TestUIQueues(t *testing.T) {
 	if got := b.text(msg + " table.props"); !strings.Contains(got, "content_typeapplication/json") || !strings.Contains(got, "delivery_mode2") {
 		t.Errorf("got properties %q", got)
 	}
-	b.do("scroll to the result", chromedp.ScrollIntoView(uiSel("#q-get")))
+	b.checkContrast("queue page")
 	b.shot("queue-detail")
 	uiWaitMessages(t, ch, qn, 0)
 
@@ -323,12 +312,12 @@ func TestUIQueues(t *testing.T) {
 	if got := b.text(`#q-members tbody tr td[data-col="raft-state"]`); got != "leader" {
 		t.Errorf("quorum member raft state = %q", got)
 	}
+	b.checkContrast("quorum queue page")
 
 	// At a phone's width the pages do not scroll sideways (wide tables
 	// scroll inside their frame).
 	b.do("phone width", chromedp.EmulateViewport(390, 844))
 	b.poll("no sideways scroll at 390 px", `document.documentElement.scrollWidth <= 390`)
-	b.shot("queue-detail-phone")
 	b.do("the list at 390 px", chromedp.Click(uiSel(`a[data-nav="queues"]`)), chromedp.WaitVisible(uiSel(qrow)))
 	b.poll("no sideways scroll of the list at 390 px", `document.documentElement.scrollWidth <= 390`)
 	b.do("desktop width", chromedp.EmulateViewport(1280, 800))
