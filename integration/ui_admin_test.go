@@ -54,6 +54,13 @@ func (b *uiBrowser) u3Tab(tab, sel string) {
 		chromedp.WaitVisible(uiSel(sel)))
 }
 
+// u3Shot takes a screenshot of the page's top.
+func (b *uiBrowser) u3Shot(name string) {
+	b.t.Helper()
+	b.do("scroll to the top", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
+	b.shot(name)
+}
+
 // u3Confirm confirms the open dialog and waits until it closed.
 func (b *uiBrowser) u3Confirm(what string) {
 	b.t.Helper()
@@ -126,7 +133,7 @@ func TestUIAdmin(t *testing.T) {
 	if got := b.text(`#users tr[data-name="` + alice + `"] td[data-col="tags"]`); got != "managementpolicymaker" {
 		t.Errorf("alice's tags cell = %q", got)
 	}
-	b.shot("admin-users")
+	b.u3Shot("admin-users")
 	u := tg.getJSON("/api/users/" + alice).(map[string]any)
 	if tags := fmt.Sprint(u["tags"]); tags != "[management policymaker]" {
 		t.Errorf("API: alice's tags = %s, want [management policymaker]", tags)
@@ -157,7 +164,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel("#tperm-read"), `.*`),
 		chromedp.Click(uiSel("#tperm-set")),
 		chromedp.WaitVisible(uiSel(`#user-tperm-table tr[data-exchange="amq.topic"]`)))
-	b.shot("admin-user")
+	b.u3Shot("admin-user")
 	perm := tg.getJSON("/api/permissions/%2F/" + alice).(map[string]any)
 	if perm["configure"] != `^u3-` || perm["write"] != `^(u3-.*|amq\.topic)$` || perm["read"] != `^u3-` {
 		t.Errorf("API: alice's permissions = %v", perm)
@@ -222,7 +229,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SendKeys(uiSel("#vh-tags"), "test, ui"))
 	b.u3Confirm("add vhost")
 	b.do("vhost listed", chromedp.WaitVisible(uiSel(`#vhosts tr[data-name="`+vh+`"]`)))
-	b.shot("admin-vhosts")
+	b.u3Shot("admin-vhosts")
 	v := tg.getJSON("/api/vhosts/" + vh).(map[string]any)
 	if v["description"] != "UI admin test" || fmt.Sprint(v["tags"]) != "[test ui]" {
 		t.Errorf("API: vhost = %v", v)
@@ -270,7 +277,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel(`#pol-defs [data-row="0"] .def-type`), "string"),
 		chromedp.Click(uiSel("#dialog-confirm")),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
-	if got := b.text("#dialog-error"); !strings.Contains(got, "is not a valid maximum length") {
+	if got := b.text("#dialog-error"); !strings.Contains(got, `<<"two">> is not a valid maximum length`) {
 		t.Errorf("bad policy value: dialog says %q, want the server's reason", got)
 	}
 	b.do("fix the value",
@@ -282,7 +289,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel(`#pol-defs [data-row="1"] .def-type`), "string"))
 	b.u3Confirm("add policy")
 	b.do("policy listed", chromedp.WaitVisible(uiSel(`#policies tr[data-name="u3-maxlen"]`)))
-	b.shot("admin-policies")
+	b.u3Shot("admin-policies")
 	pol := tg.getJSON("/api/policies/%2F/u3-maxlen").(map[string]any)
 	if got := jsonString(pol["definition"]); got != `{"max-length":2,"overflow":"drop-head"}` || pol["apply-to"] != "queues" || fmt.Sprint(pol["priority"]) != "5" {
 		t.Errorf("API: policy = %v", pol)
@@ -325,7 +332,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel("#user-limit-value"), "1"),
 		chromedp.Click(uiSel("#user-limit-set")),
 		chromedp.WaitVisible(uiSel(`#user-limit-table tr[data-user="`+alice+`"] td[data-col="max-connections"] button`)))
-	b.shot("admin-limits")
+	b.u3Shot("admin-limits")
 	if c, err := amqp.Dial(tg.amqpURLFor(alice, pw, "/")); u3Code(err) != amqp.NotAllowed {
 		t.Errorf("alice's second connection under max-connections 1: %v, want 530 NOT_ALLOWED", err)
 		if c != nil {
@@ -384,7 +391,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel("#defs-filename"), "u3-defs.json"),
 		chromedp.Click(uiSel("#defs-download")),
 		chromedp.WaitVisible(uiSel("#defs-export-result .result")))
-	b.shot("admin-definitions")
+	b.u3Shot("admin-definitions")
 	var raw []byte
 	if !testutil.Until(5*time.Second, func() bool {
 		raw, err = os.ReadFile(filepath.Join(dl, "u3-defs.json"))

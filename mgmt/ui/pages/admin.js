@@ -34,11 +34,14 @@ const vhostHref = name => `#/admin/vhosts/${enc(name)}`;
 
 // page starts an admin page: the title and the sub-tabs.
 function page(ctx, tab, title) {
-  ctx.main.append(
+  append(ctx, 
     h('h1', null, title || 'Admin'),
     h('nav', {class: 'tabs', 'aria-label': 'Admin sections'}, TABS.map(([k, label]) =>
       h('a', {href: '#/admin/' + k, 'data-tab': k, 'aria-current': k === tab ? 'page' : null}, label))));
 }
+
+// append adds nodes to the page, skipping the null of a part not shown.
+const append = (ctx, ...nodes) => ctx.main.append(...nodes.filter(n => n != null && n !== false));
 
 // denied is the notice shown to a user without the tags a page needs.
 function denied(what, tagText = 'administrator') {
@@ -95,6 +98,10 @@ function namesSelect(id, name, load, first) {
   return sel;
 }
 
+// reasonText is an error's text; RabbitMQ HTML-escapes its validation
+// reasons (<<"x">> comes as &lt;&lt;"x"&gt;&gt;), shown here as text.
+const reasonText = err => errText(err).replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
+
 // run does an API change, reports it and refreshes the page.
 async function run(ctx, what, fn, ok) {
   try {
@@ -102,7 +109,7 @@ async function run(ctx, what, fn, ok) {
     if (ok) notify(ok);
     return true;
   } catch (err) {
-    showError(err, what);
+    showError(new Error(reasonText(err)), what);
     return false;
   } finally {
     refreshNow(ctx);
@@ -115,7 +122,7 @@ const usersView = newView();
 
 function usersPage(ctx) {
   page(ctx, 'users');
-  if (!isAdmin()) { ctx.main.append(denied('Managing users')); return; }
+  if (!isAdmin()) { append(ctx, denied('Managing users')); return; }
   const add = h('button', {type: 'button', class: 'primary', id: 'add-user', onclick: async () => {
     const name = await userDialog(null);
     if (name) { notify(`User ${name} added.`); refreshNow(ctx); }
@@ -126,7 +133,7 @@ function usersPage(ctx) {
     {label: 'Can access virtual hosts', cell: u => h('span', {'data-access': u.name}, '…'), col: 'vhosts'},
     {label: 'Has password', cell: u => yes(Boolean(u.password_hash)), col: 'password'},
   ];
-  ctx.main.append(
+  append(ctx, 
     h('div', {class: 'title-row'}, h('h2', null, 'Users'), h('span', {class: 'spacer'}), add),
     listView(ctx, {id: 'users', path: '/users', columns: cols, view: usersView, noun: 'user',
       row: u => ({'data-name': u.name}),
@@ -205,7 +212,7 @@ async function userDialog(u) {
 
 function userPage(ctx, name) {
   page(ctx, 'users', `User ${name}`);
-  if (!isAdmin()) { ctx.main.append(denied('Managing users')); return; }
+  if (!isAdmin()) { append(ctx, denied('Managing users')); return; }
   const upath = `/users/${enc(name)}`;
   const info = h('div', {class: 'details', id: 'user-info'}, h('p', {class: 'muted'}, 'Loading…'));
   let user = null;
@@ -220,7 +227,7 @@ function userPage(ctx, name) {
 
   const perms = h('div', {id: 'user-perms'});
   const tperms = h('div', {id: 'user-tperms'});
-  ctx.main.append(
+  append(ctx, 
     h('div', {class: 'title-row'}, h('a', {href: '#/admin/users'}, '‹ All users'), h('span', {class: 'spacer'}), update, del),
     h('section', null, h('h2', null, 'Overview'), info),
     h('section', null, h('h2', null, 'Permissions'), perms, permissionForm(ctx, {user: name})),
@@ -245,7 +252,6 @@ function userPage(ctx, name) {
     info.replaceChildren(props([
       ['Tags', h('span', {id: 'user-tags'}, tagChips(u.tags))],
       ['Can log in with a password', h('span', {id: 'user-has-password'}, yes(Boolean(u.password_hash)))],
-      ['Hashing algorithm', u.hashing_algorithm || '—'],
       ['Limits', Object.keys(lim).length ? Object.entries(lim).map(([k, v]) => `${k}: ${v}`).join(', ') : h('span', {class: 'muted'}, 'none')],
     ]));
     perms.replaceChildren(permissionsTable(ctx, 'user-perm-table', ps, 'vhost'));
@@ -278,7 +284,7 @@ function permissionForm(ctx, {user, vhost}) {
     ? namesSelect('perm-vhost', 'vhost', vhostNames)
     : namesSelect('perm-user', 'user', userNames);
   const rx = (id, label) => field(id, label, h('input', {name: id, value: '.*', autocomplete: 'off', spellcheck: 'false'}));
-  const form = h('form', {class: 'panel', id: 'perm-form', onsubmit: async ev => {
+  const form = h('form', {class: 'panel form-panel', id: 'perm-form', onsubmit: async ev => {
     ev.preventDefault();
     const fd = new FormData(form);
     const vh = vhost ?? String(fd.get('vhost'));
@@ -331,7 +337,7 @@ function topicPermissionForm(ctx, user) {
   vh.addEventListener('change', loadExchanges);
   vh.loaded.then(loadExchanges);
   const rx = (id, label) => field(id, label, h('input', {name: id, value: '.*', autocomplete: 'off', spellcheck: 'false'}));
-  const form = h('form', {class: 'panel', id: 'tperm-form', onsubmit: async ev => {
+  const form = h('form', {class: 'panel form-panel', id: 'tperm-form', onsubmit: async ev => {
     ev.preventDefault();
     const fd = new FormData(form);
     const v = String(fd.get('vhost'));
@@ -374,7 +380,7 @@ function vhostsPage(ctx) {
     const name = await vhostDialog();
     if (name) refreshNow(ctx);
   }}, 'Add virtual host') : null;
-  ctx.main.append(
+  append(ctx, 
     h('div', {class: 'title-row'}, h('h2', null, 'Virtual hosts'), h('span', {class: 'spacer'}), add),
     isAdmin() ? null : denied('Adding and deleting virtual hosts', 'administrator'),
     listView(ctx, {id: 'vhosts', path: '/vhosts', columns: VHOST_COLUMNS, view: vhostsView, noun: 'virtual host',
@@ -434,7 +440,7 @@ function vhostPage(ctx, name) {
   const perms = h('div', {id: 'vhost-perms'});
   const tperms = h('div', {id: 'vhost-tperms'});
   const limits = h('div', {id: 'vhost-limits'});
-  ctx.main.append(
+  append(ctx, 
     h('div', {class: 'title-row'}, h('a', {href: '#/admin/vhosts'}, '‹ All virtual hosts'), h('span', {class: 'spacer'}), del),
     h('section', null, h('h2', null, 'Overview'), info),
     h('section', null, h('h2', null, 'Permissions'), perms, isAdmin() ? permissionForm(ctx, {vhost: name}) : null),
@@ -509,7 +515,7 @@ function limitsTable(ctx, id, kind, names, list) {
 function limitForm(ctx, kind, names, who) {
   const p = kind + '-limit';
   const target = who ? null : namesSelect(p + '-target', 'target', kind === 'vhost' ? vhostNames : userNames);
-  const form = h('form', {class: 'panel', id: p + '-form', onsubmit: async ev => {
+  const form = h('form', {class: 'panel form-panel', id: p + '-form', onsubmit: async ev => {
     ev.preventDefault();
     const fd = new FormData(form);
     const t = who ?? String(fd.get('target'));
@@ -534,7 +540,7 @@ function limitsPage(ctx) {
   page(ctx, 'limits');
   const vl = h('div', {id: 'vhost-limits'});
   const ul = h('div', {id: 'user-limits'});
-  ctx.main.append(
+  append(ctx, 
     isAdmin() ? null : denied('Setting limits', 'administrator'),
     h('section', null, h('h2', null, 'Virtual host limits'),
       h('p', {class: 'muted'}, 'The most connections and queues a virtual host may have.'),
@@ -600,7 +606,7 @@ const opPoliciesView = newView();
 
 function policiesPage(ctx) {
   page(ctx, 'policies');
-  ctx.main.append(
+  append(ctx, 
     h('p', {class: 'muted'}, 'Policies set queue and exchange arguments by name pattern; operator policies cap what users\' policies and arguments may set.'));
   policySection(ctx, false);
   policySection(ctx, true);
@@ -630,7 +636,7 @@ function policySection(ctx, op) {
           text: ['Delete the ', op ? 'operator policy ' : 'policy ', h('strong', null, p.name), ` in ${p.vhost}?`],
         }, () => api(`/${kind}/${enc(p.vhost)}/${enc(p.name)}`, {method: 'DELETE'}), () => refreshNow(ctx))}, 'Delete'))});
   }
-  ctx.main.append(h('section', {id: id + '-section'},
+  append(ctx, h('section', {id: id + '-section'},
     h('div', {class: 'title-row'}, h('h2', null, op ? 'Operator policies' : 'User policies'), h('span', {class: 'spacer'}), add),
     may ? null : denied(op ? 'Changing operator policies' : 'Changing policies', op ? 'administrator' : 'policymaker or administrator'),
     listView(ctx, {id, path: '/' + kind, columns: cols, view: op ? opPoliciesView : policiesView, noun: op ? 'operator policy' : 'policy',
@@ -693,10 +699,14 @@ async function policyDialog(ctx, op, p) {
       if (!Object.keys(definition).length) return 'Add at least one definition key.';
       const prio = String(fd.get('priority') || '0').trim();
       const vh = String(fd.get('vhost'));
-      await api(`/${kind}/${enc(vh)}/${enc(name)}`, {method: 'PUT', body: {
-        pattern: String(fd.get('pattern')), 'apply-to': String(fd.get('apply-to')),
-        priority: prio === '' ? 0 : Number(prio), definition,
-      }});
+      try {
+        await api(`/${kind}/${enc(vh)}/${enc(name)}`, {method: 'PUT', body: {
+          pattern: String(fd.get('pattern')), 'apply-to': String(fd.get('apply-to')),
+          priority: prio === '' ? 0 : Number(prio), definition,
+        }});
+      } catch (err) {
+        return reasonText(err);
+      }
       saved = `${name} (vhost ${vh})`;
       return '';
     },
@@ -711,7 +721,7 @@ async function policyDialog(ctx, op, p) {
 
 function definitionsPage(ctx) {
   page(ctx, 'definitions');
-  if (!isAdmin()) { ctx.main.append(denied('Exporting and importing definitions')); return; }
+  if (!isAdmin()) { append(ctx, denied('Exporting and importing definitions')); return; }
   const all = ['', 'All virtual hosts (the whole broker)'];
   const exportVh = namesSelect('defs-export-vhost', 'vhost', vhostNames, all);
   const importVh = namesSelect('defs-import-vhost', 'vhost', vhostNames, all);
@@ -723,7 +733,7 @@ function definitionsPage(ctx) {
   const importResult = h('div', {id: 'defs-result', role: 'status', 'aria-live': 'polite'});
   const file = h('input', {type: 'file', name: 'file', accept: '.json,application/json', required: true});
 
-  const exportForm = h('form', {class: 'panel', id: 'defs-export', onsubmit: async ev => {
+  const exportForm = h('form', {class: 'panel form-panel', id: 'defs-export', onsubmit: async ev => {
     ev.preventDefault();
     const vh = exportVh.value;
     try {
@@ -744,7 +754,7 @@ function definitionsPage(ctx) {
       h('div', null, h('button', {type: 'submit', class: 'primary', id: 'defs-download'}, 'Download definitions'))),
     exportResult);
 
-  const importForm = h('form', {class: 'panel', id: 'defs-import', onsubmit: async ev => {
+  const importForm = h('form', {class: 'panel form-panel', id: 'defs-import', onsubmit: async ev => {
     ev.preventDefault();
     const f = file.files && file.files[0];
     if (!f) { importResult.replaceChildren(h('p', {class: 'result warn', role: 'alert'}, 'Choose a definitions file first.')); return; }
@@ -771,7 +781,7 @@ function definitionsPage(ctx) {
       h('div', null, h('button', {type: 'submit', class: 'primary', id: 'defs-upload'}, 'Upload definitions'))),
     importResult);
 
-  ctx.main.append(exportForm, importForm);
+  append(ctx, exportForm, importForm);
 }
 
 function defaultFilename(vhost) {
