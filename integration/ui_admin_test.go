@@ -96,11 +96,14 @@ func u3Code(err error) int {
 
 // TestUIAdmin: issue 15, the Admin pages: create a user with tags and
 // give it permissions and a topic permission, in the UI, then use them
-// over AMQP (and be refused what they do not allow); add a vhost and a
-// max-queues limit refused over AMQP; a max-length policy that caps a
-// matching queue; a user limit; definitions upload (and a malformed file
-// refused with the server's reason) and download; and the pages as a
-// user with only the management tag.
+// over AMQP (and be refused what they do not allow); update its tags
+// keeping its password; add a vhost and a max-queues limit refused over
+// AMQP; a max-length policy that caps a matching queue (a bad value is
+// refused with the server's reason) and an operator policy that caps it
+// further; a user connection limit; definitions upload (and a malformed
+// file refused with the server's reason) and download; the pages at phone
+// width; the pages as a user with only the management tag; deleting the
+// user and the vhost.
 func TestUIAdmin(t *testing.T) {
 	chrome := uiChromium(t)
 	w := warrentest.Start(t)
@@ -322,6 +325,35 @@ func TestUIAdmin(t *testing.T) {
 		t.Errorf("the head after drop-head: %q ok=%v err=%v, want 3", d.Body, ok, err)
 	}
 
+	// An operator policy caps it further: max-length 1 wins over 2.
+	b.do("add operator policy", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`),
+		chromedp.Click(uiSel("#add-op-policies")), chromedp.WaitVisible(uiSel("#pol-name")))
+	b.u3Options("#pol-vhost", "/")
+	b.do("fill the operator policy",
+		chromedp.SetValue(uiSel("#pol-vhost"), "/"),
+		chromedp.SendKeys(uiSel("#pol-name"), "u3-op"),
+		chromedp.SendKeys(uiSel("#pol-pattern"), `^u3-pol\.`),
+		chromedp.SetValue(uiSel("#pol-apply"), "queues"),
+		chromedp.SendKeys(uiSel(`#pol-defs [data-row="0"] .def-key`), "max-length"),
+		chromedp.SendKeys(uiSel(`#pol-defs [data-row="0"] .def-value`), "1"),
+		chromedp.SetValue(uiSel(`#pol-defs [data-row="0"] .def-type`), "number"))
+	b.u3Confirm("add operator policy")
+	b.do("operator policy listed", chromedp.WaitVisible(uiSel(`#op-policies tr[data-name="u3-op"]`)))
+	if !testutil.Until(5*time.Second, func() bool {
+		q = tg.queueInfo("/", "u3-pol.q")
+		return q["operator_policy"] == "u3-op" && jsonString(q["effective_policy_definition"]) == `{"max-length":1,"overflow":"drop-head"}`
+	}) {
+		t.Errorf("queue under the operator policy: operator_policy %v, effective %v", q["operator_policy"], jsonString(q["effective_policy_definition"]))
+	}
+	b.do("delete the operator policy",
+		chromedp.Click(uiSel(`#op-policies tr[data-name="u3-op"] button.delete`)),
+		chromedp.WaitVisible(uiSel("#dialog-confirm")))
+	b.u3Confirm("delete the operator policy")
+	b.do("operator policy gone", chromedp.WaitNotPresent(uiSel(`#op-policies tr[data-name="u3-op"]`)))
+	if r := tg.do("GET", "/api/operator-policies/%2F/u3-op", nil); r.status != 404 {
+		t.Errorf("API: operator policy after delete: %s", r)
+	}
+
 	// ---- Limits: a user limit of one connection for alice, then clear
 	// the vhost's max-queues from the list.
 	b.u3Tab("limits", `#vhost-limit-table tr[data-vhost="`+vh+`"]`)
@@ -467,6 +499,14 @@ func TestUIAdmin(t *testing.T) {
 	}
 	if users := names(tg.getJSON("/api/users")); slices.Contains(users, alice) {
 		t.Errorf("API: users after delete: %v", users)
+	}
+	// And the vhost from its page.
+	b.u3Go(base, "#/admin/vhosts/"+vh, `#vhost-perm-table tr[data-user="guest"]`)
+	b.do("delete vhost", chromedp.Click(uiSel("#vhost-delete")), chromedp.WaitVisible(uiSel("#dialog-confirm")))
+	b.u3Confirm("delete vhost")
+	b.do("back on the vhosts", chromedp.WaitVisible(uiSel(`#vhosts tr[data-name="/"]`)))
+	if r := tg.do("GET", "/api/vhosts/"+vh, nil); r.status != 404 {
+		t.Errorf("API: vhost after delete: %s", r)
 	}
 	b.checkNoExceptions()
 }
