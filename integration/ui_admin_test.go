@@ -325,6 +325,15 @@ func TestUIAdmin(t *testing.T) {
 		t.Errorf("the head after drop-head: %q ok=%v err=%v, want 3", d.Body, ok, err)
 	}
 
+	// The list per vhost: u3-maxlen is in /, not in u3-vh.
+	b.u3Options("#policies-vhost", vh)
+	b.do("policies of u3-vh", chromedp.SetValue(uiSel("#policies-vhost"), vh),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#policies-vhost').dispatchEvent(new Event('change'))`),
+		chromedp.WaitNotPresent(uiSel(`#policies tr[data-name="u3-maxlen"]`)))
+	b.do("policies of /", chromedp.SetValue(uiSel("#policies-vhost"), "/"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#policies-vhost').dispatchEvent(new Event('change'))`),
+		chromedp.WaitVisible(uiSel(`#policies tr[data-name="u3-maxlen"]`)))
+
 	// An operator policy caps it further: max-length 1 wins over 2.
 	b.do("add operator policy", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`),
 		chromedp.Click(uiSel("#add-op-policies")), chromedp.WaitVisible(uiSel("#pol-name")))
@@ -491,6 +500,14 @@ func TestUIAdmin(t *testing.T) {
 	b.do("log out", chromedp.Click(uiSel("#logout")), chromedp.WaitVisible(uiSel("#login-user")))
 	b.u3Login(base, "guest", "guest")
 	b.u3Go(base, "#/admin/users/"+alice, "#user-tags")
+	b.do("clear her permissions in /",
+		chromedp.Click(uiSel(`#user-perm-table tr[data-vhost="/"] button.clear-perm`)),
+		chromedp.WaitVisible(uiSel("#dialog-confirm")))
+	b.u3Confirm("clear permissions")
+	b.do("permissions gone", chromedp.WaitNotPresent(uiSel(`#user-perm-table tr[data-vhost="/"]`)))
+	if r := tg.do("GET", "/api/permissions/%2F/"+alice, nil); r.status != 404 {
+		t.Errorf("API: alice's permissions after clear: %s", r)
+	}
 	b.do("delete user", chromedp.Click(uiSel("#user-delete")), chromedp.WaitVisible(uiSel("#dialog-confirm")))
 	b.u3Confirm("delete user")
 	b.do("back on the list", chromedp.WaitVisible(uiSel(`#users tr[data-name="guest"]`)))

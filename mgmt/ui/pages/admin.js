@@ -636,10 +636,17 @@ function policySection(ctx, op) {
           text: ['Delete the ', op ? 'operator policy ' : 'policy ', h('strong', null, p.name), ` in ${p.vhost}?`],
         }, () => api(`/${kind}/${enc(p.vhost)}/${enc(p.name)}`, {method: 'DELETE'}), () => refreshNow(ctx))}, 'Delete'))});
   }
+  // The list is of every vhost, or of the one chosen.
+  const vhostFilter = namesSelect(id + '-vhost', 'vhost', vhostNames, ['', 'All virtual hosts']);
+  vhostFilter.setAttribute('aria-label', 'Virtual host');
+  const view = op ? opPoliciesView : policiesView;
+  vhostFilter.loaded.then(() => { vhostFilter.value = view.vhost || ''; });
+  vhostFilter.addEventListener('change', () => { view.vhost = vhostFilter.value; view.page = 1; refreshNow(ctx); });
   append(ctx, h('section', {id: id + '-section'},
     h('div', {class: 'title-row'}, h('h2', null, op ? 'Operator policies' : 'User policies'), h('span', {class: 'spacer'}), add),
     may ? null : denied(op ? 'Changing operator policies' : 'Changing policies', op ? 'administrator' : 'policymaker or administrator'),
-    listView(ctx, {id, path: '/' + kind, columns: cols, view: op ? opPoliciesView : policiesView, noun: op ? 'operator policy' : 'policy',
+    listView(ctx, {id, path: () => '/' + kind + (view.vhost ? '/' + enc(view.vhost) : ''), columns: cols,
+      view, noun: op ? 'operator policy' : 'policy', toolbar: vhostFilter,
       row: p => ({'data-vhost': p.vhost, 'data-name': p.name})})));
 }
 
