@@ -729,7 +729,7 @@ async function policyDialog(ctx, op, p) {
 function definitionsPage(ctx) {
   page(ctx, 'definitions');
   if (!isAdmin()) { append(ctx, denied('Exporting and importing definitions')); return; }
-  const all = ['', 'All virtual hosts (the whole broker)'];
+  const all = ['', 'All (the whole broker)'];
   const exportVh = namesSelect('defs-export-vhost', 'vhost', vhostNames, all);
   const importVh = namesSelect('defs-import-vhost', 'vhost', vhostNames, all);
   const filename = h('input', {name: 'filename', value: defaultFilename(''), autocomplete: 'off'});
