@@ -36,7 +36,8 @@ export const num = n => nf.format(Number(n) || 0);
 export const rateText = n => rf.format(Number(n) || 0) + '/s';
 export const pick = (obj, path) => path.split('.').reduce((o, k) => (o == null ? undefined : o[k]), obj);
 export const rateOf = (obj, stat) => Number(pick(obj, `message_stats.${stat}_details.rate`)) || 0;
-export const plural = (n, word) => `${num(n)} ${word}${Number(n) === 1 ? '' : 's'}`;
+export const plurals = word => (/[^aeiou]y$/.test(word) ? word.slice(0, -1) + 'ie' : word) + 's';
+export const plural = (n, word) => `${num(n)} ${Number(n) === 1 ? word : plurals(word)}`;
 export const queueHref = (vhost, name) => `#/queues/${enc(vhost)}/${enc(name)}`;
 export const exchangeHref = (vhost, name) => `#/exchanges/${enc(vhost)}/${enc(name === '' ? 'amq.default' : name)}`;
 export const yes = b => (b ? 'yes' : 'no');
@@ -335,7 +336,7 @@ export function listView(ctx, {id, path, columns, row, view, noun, what, toolbar
     h('div', {class: 'table-wrap'}, h('table', {class: 'grid', id}, h('thead', null, head), body)),
     pager);
 
-  poll(ctx, what || `Loading ${noun}s`, async () => {
+  poll(ctx, what || `Loading ${plurals(noun)}`, async () => {
     const qs = new URLSearchParams({page: v.page, page_size: v.pageSize, name: v.name, use_regex: v.regex, pagination: true});
     if (v.sort) { qs.set('sort', v.sort); qs.set('sort_reverse', v.reverse); }
     const p = typeof path === 'function' ? path() : path;
@@ -355,7 +356,7 @@ export function listView(ctx, {id, path, columns, row, view, noun, what, toolbar
       columns.map(c => h('td', {class: c.num ? 'num' : c.cls || '', 'data-col': c.col || null}, c.cell(o))))));
     if (!list.length) {
       body.append(h('tr', null, h('td', {colspan: columns.length, class: 'empty'},
-        v.name ? `No ${noun} matches the filter.` : `No ${noun}s.`)));
+        v.name ? `No ${noun} matches the filter.` : `No ${plurals(noun)}.`)));
     }
     const pages = Array.isArray(data) ? 1 : Math.max(1, data.page_count || 1);
     const total = Array.isArray(data) ? list.length : data.filtered_count ?? list.length;
