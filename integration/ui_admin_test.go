@@ -25,25 +25,6 @@ import (
 	"github.com/warrenmq/warren/warrentest"
 )
 
-// u3Login logs in through the login form and waits for the overview.
-func (b *uiBrowser) u3Login(base, user, pass string) {
-	b.t.Helper()
-	b.do("log in as "+user,
-		chromedp.Navigate(base+"/#/"),
-		chromedp.WaitVisible(uiSel("#login-user")),
-		chromedp.SetValue(uiSel("#login-user"), user),
-		chromedp.SetValue(uiSel("#login-pass"), pass),
-		chromedp.Click(uiSel("#login-form button[type=submit]")),
-		chromedp.WaitVisible(uiSel("#whoami")))
-	b.poll("logged in as "+user, fmt.Sprintf(`document.querySelector('#whoami').textContent.startsWith(%q)`, user))
-}
-
-// u3Go opens a hash route and waits for sel.
-func (b *uiBrowser) u3Go(base, hash, sel string) {
-	b.t.Helper()
-	b.do("open "+hash, chromedp.Navigate(base+"/"+hash), chromedp.WaitVisible(uiSel(sel)))
-}
-
 // u3Tab clicks an Admin sub-tab (from the top of the page, so that the
 // sticky top bar does not cover it) and waits for sel.
 func (b *uiBrowser) u3Tab(tab, sel string) {
@@ -52,26 +33,6 @@ func (b *uiBrowser) u3Tab(tab, sel string) {
 		chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`),
 		chromedp.Click(uiSel(`.tabs a[data-tab="`+tab+`"]`)),
 		chromedp.WaitVisible(uiSel(sel)))
-}
-
-// u3Shot takes a screenshot of the page's top.
-func (b *uiBrowser) u3Shot(name string) {
-	b.t.Helper()
-	b.do("scroll to the top", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
-	b.shot(name)
-}
-
-// u3Confirm confirms the open dialog and waits until it closed.
-func (b *uiBrowser) u3Confirm(what string) {
-	b.t.Helper()
-	b.do(what, chromedp.Click(uiSel("#dialog-confirm")))
-	b.poll(what+": dialog closed", `!document.querySelector('#dialog').open`)
-}
-
-// u3Options waits until the select offers value.
-func (b *uiBrowser) u3Options(sel, value string) {
-	b.t.Helper()
-	b.poll(sel+" offers "+value, fmt.Sprintf(`[...document.querySelectorAll('%s option')].some(o => o.value === %q)`, sel, value))
 }
 
 // u3AMQPError waits for the channel's close and returns its error.
@@ -110,7 +71,7 @@ func TestUIAdmin(t *testing.T) {
 	base := w.MgmtURL()
 	tg := &mgmtTarget{t: t, kind: "warren", url: strings.TrimRight(base, "/"), amqpURL: w.URL(), user: "guest", pass: "guest", w: w}
 	b := newUIBrowser(t, chrome)
-	b.u3Login(base, "guest", "guest")
+	b.login(base, "guest", "guest")
 
 	// ---- Users: add one with tags, through the dialog.
 	const alice, pw = "u3-alice", "s3cret-pw"
@@ -130,13 +91,13 @@ func TestUIAdmin(t *testing.T) {
 		t.Errorf("mismatched passwords: dialog says %q", got)
 	}
 	b.do("fix the confirmation", chromedp.SetValue(uiSel("#u-password2"), pw))
-	b.u3Confirm("add user")
+	b.confirm("add user")
 	b.do("user listed", chromedp.WaitVisible(uiSel(`#users tr[data-name="`+alice+`"]`)))
 	b.poll("alice has no access", `document.querySelector('#users tr[data-name="u3-alice"] td[data-col="vhosts"]').textContent === 'No access'`)
 	if got := b.text(`#users tr[data-name="` + alice + `"] td[data-col="tags"]`); got != "managementpolicymaker" {
 		t.Errorf("alice's tags cell = %q", got)
 	}
-	b.u3Shot("admin-users")
+	b.shot("admin-users")
 	u := tg.getJSON("/api/users/" + alice).(map[string]any)
 	if tags := fmt.Sprint(u["tags"]); tags != "[management policymaker]" {
 		t.Errorf("API: alice's tags = %s, want [management policymaker]", tags)
@@ -151,7 +112,7 @@ func TestUIAdmin(t *testing.T) {
 
 	// ---- Her page: permissions and a topic permission.
 	b.do("user page", chromedp.Click(uiSel(`#users tr[data-name="`+alice+`"] a`)), chromedp.WaitVisible(uiSel("#user-tags")))
-	b.u3Options("#perm-vhost", "/")
+	b.waitOption("#perm-vhost", "/")
 	b.do("set permissions",
 		chromedp.SetValue(uiSel("#perm-vhost"), "/"),
 		chromedp.SetValue(uiSel("#perm-configure"), `^u3-`),
@@ -159,7 +120,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel("#perm-read"), `^u3-`),
 		chromedp.Click(uiSel("#perm-set")),
 		chromedp.WaitVisible(uiSel(`#user-perm-table tr[data-vhost="/"]`)))
-	b.u3Options("#tperm-vhost", "/")
+	b.waitOption("#tperm-vhost", "/")
 	b.do("set topic permission",
 		chromedp.SetValue(uiSel("#tperm-vhost"), "/"),
 		chromedp.SetValue(uiSel("#tperm-exchange"), "amq.topic"),
@@ -167,7 +128,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel("#tperm-read"), `.*`),
 		chromedp.Click(uiSel("#tperm-set")),
 		chromedp.WaitVisible(uiSel(`#user-tperm-table tr[data-exchange="amq.topic"]`)))
-	b.u3Shot("admin-user")
+	b.shot("admin-user")
 	perm := tg.getJSON("/api/permissions/%2F/" + alice).(map[string]any)
 	if perm["configure"] != `^u3-` || perm["write"] != `^(u3-.*|amq\.topic)$` || perm["read"] != `^u3-` {
 		t.Errorf("API: alice's permissions = %v", perm)
@@ -210,7 +171,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.WaitVisible(uiSel("#u-tags")),
 		chromedp.Click(uiSel(`button[data-tag="monitoring"]`)),
 		chromedp.Click(uiSel(`button[data-tag="policymaker"]`)))
-	b.u3Confirm("update user")
+	b.confirm("update user")
 	b.poll("tags updated", `document.querySelector('#user-tags').textContent === 'managementmonitoring'`)
 	if tags := fmt.Sprint(tg.getJSON("/api/users/" + alice).(map[string]any)["tags"]); tags != "[management monitoring]" {
 		t.Errorf("API: alice's tags after the update = %s", tags)
@@ -230,9 +191,9 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SendKeys(uiSel("#vh-name"), vh),
 		chromedp.SendKeys(uiSel("#vh-description"), "UI admin test"),
 		chromedp.SendKeys(uiSel("#vh-tags"), "test, ui"))
-	b.u3Confirm("add vhost")
+	b.confirm("add vhost")
 	b.do("vhost listed", chromedp.WaitVisible(uiSel(`#vhosts tr[data-name="`+vh+`"]`)))
-	b.u3Shot("admin-vhosts")
+	b.shot("admin-vhosts")
 	v := tg.getJSON("/api/vhosts/" + vh).(map[string]any)
 	if v["description"] != "UI admin test" || fmt.Sprint(v["tags"]) != "[test ui]" {
 		t.Errorf("API: vhost = %v", v)
@@ -268,7 +229,7 @@ func TestUIAdmin(t *testing.T) {
 	b.do("policy with a bad value",
 		chromedp.Click(uiSel("#add-policies")),
 		chromedp.WaitVisible(uiSel("#pol-name")))
-	b.u3Options("#pol-vhost", "/")
+	b.waitOption("#pol-vhost", "/")
 	b.do("fill the policy",
 		chromedp.SetValue(uiSel("#pol-vhost"), "/"),
 		chromedp.SendKeys(uiSel("#pol-name"), "u3-maxlen"),
@@ -290,9 +251,9 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SendKeys(uiSel(`#pol-defs [data-row="1"] .def-key`), "overflow"),
 		chromedp.SendKeys(uiSel(`#pol-defs [data-row="1"] .def-value`), "drop-head"),
 		chromedp.SetValue(uiSel(`#pol-defs [data-row="1"] .def-type`), "string"))
-	b.u3Confirm("add policy")
+	b.confirm("add policy")
 	b.do("policy listed", chromedp.WaitVisible(uiSel(`#policies tr[data-name="u3-maxlen"]`)))
-	b.u3Shot("admin-policies")
+	b.shot("admin-policies")
 	pol := tg.getJSON("/api/policies/%2F/u3-maxlen").(map[string]any)
 	if got := jsonString(pol["definition"]); got != `{"max-length":2,"overflow":"drop-head"}` || pol["apply-to"] != "queues" || fmt.Sprint(pol["priority"]) != "5" {
 		t.Errorf("API: policy = %v", pol)
@@ -326,7 +287,7 @@ func TestUIAdmin(t *testing.T) {
 	}
 
 	// The list per vhost: u3-maxlen is in /, not in u3-vh.
-	b.u3Options("#policies-vhost", vh)
+	b.waitOption("#policies-vhost", vh)
 	b.do("policies of u3-vh", chromedp.SetValue(uiSel("#policies-vhost"), vh),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#policies-vhost').dispatchEvent(new Event('change'))`),
 		chromedp.WaitNotPresent(uiSel(`#policies tr[data-name="u3-maxlen"]`)))
@@ -337,7 +298,7 @@ func TestUIAdmin(t *testing.T) {
 	// An operator policy caps it further: max-length 1 wins over 2.
 	b.do("add operator policy", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`),
 		chromedp.Click(uiSel("#add-op-policies")), chromedp.WaitVisible(uiSel("#pol-name")))
-	b.u3Options("#pol-vhost", "/")
+	b.waitOption("#pol-vhost", "/")
 	b.do("fill the operator policy",
 		chromedp.SetValue(uiSel("#pol-vhost"), "/"),
 		chromedp.SendKeys(uiSel("#pol-name"), "u3-op"),
@@ -346,7 +307,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SendKeys(uiSel(`#pol-defs [data-row="0"] .def-key`), "max-length"),
 		chromedp.SendKeys(uiSel(`#pol-defs [data-row="0"] .def-value`), "1"),
 		chromedp.SetValue(uiSel(`#pol-defs [data-row="0"] .def-type`), "number"))
-	b.u3Confirm("add operator policy")
+	b.confirm("add operator policy")
 	b.do("operator policy listed", chromedp.WaitVisible(uiSel(`#op-policies tr[data-name="u3-op"]`)))
 	if !testutil.Until(5*time.Second, func() bool {
 		q = tg.queueInfo("/", "u3-pol.q")
@@ -357,7 +318,7 @@ func TestUIAdmin(t *testing.T) {
 	b.do("delete the operator policy",
 		chromedp.Click(uiSel(`#op-policies tr[data-name="u3-op"] button.delete`)),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")))
-	b.u3Confirm("delete the operator policy")
+	b.confirm("delete the operator policy")
 	b.do("operator policy gone", chromedp.WaitNotPresent(uiSel(`#op-policies tr[data-name="u3-op"]`)))
 	if r := tg.do("GET", "/api/operator-policies/%2F/u3-op", nil); r.status != 404 {
 		t.Errorf("API: operator policy after delete: %s", r)
@@ -366,14 +327,14 @@ func TestUIAdmin(t *testing.T) {
 	// ---- Limits: a user limit of one connection for alice, then clear
 	// the vhost's max-queues from the list.
 	b.u3Tab("limits", `#vhost-limit-table tr[data-vhost="`+vh+`"]`)
-	b.u3Options("#user-limit-target", alice)
+	b.waitOption("#user-limit-target", alice)
 	b.do("set max-connections",
 		chromedp.SetValue(uiSel("#user-limit-target"), alice),
 		chromedp.SetValue(uiSel("#user-limit-name"), "max-connections"),
 		chromedp.SetValue(uiSel("#user-limit-value"), "1"),
 		chromedp.Click(uiSel("#user-limit-set")),
 		chromedp.WaitVisible(uiSel(`#user-limit-table tr[data-user="`+alice+`"] td[data-col="max-connections"] button`)))
-	b.u3Shot("admin-limits")
+	b.shot("admin-limits")
 	if c, err := amqp.Dial(tg.amqpURLFor(alice, pw, "/")); u3Code(err) != amqp.NotAllowed {
 		t.Errorf("alice's second connection under max-connections 1: %v, want 530 NOT_ALLOWED", err)
 		if c != nil {
@@ -383,7 +344,7 @@ func TestUIAdmin(t *testing.T) {
 	b.do("clear max-queues",
 		chromedp.Click(uiSel(`#vhost-limit-table tr[data-vhost="`+vh+`"] td[data-col="max-queues"] button`)),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")))
-	b.u3Confirm("clear max-queues")
+	b.confirm("clear max-queues")
 	b.do("max-queues gone", chromedp.WaitNotPresent(uiSel(`#vhost-limit-table tr[data-vhost="`+vh+`"]`)))
 	if got := fmt.Sprint(tg.getJSON("/api/vhost-limits/" + vh)); got != "[]" {
 		t.Errorf("API: vhost limits after clear = %s", got)
@@ -432,7 +393,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel("#defs-filename"), "u3-defs.json"),
 		chromedp.Click(uiSel("#defs-download")),
 		chromedp.WaitVisible(uiSel("#defs-export-result .result")))
-	b.u3Shot("admin-definitions")
+	b.shot("admin-definitions")
 	var raw []byte
 	if !testutil.Until(5*time.Second, func() bool {
 		raw, err = os.ReadFile(filepath.Join(dl, "u3-defs.json"))
@@ -468,7 +429,7 @@ func TestUIAdmin(t *testing.T) {
 	// scroll in their own box).
 	b.do("phone width", chromedp.EmulateViewport(390, 844))
 	for _, hash := range []string{"#/admin/users", "#/admin/policies", "#/admin/limits", "#/admin/definitions", "#/admin/users/" + alice} {
-		b.u3Go(base, hash, ".tabs")
+		b.goTo(base, hash, ".tabs")
 		b.poll(hash+" fits 390 px", `document.documentElement.scrollWidth <= 390`)
 	}
 	b.do("desktop width", chromedp.EmulateViewport(1280, 800))
@@ -477,9 +438,9 @@ func TestUIAdmin(t *testing.T) {
 	tg.must("PUT", "/api/users/u3-viewer", map[string]any{"password": "viewer", "tags": "management"}, 201)
 	tg.must("PUT", "/api/permissions/%2F/u3-viewer", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
 	b.do("log out", chromedp.Click(uiSel("#logout")), chromedp.WaitVisible(uiSel("#login-user")))
-	b.u3Login(base, "u3-viewer", "viewer")
+	b.login(base, "u3-viewer", "viewer")
 	for _, hash := range []string{"#/admin/users", "#/admin/definitions", "#/admin/users/" + alice} {
-		b.u3Go(base, hash, ".admin-denied")
+		b.goTo(base, hash, ".admin-denied")
 		if got := b.text(".admin-denied"); !strings.Contains(got, "needs the administrator tag") {
 			t.Errorf("%s as a management user: %q", hash, got)
 		}
@@ -488,7 +449,7 @@ func TestUIAdmin(t *testing.T) {
 		}
 	}
 	// Policies: the list, read-only, and the reason.
-	b.u3Go(base, "#/admin/policies", `#policies tr[data-name="u3-maxlen"]`)
+	b.goTo(base, "#/admin/policies", `#policies tr[data-name="u3-maxlen"]`)
 	if got := b.text("#policies-section .admin-denied"); !strings.Contains(got, "needs the policymaker or administrator tag") {
 		t.Errorf("policies as a management user: %q", got)
 	}
@@ -498,18 +459,18 @@ func TestUIAdmin(t *testing.T) {
 
 	// ---- Back as the administrator: delete alice from her page.
 	b.do("log out", chromedp.Click(uiSel("#logout")), chromedp.WaitVisible(uiSel("#login-user")))
-	b.u3Login(base, "guest", "guest")
-	b.u3Go(base, "#/admin/users/"+alice, "#user-tags")
+	b.login(base, "guest", "guest")
+	b.goTo(base, "#/admin/users/"+alice, "#user-tags")
 	b.do("clear her permissions in /",
 		chromedp.Click(uiSel(`#user-perm-table tr[data-vhost="/"] button.clear-perm`)),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")))
-	b.u3Confirm("clear permissions")
+	b.confirm("clear permissions")
 	b.do("permissions gone", chromedp.WaitNotPresent(uiSel(`#user-perm-table tr[data-vhost="/"]`)))
 	if r := tg.do("GET", "/api/permissions/%2F/"+alice, nil); r.status != 404 {
 		t.Errorf("API: alice's permissions after clear: %s", r)
 	}
 	b.do("delete user", chromedp.Click(uiSel("#user-delete")), chromedp.WaitVisible(uiSel("#dialog-confirm")))
-	b.u3Confirm("delete user")
+	b.confirm("delete user")
 	b.do("back on the list", chromedp.WaitVisible(uiSel(`#users tr[data-name="guest"]`)))
 	if r := tg.do("GET", "/api/users/"+alice, nil); r.status != 404 {
 		t.Errorf("API: alice after delete: %s", r)
@@ -518,9 +479,9 @@ func TestUIAdmin(t *testing.T) {
 		t.Errorf("API: users after delete: %v", users)
 	}
 	// And the vhost from its page.
-	b.u3Go(base, "#/admin/vhosts/"+vh, `#vhost-perm-table tr[data-user="guest"]`)
+	b.goTo(base, "#/admin/vhosts/"+vh, `#vhost-perm-table tr[data-user="guest"]`)
 	b.do("delete vhost", chromedp.Click(uiSel("#vhost-delete")), chromedp.WaitVisible(uiSel("#dialog-confirm")))
-	b.u3Confirm("delete vhost")
+	b.confirm("delete vhost")
 	b.do("back on the vhosts", chromedp.WaitVisible(uiSel(`#vhosts tr[data-name="/"]`)))
 	if r := tg.do("GET", "/api/vhosts/"+vh, nil); r.status != 404 {
 		t.Errorf("API: vhost after delete: %s", r)

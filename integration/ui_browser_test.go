@@ -165,16 +165,37 @@ func (b *uiBrowser) checkNoExceptions() {
 	}
 }
 
-// login signs in on the UI at base as user and waits for the overview.
+// login signs in on the UI at base as user (replacing whatever the form
+// holds) and waits until the page says who is logged in.
 func (b *uiBrowser) login(base, user, pass string) {
 	b.t.Helper()
 	b.do("log in as "+user,
-		chromedp.Navigate(base+"/"),
+		chromedp.Navigate(base+"/#/"),
 		chromedp.WaitVisible(uiSel("#login-user")),
-		chromedp.SendKeys(uiSel("#login-user"), user),
-		chromedp.SendKeys(uiSel("#login-pass"), pass),
+		chromedp.SetValue(uiSel("#login-user"), user),
+		chromedp.SetValue(uiSel("#login-pass"), pass),
 		chromedp.Click(uiSel("#login-form button[type=submit]")),
-		chromedp.WaitVisible(uiSel("#ov-objects .card")))
+		chromedp.WaitVisible(uiSel("#whoami")))
+	b.poll("logged in as "+user, fmt.Sprintf(`document.querySelector('#whoami').textContent.startsWith(%q)`, user))
+}
+
+// goTo opens a hash route and waits for sel.
+func (b *uiBrowser) goTo(base, hash, sel string) {
+	b.t.Helper()
+	b.do("open "+hash, chromedp.Navigate(base+"/"+hash), chromedp.WaitVisible(uiSel(sel)))
+}
+
+// confirm confirms the open dialog and waits until it closed.
+func (b *uiBrowser) confirm(what string) {
+	b.t.Helper()
+	b.do(what, chromedp.Click(uiSel("#dialog-confirm")))
+	b.poll(what+": dialog closed", `!document.querySelector('#dialog').open`)
+}
+
+// waitOption waits until the select offers value.
+func (b *uiBrowser) waitOption(sel, value string) {
+	b.t.Helper()
+	b.poll(sel+" offers "+value, fmt.Sprintf(`[...document.querySelectorAll('%s option')].some(o => o.value === %q)`, sel, value))
 }
 
 // eval returns the value of a JavaScript expression.
