@@ -13,6 +13,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	wamqp "github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/internal/clock"
 	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
@@ -765,5 +767,62 @@ func TestReplayPreview(t *testing.T) {
 	b := f.browse("orders.dlq")
 	if fmt.Sprint(payloads(b)) != "[g c]" {
 		t.Fatalf("DLQ after the replay: %v, want [g c]", payloads(b))
+	}
+}
+
+// issue 15: in a cluster each node counts the dead letters of the queues
+// it dead-letters for; any node's timeline sums them all (the vhosts the
+// user may see).
+func TestDeadLetterTimelineCluster(t *testing.T) {
+	_, nodes, _ := setupCluster(t)
+	dl := wamqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "h5-dlq"}
+	declare := func(vhost, name, home string, args wamqp.Table) {
+		everywhere(nodes, func(b *broker.Broker) {
+			_, _, _, err := b.VHost(vhost).DeclareQueue(broker.QueueSpec{Name: name, Durable: true, Home: home, Args: args}, false)
+			must(t, err)
+		})
+	}
+	// h5v's DLQ is on a, fed from a and from c (a remote target); /'s is on c.
+	declare("h5v", "h5-dlq", nodeA, nil)
+	declare("/", "h5-dlq", nodeC, nil)
+	declare("h5v", "h5-src-a", nodeA, dl)
+	declare("h5v", "h5-src-c", nodeC, dl)
+	declare("/", "h5-src-c", nodeC, dl)
+	reject := func(cn *clusterNode, vhost, q string, n int) {
+		t.Helper()
+		conn := dial(t, cn, "guest", vhost)
+		publish(t, conn, q, n)
+		ch, err := conn.Channel()
+		must(t, err)
+		for range n {
+			var d amqp.Delivery
+			if !testutil.Until(5*time.Second, func() bool {
+				var ok bool
+				d, ok, err = ch.Get(q, false)
+				must(t, err)
+				return ok
+			}) {
+				t.Fatalf("nothing in %s", q)
+			}
+			must(t, d.Reject(false))
+		}
+	}
+	reject(nodes[nodeA], "h5v", "h5-src-a", 2)
+	reject(nodes[nodeC], "h5v", "h5-src-c", 3)
+	reject(nodes[nodeC], "/", "h5-src-c", 1)
+
+	f := nodes[nodeB].f // dead-letters nothing itself
+	f.t = t
+	r := f.waitTimeline("/api/dead-letters/timeline/h5v?minutes=1", 5)
+	if fmt.Sprint(countsOf(r.BySource)) != "map[h5-src-a:2 h5-src-c:3]" || fmt.Sprint(countsOf(r.ByTarget)) != "map[h5-dlq:5]" ||
+		r.ByReason["rejected"] != 5 || r.Buckets[0].Total != 5 {
+		t.Fatalf("h5v's timeline from b: %+v", r)
+	}
+	if r = f.waitTimeline("/api/dead-letters/timeline", 6); len(r.BySource) != 3 {
+		t.Fatalf("guest's timeline of every vhost from b: %+v", r)
+	}
+	var bob timelineReply
+	if st := f.callAs("h5-bob", "h5-bob", "GET", "/api/dead-letters/timeline", nil, &bob); st != 200 || bob.Total != 5 {
+		t.Fatalf("h5-bob's timeline (h5v only): %d %+v", st, bob)
 	}
 }
