@@ -276,6 +276,27 @@ func TestClusterQQMembersAPI(t *testing.T) {
 		waitQQ(t, api[0], vh, q, "back to three", settled(nodes...))
 	})
 
+	// issue 15: moving the leader (Warren's endpoint, the UI's cluster
+	// page), asked of a node that does not lead the queue.
+	t.Run("move the leader", func(t *testing.T) {
+		api[1].t, api[0].t, api[2].t = t, t, t
+		v := waitQQ(t, api[0], vh, q, "settled", settled(nodes...))
+		to, from := "", -1
+		for i, n := range nodes {
+			if n != v.Leader && to == "" {
+				to = n
+			} else if n != v.Leader && from < 0 {
+				from = i
+			}
+		}
+		api[from].must(http.MethodPost, path+"/transfer-leadership", map[string]string{"node": to}, http.StatusNoContent)
+		for _, tg := range api {
+			waitQQ(t, tg, vh, q, "led by "+to, func(v qqView) bool { return v.Leader == to })
+		}
+		// Moving it to where it is already is ok.
+		api[0].must(http.MethodPost, path+"/transfer-leadership", map[string]string{"node": to}, http.StatusNoContent)
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		tg := api[1]
 		tg.t = t
@@ -303,6 +324,10 @@ func TestClusterQQMembersAPI(t *testing.T) {
 			{"status of a classic queue", "", http.MethodGet, "/api/queues/quorum/%2F/" + esc(cq) + "/status", nil, `503 raw:{"reason":"classic_queue_not_supported","status":"failed"}`},
 			{"status of an unknown queue", "", http.MethodGet, "/api/queues/quorum/%2F/h8-nosuch/status", nil, "404 Object Not Found: Not Found"},
 			{"grow onto an unknown node", "", http.MethodPost, "/api/queues/quorum/replicas/on/warren@nosuch/grow", map[string]string{"vhost_pattern": ".*", "queue_pattern": ".*", "strategy": "all"}, "404 Object Not Found: Not Found"},
+			{"move the leader to a non-member", "", http.MethodPost, "/api/queues/quorum/%2F/" + esc(one) + "/transfer-leadership", map[string]string{"node": nodes[0]}, "400 bad_request: " + nodes[0] + " is not a member of queue '" + one + "' in vhost '/'"},
+			{"move the leader of a classic queue", "", http.MethodPost, "/api/queues/quorum/%2F/" + esc(cq) + "/transfer-leadership", map[string]string{"node": nodes[0]}, "503 service_unavailable: classic_queue_not_supported"},
+			{"move the leader without a node", "", http.MethodPost, path + "/transfer-leadership", map[string]string{}, "400 bad_request: [{key_missing,node}]"},
+			{"move the leader, not admin", mgmt, http.MethodPost, path + "/transfer-leadership", map[string]string{"node": nodes[0]}, "401 not_authorised: Not administrator user"},
 			{"grow without a strategy", "", http.MethodPost, "/api/queues/quorum/replicas/on/" + esc(nodes[0]) + "/grow", map[string]string{"vhost_pattern": ".*", "queue_pattern": ".*"}, "400 bad_request: [{key_missing,strategy}]"},
 		} {
 			var r mgmtResp

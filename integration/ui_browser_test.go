@@ -142,6 +142,30 @@ func (b *uiBrowser) checkNoExceptions() {
 	}
 }
 
+// login signs in on the UI at base as user and waits for the overview.
+func (b *uiBrowser) login(base, user, pass string) {
+	b.t.Helper()
+	b.do("log in as "+user,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(uiSel("#login-user")),
+		chromedp.SendKeys(uiSel("#login-user"), user),
+		chromedp.SendKeys(uiSel("#login-pass"), pass),
+		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		chromedp.WaitVisible(uiSel("#ov-objects .card")))
+}
+
+// eval returns the value of a JavaScript expression.
+func (b *uiBrowser) eval(expr string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		b.t.Fatalf("evaluating %s: %v\npage: %s", expr, err, b.pageText())
+	}
+	return s
+}
+
 // poll waits until the JavaScript expression is truthy.
 func (b *uiBrowser) poll(what, expr string) {
 	b.t.Helper()

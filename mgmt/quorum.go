@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -25,6 +27,7 @@ import (
 //	DELETE /api/queues/quorum/replicas/on/{node}/shrink                  202
 //	POST   /api/rebalance/queues                                         204
 //	GET    /api/queues/quorum/{vhost}/{name}/status                      200
+//	POST   /api/queues/quorum/{vhost}/{name}/transfer-leadership {"node"} 204 (Warren's)
 //
 // Administrators only (the status: any management user), as RabbitMQ. A
 // refused change is RabbitMQ's 503 {"error":"service_unavailable",
@@ -44,8 +47,8 @@ func (s *Server) quorumRoutes() {
 	s.handle("DELETE /api/queues/quorum/replicas/on/{node}/shrink", lvlAdmin, (*call).qqShrink)
 	s.handle("POST /api/rebalance/queues", lvlAdmin, (*call).qqRebalance)
 	s.handle("GET /api/queues/quorum/{vhost}/{name}/status", lvlManagement, (*call).qqStatus)
-	// Another node's leadership transfer (rebalance, deleting the
-	// leader's member): trusted requests only.
+	// Warren's: move a queue's leader (also rebalance's and member
+	// deletion's request to the leader).
 	s.handle("POST /api/queues/quorum/{vhost}/{name}/transfer-leadership", lvlAdmin, (*call).qqTransfer)
 }
 
@@ -296,31 +299,41 @@ func (c *call) qqDeleteMember() error {
 	}))
 }
 
-// qqTransfer moves a queue's leadership to {"node"}: another node's
-// request only (rebalance, and deleting the leader's member, ask the
-// leader with it).
+// qqTransfer moves a queue's leadership to {"node"}, a running member
+// (Warren's extension, for administrators: the web UI's cluster page).
+// The change runs where the queue leads: another node's request runs only
+// here (rebalance, and deleting the leader's member, ask the leader with
+// it); a client's is forwarded there.
 func (c *call) qqTransfer() error {
-	if !c.local {
-		return errNotFound
-	}
-	vhost, name, _, err := c.qqLookup()
-	if err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) {
-			return err
-		}
-		return memberFailed(err)
-	}
-	node, err := c.nodeBody()
-	if err != nil {
+	vhost, name, info, err := c.qqLookup()
+	if ae := (*apiError)(nil); errors.As(err, &ae) {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(c.r.Context(), memberTimeout)
-	defer cancel()
-	if err := c.s.b.TransferQuorumLeader(ctx, vhost, name, c.s.bnode(node)); err != nil {
+	raw, err2 := c.body()
+	if err2 != nil {
+		return err2
+	}
+	node, err2 := c.nodeBody()
+	if err2 != nil {
+		return err2
+	}
+	if err != nil {
 		return memberFailed(err)
 	}
-	return c.noContent()
+	if !c.local {
+		if !slices.Contains(info.Members, node) {
+			return badRequest(fmt.Sprintf("%s is not a member of queue '%s' in vhost '%s'", node, name, vhost))
+		}
+		if !c.s.isRunning(node) {
+			return unavailable("node_not_running")
+		}
+		if info.Leader == node {
+			return c.noContent()
+		}
+	}
+	return c.relay(c.atLeader(vhost, name, c.escapedPath(), raw, http.StatusNoContent, func(ctx context.Context) error {
+		return c.s.b.TransferQuorumLeader(ctx, vhost, name, c.s.bnode(node))
+	}))
 }
 
 // memberChange runs one queue's add (or delete) for grow (shrink) where

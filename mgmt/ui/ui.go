@@ -1,5 +1,5 @@
 // Package ui is Warren's management web UI: a single page (index.html,
-// app.js, style.css) that talks to the management HTTP API under api/ with
+// app.js and the modules it imports, style.css, the vendored uPlot) that talks to the management HTTP API under api/ with
 // the user's basic-auth credentials. The assets are embedded in the binary;
 // nothing is fetched from elsewhere at runtime.
 //
@@ -12,13 +12,14 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"io/fs"
 	"net/http"
 	"path"
 	"strings"
 	"time"
 )
 
-//go:embed index.html app.js style.css favicon.svg
+//go:embed index.html *.js style.css favicon.svg pages/*.js vendor/*.js vendor/*.css vendor/uPlot.LICENSE
 var assets embed.FS
 
 type asset struct {
@@ -41,22 +42,25 @@ const csp = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-
 var files = load()
 
 func load() map[string]asset {
-	entries, err := assets.ReadDir(".")
-	if err != nil {
-		panic(err)
-	}
-	m := make(map[string]asset, len(entries))
-	for _, e := range entries {
-		body, err := assets.ReadFile(e.Name())
+	m := map[string]asset{}
+	err := fs.WalkDir(assets, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, err := assets.ReadFile(name)
 		if err != nil {
-			panic(err)
+			return err
 		}
 		sum := sha256.Sum256(body)
-		m[e.Name()] = asset{
-			body:  body,
-			ctype: contentTypes[path.Ext(e.Name())],
-			etag:  `"` + hex.EncodeToString(sum[:8]) + `"`,
+		ctype, ok := contentTypes[path.Ext(name)]
+		if !ok {
+			ctype = "text/plain; charset=utf-8"
 		}
+		m[name] = asset{body: body, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+		return nil
+	})
+	if err != nil {
+		panic(err)
 	}
 	return m
 }
