@@ -5,7 +5,7 @@ package integration
 // dead-letter page, the message browser's x-death table, replay, the queue
 // list). It needs Debian's chromium package; without it the test skips,
 // except under CI=true where it fails. Set WARREN_SCREENSHOTS=<dir> to
-// write 1280x800 screenshots of the main pages there (docs/screenshots).
+// write screenshots of the pages there (docs/screenshots/take does).
 
 import (
 	"context"
@@ -113,20 +113,41 @@ func (b *uiBrowser) pageText() string {
 	return s
 }
 
-// shot writes a screenshot when WARREN_SCREENSHOTS is set.
+// uiPhoneShots are the pages also shot at a phone's width (390 px).
+var uiPhoneShots = map[string]bool{"overview": true, "queues": true, "dead-letters": true, "cluster": true}
+
+// shot writes a full-page screenshot (name.png) when WARREN_SCREENSHOTS is
+// set, and for the pages in uiPhoneShots one at 390 px too
+// (name-phone.png). docs/screenshots/take runs every UI test so.
 func (b *uiBrowser) shot(name string) {
 	b.t.Helper()
 	if b.shots == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		b.t.Fatalf("screenshot %s: %v", name, err)
-	}
 	if err := os.MkdirAll(b.shots, 0o755); err != nil {
 		b.t.Fatal(err)
+	}
+	b.capture(name)
+	if uiPhoneShots[name] {
+		b.do("phone width", chromedp.EmulateViewport(390, 844))
+		b.poll("layout at 390 px", `document.documentElement.clientWidth === 390`)
+		b.capture(name + "-phone")
+		b.do("desktop width", chromedp.EmulateViewport(1280, 800))
+		b.poll("layout at 1280 px", `document.documentElement.clientWidth === 1280`)
+	}
+}
+
+func (b *uiBrowser) capture(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	// Let charts redraw after a resize (they follow a ResizeObserver).
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise)); err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
 	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
 		b.t.Fatal(err)

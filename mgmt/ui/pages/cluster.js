@@ -59,12 +59,12 @@ function clusterPage(ctx) {
     view.page = Math.min(view.page, pages);
     const shown = quorum.slice((view.page - 1) * QQ_PAGE, view.page * QQ_PAGE);
     const nodeNames = nodeList.map(n => n.name);
-    qqs.replaceChildren(
+    qqs.replaceChildren(...[
       quorumTable(ctx, shown, nodeNames, admin),
       pages > 1 ? h('div', {class: 'pager'},
         h('span', null, `page ${view.page} of ${pages}`),
         h('button', {type: 'button', class: 'secondary small', disabled: view.page <= 1, onclick: () => { view.page--; refreshNow(ctx); }}, 'Previous'),
-        h('button', {type: 'button', class: 'secondary small', disabled: view.page >= pages, onclick: () => { view.page++; refreshNow(ctx); }}, 'Next')) : null);
+        h('button', {type: 'button', class: 'secondary small', disabled: view.page >= pages, onclick: () => { view.page++; refreshNow(ctx); }}, 'Next')) : null].filter(Boolean));
   });
 }
 
