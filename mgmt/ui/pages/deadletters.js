@@ -97,6 +97,9 @@ async function replay(d, showResult, after) {
   const previewBtn = h('button', {type: 'button', class: 'secondary small', id: 'rp-preview-button'}, 'Preview again');
   const section = h('section', {class: 'rp-preview', 'aria-labelledby': 'rp-preview-title'},
     h('h3', {id: 'rp-preview-title'}, 'Preview: where the messages would go'), out, previewBtn);
+  // A grid item of the dialog's body: without this its table's width
+  // widens the dialog past a phone's screen instead of scrolling.
+  section.style.minWidth = '0';
   let gen = 0;
   const runPreview = async () => {
     const form = out.closest('form');
