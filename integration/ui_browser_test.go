@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/internal/testutil"
@@ -185,6 +187,63 @@ func (b *uiBrowser) eval(expr string) string {
 		b.t.Fatalf("evaluating %s: %v\npage: %s", expr, err, b.pageText())
 	}
 	return s
+}
+
+// uiContrastJS lists the visible text on the page whose contrast with
+// its background is below WCAG 2's AA level: 4.5:1, 3:1 for large text
+// (24 px, or 18.66 px bold). Colours are composed through translucent
+// backgrounds and opacity; disabled controls are exempt, as in WCAG.
+const uiContrastJS = `(() => {
+  const parse = c => { const m = /rgba?\(([^)]+)\)/.exec(c); if (!m) return null;
+    const p = m[1].split(/[\s,\/]+/).filter(Boolean).map(Number); return {r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1}; };
+  const over = (top, bot) => ({r: top.r * top.a + bot.r * (1 - top.a), g: top.g * top.a + bot.g * (1 - top.a), b: top.b * top.a + bot.b * (1 - top.a), a: 1});
+  const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b); };
+  const background = el => { const layers = [];
+    for (let e = el; e; e = e.parentElement) { const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c.a > 0) { layers.push(c); if (c.a >= 1) break; } }
+    let bg = {r: 255, g: 255, b: 255, a: 1};
+    for (let i = layers.length - 1; i >= 0; i--) bg = over(layers[i], bg);
+    return bg; };
+  const bad = [], seen = new Set();
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) {
+    const t = walk.currentNode, el = t.parentElement;
+    if (!t.textContent.trim() || !el || seen.has(el)) continue;
+    seen.add(el);
+    const box = el.getBoundingClientRect(), cs = getComputedStyle(el);
+    if (box.width <= 1 || box.height <= 1 || cs.visibility === 'hidden') continue;
+    if (el.closest('button:disabled, [aria-disabled="true"], [hidden], option')) continue;
+    let opacity = 1;
+    for (let e = el; e; e = e.parentElement) opacity *= Number(getComputedStyle(e).opacity);
+    const bg = background(el), fg0 = parse(cs.color);
+    const fg = over({...fg0, a: fg0.a * opacity}, bg);
+    const l1 = lum(fg), l2 = lum(bg), ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+    const size = parseFloat(cs.fontSize), large = size >= 24 || (Number(cs.fontWeight) >= 700 && size >= 18.66);
+    if (ratio < (large ? 3 : 4.5)) bad.push(ratio.toFixed(2) + ':1 ' + el.tagName.toLowerCase() + (el.className ? '.' + String(el.className).split(' ').join('.') : '') + ' "' + t.textContent.trim().slice(0, 40) + '"');
+  }
+  return JSON.stringify(bad.slice(0, 15));
+})()`
+
+// checkContrast fails the test for text below WCAG AA contrast on the
+// page shown, in the light and in the dark colour scheme.
+func (b *uiBrowser) checkContrast(page string) {
+	b.t.Helper()
+	for _, scheme := range []string{"light", "dark"} {
+		b.do("colour scheme "+scheme, func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+			_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+			return chromedp.Void{}, err
+		})
+		if got := b.eval(uiContrastJS); got != "[]" {
+			b.t.Errorf("%s page, %s scheme: text below WCAG AA contrast: %s", page, scheme, got)
+		}
+	}
+	b.do("colour scheme light", func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "light"}}})
+		return chromedp.Void{}, err
+	})
 }
 
 // poll waits until the JavaScript expression is truthy.

@@ -275,7 +275,8 @@ export function poll(ctx, what, fn) {
   };
   const prev = ctx.refresh;
   ctx.refresh = prev ? async () => { await Promise.all([prev(), one()]); } : one;
-  refreshNow(ctx);
+  // A later poll runs at once, even while the first one's run is going.
+  if (prev) one(); else refreshNow(ctx);
 }
 
 export function purgeQueue(vhost, name, done) {
