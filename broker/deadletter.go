@@ -204,8 +204,9 @@ func (q *Queue) deadLetterAs(items []dlItem, reason string, dlx, dlrk *string) {
 	var gone []dlItem
 	var joins []*dlJoin
 	qv := any(q.Name)
+	minute := dlStampMinute(now)
 	for _, it := range items {
-		p := pendingDL{msg: deadLetterCopyBoxed(it.msg, q.Name, qv, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx, byDLRK: dlrk != nil, src: it}
+		p := pendingDL{msg: deadLetterCopyBoxed(it.msg, q.Name, qv, reason, *dlx, dlrk, now), reason: reason, dlx: *dlx, byDLRK: dlrk != nil, src: it, minute: minute}
 		if it.ondisk && !alo && p.msg.persistent() {
 			if mv := q.planMove(&r, &p); mv != nil {
 				moves = append(moves, mv)
@@ -258,6 +259,9 @@ type pendingDL struct {
 	// join: a quorum queue's message leaves once this and its remote
 	// targets are done (dlremote.go).
 	join *dlJoin
+	// minute is when the dead letter counts in the timeline (dltimeline.go);
+	// 0 once counted, so that a retry does not count it again.
+	minute int64
 }
 
 // routeKeys appends the keys p.msg is routed with (R3.3): the
@@ -288,6 +292,7 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 		v.routeLocked(r, x, p.msg)
 	}
 	v.mu.RUnlock()
+	q.tallyDL(p, r.queues)
 	if len(r.queues) == 0 {
 		p.targets = nil
 		return false

@@ -52,6 +52,7 @@ func (q *Queue) planMove(r *Router, p *pendingDL) *dlMove {
 		v.routeLocked(r, x, p.msg)
 	}
 	v.mu.RUnlock()
+	q.tallyDL(p, r.queues)
 	var mv *dlMove
 	for _, t := range r.queues {
 		if p.reason != ReasonRejected && isCycle(p.msg.Deaths, t.Name) {

@@ -116,6 +116,7 @@ type Queue struct {
 	rdlBackoff time.Duration     // rdlTimer's next delay
 	dlCond     *sync.Cond        // on mu: waiting for the flusher to go idle (waitDeadLetters)
 	dlHook     func()            // tests: runs before each outbox batch is published
+	dlTimeline dlRingPtr         // dead letters per minute (dltimeline.go)
 	disk       *qdisk            // the message log of a durable queue (msgstore.go), or a paging log
 	spill      spillState        // where the paged-out messages sit in the log (spill.go)
 	held       map[uint64]bool   // dead letters moving in, not yet visible (dlmove.go)

@@ -658,6 +658,9 @@ type Router struct {
 	// (no confirms, no transaction): a queue on another node need not
 	// answer each message, which halves the link's traffic.
 	NoWait bool
+	// preview routes without side effects (PreviewReplay): a delayed
+	// exchange routes at once instead of holding the message.
+	preview bool
 }
 
 func (r *Router) addLog(l *store.Log) {
@@ -752,7 +755,7 @@ func (v *VHost) routeLocked(r *Router, x *Exchange, m *Message) {
 					found = true
 				}
 			}
-		} else if cur.delayed != nil && cur.delayed.hold(m, r) {
+		} else if cur.delayed != nil && !r.preview && cur.delayed.hold(m, r) {
 			// Held until its x-delay elapses (delayed.go); then routed
 			// from cur, and only then to its alternate exchange.
 			found = true
