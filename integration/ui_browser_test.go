@@ -116,7 +116,7 @@ func (b *uiBrowser) pageText() string {
 }
 
 // uiPhoneShots are the pages also shot at a phone's width (390 px).
-var uiPhoneShots = map[string]bool{"overview": true, "queues": true, "dead-letters": true, "cluster": true}
+var uiPhoneShots = map[string]bool{"overview": true, "queue-list": true, "queue-detail": true, "dead-letters-timeline": true, "cluster": true}
 
 // shot writes a full-page screenshot (name.png) when WARREN_SCREENSHOTS is
 // set, and for the pages in uiPhoneShots one at 390 px too
@@ -326,7 +326,6 @@ func TestUIBrowser(t *testing.T) {
 	if got := b.text("#whoami"); !strings.HasPrefix(got, "guest") {
 		t.Errorf("whoami = %q", got)
 	}
-	b.shot("overview")
 
 	// The dead-letter page lists orders.dlq: one message, rejected, from orders.
 	row := `#dlqs tr[data-name="orders.dlq"]`
@@ -354,7 +353,7 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("payload = %q", got)
 	}
 	b.do("scroll to the messages", chromedp.ScrollIntoView(uiSel("#browser")))
-	b.shot("queue")
+	b.shot("dlq-messages")
 
 	// Replay it, confirming in the dialog.
 	b.do("replay",
@@ -376,7 +375,6 @@ func TestUIBrowser(t *testing.T) {
 		const n = q => { const td = document.querySelector('#queues tr[data-name="' + q + '"] td[data-col="messages"]'); return td && td.textContent; };
 		return n('orders') === '1' && n('orders.dlq') === '0';
 	})()`)
-	b.shot("queues")
 
 	// And over AMQP: the message is in orders, afresh (no x-death).
 	uiWaitMessages(t, ch, "orders.dlq", 0)
@@ -492,7 +490,6 @@ func TestUIBrowserClusterNodes(t *testing.T) {
 			`(r => r && r.querySelector('[data-col="state"]').textContent === 'running')(document.querySelector('#ov-nodes tr[data-node=%q]'))`, nd.Name()))
 	}
 	b.poll("one leader", `document.querySelectorAll('#ov-nodes td[data-col="leader"] .badge').length === 1`)
-	b.shot("cluster-nodes")
 	c.Node(2).Stop()
 	b.do("reload", chromedp.Navigate(base+"/"), chromedp.WaitVisible(uiSel("#ov-nodes table")))
 	b.poll("stopped node shown stopped", fmt.Sprintf(
