@@ -85,7 +85,10 @@ func chanKey(name string) string { return "c\x00" + name }
 func channelCounters(ch server.ChannelInfo) counters {
 	st := ch.Stats
 	return counters{"publish": st.Publish, "deliver_get": st.DeliverGet(), "ack": st.Ack, "redeliver": st.Redeliver,
-		"reject": st.Reject, "requeue": st.Requeue, "unacked": uint64(ch.Unacked)}
+		"reject": st.Reject, "requeue": st.Requeue, "unacked": uint64(ch.Unacked),
+		"confirm": st.Confirm, "return_unroutable": st.ReturnUnroutable, "deliver": st.Deliver,
+		"deliver_no_ack": st.DeliverNoAck, "get": st.Get, "get_no_ack": st.GetNoAck,
+		"drop_unroutable": st.DropUnroutable, "get_empty": st.GetEmpty}
 }
 
 // rate returns the per-second rate of field under key (0 until two samples).
@@ -135,11 +138,12 @@ func queueCounters(st broker.QueueStats) counters {
 	return c
 }
 
-// sample records the current counters.
+// sample records the current counters, and the history (issue 15).
 func (s *Server) sample() {
 	now := time.Now()
 	ms := s.srv.MessageStats()
 	chans := s.srv.Channels()
+	conns := s.srv.Connections()
 	xstats := s.srv.ExchangeStats()
 	type qs struct {
 		key string
@@ -147,11 +151,14 @@ func (s *Server) sample() {
 	}
 	var all []qs
 	var tot counters = counters{}
+	vtot := map[string]counters{}
 	for _, vn := range s.b.VHosts() {
 		v := s.b.VHost(vn)
 		if v == nil {
 			continue
 		}
+		vc := counters{}
+		vtot[vn] = vc
 		for _, q := range v.Queues() {
 			if !q.IsLocal() {
 				continue // sampled on its home node
@@ -161,28 +168,70 @@ func (s *Server) sample() {
 			for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {
 				tot[f] += c[f]
 			}
+			for _, f := range kindVHost.fields {
+				vc[f] += c[f]
+			}
+		}
+	}
+	for _, ci := range conns {
+		if vc := vtot[ci.VHost]; vc != nil {
+			vc["recv_oct"] += ci.RecvOct
+			vc["send_oct"] += ci.SendOct
 		}
 	}
 	s.rates.mu.Lock()
 	defer s.rates.mu.Unlock()
+	h := s.hist
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tick(now.UnixMilli())
+	scratch := make([]uint64, 0, 64)
+	hrec := func(key string, k *histKind, c counters) {
+		scratch = scratch[:0]
+		for _, f := range k.fields {
+			scratch = append(scratch, c[f])
+		}
+		h.record(key, k, scratch)
+	}
 	oc := serverCounters(ms)
 	for k, v := range tot {
 		oc[k] = v
 	}
 	s.rates.record("overview", now, oc)
-	s.rates.record("node", now, nodeCounters(s))
+	hrec("overview", kindOverview, oc)
+	nc := nodeCounters(s)
+	s.rates.record("node", now, nc)
+	hrec("node", kindNode, nc)
 	seen := make(map[string]bool, len(all)+len(chans))
 	for k, xc := range xstats {
 		key := exchangeKey(k[0], k[1])
-		s.rates.record(key, now, counters{"publish_in": xc.In, "publish_out": xc.Out})
+		c := counters{"publish_in": xc.In, "publish_out": xc.Out}
+		s.rates.record(key, now, c)
+		hrec(key, kindExchange, c)
 		seen[key] = true
 	}
 	for _, ch := range chans {
-		s.rates.record(chanKey(ch.Name), now, channelCounters(ch))
+		c := channelCounters(ch)
+		s.rates.record(chanKey(ch.Name), now, c)
+		hrec(chanKey(ch.Name), kindChannel, c)
 		seen[chanKey(ch.Name)] = true
+	}
+	for _, ci := range conns {
+		key := connKey(ci.Name)
+		c := counters{"recv_oct": ci.RecvOct, "send_oct": ci.SendOct}
+		s.rates.record(key, now, c)
+		hrec(key, kindConn, c)
+		seen[key] = true
+	}
+	for vn, vc := range vtot {
+		key := vhostKey(vn)
+		s.rates.record(key, now, vc)
+		hrec(key, kindVHost, vc)
+		seen[key] = true
 	}
 	for _, q := range all {
 		s.rates.record(q.key, now, q.c)
+		hrec(q.key, kindQueue, q.c)
 		seen[q.key] = true
 	}
 	for k := range s.rates.samples {
@@ -190,7 +239,12 @@ func (s *Server) sample() {
 			delete(s.rates.samples, k)
 		}
 	}
+	h.sweep()
 }
+
+func connKey(name string) string { return "n\x00" + name }
+
+func vhostKey(name string) string { return "v\x00" + name }
 
 // nodeCounters are the node gauges whose rates /api/nodes shows.
 func nodeCounters(s *Server) counters {
