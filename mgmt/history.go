@@ -3,6 +3,7 @@ package mgmt
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"net/url"
 	"strconv"
 	"sync"
@@ -165,7 +166,7 @@ func (h *history) record(key string, k *histKind, vals []uint64) {
 		}
 	}
 	if mask != 0 {
-		o.compact()
+		o.room(2*binary.MaxVarintLen64 + bits.OnesCount64(mask)*binary.MaxVarintLen64)
 		o.buf = binary.AppendUvarint(o.buf, h.seq-o.last)
 		o.buf = binary.AppendUvarint(o.buf, mask)
 		for i, v := range vals {
@@ -179,14 +180,23 @@ func (h *history) record(key string, k *histKind, vals []uint64) {
 	o.evict(h.oldest())
 }
 
-// compact moves the live changes to the front of buf when at least half
-// of it is dead and it is full, so that buf does not grow without bound.
-func (o *objHist) compact() {
-	if o.off == 0 || o.off < len(o.buf)/2 || len(o.buf) < cap(o.buf) {
+// room makes room in buf for need more bytes: it moves the live changes
+// to the front when a quarter of buf or more is dead, or reallocates with
+// half the live size spare, so that buf stays within about 1.5 times
+// the live changes.
+func (o *objHist) room(need int) {
+	if len(o.buf)+need <= cap(o.buf) {
 		return
 	}
-	n := copy(o.buf, o.buf[o.off:])
-	o.buf, o.off = o.buf[:n], 0
+	live := len(o.buf) - o.off
+	if o.off >= cap(o.buf)/4 && live+need <= cap(o.buf) {
+		n := copy(o.buf, o.buf[o.off:])
+		o.buf, o.off = o.buf[:n], 0
+		return
+	}
+	nb := make([]byte, live, live+need+live/2+16)
+	copy(nb, o.buf[o.off:])
+	o.buf, o.off = nb, 0
 }
 
 // next decodes the change at buf[off:]: its tick (from prev), the mask,
