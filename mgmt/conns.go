@@ -62,7 +62,7 @@ func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
 		"channels": ci.Channels, "channel_max": ci.ChannelMax, "frame_max": ci.FrameMax, "timeout": int(ci.Heartbeat.Seconds()),
 		"client_properties": props, "user_provided_name": uprov,
 		"connected_at": ci.ConnectedAt.UnixMilli(),
-		"recv_oct": ci.RecvOct, "recv_oct_details": c.det(key, kindConn, "recv_oct", c.s.rates.rate(key, "recv_oct")),
+		"recv_oct":     ci.RecvOct, "recv_oct_details": c.det(key, kindConn, "recv_oct", c.s.rates.rate(key, "recv_oct")),
 		"send_oct": ci.SendOct, "send_oct_details": c.det(key, kindConn, "send_oct", c.s.rates.rate(key, "send_oct")),
 		"recv_cnt": ci.RecvCnt, "send_cnt": ci.SendCnt, "send_pend": ci.SendPend,
 		"garbage_collection": map[string]any{},
