@@ -264,3 +264,8 @@ func openFDs() int {
 
 // details returns RabbitMQ's {"rate": r}.
 func details(r float64) map[string]any { return map[string]any{"rate": r} }
+
+// SampleNow takes a sample round at once, as the sampler does every
+// SampleInterval: the rates and the history (issue 15) without waiting
+// for the next tick (tests, tools).
+func (s *Server) SampleNow() { s.sample() }
