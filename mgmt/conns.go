@@ -269,7 +269,7 @@ func (c *call) userConnectionsDelete(name string) error {
 
 func (c *call) chanJSON(ch server.ChannelInfo) map[string]any {
 	key := chanKey(ch.Name)
-	ms := c.statsWithRates(key, kindChannel, channelCounters(ch), kindChannel.fields...)
+	ms := c.statsWithRates(key, kindChannel, channelCounters(ch), channelStatFields...)
 	m := map[string]any{
 		"name": ch.Name, "node": c.s.node, "number": ch.Number, "vhost": ch.VHost, "user": ch.User,
 		"user_who_performed_action": ch.User, "state": "running",

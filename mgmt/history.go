@@ -75,8 +75,14 @@ var (
 		"deliver_get", "ack", "redeliver", "dead_lettered",
 		famLengths, "messages", "messages_ready", "messages_unacknowledged")
 	kindExchange = newKind(famMsgRates, "publish_in", "publish_out")
-	kindChannel  = newKind(famMsgRates, "publish", "confirm", "return_unroutable", "drop_unroutable", "deliver",
-		"deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack")
+	// channelStatFields are a channel's message_stats, as RabbitMQ's.
+	channelStatFields = []string{"publish", "confirm", "return_unroutable", "drop_unroutable", "deliver",
+		"deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack"}
+	// kindChannel: its message_stats (channelStatFields), and the counts
+	// that make it active for idle_since.
+	kindChannel = newKind(famMsgRates, "publish", "confirm", "return_unroutable", "drop_unroutable", "deliver",
+		"deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack",
+		"reject", "requeue", "unacked")
 	kindConn = newKind(famDataRates, "recv_oct", "send_oct")
 	// kindVHost: as RabbitMQ's vhost stats, message_stats and the
 	// message counts both under msg_rates (its vhost_msg_stats take the
@@ -111,14 +117,16 @@ type history struct {
 
 // objHist is one object's history (see the package comment above).
 type objHist struct {
-	kind   *histKind
-	born   uint64 // the tick of its first sample
-	anchor uint64 // base holds its values at this tick
-	last   uint64 // the tick of its last change (or anchor)
-	seen   uint64 // the last tick that sampled it
-	vals   []uint64
-	buf    []byte // the changes after anchor
-	off    int    // buf[off:] is live
+	kind    *histKind
+	born    uint64 // the tick of its first sample
+	anchor  uint64 // base holds its values at this tick
+	last    uint64 // the tick of its last change (or anchor)
+	seen    uint64 // the last tick that sampled it
+	changed int64  // when its values last changed (Unix ms), for idle_since
+	vals    []uint64
+	buf     []byte // the changes after anchor
+	off     int    // buf[off:] is live
+	lastOff int    // buf[lastOff:] is the change at tick last; -1: none
 }
 
 func (o *objHist) base() []uint64 { return o.vals[:len(o.kind.fields)] }
@@ -150,7 +158,8 @@ func (h *history) oldest() uint64 {
 func (h *history) record(key string, k *histKind, vals []uint64) {
 	o := h.objs[key]
 	if o == nil || o.kind != k {
-		o = &objHist{kind: k, born: h.seq, anchor: h.seq, last: h.seq, vals: make([]uint64, 2*len(k.fields))}
+		o = &objHist{kind: k, born: h.seq, anchor: h.seq, last: h.seq, vals: make([]uint64, 2*len(k.fields)),
+			changed: h.times[h.seq%h.n], lastOff: -1}
 		copy(o.base(), vals)
 		copy(o.cur(), vals)
 		o.seen = h.seq
@@ -167,6 +176,7 @@ func (h *history) record(key string, k *histKind, vals []uint64) {
 	}
 	if mask != 0 {
 		o.room(2*binary.MaxVarintLen64 + bits.OnesCount64(mask)*binary.MaxVarintLen64)
+		o.lastOff = len(o.buf)
 		o.buf = binary.AppendUvarint(o.buf, h.seq-o.last)
 		o.buf = binary.AppendUvarint(o.buf, mask)
 		for i, v := range vals {
@@ -176,6 +186,7 @@ func (h *history) record(key string, k *histKind, vals []uint64) {
 			}
 		}
 		o.last = h.seq
+		o.changed = h.times[h.seq%h.n]
 	}
 	o.evict(h.oldest())
 }
@@ -189,6 +200,9 @@ func (o *objHist) room(need int) {
 		return
 	}
 	live := len(o.buf) - o.off
+	if o.lastOff >= 0 {
+		o.lastOff -= o.off
+	}
 	if o.off >= cap(o.buf)/4 && live+need <= cap(o.buf) {
 		n := copy(o.buf, o.buf[o.off:])
 		o.buf, o.off = o.buf[:n], 0
@@ -223,11 +237,60 @@ func (o *objHist) evict(min uint64) {
 		if o.anchor+d >= min {
 			break
 		}
+		if o.off == o.lastOff {
+			o.lastOff = -1
+		}
 		o.anchor, o.off = o.next(o.off, o.anchor, o.base())
 	}
 	if o.off == len(o.buf) {
 		o.buf, o.off = o.buf[:0], 0
 	}
+}
+
+// rate is field's per-second rate between the last two ticks under key
+// (0 until it has two samples), RabbitMQ's instantaneous rate.
+func (h *history) rate(key, field string) float64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	o := h.objs[key]
+	if o == nil || o.born >= h.seq || o.seen != h.seq {
+		return 0
+	}
+	i, ok := o.kind.index[field]
+	if !ok {
+		return 0
+	}
+	var d int64 // the change at the last tick
+	if o.last == h.seq && o.lastOff >= 0 {
+		into := make([]uint64, len(o.kind.fields))
+		o.next(o.lastOff, 0, into)
+		d = int64(into[i])
+	}
+	dt := float64(h.times[h.seq%h.n]-h.times[(h.seq-1)%h.n]) / 1000
+	if dt <= 0 {
+		return 0
+	}
+	return float64(d) / dt
+}
+
+// idleSince returns since when the object under key has been idle, given
+// its counters now: when the sampler last saw them change, if they did
+// not since; now for an object the sampler has not seen yet. ok is false
+// when they changed since the last sample (active).
+func (h *history) idleSince(key string, now counters) (time.Time, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	o := h.objs[key]
+	if o == nil {
+		return time.Now(), true
+	}
+	cur := o.cur()
+	for f, v := range now {
+		if i, ok := o.kind.index[f]; ok && cur[i] != v {
+			return time.Time{}, false
+		}
+	}
+	return time.UnixMilli(o.changed), true
 }
 
 // sweep forgets the objects the last tick did not sample (deleted).
@@ -304,7 +367,7 @@ func (h *history) size() (objects int, bytes int64) {
 	bytes = int64(8 * len(h.times))
 	for k, o := range h.objs {
 		bytes += int64(len(k)) + 16 + 8 // the key and the map's entry
-		bytes += 8*5 + 24*2 + 8 + 8     // objHist
+		bytes += 8*7 + 24*2 + 8*2       // objHist
 		bytes += int64(8*cap(o.vals) + cap(o.buf))
 	}
 	return len(h.objs), bytes

@@ -3,6 +3,7 @@ package mgmt_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -155,4 +156,48 @@ func TestHistoryAPIAfterTraffic(t *testing.T) {
 			t.Errorf("%s: %d %v, want 400 %s", path, st, e, want)
 		}
 	}
+}
+
+// BenchmarkSampler10kQueues (issue 15): the sampler's whole round (rates
+// and history) for a broker with 10,000 queues, 10,000 bindings and
+// some traffic: the CPU per tick. Run:
+//
+//	go test -run x -bench BenchmarkSampler10kQueues -benchmem ./mgmt
+func BenchmarkSampler10kQueues(b *testing.B) {
+	w := warrentest.Start(b)
+	conn, err := amqp.Dial(w.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 10000 {
+		if _, err := ch.QueueDeclare(fmt.Sprintf("bq-%d", i), false, false, false, false, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m := w.Mgmt()
+	// The sampler's retained state (rates and history) for 10,000 idle
+	// queues: the heap before its first rounds and after.
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	m.SampleNow()
+	m.SampleNow()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// a little traffic on a tenth of the queues between rounds
+		b.StopTimer()
+		for q := 0; q < 1000; q += 10 {
+			ch.PublishWithContext(context.Background(), "", fmt.Sprintf("bq-%d", q), false, false, amqp.Publishing{Body: []byte("m")})
+		}
+		b.StartTimer()
+		m.SampleNow()
+	}
+	b.ReportMetric((float64(after.HeapAlloc)-float64(before.HeapAlloc))/10000, "sampler-B/queue")
 }

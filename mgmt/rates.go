@@ -3,7 +3,6 @@ package mgmt
 import (
 	"os"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/warrenmq/warren/broker"
@@ -11,70 +10,22 @@ import (
 )
 
 // Rates. Every SampleInterval the sampler records the counters of the
-// server and of each queue; a rate is the difference between the last two
-// samples over their interval, as RabbitMQ's "basic" rates mode.
+// server and of each queue, exchange, channel, connection and vhost in
+// the history (history.go); a rate is the difference between the last
+// two samples over their interval, as RabbitMQ's "basic" rates mode.
 
 type counters map[string]uint64
 
-type sample struct {
-	at       time.Time
-	prev     counters
-	prevAt   time.Time
-	cur      counters
-	hasPrior bool
-	// idleSince is when the counters last changed (RabbitMQ's
-	// idle_since for queues and channels).
-	idleSince time.Time
-}
+// rateTable reads the rates and idle times off the history.
+type rateTable struct{ h *history }
 
-type rateTable struct {
-	mu      sync.Mutex
-	samples map[string]*sample
-}
+// rate returns the per-second rate of field under key (0 until two samples).
+func (t rateTable) rate(key, field string) float64 { return t.h.rate(key, field) }
 
-func (t *rateTable) init() { t.samples = map[string]*sample{} }
-
-func (t *rateTable) record(key string, now time.Time, c counters) {
-	s := t.samples[key]
-	if s == nil {
-		t.samples[key] = &sample{at: now, cur: c, idleSince: now}
-		return
-	}
-	if !sameCounters(s.cur, c) {
-		s.idleSince = now
-	}
-	s.prev, s.prevAt = s.cur, s.at
-	s.cur, s.at = c, now
-	s.hasPrior = true
-}
-
-func sameCounters(a, b counters) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-// idleSince returns since when the object under key has been idle, given
-// its counters now: the last change the sampler saw, if nothing changed
-// since; now for an object the sampler has not seen yet. ok is false when
-// it changed since the last sample (active).
-func (t *rateTable) idleSince(key string, now counters) (time.Time, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.samples[key]
-	if s == nil {
-		return time.Now(), true
-	}
-	if !sameCounters(s.cur, now) {
-		return time.Time{}, false
-	}
-	return s.idleSince, true
+// idleSince returns since when the object under key has been idle (see
+// history.idleSince).
+func (t rateTable) idleSince(key string, now counters) (time.Time, bool) {
+	return t.h.idleSince(key, now)
 }
 
 // idleJSON renders idle_since as RabbitMQ does.
@@ -89,25 +40,6 @@ func channelCounters(ch server.ChannelInfo) counters {
 		"confirm": st.Confirm, "return_unroutable": st.ReturnUnroutable, "deliver": st.Deliver,
 		"deliver_no_ack": st.DeliverNoAck, "get": st.Get, "get_no_ack": st.GetNoAck,
 		"drop_unroutable": st.DropUnroutable, "get_empty": st.GetEmpty}
-}
-
-// rate returns the per-second rate of field under key (0 until two samples).
-func (t *rateTable) rate(key, field string) float64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.samples[key]
-	if s == nil || !s.hasPrior {
-		return 0
-	}
-	dt := s.at.Sub(s.prevAt).Seconds()
-	if dt <= 0 {
-		return 0
-	}
-	cur, prev := s.cur[field], s.prev[field]
-	if cur < prev {
-		return -float64(prev-cur) / dt
-	}
-	return float64(cur-prev) / dt
 }
 
 func queueKey(vhost, name string) string { return "q\x00" + vhost + "\x00" + name }
@@ -179,8 +111,6 @@ func (s *Server) sample() {
 			vc["send_oct"] += ci.SendOct
 		}
 	}
-	s.rates.mu.Lock()
-	defer s.rates.mu.Unlock()
 	h := s.hist
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -197,47 +127,29 @@ func (s *Server) sample() {
 	for k, v := range tot {
 		oc[k] = v
 	}
-	s.rates.record("overview", now, oc)
 	hrec("overview", kindOverview, oc)
 	nc := nodeCounters(s)
-	s.rates.record("node", now, nc)
 	hrec("node", kindNode, nc)
-	seen := make(map[string]bool, len(all)+len(chans))
 	for k, xc := range xstats {
 		key := exchangeKey(k[0], k[1])
 		c := counters{"publish_in": xc.In, "publish_out": xc.Out}
-		s.rates.record(key, now, c)
 		hrec(key, kindExchange, c)
-		seen[key] = true
 	}
 	for _, ch := range chans {
 		c := channelCounters(ch)
-		s.rates.record(chanKey(ch.Name), now, c)
 		hrec(chanKey(ch.Name), kindChannel, c)
-		seen[chanKey(ch.Name)] = true
 	}
 	for _, ci := range conns {
 		key := connKey(ci.Name)
 		c := counters{"recv_oct": ci.RecvOct, "send_oct": ci.SendOct}
-		s.rates.record(key, now, c)
 		hrec(key, kindConn, c)
-		seen[key] = true
 	}
 	for vn, vc := range vtot {
 		key := vhostKey(vn)
-		s.rates.record(key, now, vc)
 		hrec(key, kindVHost, vc)
-		seen[key] = true
 	}
 	for _, q := range all {
-		s.rates.record(q.key, now, q.c)
 		hrec(q.key, kindQueue, q.c)
-		seen[q.key] = true
-	}
-	for k := range s.rates.samples {
-		if k != "overview" && k != "node" && !seen[k] {
-			delete(s.rates.samples, k)
-		}
 	}
 	h.sweep()
 }

@@ -139,8 +139,8 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: node,
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), started: time.Now()}
-	s.rates.init()
 	s.hist = newHistory(int((cfg.HistoryRetention + cfg.SampleInterval - 1) / cfg.SampleInterval))
+	s.rates = rateTable{s.hist}
 	s.routes()
 	// Replays, moves and shovels count their publishes in the exchange
 	// stats, as the API's publish does.
