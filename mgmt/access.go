@@ -88,9 +88,6 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	m := map[string]any{"name": v.Name, "description": desc, "tags": tags, "default_queue_type": "undefined",
 		"metadata": map[string]any{"description": desc, "tags": tags}, "tracing": false,
 		"cluster_state": state}
-	// As RabbitMQ, whose vhost message counts are its queues' statistics:
-	// a vhost without queues has none (rabbitmqadmin list vhosts shows an
-	// empty cell, not 0).
 	key := vhostKey(v.Name)
 	var rows [2][][]uint64 // by family: msg_rates, data_rates
 	det := func(f string) map[string]any {
@@ -109,6 +106,9 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 		}
 		return c.detSum(*r, kindVHost, f, rate)
 	}
+	// As RabbitMQ, whose vhost message counts are its queues' statistics:
+	// a vhost without queues has none (rabbitmqadmin list vhosts shows an
+	// empty cell, not 0).
 	if len(qs) > 0 {
 		m["messages"], m["messages_details"] = ready+unacked, det("messages")
 		m["messages_ready"], m["messages_ready_details"] = ready, det("messages_ready")
@@ -124,6 +124,15 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 		if q.IsLocal() {
 			for f, n := range queueCounters(q.Stats()) {
 				vc[f] += n
+			}
+		}
+	}
+	if c.clustered() {
+		for _, p := range c.clusterParts()[1:] { // the other nodes' queues
+			if ov := p.VHosts[v.Name]; ov != nil {
+				for f, n := range ov.Stats {
+					vc[f] += n
+				}
 			}
 		}
 	}
