@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,4 +201,58 @@ func BenchmarkSampler10kQueues(b *testing.B) {
 		m.SampleNow()
 	}
 	b.ReportMetric((float64(after.HeapAlloc)-float64(before.HeapAlloc))/10000, "sampler-B/queue")
+}
+
+// issue 15: in a cluster, any node serves the history: the overview's and
+// a vhost's summed over every node's part, a queue's from its home node
+// (the range parameters go along with the requests it passes on).
+func TestHistoryCluster(t *testing.T) {
+	n, nodes, _ := setupCluster(t)
+	const p = "?msg_rates_age=2&msg_rates_incr=1&lengths_age=2&lengths_incr=1"
+	newest := func(v any, path ...string) any {
+		for _, k := range append(path, "samples") {
+			m, _ := v.(map[string]any)
+			v = m[k]
+		}
+		l, _ := v.([]any)
+		if len(l) == 0 {
+			return nil
+		}
+		return l[0].(map[string]any)["sample"]
+	}
+	a := nodes[nodeA].f
+	var o, v, qb map[string]any
+	var qs []map[string]any
+	ok := testutil.Until(10*time.Second, func() bool {
+		for _, cn := range nodes {
+			cn.w.Mgmt().SampleNow()
+		}
+		a.call("GET", "/api/overview"+p, nil, &o)
+		a.call("GET", "/api/vhosts/h5v"+p, nil, &v)
+		a.call("GET", "/api/queues/h5v/h5-qb"+p, nil, &qb)
+		a.call("GET", "/api/queues/h5v"+p, nil, &qs)
+		ready := map[any]any{}
+		for _, q := range qs {
+			ready[q["name"]] = newest(q, "messages_ready_details")
+		}
+		// 2 + 3 + 1 (unacked) in h5v, 1 in "/"; 6 published into h5v.
+		return newest(o, "queue_totals", "messages_details") == 7.0 &&
+			newest(o, "queue_totals", "messages_unacknowledged_details") == 1.0 &&
+			newest(v, "messages_details") == 6.0 && newest(v, "message_stats", "publish_details") == 6.0 &&
+			newest(qb, "messages_details") == 3.0 &&
+			ready["h5-qa"] == 2.0 && ready["h5-qb"] == 3.0 && ready["h5-qc"] == 0.0
+	})
+	if !ok {
+		t.Fatalf("cluster history: overview %v, vhost %v, h5-qb %v, list %v", o["queue_totals"], v["messages_details"],
+			qb["messages_details"], qs)
+	}
+	passed := false
+	for _, f := range n.takeFetches() {
+		if strings.Contains(f, "/api/queues/h5v/h5-qb?") && strings.Contains(f, "lengths_age=2") {
+			passed = true
+		}
+	}
+	if !passed {
+		t.Fatal("the queue's home node was not asked with the range parameters")
+	}
 }
