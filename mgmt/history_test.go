@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/warrenmq/warren/broker"
 )
 
 // issue 15: the history ring gives, at every retained tick, the values
@@ -299,4 +301,23 @@ func TestHistory10kQueuesBounded(t *testing.T) {
 		t.Fatalf("%d objects, %d bytes", n, est)
 	}
 	t.Logf("10,000 busy queues: %.1f MiB, %d B/queue", float64(est)/(1<<20), est/10000)
+}
+
+// issue 15: the sampler's map-free queue values are queueCounters' in
+// kindQueue's order, and a vhost's fields start with a queue's (the
+// sampler sums them by index).
+func TestHistoryQueueValues(t *testing.T) {
+	st := broker.QueueStats{Published: 1, Deliver: 2, DeliverNoAck: 3, Get: 4, GetNoAck: 5, GetEmpty: 6, Acked: 7,
+		Redelivered: 8, Ready: 9, Unacked: 10, DeadLettered: map[string]uint64{"expired": 11, "rejected": 12}}
+	c := queueCounters(st)
+	vals := make([]uint64, len(kindQueue.fields))
+	queueValues(st, vals)
+	for i, f := range kindQueue.fields {
+		if vals[i] != c[f] {
+			t.Errorf("%s: %d, queueCounters %d", f, vals[i], c[f])
+		}
+		if kindVHost.fields[i] != f {
+			t.Errorf("kindVHost field %d is %s, kindQueue's %s", i, kindVHost.fields[i], f)
+		}
+	}
 }

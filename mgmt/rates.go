@@ -70,6 +70,18 @@ func queueCounters(st broker.QueueStats) counters {
 	return c
 }
 
+// queueValues sets into (kindQueue's fields, in order) from st: as
+// queueCounters, without a map (the sampler does it for every queue).
+func queueValues(st broker.QueueStats, into []uint64) {
+	var dead uint64
+	for _, n := range st.DeadLettered {
+		dead += n
+	}
+	copy(into, []uint64{st.Published, st.Deliver, st.DeliverNoAck, st.Get, st.GetNoAck, st.GetEmpty,
+		st.Delivered(), st.Acked, st.Redelivered, dead,
+		uint64(st.Ready + st.Unacked), uint64(st.Ready), uint64(st.Unacked)})
+}
+
 // sample records the current counters, and the history (issue 15).
 func (s *Server) sample() {
 	now := time.Now()
@@ -77,38 +89,50 @@ func (s *Server) sample() {
 	chans := s.srv.Channels()
 	conns := s.srv.Connections()
 	xstats := s.srv.ExchangeStats()
+	// The queues' values in kindQueue's order, in one buffer; a vhost's
+	// are their sums (kindVHost starts with kindQueue's fields) and its
+	// connections' octets.
+	nq := len(kindQueue.fields)
 	type qs struct {
-		key string
-		c   counters
+		key  string
+		vals []uint64
 	}
 	var all []qs
-	var tot counters = counters{}
-	vtot := map[string]counters{}
+	var flat []uint64
+	vtot := map[string][]uint64{}
 	for _, vn := range s.b.VHosts() {
 		v := s.b.VHost(vn)
 		if v == nil {
 			continue
 		}
-		vc := counters{}
+		vc := make([]uint64, len(kindVHost.fields))
 		vtot[vn] = vc
 		for _, q := range v.Queues() {
 			if !q.IsLocal() {
 				continue // sampled on its home node
 			}
-			c := queueCounters(q.Stats())
-			all = append(all, qs{queueKey(vn, q.Name), c})
-			for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {
-				tot[f] += c[f]
+			if len(flat) < nq {
+				flat = make([]uint64, 256*nq)
 			}
-			for _, f := range kindVHost.fields {
-				vc[f] += c[f]
+			vals := flat[:nq:nq]
+			flat = flat[nq:]
+			queueValues(q.Stats(), vals)
+			all = append(all, qs{queueKey(vn, q.Name), vals})
+			for i, n := range vals {
+				vc[i] += n
 			}
 		}
 	}
 	for _, ci := range conns {
 		if vc := vtot[ci.VHost]; vc != nil {
-			vc["recv_oct"] += ci.RecvOct
-			vc["send_oct"] += ci.SendOct
+			vc[kindVHost.index["recv_oct"]] += ci.RecvOct
+			vc[kindVHost.index["send_oct"]] += ci.SendOct
+		}
+	}
+	tot := counters{}
+	for _, vc := range vtot {
+		for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {
+			tot[f] += vc[kindVHost.index[f]]
 		}
 	}
 	h := s.hist
@@ -145,11 +169,10 @@ func (s *Server) sample() {
 		hrec(key, kindConn, c)
 	}
 	for vn, vc := range vtot {
-		key := vhostKey(vn)
-		hrec(key, kindVHost, vc)
+		h.record(vhostKey(vn), kindVHost, vc)
 	}
 	for _, q := range all {
-		hrec(q.key, kindQueue, q.c)
+		h.record(q.key, kindQueue, q.vals)
 	}
 	h.sweep()
 }
