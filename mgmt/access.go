@@ -88,18 +88,81 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	m := map[string]any{"name": v.Name, "description": desc, "tags": tags, "default_queue_type": "undefined",
 		"metadata": map[string]any{"description": desc, "tags": tags}, "tracing": false,
 		"cluster_state": state}
+	key := vhostKey(v.Name)
+	var rows [2][][]uint64 // by family: msg_rates, data_rates
+	det := func(f string) map[string]any {
+		rate := c.s.rates.rate(key, f)
+		i := kindVHost.index[f]
+		fam := kindVHost.family[i]
+		if !c.hasRange(fam) {
+			return details(rate)
+		}
+		r := &rows[0]
+		if fam == famDataRates {
+			r = &rows[1]
+		}
+		if *r == nil {
+			*r = c.sumRows([]string{key}, fam, len(kindVHost.fields))
+		}
+		return c.detSum(*r, kindVHost, f, rate)
+	}
 	// As RabbitMQ, whose vhost message counts are its queues' statistics:
 	// a vhost without queues has none (rabbitmqadmin list vhosts shows an
 	// empty cell, not 0).
 	if len(qs) > 0 {
-		m["messages"], m["messages_details"] = ready+unacked, details(0)
-		m["messages_ready"], m["messages_ready_details"] = ready, details(0)
-		m["messages_unacknowledged"], m["messages_unacknowledged_details"] = unacked, details(0)
+		m["messages"], m["messages_details"] = ready+unacked, det("messages")
+		m["messages_ready"], m["messages_ready_details"] = ready, det("messages_ready")
+		m["messages_unacknowledged"], m["messages_unacknowledged_details"] = unacked, det("messages_unacknowledged")
+	}
+	// message_stats once its queues saw traffic, recv_oct and send_oct
+	// while it has connections, as RabbitMQ's (its message_stats are the
+	// vhost's channels'; Warren's its queues': what was published to
+	// them, delivered and acknowledged from them). With their history
+	// when asked (issue 15).
+	vc := counters{}
+	for _, q := range qs {
+		if q.IsLocal() {
+			for f, n := range queueCounters(q.Stats()) {
+				vc[f] += n
+			}
+		}
+	}
+	if c.clustered() {
+		for _, p := range c.clusterParts()[1:] { // the other nodes' queues
+			if ov := p.VHosts[v.Name]; ov != nil {
+				for f, n := range ov.Stats {
+					vc[f] += n
+				}
+			}
+		}
+	}
+	if vc["publish"]+vc["deliver_get"]+vc["get_empty"] > 0 {
+		ms := map[string]any{}
+		for _, f := range kindVHost.fields {
+			if kindVHost.family[kindVHost.index[f]] == famMsgRates && !strings.HasPrefix(f, "messages") {
+				ms[f], ms[f+"_details"] = vc[f], det(f)
+			}
+		}
+		m["message_stats"] = ms
+	}
+	var recv, send uint64
+	nconn := 0
+	for _, ci := range c.s.srv.Connections() {
+		if ci.VHost == v.Name {
+			recv, send, nconn = recv+ci.RecvOct, send+ci.SendOct, nconn+1
+		}
+	}
+	if nconn > 0 {
+		m["recv_oct"], m["recv_oct_details"] = recv, det("recv_oct")
+		m["send_oct"], m["send_oct_details"] = send, det("send_oct")
 	}
 	return m
 }
 
 func (c *call) vhosts() error {
+	if err := c.parseHistory(true, false); err != nil {
+		return err
+	}
 	list := []map[string]any{}
 	for _, v := range c.seenVHosts() {
 		list = append(list, c.vhostJSON(v))
@@ -110,6 +173,9 @@ func (c *call) vhosts() error {
 func (c *call) vhostGet() error {
 	v, err := c.vhost()
 	if err != nil {
+		return err
+	}
+	if err := c.parseHistory(false, false); err != nil {
 		return err
 	}
 	return c.ok(c.vhostJSON(v))

@@ -35,6 +35,7 @@ type call struct {
 	// answered with this node's own objects, never fanned out.
 	local bool
 	parts []*overviewParts // clusterParts
+	hist  *histReq         // the range parameters (history.go)
 
 	byQueue map[[2]string][]server.ConsumerInfo // consumers by vhost and queue; see queueConsumers
 	xstats  map[[2]string]server.ExchangeCounts // see exchangeCounts

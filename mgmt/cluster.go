@@ -244,7 +244,9 @@ func (r nodeReply) ok200() bool { return r.err == nil && r.status == http.Status
 func (c *call) remoteList() ([]map[string]any, map[string]bool) {
 	var items []map[string]any
 	answered := map[string]bool{}
-	for _, r := range c.fanOut(http.MethodGet, c.escapedPath(), nil) {
+	// The range parameters go along: each node serves its objects'
+	// history (issue 15).
+	for _, r := range c.fanOut(http.MethodGet, c.escapedPath()+c.rangeQuery(), nil) {
 		if !r.ok200() {
 			if r.err == nil && r.status != http.StatusNotFound {
 				c.s.log.Warn("management API: a node's list failed", "node", r.node, "path", c.r.URL.Path, "status", r.status)

@@ -52,6 +52,7 @@ func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
 		uprov = upn
 	}
 	proto := "AMQP 0-9-1"
+	key := connKey(ci.Name)
 	return map[string]any{
 		"name": ci.Name, "node": c.s.node, "vhost": ci.VHost, "user": ci.User, "user_who_performed_action": ci.User,
 		"state": map[bool]string{true: "blocked", false: "running"}[ci.Blocked], "type": "network", "protocol": proto,
@@ -61,7 +62,8 @@ func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
 		"channels": ci.Channels, "channel_max": ci.ChannelMax, "frame_max": ci.FrameMax, "timeout": int(ci.Heartbeat.Seconds()),
 		"client_properties": props, "user_provided_name": uprov,
 		"connected_at": ci.ConnectedAt.UnixMilli(),
-		"recv_oct":     ci.RecvOct, "recv_oct_details": details(0), "send_oct": ci.SendOct, "send_oct_details": details(0),
+		"recv_oct":     ci.RecvOct, "recv_oct_details": c.det(key, kindConn, "recv_oct", c.s.rates.rate(key, "recv_oct")),
+		"send_oct": ci.SendOct, "send_oct_details": c.det(key, kindConn, "send_oct", c.s.rates.rate(key, "send_oct")),
 		"recv_cnt": ci.RecvCnt, "send_cnt": ci.SendCnt, "send_pend": ci.SendPend,
 		"garbage_collection": map[string]any{},
 		"reductions":         0, "reductions_details": details(0),
@@ -85,6 +87,9 @@ func (c *call) visibleConns() ([]server.ConnectionInfo, error) {
 func (c *call) connections() error {
 	cs, err := c.visibleConns()
 	if err != nil {
+		return err
+	}
+	if err := c.parseHistory(false, true); err != nil {
 		return err
 	}
 	list := make([]map[string]any, 0, len(cs))
@@ -116,7 +121,7 @@ func (c *call) remoteConn() (string, map[string]any, error) {
 	if !c.clustered() {
 		return "", nil, errNotFound
 	}
-	node, m, ok := c.remoteItem("/api/connections/" + url.PathEscape(c.pv("name")))
+	node, m, ok := c.remoteItem("/api/connections/" + url.PathEscape(c.pv("name")) + c.rangeQuery())
 	if !ok || !c.seesUser(str(m["user"])) {
 		return "", nil, errNotFound
 	}
@@ -134,6 +139,9 @@ func (c *call) findConn() (server.ConnectionInfo, error) {
 }
 
 func (c *call) connectionGet() error {
+	if err := c.parseHistory(false, true); err != nil {
+		return err
+	}
 	ci, err := c.findConn()
 	if err == errNotFound && c.clustered() {
 		_, m, err := c.remoteConn()
@@ -260,12 +268,8 @@ func (c *call) userConnectionsDelete(name string) error {
 }
 
 func (c *call) chanJSON(ch server.ChannelInfo) map[string]any {
-	st := ch.Stats
-	ms := map[string]any{
-		"publish": st.Publish, "confirm": st.Confirm, "return_unroutable": st.ReturnUnroutable,
-		"deliver": st.Deliver, "deliver_no_ack": st.DeliverNoAck, "get": st.Get, "get_no_ack": st.GetNoAck,
-		"deliver_get": st.DeliverGet(), "redeliver": st.Redeliver, "ack": st.Ack,
-	}
+	key := chanKey(ch.Name)
+	ms := c.statsWithRates(key, kindChannel, channelCounters(ch), channelStatFields...)
 	m := map[string]any{
 		"name": ch.Name, "node": c.s.node, "number": ch.Number, "vhost": ch.VHost, "user": ch.User,
 		"user_who_performed_action": ch.User, "state": "running",
@@ -276,7 +280,7 @@ func (c *call) chanJSON(ch server.ChannelInfo) map[string]any {
 		"acks_uncommitted": ch.TxAcks, "pending_raft_commands": 0, "message_stats": ms,
 		"garbage_collection": map[string]any{}, "reductions": 0, "reductions_details": details(0),
 	}
-	if at, idle := c.s.rates.idleSince(chanKey(ch.Name), channelCounters(ch)); idle {
+	if at, idle := c.s.rates.idleSince(key, channelCounters(ch)); idle {
 		m["idle_since"] = idleJSON(at)
 	}
 	return m
@@ -297,6 +301,9 @@ func (c *call) channels() error {
 	if err != nil {
 		return err
 	}
+	if err := c.parseHistory(false, false); err != nil {
+		return err
+	}
 	list := c.channelsOf(func(ch server.ChannelInfo) bool { return vhost == "" || ch.VHost == vhost })
 	if c.clustered() {
 		list = append(list, c.remoteVisible(func(m map[string]any) bool { return c.seesUser(str(m["user"])) })...)
@@ -305,6 +312,9 @@ func (c *call) channels() error {
 }
 
 func (c *call) connectionChannels() error {
+	if err := c.parseHistory(false, false); err != nil {
+		return err
+	}
 	ci, err := c.findConn()
 	if err == errNotFound && c.clustered() {
 		node, _, err := c.remoteConn()
@@ -326,6 +336,9 @@ func (c *call) connectionChannels() error {
 }
 
 func (c *call) channelGet() error {
+	if err := c.parseHistory(false, false); err != nil {
+		return err
+	}
 	name := c.pv("name")
 	for _, ch := range c.channelsOf(func(server.ChannelInfo) bool { return true }) {
 		if ch["name"] == name {
@@ -342,7 +355,7 @@ func (c *call) channelGet() error {
 		}
 	}
 	if c.clustered() {
-		if _, m, ok := c.remoteItem(c.escapedPath()); ok && c.seesUser(str(m["user"])) {
+		if _, m, ok := c.remoteItem(c.escapedPath() + c.rangeQuery()); ok && c.seesUser(str(m["user"])) {
 			return c.ok(m)
 		}
 	}

@@ -53,7 +53,7 @@ func (c *call) exchangeJSON(v *broker.VHost, x *broker.Exchange) map[string]any 
 	if xc, ok := c.exchangeCounts()[[2]string{v.Name, x.Name}]; ok {
 		// As RabbitMQ: message_stats once something was published to it.
 		key := exchangeKey(v.Name, x.Name)
-		m["message_stats"] = c.s.statsWithRates(key, counters{"publish_in": xc.In, "publish_out": xc.Out}, "publish_in", "publish_out")
+		m["message_stats"] = c.statsWithRates(key, kindExchange, counters{"publish_in": xc.In, "publish_out": xc.Out}, "publish_in", "publish_out")
 	}
 	if pol, _ := v.ExchangePolicy(x.Name); pol != "" {
 		m["policy"] = pol
@@ -64,6 +64,9 @@ func (c *call) exchangeJSON(v *broker.VHost, x *broker.Exchange) map[string]any 
 func (c *call) exchanges() error {
 	vs, err := c.visibleVHosts()
 	if err != nil {
+		return err
+	}
+	if err := c.parseHistory(true, false); err != nil {
 		return err
 	}
 	list := []map[string]any{}
@@ -90,6 +93,9 @@ func (c *call) exchange() (*broker.VHost, *broker.Exchange, error) {
 func (c *call) exchangeGet() error {
 	v, x, err := c.exchange()
 	if err != nil {
+		return err
+	}
+	if err := c.parseHistory(false, false); err != nil {
 		return err
 	}
 	m := c.exchangeJSON(v, x)

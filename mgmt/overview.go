@@ -65,12 +65,12 @@ func (c *call) whoami() error {
 func (c *call) clusterName() error { return c.ok(map[string]any{"name": c.s.clusterName()}) }
 
 // statsWithRates renders counters as RabbitMQ's message_stats: each
-// counter and its _details rate.
-func (s *Server) statsWithRates(key string, c counters, fields ...string) map[string]any {
+// counter and its _details rate, and history when asked (issue 15).
+func (c *call) statsWithRates(key string, k *histKind, cs counters, fields ...string) map[string]any {
 	m := make(map[string]any, 2*len(fields))
 	for _, f := range fields {
-		m[f] = c[f]
-		m[f+"_details"] = details(s.rates.rate(key, f))
+		m[f] = cs[f]
+		m[f+"_details"] = c.det(key, k, f, c.s.rates.rate(key, f))
 	}
 	return m
 }
@@ -91,6 +91,9 @@ type overviewParts struct {
 	// Listeners are the node's, as the overview lists them (every node's
 	// in a cluster, as RabbitMQ's).
 	Listeners []any `json:"listeners"`
+	// Hist is the node's overview and vhost history on the request's
+	// grids, by object key and family (see histPart), when asked.
+	Hist map[string][][]uint64 `json:"hist,omitempty"`
 }
 
 type overviewVHost struct {
@@ -167,8 +170,9 @@ func (c *call) clusterParts() []*overviewParts {
 		return c.parts
 	}
 	c.parts = []*overviewParts{c.s.overviewParts()}
+	c.histPart(c.parts[0])
 	if c.clustered() {
-		for _, r := range c.fanOut(http.MethodGet, "/api/overview", nil) {
+		for _, r := range c.fanOut(http.MethodGet, "/api/overview"+c.rangeQuery(), nil) {
 			var p overviewParts
 			if r.ok200() && json.Unmarshal(r.body, &p) == nil {
 				c.parts = append(c.parts, &p)
@@ -180,8 +184,13 @@ func (c *call) clusterParts() []*overviewParts {
 
 func (c *call) overview() error {
 	s := c.s
+	if err := c.parseHistory(false, false); err != nil {
+		return err
+	}
 	if c.local {
-		return c.ok(s.overviewParts())
+		p := s.overviewParts()
+		c.histPart(p)
+		return c.ok(p)
 	}
 	parts := c.clusterParts()
 	var ready, unacked, queues, consumers, exchanges int
@@ -220,26 +229,54 @@ func (c *call) overview() error {
 			rates[f] += r
 		}
 	}
+	// The history, when asked (issue 15): the queue totals and, for a
+	// user who may not see everything, the message counts of the queues
+	// in its vhosts; the node's message counters otherwise.
+	var vkeys []string
+	for _, v := range seen {
+		vkeys = append(vkeys, vhostKey(v.Name))
+	}
+	det := func(rows *[][]uint64, keys []string, k *histKind, f string, rate float64) map[string]any {
+		i, ok := k.index[f]
+		if !ok || !c.hasRange(k.family[i]) {
+			return details(rate)
+		}
+		if *rows == nil {
+			*rows = c.sumRows(keys, k.family[i], len(k.fields))
+		}
+		return c.detSum(*rows, k, f, rate)
+	}
+	var qrows, orows, vrows [][]uint64
+	qdet := func(f string) map[string]any {
+		if !c.hasRange(famLengths) {
+			return details(rates["queue."+f])
+		}
+		if qrows == nil {
+			qrows = c.sumRows(vkeys, famLengths, len(kindVHost.fields))
+		}
+		i := kindVHost.index[f]
+		return c.detFromRows(famLengths, func(j int) uint64 { return qrows[j][i] })
+	}
 	qt := map[string]any{
-		"messages": ready + unacked, "messages_details": details(rates["queue.messages"]),
-		"messages_ready": ready, "messages_ready_details": details(rates["queue.messages_ready"]),
-		"messages_unacknowledged": unacked, "messages_unacknowledged_details": details(rates["queue.messages_unacknowledged"]),
+		"messages": ready + unacked, "messages_details": qdet("messages"),
+		"messages_ready": ready, "messages_ready_details": qdet("messages_ready"),
+		"messages_unacknowledged": unacked, "messages_unacknowledged_details": qdet("messages_unacknowledged"),
 	}
 	msgStats := make(map[string]any, 2*len(overviewStatFields))
 	for _, f := range overviewStatFields {
-		msgStats[f], msgStats[f+"_details"] = stats[f], details(rates[f])
+		msgStats[f], msgStats[f+"_details"] = stats[f], det(&orows, []string{"overview"}, kindOverview, f, rates[f])
 	}
 	if !c.monitor() {
 		// A user who may not see everything sees the message counts of
 		// the queues in its vhosts only, as RabbitMQ.
 		msgStats = map[string]any{}
 		for _, f := range visibleQueueStatFields {
-			msgStats[f], msgStats[f+"_details"] = vstats[f], details(vrates[f])
+			msgStats[f], msgStats[f+"_details"] = vstats[f], det(&vrows, vkeys, kindVHost, f, vrates[f])
 		}
 	}
 	// Warren's own: messages dead-lettered by every queue.
 	msgStats["dead_lettered"] = dead
-	msgStats["dead_lettered_details"] = details(rates["queue.dead_lettered"])
+	msgStats["dead_lettered_details"] = det(&orows, []string{"overview"}, kindOverview, "dead_lettered", rates["queue.dead_lettered"])
 	listeners := []any{}
 	for _, p := range parts {
 		listeners = append(listeners, p.Listeners...)
@@ -319,9 +356,23 @@ func (s *Server) node1() map[string]any {
 	return m
 }
 
+// nodeHist sets this node's <stat>_details with their history, when
+// asked (node_stats_age and node_stats_incr, issue 15).
+func (c *call) nodeHist(m map[string]any) map[string]any {
+	if c.hasRange(famNodeStats) {
+		for _, f := range kindNode.fields {
+			m[f+"_details"] = c.det("node", kindNode, f, c.s.rates.rate("node", f))
+		}
+	}
+	return m
+}
+
 func (c *call) nodes() error {
+	if err := c.parseHistory(false, true); err != nil {
+		return err
+	}
 	if !c.clustered() {
-		return c.ok([]any{c.s.node1()})
+		return c.ok([]any{c.nodeHist(c.s.node1())})
 	}
 	nodes := c.s.cluster().Nodes()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
@@ -339,12 +390,17 @@ func (c *call) nodes() error {
 }
 
 func (c *call) nodeGet() error {
+	// RabbitMQ 3.10.8 fails here with a 500 on invalid range parameters;
+	// Warren answers the 400 of its other endpoints.
+	if err := c.parseHistory(false, true); err != nil {
+		return err
+	}
 	name := c.pv("node")
 	if !c.clustered() {
 		if name != c.s.node {
 			return errNotFound
 		}
-		return c.ok(c.s.nodeSelf())
+		return c.ok(c.nodeHist(c.s.nodeSelf()))
 	}
 	for _, n := range c.s.cluster().Nodes() {
 		if n.Name == name {
@@ -370,10 +426,10 @@ func (s *Server) nodeSelf() map[string]any {
 func (c *call) clusterNode(n NodeInfo) map[string]any {
 	var m map[string]any
 	if n.Name == c.s.node {
-		m = c.s.nodeSelf()
+		m = c.nodeHist(c.s.nodeSelf())
 	} else if n.Running {
 		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
-		st, body, err := c.s.cluster().Fetch(ctx, n.Name, http.MethodGet, "/api/nodes/"+url.PathEscape(n.Name), nil)
+		st, body, err := c.s.cluster().Fetch(ctx, n.Name, http.MethodGet, "/api/nodes/"+url.PathEscape(n.Name)+c.rangeQuery(), nil)
 		cancel()
 		if err == nil && st == http.StatusOK && json.Unmarshal(body, &m) != nil {
 			m = nil

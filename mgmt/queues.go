@@ -86,7 +86,10 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 	}
 	msgs := st.Ready + st.Unacked
 	qc := queueCounters(st)
-	ms := s.statsWithRates(key, qc, "publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "ack", "redeliver")
+	ms := c.statsWithRates(key, kindQueue, qc, "publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "ack", "redeliver")
+	// Warren's own: the messages the queue dead-lettered (issue 15).
+	ms["dead_lettered"] = qc["dead_lettered"]
+	ms["dead_lettered_details"] = c.det(key, kindQueue, "dead_lettered", s.rates.rate(key, "dead_lettered"))
 	dead := map[string]any{}
 	for r, n := range st.DeadLettered {
 		dead[r] = n
@@ -107,9 +110,9 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		"effective_policy_definition": v.EffectivePolicyDefinition(q),
 		"consumers":                   st.Consumers, "consumer_capacity": boolRate(st.Consumers > 0), "consumer_utilisation": boolRate(st.Consumers > 0),
 		"consumer_details": consumerDetails, "single_active_consumer_tag": nil,
-		"messages": msgs, "messages_details": details(s.rates.rate(key, "messages")),
-		"messages_ready": st.Ready, "messages_ready_details": details(s.rates.rate(key, "messages_ready")),
-		"messages_unacknowledged": st.Unacked, "messages_unacknowledged_details": details(s.rates.rate(key, "messages_unacknowledged")),
+		"messages": msgs, "messages_details": c.det(key, kindQueue, "messages", s.rates.rate(key, "messages")),
+		"messages_ready": st.Ready, "messages_ready_details": c.det(key, kindQueue, "messages_ready", s.rates.rate(key, "messages_ready")),
+		"messages_unacknowledged": st.Unacked, "messages_unacknowledged_details": c.det(key, kindQueue, "messages_unacknowledged", s.rates.rate(key, "messages_unacknowledged")),
 		"messages_ram": st.Ready - st.PagedOut + st.Unacked, "messages_ready_ram": st.Ready - st.PagedOut, "messages_unacknowledged_ram": st.Unacked,
 		"messages_persistent": st.Persistent, "message_bytes_persistent": st.PersistentBytes, "messages_paged_out": st.PagedOut,
 		"message_bytes": st.ReadyBytes + st.UnackedBytes, "message_bytes_ready": st.ReadyBytes,
@@ -225,6 +228,9 @@ func (c *call) queues() error {
 	if err != nil {
 		return err
 	}
+	if err := c.parseHistory(true, true); err != nil {
+		return err
+	}
 	list := []map[string]any{}
 	if !c.clustered() {
 		for _, v := range vs {
@@ -311,11 +317,14 @@ func (c *call) queueGet() error {
 	if c.local && !q.IsLocal() {
 		return errNotFound // not homed here (the asking node's record is ahead of ours)
 	}
+	if err := c.parseHistory(false, true); err != nil {
+		return err
+	}
 	if c.clustered() && !q.IsLocal() {
 		// Its stats are its home node's.
 		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
 		defer cancel()
-		st, body, err := c.s.cluster().Fetch(ctx, q.HomeNode(), http.MethodGet, c.escapedPath(), nil)
+		st, body, err := c.s.cluster().Fetch(ctx, q.HomeNode(), http.MethodGet, c.escapedPath()+c.rangeQuery(), nil)
 		if err == nil && st == http.StatusOK {
 			writeBody(c.w, st, body)
 			return nil

@@ -3,7 +3,6 @@ package mgmt
 import (
 	"os"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/warrenmq/warren/broker"
@@ -11,70 +10,22 @@ import (
 )
 
 // Rates. Every SampleInterval the sampler records the counters of the
-// server and of each queue; a rate is the difference between the last two
-// samples over their interval, as RabbitMQ's "basic" rates mode.
+// server and of each queue, exchange, channel, connection and vhost in
+// the history (history.go); a rate is the difference between the last
+// two samples over their interval, as RabbitMQ's "basic" rates mode.
 
 type counters map[string]uint64
 
-type sample struct {
-	at       time.Time
-	prev     counters
-	prevAt   time.Time
-	cur      counters
-	hasPrior bool
-	// idleSince is when the counters last changed (RabbitMQ's
-	// idle_since for queues and channels).
-	idleSince time.Time
-}
+// rateTable reads the rates and idle times off the history.
+type rateTable struct{ h *history }
 
-type rateTable struct {
-	mu      sync.Mutex
-	samples map[string]*sample
-}
+// rate returns the per-second rate of field under key (0 until two samples).
+func (t rateTable) rate(key, field string) float64 { return t.h.rate(key, field) }
 
-func (t *rateTable) init() { t.samples = map[string]*sample{} }
-
-func (t *rateTable) record(key string, now time.Time, c counters) {
-	s := t.samples[key]
-	if s == nil {
-		t.samples[key] = &sample{at: now, cur: c, idleSince: now}
-		return
-	}
-	if !sameCounters(s.cur, c) {
-		s.idleSince = now
-	}
-	s.prev, s.prevAt = s.cur, s.at
-	s.cur, s.at = c, now
-	s.hasPrior = true
-}
-
-func sameCounters(a, b counters) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-// idleSince returns since when the object under key has been idle, given
-// its counters now: the last change the sampler saw, if nothing changed
-// since; now for an object the sampler has not seen yet. ok is false when
-// it changed since the last sample (active).
-func (t *rateTable) idleSince(key string, now counters) (time.Time, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.samples[key]
-	if s == nil {
-		return time.Now(), true
-	}
-	if !sameCounters(s.cur, now) {
-		return time.Time{}, false
-	}
-	return s.idleSince, true
+// idleSince returns since when the object under key has been idle (see
+// history.idleSince).
+func (t rateTable) idleSince(key string, now counters) (time.Time, bool) {
+	return t.h.idleSince(key, now)
 }
 
 // idleJSON renders idle_since as RabbitMQ does.
@@ -85,26 +36,10 @@ func chanKey(name string) string { return "c\x00" + name }
 func channelCounters(ch server.ChannelInfo) counters {
 	st := ch.Stats
 	return counters{"publish": st.Publish, "deliver_get": st.DeliverGet(), "ack": st.Ack, "redeliver": st.Redeliver,
-		"reject": st.Reject, "requeue": st.Requeue, "unacked": uint64(ch.Unacked)}
-}
-
-// rate returns the per-second rate of field under key (0 until two samples).
-func (t *rateTable) rate(key, field string) float64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.samples[key]
-	if s == nil || !s.hasPrior {
-		return 0
-	}
-	dt := s.at.Sub(s.prevAt).Seconds()
-	if dt <= 0 {
-		return 0
-	}
-	cur, prev := s.cur[field], s.prev[field]
-	if cur < prev {
-		return -float64(prev-cur) / dt
-	}
-	return float64(cur-prev) / dt
+		"reject": st.Reject, "requeue": st.Requeue, "unacked": uint64(ch.Unacked),
+		"confirm": st.Confirm, "return_unroutable": st.ReturnUnroutable, "deliver": st.Deliver,
+		"deliver_no_ack": st.DeliverNoAck, "get": st.Get, "get_no_ack": st.GetNoAck,
+		"drop_unroutable": st.DropUnroutable, "get_empty": st.GetEmpty}
 }
 
 func queueKey(vhost, name string) string { return "q\x00" + vhost + "\x00" + name }
@@ -135,62 +70,116 @@ func queueCounters(st broker.QueueStats) counters {
 	return c
 }
 
-// sample records the current counters.
+// queueValues sets into (kindQueue's fields, in order) from st: as
+// queueCounters, without a map (the sampler does it for every queue).
+func queueValues(st broker.QueueStats, into []uint64) {
+	var dead uint64
+	for _, n := range st.DeadLettered {
+		dead += n
+	}
+	copy(into, []uint64{st.Published, st.Deliver, st.DeliverNoAck, st.Get, st.GetNoAck, st.GetEmpty,
+		st.Delivered(), st.Acked, st.Redelivered, dead,
+		uint64(st.Ready + st.Unacked), uint64(st.Ready), uint64(st.Unacked)})
+}
+
+// sample records the current counters, and the history (issue 15).
 func (s *Server) sample() {
 	now := time.Now()
 	ms := s.srv.MessageStats()
 	chans := s.srv.Channels()
+	conns := s.srv.Connections()
 	xstats := s.srv.ExchangeStats()
+	// The queues' values in kindQueue's order, in one buffer; a vhost's
+	// are their sums (kindVHost starts with kindQueue's fields) and its
+	// connections' octets.
+	nq := len(kindQueue.fields)
 	type qs struct {
-		key string
-		c   counters
+		key  string
+		vals []uint64
 	}
 	var all []qs
-	var tot counters = counters{}
+	var flat []uint64
+	vtot := map[string][]uint64{}
 	for _, vn := range s.b.VHosts() {
 		v := s.b.VHost(vn)
 		if v == nil {
 			continue
 		}
+		vc := make([]uint64, len(kindVHost.fields))
+		vtot[vn] = vc
 		for _, q := range v.Queues() {
 			if !q.IsLocal() {
 				continue // sampled on its home node
 			}
-			c := queueCounters(q.Stats())
-			all = append(all, qs{queueKey(vn, q.Name), c})
-			for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {
-				tot[f] += c[f]
+			if len(flat) < nq {
+				flat = make([]uint64, 256*nq)
+			}
+			vals := flat[:nq:nq]
+			flat = flat[nq:]
+			queueValues(q.Stats(), vals)
+			all = append(all, qs{queueKey(vn, q.Name), vals})
+			for i, n := range vals {
+				vc[i] += n
 			}
 		}
 	}
-	s.rates.mu.Lock()
-	defer s.rates.mu.Unlock()
+	for _, ci := range conns {
+		if vc := vtot[ci.VHost]; vc != nil {
+			vc[kindVHost.index["recv_oct"]] += ci.RecvOct
+			vc[kindVHost.index["send_oct"]] += ci.SendOct
+		}
+	}
+	tot := counters{}
+	for _, vc := range vtot {
+		for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {
+			tot[f] += vc[kindVHost.index[f]]
+		}
+	}
+	h := s.hist
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tick(now.UnixMilli())
+	scratch := make([]uint64, 0, 64)
+	hrec := func(key string, k *histKind, c counters) {
+		scratch = scratch[:0]
+		for _, f := range k.fields {
+			scratch = append(scratch, c[f])
+		}
+		h.record(key, k, scratch)
+	}
 	oc := serverCounters(ms)
 	for k, v := range tot {
 		oc[k] = v
 	}
-	s.rates.record("overview", now, oc)
-	s.rates.record("node", now, nodeCounters(s))
-	seen := make(map[string]bool, len(all)+len(chans))
+	hrec("overview", kindOverview, oc)
+	nc := nodeCounters(s)
+	hrec("node", kindNode, nc)
 	for k, xc := range xstats {
 		key := exchangeKey(k[0], k[1])
-		s.rates.record(key, now, counters{"publish_in": xc.In, "publish_out": xc.Out})
-		seen[key] = true
+		c := counters{"publish_in": xc.In, "publish_out": xc.Out}
+		hrec(key, kindExchange, c)
 	}
 	for _, ch := range chans {
-		s.rates.record(chanKey(ch.Name), now, channelCounters(ch))
-		seen[chanKey(ch.Name)] = true
+		c := channelCounters(ch)
+		hrec(chanKey(ch.Name), kindChannel, c)
+	}
+	for _, ci := range conns {
+		key := connKey(ci.Name)
+		c := counters{"recv_oct": ci.RecvOct, "send_oct": ci.SendOct}
+		hrec(key, kindConn, c)
+	}
+	for vn, vc := range vtot {
+		h.record(vhostKey(vn), kindVHost, vc)
 	}
 	for _, q := range all {
-		s.rates.record(q.key, now, q.c)
-		seen[q.key] = true
+		h.record(q.key, kindQueue, q.vals)
 	}
-	for k := range s.rates.samples {
-		if k != "overview" && k != "node" && !seen[k] {
-			delete(s.rates.samples, k)
-		}
-	}
+	h.sweep()
 }
+
+func connKey(name string) string { return "n\x00" + name }
+
+func vhostKey(name string) string { return "v\x00" + name }
 
 // nodeCounters are the node gauges whose rates /api/nodes shows.
 func nodeCounters(s *Server) counters {
@@ -210,3 +199,8 @@ func openFDs() int {
 
 // details returns RabbitMQ's {"rate": r}.
 func details(r float64) map[string]any { return map[string]any{"rate": r} }
+
+// SampleNow takes a sample round at once, as the sampler does every
+// SampleInterval: the rates and the history (issue 15) without waiting
+// for the next tick (tests, tools).
+func (s *Server) SampleNow() { s.sample() }

@@ -41,6 +41,10 @@ type Config struct {
 	// SampleInterval is how often message rates are sampled; default 5s,
 	// as RabbitMQ's collect_statistics_interval.
 	SampleInterval time.Duration
+	// HistoryRetention is how long the rate and depth history keeps its
+	// samples (one per SampleInterval, per object); default 605s, as
+	// RabbitMQ's basic retention policy (issue 15).
+	HistoryRetention time.Duration
 
 	// The HTTP listener's limits, so that the management port alone
 	// cannot take the descriptors the AMQP listener needs (issue 11
@@ -86,6 +90,7 @@ type Server struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	rates   rateTable
+	hist    *history // rate and depth history (issue 15)
 	started time.Time
 	mstate  metricsState            // metrics.go
 	cl      atomic.Pointer[Cluster] // SetCluster (cluster.go); nil: a single node
@@ -102,6 +107,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = 5 * time.Second
+	}
+	if cfg.HistoryRetention <= 0 {
+		cfg.HistoryRetention = DefaultHistoryRetention
 	}
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = DefaultMaxConnections
@@ -131,7 +139,8 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: node,
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), started: time.Now()}
-	s.rates.init()
+	s.hist = newHistory(int((cfg.HistoryRetention + cfg.SampleInterval - 1) / cfg.SampleInterval))
+	s.rates = rateTable{s.hist}
 	s.routes()
 	// Replays, moves and shovels count their publishes in the exchange
 	// stats, as the API's publish does.
