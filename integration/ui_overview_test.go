@@ -15,7 +15,8 @@ import (
 // TestUIOverviewCharts: issue 15, the overview's charts follow the
 // broker's history: after traffic, the message-rates chart's publish,
 // deliver and dead-lettered series rise above zero and the
-// queued-messages chart ends at the queues' depth. The broker samples on
+// queued-messages chart ends at the queues' depth; the node's memory is
+// charted too. The broker samples on
 // demand (SampleNow) rather than every 5 s, but the chart asks for
 // RabbitMQ's default range (10 minutes at 5 s), so two samples 5 s apart
 // are needed: the test takes about 10 s.
@@ -93,6 +94,8 @@ func TestUIOverviewCharts(t *testing.T) {
 	if got := b.eval(`document.querySelector('#ov-rate-chart').dataset.points`); got == "" || got == "0" || got == "1" {
 		t.Errorf("rate chart points = %q, want at least 2", got)
 	}
+	// The node's memory chart has the node's samples.
+	b.poll("node memory charted", `(c => c && Object.values(JSON.parse(c.dataset.last || '{}')).some(v => v > 0))(document.querySelector('#ov-mem-chart'))`)
 	b.shot("overview")
 	b.checkNoExceptions()
 }

@@ -1,8 +1,8 @@
 // The overview: message rates and queued messages over time, object
 // totals, and the nodes with memory, disk, descriptors and alarms.
 
-import {api, badge, bytes, card, duration, errText, h, hasTag, items, num, poll, rateOf, rateText} from '../core.js';
-import {historyQuery, lengthsChart, rangeSelect, ratesChart} from '../chart.js';
+import {$, api, badge, bytes, card, duration, errText, h, hasTag, items, num, poll, rateOf, rateText} from '../core.js';
+import {historyQuery, lengthSeries, lengthsChart, lineChart, rangeSelect, ratesChart} from '../chart.js';
 
 export const routes = [[/^#?\/?$/, 'overview', overviewPage]];
 
@@ -17,6 +17,8 @@ function overviewPage(ctx) {
   const totals = h('div', {class: 'cards', id: 'ov-totals'});
   const objects = h('div', {class: 'cards', id: 'ov-objects'});
   const nodes = h('div', {id: 'ov-nodes'});
+  const memChart = lineChart({id: 'ov-mem-chart', title: 'Memory used by node', format: bytes});
+  const fdChart = lineChart({id: 'ov-fd-chart', title: 'File descriptors and sockets by node', format: num});
   const rateChart = ratesChart('ov-rate-chart', 'Message rates', RATE_STATS);
   const queuedChart = lengthsChart('ov-queued-chart', 'Queued messages',
     [['Ready', 'messages_ready'], ['Unacked', 'messages_unacknowledged'], ['Total', 'messages']], 'queue_totals');
@@ -26,13 +28,13 @@ function overviewPage(ctx) {
     h('section', null, h('h2', null, 'Message rates'), rates, rateChart.el),
     h('section', null, h('h2', null, 'Queued messages'), totals, queuedChart.el),
     h('section', null, h('h2', null, 'Objects'), objects),
-    h('section', null, h('h2', null, 'Nodes'), nodes));
+    h('section', null, h('h2', null, 'Nodes'), nodes, h('div', {class: 'charts', id: 'ov-node-charts', hidden: true}, memChart.el, fdChart.el)));
 
   poll(ctx, 'Loading the overview', async () => {
     const wantNodes = hasTag('monitoring', 'administrator');
     const [ov, ns] = await Promise.all([
       api('/overview?' + historyQuery()),
-      wantNodes ? api('/nodes').catch(e => e) : Promise.resolve(null),
+      wantNodes ? api('/nodes?' + historyQuery(['node_stats'])).catch(e => e) : Promise.resolve(null),
     ]);
     if (!ctx.live()) return;
     rates.replaceChildren(...RATE_STATS.map(([label, stat]) => card(label, rateText(rateOf(ov, stat)))));
@@ -63,6 +65,11 @@ function overviewPage(ctx) {
         if (n.disk_free_alarm) alarms.append(h('p', {class: 'alarm', role: 'alert'}, `Disk alarm on ${n.name}: publishers are blocked.`));
       }
       nodes.replaceChildren(nodesTable(list));
+      $('#ov-node-charts', ctx.main).hidden = !list.length;
+      memChart.update(list.map(n => ({label: n.name, points: lengthSeries(n.mem_used_details)})));
+      fdChart.update(list.flatMap(n => [
+        {label: `${n.name} descriptors`, points: lengthSeries(n.fd_used_details)},
+        {label: `${n.name} sockets`, points: lengthSeries(n.sockets_used_details)}]));
     }
   });
 }
