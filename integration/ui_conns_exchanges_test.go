@@ -157,8 +157,10 @@ func TestUIConnsChannels(t *testing.T) {
 	if got := b.text("#conn-client"); !strings.Contains(got, "connection_name") || !strings.Contains(got, connName) {
 		t.Errorf("client properties = %q", got)
 	}
-	if got := b.u1Eval(`document.querySelector('#conn-rate-chart .chart-title').textContent`); got != "Data rates" {
-		t.Errorf("data rates chart title = %q", got)
+	// The data rates chart draws both directions (samples come with history).
+	b.poll("data rates chart drawn", `(el => el && el.dataset.last)(document.querySelector('#conn-rate-chart'))`)
+	if got := b.u1Eval(`Object.keys(JSON.parse(document.querySelector('#conn-rate-chart').dataset.last)).join(',')`); got != "From client,To client" {
+		t.Errorf("data rates chart series = %q", got)
 	}
 	b.u1PhoneWidth("the connection page")
 	b.shot("connection")

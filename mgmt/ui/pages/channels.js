@@ -73,7 +73,7 @@ function channelPage(ctx, name) {
   const stats = h('div', {class: 'cards', id: 'ch-stats'});
   const details = h('div', {class: 'details', id: 'ch-details'});
   const consumers = h('div', {id: 'ch-consumers'});
-  const chart = ratesChart('ch-rate-chart', 'Message rates', CHANNEL_RATES);
+  const chart = ratesChart('ch-rate-chart', 'Messages per second on this channel', CHANNEL_RATES);
   const gone = h('p', {class: 'result warn', id: 'ch-gone', role: 'status', hidden: true});
   ctx.main.append(
     crumbs([['Channels', '#/channels'], ['channel']]),

@@ -4,7 +4,7 @@
 // CONNECTION_FORCED), as RabbitMQ's management UI does.
 
 import {
-  api, ask, badge, card, crumbs, duration, enc, field, h, items, kvTable, listView, newView, notify, num, pick, poll,
+  api, ask, badge, bytes, card, crumbs, duration, enc, field, h, items, kvTable, listView, newView, notify, num, pick, poll,
   props, timeText, yes,
 } from '../core.js';
 import {historyQuery, lineChart, rangeSelect, rateSeries} from '../chart.js';
@@ -23,7 +23,9 @@ export function byteRate(n) {
   const units = ['B/s', 'KiB/s', 'MiB/s', 'GiB/s'];
   let i = 0;
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return (i ? n.toFixed(1) : String(Math.round(n))) + ' ' + units[i];
+  // Below 10 B/s a decimal keeps a chart's small steps apart.
+  const text = i ? n.toFixed(1) : n < 10 ? String(Math.round(n * 10) / 10) : String(Math.round(n));
+  return text + ' ' + units[i];
 }
 
 const octRate = (c, stat) => Number(pick(c, stat + '_details.rate')) || 0;
@@ -89,7 +91,7 @@ function connectionPage(ctx, name) {
   const client = h('div', {class: 'details', id: 'conn-client'});
   const channels = h('div', {id: 'conn-channels'});
   const gone = h('p', {class: 'result warn', id: 'conn-gone', role: 'status', hidden: true});
-  const chart = lineChart({id: 'conn-rate-chart', title: 'Data rates', format: byteRate});
+  const chart = lineChart({id: 'conn-rate-chart', title: 'Bytes per second, from and to the client', format: byteRate});
   const close = h('button', {type: 'button', class: 'danger', id: 'conn-close', onclick: async () => {
     if (await closeConnection(name)) location.hash = '#/connections';
   }}, 'Close this connection');
@@ -140,8 +142,8 @@ function connectionPage(ctx, name) {
       ['Heartbeat', hb ? `${hb}s` : 'off'],
       ['Frame max', c.frame_max != null ? `${num(c.frame_max)} bytes` : '—'],
       ['Channel max', c.channel_max != null ? num(c.channel_max) : '—'],
-      ['Received', c.recv_oct != null ? `${num(c.recv_oct)} bytes (${num(c.recv_cnt)} packets)` : '—'],
-      ['Sent', c.send_oct != null ? `${num(c.send_oct)} bytes (${num(c.send_cnt)} packets)` : '—'],
+      ['Received', c.recv_oct != null ? bytes(c.recv_oct) : '—'],
+      ['Sent', c.send_oct != null ? bytes(c.send_oct) : '—'],
       ['Blocked', yes(c.state === 'blocked')],
     ]));
     chart.update([

@@ -122,7 +122,7 @@ export function publishForm(id, vhost, exchange, {routingKey = '', fixedKey = fa
   const encoding = h('select', null, h('option', {value: 'string'}, 'String'), h('option', {value: 'base64'}, 'Base64'));
   const result = h('div', {id: id + '-result', 'aria-live': 'polite'});
   const button = h('button', {type: 'submit', class: 'primary', id: id + '-submit'}, 'Publish message');
-  const form = h('form', {class: 'panel publish', id, onsubmit: async ev => {
+  const form = h('form', {class: 'panel inline-form publish', id, onsubmit: async ev => {
     ev.preventDefault();
     result.replaceChildren();
     let body;
@@ -172,9 +172,12 @@ function features(x) {
   if (x.durable) out.push(h('abbr', {class: 'badge', title: 'durable'}, 'D'));
   if (x.auto_delete) out.push(h('abbr', {class: 'badge', title: 'auto-delete'}, 'AD'));
   if (x.internal) out.push(h('abbr', {class: 'badge', title: 'internal'}, 'I'));
+  const other = [];
   for (const [k, v] of Object.entries(x.arguments || {})) {
-    out.push(h('abbr', {class: 'badge', title: `${k}: ${valueText(v)}`}, FEATURE_ABBR[k] || 'Args'));
+    if (FEATURE_ABBR[k]) out.push(h('abbr', {class: 'badge', title: `${k}: ${valueText(v)}`}, FEATURE_ABBR[k]));
+    else other.push(`${k}: ${valueText(v)}`);
   }
+  if (other.length) out.push(h('abbr', {class: 'badge', title: other.join('\n')}, 'Args'));
   return out.length ? out : h('span', {class: 'muted'}, '—');
 }
 
@@ -250,7 +253,7 @@ function exchangePage(ctx, vhost, urlName) {
   const name = urlName === 'amq.default' ? '' : urlName;
   const xpath = `/exchanges/${enc(vhost)}/${enc(urlName)}`;
   const details = h('div', {class: 'details', id: 'x-details'});
-  const chart = ratesChart('x-rate-chart', 'Message rates', [['Publish in', 'publish_in'], ['Publish out', 'publish_out']]);
+  const chart = ratesChart('x-rate-chart', 'Messages per second published in and routed out', [['Publish in', 'publish_in'], ['Publish out', 'publish_out']]);
   const from = h('div', {id: 'x-bindings-from'});
   const to = h('div', {id: 'x-bindings-to'});
   const gone = h('p', {class: 'result warn', id: 'x-gone', role: 'status', hidden: true});
@@ -373,7 +376,7 @@ function bindForm(ctx, vhost, source) {
   };
   kind.addEventListener('change', fill);
   fill();
-  const form = h('form', {class: 'panel', id: 'x-bind', onsubmit: async ev => {
+  const form = h('form', {class: 'panel inline-form', id: 'x-bind', onsubmit: async ev => {
     ev.preventDefault();
     result.replaceChildren();
     const d = dest.value.trim();
