@@ -233,6 +233,17 @@ func TestUIExchanges(t *testing.T) {
 	b.u1Login(base, "guest", "guest")
 	b.do("exchanges page", chromedp.Click(uiSel(`a[data-nav="exchanges"]`)), chromedp.WaitVisible(uiSel(`#exchanges tr[data-name="amq.topic"]`)))
 
+	// By keyboard: Enter on "Add a new exchange" opens the dialog with the
+	// focus in it, Escape closes it.
+	b.do("add dialog by keyboard",
+		chromedp.Focus(uiSel("#x-add")),
+		chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(uiSel("#x-new-name")))
+	if got := b.u1Eval(`document.activeElement.closest('dialog') ? 'in' : 'out'`); got != "in" {
+		t.Errorf("focus after opening the dialog is %s of it", got)
+	}
+	b.do("escape closes it", chromedp.KeyEvent("\x1b"), chromedp.WaitNotVisible(uiSel("#dialog")))
+
 	// Error path: amq. names are reserved; the dialog shows the reason.
 	b.do("add amq.u1",
 		chromedp.Click(uiSel("#x-add")),
