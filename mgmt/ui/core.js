@@ -142,7 +142,7 @@ export class ApiError extends Error {
 const loginFailure = err => err.status === 401 && (!err.reason || /login failed|not management user/i.test(err.reason));
 
 // api calls the management API. raw: resolve to the body text, unparsed;
-// extra: more request headers (X-Reason for closing a connection).
+// headers: more request headers (X-Reason for closing a connection).
 export async function api(path, {method = 'GET', body, auth = state.session.auth, raw = false, headers: extra} = {}) {
   const headers = {Accept: 'application/json', ...extra};
   if (auth) headers.Authorization = 'Basic ' + auth;
