@@ -154,7 +154,8 @@ func TestUIConnsChannels(t *testing.T) {
 		t.Errorf("connection page client name = %q", got)
 	}
 	b.poll("its channel listed", `document.querySelectorAll('#conn-channel-list tbody tr').length === 1`)
-	if got := b.text("#conn-client"); !strings.Contains(got, "connection_name") || !strings.Contains(got, connName) {
+	if got := b.text("#conn-client"); !strings.Contains(got, "connection_name") || !strings.Contains(got, connName) ||
+		!strings.Contains(got, "Capabilities") || !strings.Contains(got, "publisher_confirms") || strings.Contains(got, "[object") {
 		t.Errorf("client properties = %q", got)
 	}
 	// The data rates chart draws both directions (samples come with history).

@@ -91,7 +91,8 @@ function connectionPage(ctx, name) {
   const client = h('div', {class: 'details', id: 'conn-client'});
   const channels = h('div', {id: 'conn-channels'});
   const gone = h('p', {class: 'result warn', id: 'conn-gone', role: 'status', hidden: true});
-  const chart = lineChart({id: 'conn-rate-chart', title: 'Bytes per second, from and to the client', format: byteRate});
+  // The axis has room for a short label: "23.5 KiB" (per second, as the title says).
+  const chart = lineChart({id: 'conn-rate-chart', title: 'Bytes per second, from and to the client', format: v => byteRate(v).replace('/s', '')});
   const close = h('button', {type: 'button', class: 'danger', id: 'conn-close', onclick: async () => {
     if (await closeConnection(name)) location.hash = '#/connections';
   }}, 'Close this connection');
@@ -158,8 +159,7 @@ function connectionPage(ctx, name) {
           CHANNEL_COLUMNS.map(col => h('td', {class: col.num ? 'num' : '', 'data-col': col.col}, col.cell(ch))))))))
       : h('p', {class: 'muted'}, 'No channels.'));
     const cp = c.client_properties || {};
-    client.replaceChildren(
-      kvTable(cp, 'client-props', ['capabilities']),
-      cp.capabilities ? [h('h3', null, 'Capabilities'), kvTable(cp.capabilities, 'capabilities')] : null);
+    client.replaceChildren(kvTable(cp, 'client-props', ['capabilities']),
+      ...(cp.capabilities ? [h('h3', null, 'Capabilities'), kvTable(cp.capabilities, 'capabilities')] : []));
   });
 }
