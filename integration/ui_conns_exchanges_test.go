@@ -226,6 +226,7 @@ func TestUIExchanges(t *testing.T) {
 	tg := newMgmtWarren(t)
 	base := tg.url
 	ch := tg.channel(t, "/")
+	vh := tg.freshVhost(t) // for the list's vhost filter
 	if _, err := ch.QueueDeclare("u1-orders", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -283,6 +284,17 @@ func TestUIExchanges(t *testing.T) {
 		t.Errorf("u1-events = %v", x)
 	}
 	b.shot("exchanges")
+
+	// The virtual host filter lists one vhost's exchanges only.
+	pickVhost := func(name string) {
+		t.Helper()
+		b.poll("vhost option "+name, `!!document.querySelector('#exchanges-vhost option[value=`+jsq(name)+`]')`)
+		b.u1Eval(`(s => { s.value = ` + jsq(name) + `; s.dispatchEvent(new Event('change')); return '' })(document.querySelector('#exchanges-vhost'))`)
+	}
+	pickVhost(vh)
+	b.poll("only "+vh+"'s exchanges", `(rows => rows.length > 0 && rows.every(r => r.dataset.vhost === `+jsq(vh)+`))([...document.querySelectorAll('#exchanges tbody tr[data-vhost]')])`)
+	pickVhost("")
+	b.poll("all exchanges again", `!!document.querySelector('#exchanges tr[data-name="u1-events"]')`)
 
 	// Its page: bind to u1-orders.
 	fromRow := `#x-from-table tr[data-destination="u1-orders"]`

@@ -3,8 +3,8 @@
 // management UI shows them.
 
 import {
-  api, badge, card, crumbs, enc, h, kvTable, listView, newView, num, pick, poll, props, queueHref, rateOf,
-  rateText, timeText, yes,
+  api, badge, card, crumbs, enc, h, items, kvTable, listView, newView, num, pick, poll, props, queueHref, rateOf,
+  rateText, refreshNow, timeText, yes,
 } from '../core.js';
 import {historyQuery, rangeSelect, ratesChart} from '../chart.js';
 
@@ -57,12 +57,29 @@ function prefetchText(c) {
   return [p ? num(p) : null, g ? ` (${num(g)} global)` : null].filter(Boolean).join('');
 }
 
-const channelsView = newView();
+// vhostFilter is a list's virtual host select (all, or one): with one
+// chosen, the list asks that vhost's endpoint (vhostPath), as RabbitMQ's
+// UI does. view.vhost keeps the choice.
+export function vhostFilter(ctx, view, id) {
+  const all = () => h('option', {value: ''}, 'All virtual hosts');
+  const sel = h('select', {id: id + '-vhost', 'aria-label': 'Virtual host'}, all(),
+    view.vhost ? h('option', {value: view.vhost, selected: true}, view.vhost) : null);
+  api('/vhosts?columns=name').then(vs => {
+    const names = items(vs).map(v => v.name).sort();
+    sel.replaceChildren(all(), ...names.map(n => h('option', {value: n, selected: n === view.vhost}, n)));
+  }).catch(() => {});
+  sel.addEventListener('change', () => { view.vhost = sel.value; view.page = 1; refreshNow(ctx); });
+  return sel;
+}
+
+const channelsView = {...newView(), vhost: ''};
 
 function channelsPage(ctx) {
   ctx.main.append(
     h('h1', null, 'Channels'),
-    listView(ctx, {id: 'channels', path: '/channels', columns: CHANNEL_COLUMNS, view: channelsView, noun: 'channel', row: channelRow}));
+    listView(ctx, {id: 'channels', columns: CHANNEL_COLUMNS, view: channelsView, noun: 'channel', row: channelRow,
+      path: () => (channelsView.vhost ? `/vhosts/${enc(channelsView.vhost)}/channels` : '/channels'),
+      toolbar: vhostFilter(ctx, channelsView, 'channels')}));
 }
 
 // CHANNEL_RATES are the channel page's charted message rates.

@@ -8,7 +8,7 @@ import {
   props, timeText, yes,
 } from '../core.js';
 import {historyQuery, lineChart, rangeSelect, rateSeries} from '../chart.js';
-import {CHANNEL_COLUMNS, channelRow} from './channels.js';
+import {CHANNEL_COLUMNS, channelRow, vhostFilter} from './channels.js';
 
 export const routes = [
   [/^#\/connections\/?$/, 'connections', connectionsPage],
@@ -57,12 +57,15 @@ const CONNECTION_COLUMNS = [
   {label: 'Connected at', sort: 'connected_at', cell: c => timeText(c.connected_at), col: 'connected-at'},
 ];
 
-const connectionsView = newView();
+const connectionsView = {...newView(), vhost: ''};
 
 function connectionsPage(ctx) {
+  const v = connectionsView;
   ctx.main.append(
     h('h1', null, 'Connections'),
-    listView(ctx, {id: 'connections', path: '/connections', columns: CONNECTION_COLUMNS, view: connectionsView, noun: 'connection',
+    listView(ctx, {id: 'connections', columns: CONNECTION_COLUMNS, view: v, noun: 'connection',
+      path: () => (v.vhost ? `/vhosts/${enc(v.vhost)}/connections` : '/connections'),
+      toolbar: vhostFilter(ctx, v, 'connections'),
       row: c => ({'data-name': c.name, 'data-vhost': c.vhost, 'data-user': c.user})}));
 }
 

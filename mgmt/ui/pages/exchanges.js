@@ -10,6 +10,7 @@ import {
   newView, notify, poll, props, queueHref, rateOf, rateText, refreshNow, valueText, vhostSelect, yes,
 } from '../core.js';
 import {historyQuery, rangeSelect, ratesChart} from '../chart.js';
+import {vhostFilter} from './channels.js';
 
 export const routes = [
   [/^#\/exchanges\/?$/, 'exchanges', exchangesPage],
@@ -191,13 +192,16 @@ const EXCHANGE_COLUMNS = [
   {label: 'Message rate out', sort: 'message_stats.publish_out_details.rate', cell: x => rateText(rateOf(x, 'publish_out')), num: true, col: 'rate-out'},
 ];
 
-const exchangesView = newView();
+const exchangesView = {...newView(), vhost: ''};
 
 function exchangesPage(ctx) {
-  const add = h('button', {type: 'button', class: 'primary small', id: 'x-add', onclick: () => addExchange(ctx)}, 'Add a new exchange');
+  const v = exchangesView;
+  const add = h('button', {type: 'button', class: 'primary small', id: 'x-add', onclick: () => addExchange(ctx, v.vhost)}, 'Add a new exchange');
   ctx.main.append(
     h('h1', null, 'Exchanges'),
-    listView(ctx, {id: 'exchanges', path: '/exchanges', columns: EXCHANGE_COLUMNS, view: exchangesView, noun: 'exchange', toolbar: add,
+    listView(ctx, {id: 'exchanges', columns: EXCHANGE_COLUMNS, view: v, noun: 'exchange',
+      path: () => (v.vhost ? `/exchanges/${enc(v.vhost)}` : '/exchanges'),
+      toolbar: [vhostFilter(ctx, v, 'exchanges'), add],
       row: x => ({'data-vhost': x.vhost, 'data-name': x.name})}));
 }
 
@@ -212,7 +216,7 @@ async function exchangeTypes() {
   return ['direct', 'fanout', 'headers', 'topic'];
 }
 
-async function addExchange(ctx) {
+async function addExchange(ctx, vhostName) {
   const types = await exchangeTypes();
   const name = h('input', {name: 'name', required: true, autocomplete: 'off'});
   const type = h('select', {name: 'type', id: 'x-new-type', 'aria-describedby': 'x-new-type-hint'}, types.map(t => h('option', {value: t}, t)));
@@ -223,7 +227,7 @@ async function addExchange(ctx) {
   const hint = h('small', {class: 'muted', id: 'x-new-type-hint'});
   const typeHint = () => { hint.textContent = type.value === 'x-delayed-message' ? 'Needs the argument x-delayed-type (the type it routes as, e.g. direct).' : ''; };
   type.addEventListener('change', typeHint);
-  const vhost = vhostSelect('x-new-vhost');
+  const vhost = vhostSelect('x-new-vhost', 'vhost', vhostName || '/');
   const fd = await ask({
     title: 'Add a new exchange', confirm: 'Add exchange', wide: true,
     body: [h('div', {class: 'form-grid'},
