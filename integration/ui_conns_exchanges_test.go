@@ -130,6 +130,7 @@ func TestUIConnsChannels(t *testing.T) {
 		}
 	}
 	b.shot("connections")
+	b.u1PhoneWidth("the connections list")
 
 	// The channels page: the channel with 3 unacked, prefetch 10.
 	chRow := `#channels tr[data-name^=` + jsq(name) + `]`
@@ -139,6 +140,7 @@ func TestUIConnsChannels(t *testing.T) {
 		t.Errorf("channel prefetch = %q, want 10", got)
 	}
 	b.shot("channels")
+	b.u1PhoneWidth("the channels list")
 
 	// Its page lists the consumer on u1-work and links to the connection.
 	b.do("channel page", chromedp.Click(uiSel(chRow+` td[data-col="name"] a`)), chromedp.WaitVisible(uiSel(`#consumers tr[data-tag="u1-consumer"]`)))
@@ -149,6 +151,7 @@ func TestUIConnsChannels(t *testing.T) {
 		t.Errorf("channel page stats = %q, want Unacked 3", got)
 	}
 	b.shot("channel")
+	b.u1PhoneWidth("the channel page")
 	b.do("connection page from the channel", chromedp.Click(uiSel("#ch-connection")), chromedp.WaitVisible(uiSel("#conn-details dl")))
 	if got := b.text("#conn-client-name"); !strings.Contains(got, connName) {
 		t.Errorf("connection page client name = %q", got)
@@ -284,6 +287,7 @@ func TestUIExchanges(t *testing.T) {
 		t.Errorf("u1-events = %v", x)
 	}
 	b.shot("exchanges")
+	b.u1PhoneWidth("the exchanges list")
 
 	// The virtual host filter lists one vhost's exchanges only.
 	pickVhost := func(name string) {
