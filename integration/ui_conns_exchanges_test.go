@@ -217,13 +217,15 @@ func TestUIConnsChannels(t *testing.T) {
 }
 
 // TestUIExchanges: issue 15, the exchanges pages. Add an exchange with
-// typed arguments in the UI (checked over AMQP and the API), bind it to a
+// typed arguments in the UI (checked over AMQP and the API) and an
+// x-delayed-message one, filter the list by vhost, bind the exchange to a
 // queue, publish from its page with a routing key, headers and properties
 // and get the message over AMQP, see an exchange-to-exchange binding to
-// it, remove the binding and see a publish go unroutable (mandatory
+// it, remove both bindings and see a publish go unroutable (mandatory
 // return over AMQP), publish through the default exchange, and delete it.
-// Error paths: an amq. name is refused with RabbitMQ's reason, and binding
-// to a missing queue shows the 404's reason.
+// Error paths: an amq. name is refused with RabbitMQ's reason, a delayed
+// exchange without x-delayed-type shows the server's reason, binding to a
+// missing queue shows the 404's reason, and deleting amq.direct is refused.
 func TestUIExchanges(t *testing.T) {
 	chrome := uiChromium(t)
 	tg := newMgmtWarren(t)
@@ -263,8 +265,26 @@ func TestUIExchanges(t *testing.T) {
 		t.Errorf("refused amq.u1 exists: %s", r)
 	}
 
-	// The same dialog, now a valid topic exchange with two typed arguments.
+	// The same dialog: an x-delayed-message exchange needs x-delayed-type;
+	// without it the server's reason shows, with it ("Add: Delayed type")
+	// the exchange is made.
+	b.do("add u1-delayed without x-delayed-type",
+		chromedp.SetValue(uiSel("#x-new-name"), "u1-delayed"),
+		chromedp.SetValue(uiSel("#x-new-type"), "x-delayed-message"),
+		chromedp.Click(uiSel("#dialog-confirm")),
+		chromedp.Poll[chromedp.Void](`document.querySelector('#dialog-error').textContent.includes('x-delayed-type')`,
+			chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	b.u1Eval(`[...document.querySelectorAll('#x-new-args .arg-quick button')].find(b => b.textContent === 'Delayed type').click() || ''`)
+	b.do("add u1-delayed", chromedp.Click(uiSel("#dialog-confirm")), chromedp.WaitNotVisible(uiSel("#dialog")))
+	if x := tg.getJSON("/api/exchanges/%2F/u1-delayed").(map[string]any); x["type"] != "x-delayed-message" ||
+		!jsonEqual(x["arguments"], map[string]any{"x-delayed-type": "direct"}) {
+		t.Errorf("u1-delayed = %v", x)
+	}
+
+	// A valid topic exchange with two typed arguments.
 	b.do("add u1-events",
+		chromedp.Click(uiSel("#x-add")),
+		chromedp.WaitVisible(uiSel("#x-new-name")),
 		chromedp.SetValue(uiSel("#x-new-name"), "u1-events"),
 		chromedp.SetValue(uiSel("#x-new-type"), "topic"),
 		chromedp.SetValue(uiSel("#x-new-args-key-0"), "x-u1-note"),
@@ -373,6 +393,15 @@ func TestUIExchanges(t *testing.T) {
 	if bs := tg.getJSON("/api/bindings/%2F/e/u1-events/q/u1-orders").([]any); len(bs) != 0 {
 		t.Errorf("after unbind: bindings = %v", bs)
 	}
+	// And the binding to it from amq.topic.
+	b.do("unbind from amq.topic",
+		chromedp.Click(uiSel(toRow+" button.unbind")),
+		chromedp.WaitVisible(uiSel("#dialog-confirm")),
+		chromedp.Click(uiSel("#dialog-confirm")),
+		chromedp.WaitNotPresent(uiSel(toRow)))
+	if bs := tg.getJSON("/api/bindings/%2F/e/amq.topic/e/u1-events").([]any); len(bs) != 0 {
+		t.Errorf("after unbind: bindings amq.topic -> u1-events = %v", bs)
+	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	if err := ch.PublishWithContext(context.Background(), "u1-events", "orders.eu.created", true, false, amqp.Publishing{Body: []byte("x")}); err != nil {
 		t.Fatal(err)
@@ -405,6 +434,19 @@ func TestUIExchanges(t *testing.T) {
 	if n := b.u1Eval(`String(document.querySelectorAll('#x-delete, #x-bind').length)`); n != "0" {
 		t.Errorf("the default exchange offers delete or bind (%s elements)", n)
 	}
+
+	// Error path: amq.direct may not be deleted; the dialog says why.
+	b.u1Go(base, "#/exchanges/%2F/amq.direct", "#x-delete")
+	b.do("delete amq.direct",
+		chromedp.Click(uiSel("#x-delete")),
+		chromedp.WaitVisible(uiSel("#dialog-confirm")),
+		chromedp.Click(uiSel("#dialog-confirm")),
+		chromedp.WaitVisible(uiSel("#dialog-error")))
+	if got := b.text("#dialog-error"); !strings.Contains(strings.ToLower(got), "access refused") {
+		t.Errorf("deleting amq.direct shows %q, want access refused", got)
+	}
+	b.do("cancel", chromedp.Click(uiSel(`#dialog button[value="cancel"]`)), chromedp.WaitNotVisible(uiSel("#dialog")))
+	tg.must("GET", "/api/exchanges/%2F/amq.direct", nil, 200)
 
 	// Delete u1-events after the confirmation.
 	b.u1Go(base, "#/exchanges/%2F/u1-events", "#x-delete")
