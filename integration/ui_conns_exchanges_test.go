@@ -274,7 +274,7 @@ func TestUIExchanges(t *testing.T) {
 		chromedp.Click(uiSel("#dialog-confirm")),
 		chromedp.Poll[chromedp.Void](`document.querySelector('#dialog-error').textContent.includes('x-delayed-type')`,
 			chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
-	b.u1Eval(`[...document.querySelectorAll('#x-new-args .arg-quick button')].find(b => b.textContent === 'Delayed type').click() || ''`)
+	b.u1Eval(`[...document.querySelectorAll('#x-new-args .kvarg-quick button')].find(b => b.textContent === 'Delayed type').click() || ''`)
 	b.do("add u1-delayed", chromedp.Click(uiSel("#dialog-confirm")), chromedp.WaitNotVisible(uiSel("#dialog")))
 	if x := tg.getJSON("/api/exchanges/%2F/u1-delayed").(map[string]any); x["type"] != "x-delayed-message" ||
 		!jsonEqual(x["arguments"], map[string]any{"x-delayed-type": "direct"}) {

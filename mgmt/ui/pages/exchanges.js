@@ -54,17 +54,17 @@ export function argValue(text, type) {
 // It returns {el, value(), set(obj), clear()}: value() is the arguments
 // object, throwing an Error naming a bad row.
 export function argsEditor(id, {label = 'Arguments', keys = [], quick = [], typed = true, types = ARG_TYPES} = {}) {
-  const rows = h('div', {class: 'args-rows', id: id + '-rows'});
+  const rows = h('div', {class: 'kvargs-rows', id: id + '-rows'});
   const list = keys.length ? h('datalist', {id: id + '-keys'}, keys.map(k => h('option', {value: k}))) : null;
   let n = 0;
   function addRow(key = '', value = '', type = 'string') {
     const i = n++;
-    const k = h('input', {id: `${id}-key-${i}`, class: 'arg-key', value: key, placeholder: 'key', 'aria-label': `${label}: key`, list: list ? list.id : null, autocomplete: 'off'});
-    const v = h('input', {id: `${id}-value-${i}`, class: 'arg-value', value: valueText(value) === '—' ? '' : (typeof value === 'object' ? JSON.stringify(value) : String(value)), placeholder: 'value', 'aria-label': `${label}: value`});
-    const t = typed ? h('select', {id: `${id}-type-${i}`, class: 'arg-type', 'aria-label': `${label}: type`},
+    const k = h('input', {id: `${id}-key-${i}`, class: 'kvarg-key', value: key, placeholder: 'key', 'aria-label': `${label}: key`, list: list ? list.id : null, autocomplete: 'off'});
+    const v = h('input', {id: `${id}-value-${i}`, class: 'kvarg-value', value: valueText(value) === '—' ? '' : (typeof value === 'object' ? JSON.stringify(value) : String(value)), placeholder: 'value', 'aria-label': `${label}: value`});
+    const t = typed ? h('select', {id: `${id}-type-${i}`, class: 'kvarg-type', 'aria-label': `${label}: type`},
       types.map(([val, text]) => h('option', {value: val, selected: val === type}, text))) : null;
-    const row = h('div', {class: 'arg-row', 'data-row': i}, k, v, t,
-      h('button', {type: 'button', class: 'secondary small arg-remove', 'aria-label': `Remove this ${label.toLowerCase()} row`, onclick: () => {
+    const row = h('div', {class: 'kvarg-row', 'data-row': i}, k, v, t,
+      h('button', {type: 'button', class: 'secondary small kvarg-remove', 'aria-label': `Remove this ${label.toLowerCase()} row`, onclick: () => {
         row.remove();
         if (!rows.children.length) addRow();
       }}, '×'));
@@ -72,23 +72,23 @@ export function argsEditor(id, {label = 'Arguments', keys = [], quick = [], type
     return k;
   }
   const add = h('button', {type: 'button', class: 'secondary small', id: id + '-add', onclick: () => addRow().focus()}, 'Add row');
-  const quickBar = quick.length ? h('div', {class: 'arg-quick'}, h('span', {class: 'muted small'}, 'Add: '),
+  const quickBar = quick.length ? h('div', {class: 'kvarg-quick'}, h('span', {class: 'muted small'}, 'Add: '),
     quick.map(([text, key, type = 'string', value = '']) => h('button', {type: 'button', class: 'linkish small', onclick: () => {
-      const empty = [...rows.querySelectorAll('.arg-key')].find(e => !e.value);
-      if (empty) empty.closest('.arg-row').remove();
+      const empty = [...rows.querySelectorAll('.kvarg-key')].find(e => !e.value);
+      if (empty) empty.closest('.kvarg-row').remove();
       const k = addRow(key, value, type);
       k.nextElementSibling.focus();
     }}, text))) : null;
   addRow();
-  const el = h('fieldset', {class: 'args', id}, h('legend', null, label), rows, list, h('div', {class: 'arg-tools'}, add, quickBar));
+  const el = h('fieldset', {class: 'kvargs', id}, h('legend', null, label), rows, list, h('div', {class: 'kvarg-tools'}, add, quickBar));
   return {
     el,
     value() {
       const out = {};
       for (const row of rows.children) {
-        const key = row.querySelector('.arg-key').value.trim();
-        const text = row.querySelector('.arg-value').value;
-        const sel = row.querySelector('.arg-type');
+        const key = row.querySelector('.kvarg-key').value.trim();
+        const text = row.querySelector('.kvarg-value').value;
+        const sel = row.querySelector('.kvarg-type');
         if (!key) {
           if (text.trim()) throw new Error(`${label}: the value "${text}" has no key`);
           continue;
