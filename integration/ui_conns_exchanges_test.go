@@ -379,7 +379,9 @@ func TestUIExchanges(t *testing.T) {
 	if got := b.text(toRow + ` td[data-col="routing-key"]`); got != "audit.#" {
 		t.Errorf("binding to the exchange: routing key %q", got)
 	}
-	b.do("scroll to the bindings", chromedp.ScrollIntoView(uiSel("#x-bindings")))
+	if got := b.text("nav.crumbs"); got != "Exchanges › vhost /" {
+		t.Errorf("breadcrumbs = %q", got)
+	}
 	b.shot("exchange")
 	b.u1PhoneWidth("the exchange page")
 

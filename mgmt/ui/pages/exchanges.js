@@ -263,7 +263,7 @@ function exchangePage(ctx, vhost, urlName) {
   const gone = h('p', {class: 'result warn', id: 'x-gone', role: 'status', hidden: true});
   const del = name === '' ? null : h('button', {type: 'button', class: 'danger', id: 'x-delete', onclick: () => deleteExchange(vhost, name)}, 'Delete this exchange');
   ctx.main.append(
-    crumbs([['Exchanges', '#/exchanges'], ['vhost ', h('code', null, vhost)]]),
+    crumbs([['Exchanges', '#/exchanges'], [`vhost ${vhost}`]]),
     h('div', {class: 'title-row'}, h('h1', null, name === '' ? '(AMQP default)' : name), h('span', {class: 'spacer'}),
       rangeSelect(() => ctx.reload()), del),
     gone,
