@@ -370,6 +370,8 @@ func TestUIExchanges(t *testing.T) {
 		t.Errorf("got exchange %q key %q body %q type %q mode %d headers %v", m.Exchange, m.RoutingKey, m.Body, m.ContentType, m.DeliveryMode, m.Headers)
 	}
 
+	u1RateChartMoves(t, tg, b, ch)
+
 	// A binding to this exchange (from amq.topic) shows under "to".
 	if err := ch.ExchangeBind("u1-events", "audit.#", "amq.topic", false, nil); err != nil {
 		t.Fatal(err)
@@ -478,4 +480,32 @@ func u1Get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 		t.Fatalf("no message in %s", queue)
 	}
 	return m
+}
+
+// u1RateChartMoves: issue 15, a chart's series change after traffic. Once
+// the management server keeps history (helper H's SampleNow; until then
+// the check only says so), the exchange page's rate chart shows
+// u1-events' publish_in above zero while messages are published to it.
+// Samples lie on a 5 s grid, so this takes up to two grid steps.
+func u1RateChartMoves(t *testing.T, tg *mgmtTarget, b *uiBrowser, ch *amqp.Channel) {
+	t.Helper()
+	s, ok := any(tg.w.Mgmt()).(interface{ SampleNow() })
+	if !ok {
+		t.Log("the management server keeps no history yet: the rate chart check is skipped")
+		return
+	}
+	last := `(c => c && c.dataset.last ? String(JSON.parse(c.dataset.last)["Publish in"]) : '')(document.querySelector('#x-rate-chart'))`
+	var got string
+	if !testutil.Until(20*time.Second, func() bool {
+		for range 5 {
+			if err := ch.PublishWithContext(context.Background(), "u1-events", "u1.chart", false, false, amqp.Publishing{Body: []byte("tick")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.SampleNow()
+		got = b.u1Eval(last)
+		return got != "" && got != "0" && got != "null"
+	}) {
+		t.Errorf("the exchange's rate chart never showed publishes: Publish in = %q", got)
+	}
 }
