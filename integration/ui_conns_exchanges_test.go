@@ -166,6 +166,11 @@ func TestUIConnsChannels(t *testing.T) {
 	if got := b.u1Eval(`Object.keys(JSON.parse(document.querySelector('#conn-rate-chart').dataset.last)).join(',')`); got != "From client,To client" {
 		t.Errorf("data rates chart series = %q", got)
 	}
+	u1ChartMoves(t, tg, b, "#conn-rate-chart", "From client", func() {
+		if err := ch.PublishWithContext(context.Background(), "", "u1-nowhere", false, false, amqp.Publishing{Body: make([]byte, 2000)}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	b.u1PhoneWidth("the connection page")
 	b.shot("connection")
 	connHash := b.u1Eval(`location.hash`)
@@ -370,7 +375,13 @@ func TestUIExchanges(t *testing.T) {
 		t.Errorf("got exchange %q key %q body %q type %q mode %d headers %v", m.Exchange, m.RoutingKey, m.Body, m.ContentType, m.DeliveryMode, m.Headers)
 	}
 
-	u1RateChartMoves(t, tg, b, ch)
+	u1ChartMoves(t, tg, b, "#x-rate-chart", "Publish in", func() {
+		for range 5 {
+			if err := ch.PublishWithContext(context.Background(), "u1-events", "u1.chart", false, false, amqp.Publishing{Body: []byte("tick")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 
 	// A binding to this exchange (from amq.topic) shows under "to".
 	if err := ch.ExchangeBind("u1-events", "audit.#", "amq.topic", false, nil); err != nil {
@@ -482,30 +493,26 @@ func u1Get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 	return m
 }
 
-// u1RateChartMoves: issue 15, a chart's series change after traffic. Once
+// u1ChartMoves: issue 15, a chart's series change after traffic. Once
 // the management server keeps history (helper H's SampleNow; until then
-// the check only says so), the exchange page's rate chart shows
-// u1-events' publish_in above zero while messages are published to it.
-// Samples lie on a 5 s grid, so this takes up to two grid steps.
-func u1RateChartMoves(t *testing.T, tg *mgmtTarget, b *uiBrowser, ch *amqp.Channel) {
+// the check only says so), the chart's series ends above zero while
+// traffic runs. Samples lie on a 5 s grid, so this takes up to two grid
+// steps.
+func u1ChartMoves(t *testing.T, tg *mgmtTarget, b *uiBrowser, chart, series string, traffic func()) {
 	t.Helper()
 	s, ok := any(tg.w.Mgmt()).(interface{ SampleNow() })
 	if !ok {
-		t.Log("the management server keeps no history yet: the rate chart check is skipped")
+		t.Log("the management server keeps no history yet: the chart check is skipped")
 		return
 	}
-	last := `(c => c && c.dataset.last ? String(JSON.parse(c.dataset.last)["Publish in"]) : '')(document.querySelector('#x-rate-chart'))`
+	last := `(c => c && c.dataset.last ? String(JSON.parse(c.dataset.last)[` + jsq(series) + `]) : '')(document.querySelector(` + jsq(chart) + `))`
 	var got string
 	if !testutil.Until(20*time.Second, func() bool {
-		for range 5 {
-			if err := ch.PublishWithContext(context.Background(), "u1-events", "u1.chart", false, false, amqp.Publishing{Body: []byte("tick")}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		traffic()
 		s.SampleNow()
 		got = b.u1Eval(last)
 		return got != "" && got != "0" && got != "null"
 	}) {
-		t.Errorf("the exchange's rate chart never showed publishes: Publish in = %q", got)
+		t.Errorf("chart %s never moved: %s = %q", chart, series, got)
 	}
 }
