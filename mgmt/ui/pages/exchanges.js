@@ -52,7 +52,8 @@ export function argValue(text, type) {
 // out with typed: false). keys: suggested keys (a datalist); quick: [label,
 // key, type, value] buttons that add a row, as RabbitMQ's "Add:" links.
 // It returns {el, value(), set(obj), clear()}: value() is the arguments
-// object, throwing an Error naming a bad row.
+// object, throwing an Error naming a bad row; set(obj) shows an object's
+// entries with their types.
 export function argsEditor(id, {label = 'Arguments', keys = [], quick = [], typed = true, types = ARG_TYPES} = {}) {
   const rows = h('div', {class: 'kvargs-rows', id: id + '-rows'});
   const list = keys.length ? h('datalist', {id: id + '-keys'}, keys.map(k => h('option', {value: k}))) : null;
@@ -60,13 +61,15 @@ export function argsEditor(id, {label = 'Arguments', keys = [], quick = [], type
   function addRow(key = '', value = '', type = 'string') {
     const i = n++;
     const k = h('input', {id: `${id}-key-${i}`, class: 'kvarg-key', value: key, placeholder: 'key', 'aria-label': `${label}: key`, list: list ? list.id : null, autocomplete: 'off'});
-    const v = h('input', {id: `${id}-value-${i}`, class: 'kvarg-value', value: valueText(value) === '—' ? '' : (typeof value === 'object' ? JSON.stringify(value) : String(value)), placeholder: 'value', 'aria-label': `${label}: value`});
+    const shown = value == null ? '' : typeof value === 'object' ? JSON.stringify(value) : String(value);
+    const v = h('input', {id: `${id}-value-${i}`, class: 'kvarg-value', value: shown, placeholder: 'value', 'aria-label': `${label}: value`});
     const t = typed ? h('select', {id: `${id}-type-${i}`, class: 'kvarg-type', 'aria-label': `${label}: type`},
       types.map(([val, text]) => h('option', {value: val, selected: val === type}, text))) : null;
     const row = h('div', {class: 'kvarg-row', 'data-row': i}, k, v, t,
       h('button', {type: 'button', class: 'secondary small kvarg-remove', 'aria-label': `Remove this ${label.toLowerCase()} row`, onclick: () => {
         row.remove();
         if (!rows.children.length) addRow();
+        add.focus(); // the focus stays in the editor
       }}, '×'));
     rows.append(row);
     return k;
@@ -74,8 +77,8 @@ export function argsEditor(id, {label = 'Arguments', keys = [], quick = [], type
   const add = h('button', {type: 'button', class: 'secondary small', id: id + '-add', onclick: () => addRow().focus()}, 'Add row');
   const quickBar = quick.length ? h('div', {class: 'kvarg-quick'}, h('span', {class: 'muted small'}, 'Add: '),
     quick.map(([text, key, type = 'string', value = '']) => h('button', {type: 'button', class: 'linkish small', onclick: () => {
-      const empty = [...rows.querySelectorAll('.kvarg-key')].find(e => !e.value);
-      if (empty) empty.closest('.kvarg-row').remove();
+      const blank = [...rows.children].find(r => !r.querySelector('.kvarg-key').value && !r.querySelector('.kvarg-value').value);
+      if (blank) blank.remove();
       const k = addRow(key, value, type);
       k.nextElementSibling.focus();
     }}, text))) : null;
@@ -97,6 +100,13 @@ export function argsEditor(id, {label = 'Arguments', keys = [], quick = [], type
         try { out[key] = argValue(text, sel ? sel.value : 'string'); } catch (e) { throw new Error(`${label}: ${key}: ${e.message}`); }
       }
       return out;
+    },
+    set(obj) {
+      rows.replaceChildren();
+      for (const [k, v] of Object.entries(obj || {})) {
+        addRow(k, v, typeof v === 'number' ? 'number' : typeof v === 'boolean' ? 'boolean' : Array.isArray(v) ? 'list' : 'string');
+      }
+      if (!rows.children.length) addRow();
     },
     clear() { rows.replaceChildren(); addRow(); },
   };
