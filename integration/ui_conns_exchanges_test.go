@@ -198,9 +198,16 @@ func TestUIConnsChannels(t *testing.T) {
 	const reason = "u1: maintenance window"
 	b.u1Login(base, "guest", "guest")
 	b.u1Go(base, connHash, "#conn-close")
-	b.do("close the connection",
+	b.do("a reason that cannot travel in a header",
 		chromedp.Click(uiSel("#conn-close")),
 		chromedp.WaitVisible(uiSel("#close-reason")),
+		chromedp.SetValue(uiSel("#close-reason"), "café ☕"),
+		chromedp.Click(uiSel("#dialog-confirm")),
+		chromedp.WaitVisible(uiSel("#dialog-error")))
+	if got := b.text("#dialog-error"); !strings.Contains(got, "printable ASCII") || conn.IsClosed() {
+		t.Errorf("non-ASCII reason: dialog shows %q, connection closed %v", got, conn.IsClosed())
+	}
+	b.do("close the connection",
 		chromedp.SetValue(uiSel("#close-reason"), reason),
 		chromedp.Click(uiSel("#dialog-confirm")),
 		chromedp.WaitVisible(uiSel("#connections")))

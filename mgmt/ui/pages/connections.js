@@ -80,7 +80,11 @@ export async function closeConnection(name) {
     body: [h('p', null, 'Close ', h('strong', null, name), '? The client is told why, with CONNECTION_FORCED.'),
       field('close-reason', 'Reason', reason)],
     check: async () => {
+      // It travels in an HTTP header (fetch refuses other than Latin-1) and
+      // on to the client as AMQP text: printable ASCII is safe for both.
+      if (/[^\x20-\x7e]/.test(reason.value)) return 'The reason may hold printable ASCII characters only.';
       await api(`/connections/${enc(name)}`, {method: 'DELETE', headers: {'X-Reason': reason.value.trim()}});
+      return '';
     },
   });
   if (!fd) return false;
