@@ -142,9 +142,10 @@ export class ApiError extends Error {
 // the session; a 401 for a missing permission is shown like any other error.
 const loginFailure = err => err.status === 401 && (!err.reason || /login failed|not management user/i.test(err.reason));
 
-// api calls the management API. raw: resolve to the body text, unparsed.
-export async function api(path, {method = 'GET', body, auth = state.session.auth, raw = false} = {}) {
-  const headers = {Accept: 'application/json'};
+// api calls the management API. raw: resolve to the body text, unparsed;
+// headers: more request headers (X-Reason for closing a connection).
+export async function api(path, {method = 'GET', body, auth = state.session.auth, raw = false, headers: extra} = {}) {
+  const headers = {Accept: 'application/json', ...extra};
   if (auth) headers.Authorization = 'Basic ' + auth;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   let res;
