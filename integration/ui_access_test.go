@@ -92,7 +92,17 @@ func TestUIKeyboardAndContrast(t *testing.T) {
 	if len(navs) < 4 {
 		t.Fatalf("top bar links: %v", navs)
 	}
-	for _, href := range append(navs, "#/queues/%2F/kb.a") {
+	// And the pages behind the lists' first rows (a connection, a
+	// channel, an exchange, a user, a vhost) and a queue's.
+	pages := append(navs, "#/queues/%2F/kb.a", "#/admin/policies", "#/admin/limits", "#/admin/definitions")
+	for _, list := range []string{"#/connections", "#/channels", "#/exchanges", "#/admin/users", "#/admin/vhosts"} {
+		table := map[string]string{"#/connections": "connections", "#/channels": "channels", "#/exchanges": "exchanges",
+			"#/admin/users": "users", "#/admin/vhosts": "vhosts"}[list]
+		b.do("open "+list, chromedp.Navigate(w.MgmtURL()+"/"+list), chromedp.WaitVisible(uiSel("#"+table+" tbody a")))
+		pages = append(pages, b.eval(`document.querySelector('#`+table+` tbody a').getAttribute('href')`))
+	}
+	t.Logf("contrast checked on %v", pages)
+	for _, href := range pages {
 		b.do("open "+href, chromedp.Navigate(w.MgmtURL()+"/"+href),
 			chromedp.WaitVisible(uiSel("main h1")))
 		b.poll("loaded "+href, `!document.querySelector('main [aria-busy="true"]')`)

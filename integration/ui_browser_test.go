@@ -267,6 +267,16 @@ func (b *uiBrowser) checkContrast(page string) {
 	})
 }
 
+// fitsPhone checks that the page fits a 390 px wide screen (tables
+// scroll inside their .table-wrap, the page itself does not), then goes
+// back to 1280 px.
+func (b *uiBrowser) fitsPhone(what string) {
+	b.t.Helper()
+	b.do("phone width", chromedp.EmulateViewport(390, 844))
+	b.poll(what+" fits 390 px", `document.documentElement.scrollWidth <= 390`)
+	b.do("desktop width", chromedp.EmulateViewport(1280, 800))
+}
+
 // poll waits until the JavaScript expression is truthy.
 func (b *uiBrowser) poll(what, expr string) {
 	b.t.Helper()

@@ -18,50 +18,10 @@ import (
 	"github.com/warrenmq/warren/internal/testutil"
 )
 
-// u1Login logs in through the login form and waits for the overview.
-func (b *uiBrowser) u1Login(base, user, pass string) {
-	b.t.Helper()
-	b.do("log in as "+user,
-		chromedp.Navigate(base+"/#/"),
-		chromedp.WaitVisible(uiSel("#login-user")),
-		chromedp.SetValue(uiSel("#login-user"), user),
-		chromedp.SetValue(uiSel("#login-pass"), pass),
-		chromedp.Click(uiSel("#login-form button[type=submit]")),
-		chromedp.WaitVisible(uiSel("#ov-objects .card")))
-}
-
 // u1Logout logs out and waits for the login form.
 func (b *uiBrowser) u1Logout() {
 	b.t.Helper()
 	b.do("log out", chromedp.Click(uiSel("#logout")), chromedp.WaitVisible(uiSel("#login-user")))
-}
-
-// u1Eval evaluates a JavaScript expression that yields a string.
-func (b *uiBrowser) u1Eval(expr string) string {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-	if err != nil {
-		b.t.Fatalf("evaluating %s: %v\npage: %s", expr, err, b.pageText())
-	}
-	return s
-}
-
-// u1Go navigates to a hash route of the UI and waits for sel.
-func (b *uiBrowser) u1Go(base, hash, sel string) {
-	b.t.Helper()
-	b.do("open "+hash, chromedp.Navigate(base+"/"+hash), chromedp.WaitVisible(uiSel(sel)))
-}
-
-// u1PhoneWidth checks that the page fits a 390 px wide screen (tables
-// scroll inside their .table-wrap, the page itself does not), then goes
-// back to 1280 px.
-func (b *uiBrowser) u1PhoneWidth(what string) {
-	b.t.Helper()
-	b.do("phone width", chromedp.EmulateViewport(390, 844))
-	b.poll(what+" fits 390 px", `document.documentElement.scrollWidth <= 390`)
-	b.do("desktop width", chromedp.EmulateViewport(1280, 800))
 }
 
 // jsq quotes s as a JavaScript string literal.
@@ -116,13 +76,13 @@ func TestUIConnsChannels(t *testing.T) {
 	monitor := tg.newUser(t, "u1mon", "monitoring")
 
 	b := newUIBrowser(t, chrome)
-	b.u1Login(base, "guest", "guest")
+	b.login(base, "guest", "guest")
 
 	// The list shows the connection with its client-provided name.
 	findRow := `[...document.querySelectorAll('#connections tbody tr')].find(r => r.textContent.includes(` + jsq(connName) + `))`
 	b.do("connections page", chromedp.Click(uiSel(`a[data-nav="connections"]`)), chromedp.WaitVisible(uiSel("#connections")))
 	b.poll("the named connection listed", `!!`+findRow)
-	name := b.u1Eval(findRow + `.dataset.name`)
+	name := b.eval(findRow + `.dataset.name`)
 	row := `#connections tr[data-name=` + jsq(name) + `]`
 	for col, want := range map[string]string{"user": "guest", "vhost": "/", "channels": "1", "protocol": "AMQP 0-9-1", "state": "running"} {
 		if got := b.text(row + ` td[data-col="` + col + `"]`); got != want {
@@ -130,7 +90,7 @@ func TestUIConnsChannels(t *testing.T) {
 		}
 	}
 	b.shot("connections")
-	b.u1PhoneWidth("the connections list")
+	b.fitsPhone("the connections list")
 
 	// The channels page: the channel with 3 unacked, prefetch 10.
 	chRow := `#channels tr[data-name^=` + jsq(name) + `]`
@@ -140,7 +100,7 @@ func TestUIConnsChannels(t *testing.T) {
 		t.Errorf("channel prefetch = %q, want 10", got)
 	}
 	b.shot("channels")
-	b.u1PhoneWidth("the channels list")
+	b.fitsPhone("the channels list")
 
 	// Its page lists the consumer on u1-work and links to the connection.
 	b.do("channel page", chromedp.Click(uiSel(chRow+` td[data-col="name"] a`)), chromedp.WaitVisible(uiSel(`#consumers tr[data-tag="u1-consumer"]`)))
@@ -151,7 +111,7 @@ func TestUIConnsChannels(t *testing.T) {
 		t.Errorf("channel page stats = %q, want Unacked 3", got)
 	}
 	b.shot("channel")
-	b.u1PhoneWidth("the channel page")
+	b.fitsPhone("the channel page")
 	b.do("connection page from the channel", chromedp.Click(uiSel("#ch-connection")), chromedp.WaitVisible(uiSel("#conn-details dl")))
 	if got := b.text("#conn-client-name"); !strings.Contains(got, connName) {
 		t.Errorf("connection page client name = %q", got)
@@ -163,7 +123,7 @@ func TestUIConnsChannels(t *testing.T) {
 	}
 	// The data rates chart draws both directions (samples come with history).
 	b.poll("data rates chart drawn", `(el => el && el.dataset.last)(document.querySelector('#conn-rate-chart'))`)
-	if got := b.u1Eval(`Object.keys(JSON.parse(document.querySelector('#conn-rate-chart').dataset.last)).join(',')`); got != "From client,To client" {
+	if got := b.eval(`Object.keys(JSON.parse(document.querySelector('#conn-rate-chart').dataset.last)).join(',')`); got != "From client,To client" {
 		t.Errorf("data rates chart series = %q", got)
 	}
 	u1ChartMoves(t, tg, b, "#conn-rate-chart", "From client", func() {
@@ -171,15 +131,15 @@ func TestUIConnsChannels(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	b.u1PhoneWidth("the connection page")
+	b.fitsPhone("the connection page")
 	b.shot("connection")
-	connHash := b.u1Eval(`location.hash`)
+	connHash := b.eval(`location.hash`)
 
 	// Error path: a monitoring user sees the connection but may not close
 	// it: the dialog shows the server's reason and stays open.
 	b.u1Logout()
-	b.u1Login(base, monitor, monitor)
-	b.u1Go(base, connHash, "#conn-close")
+	b.login(base, monitor, monitor)
+	b.goTo(base, connHash, "#conn-close")
 	b.do("monitoring user closes",
 		chromedp.Click(uiSel("#conn-close")),
 		chromedp.WaitVisible(uiSel("#close-reason")),
@@ -196,8 +156,8 @@ func TestUIConnsChannels(t *testing.T) {
 
 	// guest closes it with a reason; the client gets 320 with that text.
 	const reason = "u1: maintenance window"
-	b.u1Login(base, "guest", "guest")
-	b.u1Go(base, connHash, "#conn-close")
+	b.login(base, "guest", "guest")
+	b.goTo(base, connHash, "#conn-close")
 	b.do("a reason that cannot travel in a header",
 		chromedp.Click(uiSel("#conn-close")),
 		chromedp.WaitVisible(uiSel("#close-reason")),
@@ -249,7 +209,7 @@ func TestUIExchanges(t *testing.T) {
 	}
 
 	b := newUIBrowser(t, chrome)
-	b.u1Login(base, "guest", "guest")
+	b.login(base, "guest", "guest")
 	b.do("exchanges page", chromedp.Click(uiSel(`a[data-nav="exchanges"]`)), chromedp.WaitVisible(uiSel(`#exchanges tr[data-name="amq.topic"]`)))
 
 	// By keyboard: Enter on "Add a new exchange" opens the dialog with the
@@ -258,7 +218,7 @@ func TestUIExchanges(t *testing.T) {
 		chromedp.Focus(uiSel("#x-add")),
 		chromedp.KeyEvent("\r"),
 		chromedp.WaitVisible(uiSel("#x-new-name")))
-	if got := b.u1Eval(`document.activeElement.closest('dialog') ? 'in' : 'out'`); got != "in" {
+	if got := b.eval(`document.activeElement.closest('dialog') ? 'in' : 'out'`); got != "in" {
 		t.Errorf("focus after opening the dialog is %s of it", got)
 	}
 	b.do("escape closes it", chromedp.KeyEvent("\x1b"), chromedp.WaitNotVisible(uiSel("#dialog")))
@@ -286,7 +246,7 @@ func TestUIExchanges(t *testing.T) {
 		chromedp.Click(uiSel("#dialog-confirm")),
 		chromedp.Poll[chromedp.Void](`document.querySelector('#dialog-error').textContent.includes('x-delayed-type')`,
 			chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
-	b.u1Eval(`[...document.querySelectorAll('#x-new-args .kvarg-quick button')].find(b => b.textContent === 'Delayed type').click() || ''`)
+	b.eval(`[...document.querySelectorAll('#x-new-args .kvarg-quick button')].find(b => b.textContent === 'Delayed type').click() || ''`)
 	b.do("add u1-delayed", chromedp.Click(uiSel("#dialog-confirm")), chromedp.WaitNotVisible(uiSel("#dialog")))
 	if x := tg.getJSON("/api/exchanges/%2F/u1-delayed").(map[string]any); x["type"] != "x-delayed-message" ||
 		!jsonEqual(x["arguments"], map[string]any{"x-delayed-type": "direct"}) {
@@ -319,13 +279,13 @@ func TestUIExchanges(t *testing.T) {
 		t.Errorf("u1-events = %v", x)
 	}
 	b.shot("exchanges")
-	b.u1PhoneWidth("the exchanges list")
+	b.fitsPhone("the exchanges list")
 
 	// The virtual host filter lists one vhost's exchanges only.
 	pickVhost := func(name string) {
 		t.Helper()
 		b.poll("vhost option "+name, `!!document.querySelector('#exchanges-vhost option[value=`+jsq(name)+`]')`)
-		b.u1Eval(`(s => { s.value = ` + jsq(name) + `; s.dispatchEvent(new Event('change')); return '' })(document.querySelector('#exchanges-vhost'))`)
+		b.eval(`(s => { s.value = ` + jsq(name) + `; s.dispatchEvent(new Event('change')); return '' })(document.querySelector('#exchanges-vhost'))`)
 	}
 	pickVhost(vh)
 	b.poll("only "+vh+"'s exchanges", `(rows => rows.length > 0 && rows.every(r => r.dataset.vhost === `+jsq(vh)+`))([...document.querySelectorAll('#exchanges tbody tr[data-vhost]')])`)
@@ -372,7 +332,7 @@ func TestUIExchanges(t *testing.T) {
 		chromedp.SetValue(uiSel("#x-publish-payload"), `{"order":7}`),
 		chromedp.Click(uiSel("#x-publish-submit")),
 		chromedp.WaitVisible(uiSel("#x-publish-result .result")))
-	if got := b.u1Eval(`document.querySelector('#x-publish-result .result').dataset.routed + ' ' + document.querySelector('#x-publish-result').textContent`); got != "true Message published." {
+	if got := b.eval(`document.querySelector('#x-publish-result .result').dataset.routed + ' ' + document.querySelector('#x-publish-result').textContent`); got != "true Message published." {
 		t.Errorf("publish result = %q", got)
 	}
 	m := u1Get(t, ch, "u1-orders")
@@ -403,7 +363,7 @@ func TestUIExchanges(t *testing.T) {
 		t.Errorf("breadcrumbs = %q", got)
 	}
 	b.shot("exchange")
-	b.u1PhoneWidth("the exchange page")
+	b.fitsPhone("the exchange page")
 
 	// Remove the binding to u1-orders: gone from the page and the API, and
 	// a mandatory publish is returned unroutable.
@@ -444,7 +404,7 @@ func TestUIExchanges(t *testing.T) {
 	}
 
 	// The default exchange routes by queue name.
-	b.u1Go(base, "#/exchanges/%2F/amq.default", "#x-publish")
+	b.goTo(base, "#/exchanges/%2F/amq.default", "#x-publish")
 	b.do("publish through the default exchange",
 		chromedp.SetValue(uiSel("#x-publish-key"), "u1-orders"),
 		chromedp.SetValue(uiSel("#x-publish-payload"), "via default"),
@@ -453,12 +413,12 @@ func TestUIExchanges(t *testing.T) {
 	if m := u1Get(t, ch, "u1-orders"); string(m.Body) != "via default" || m.Exchange != "" {
 		t.Errorf("via the default exchange: exchange %q body %q", m.Exchange, m.Body)
 	}
-	if n := b.u1Eval(`String(document.querySelectorAll('#x-delete, #x-bind').length)`); n != "0" {
+	if n := b.eval(`String(document.querySelectorAll('#x-delete, #x-bind').length)`); n != "0" {
 		t.Errorf("the default exchange offers delete or bind (%s elements)", n)
 	}
 
 	// Error path: amq.direct may not be deleted; the dialog says why.
-	b.u1Go(base, "#/exchanges/%2F/amq.direct", "#x-delete")
+	b.goTo(base, "#/exchanges/%2F/amq.direct", "#x-delete")
 	b.do("delete amq.direct",
 		chromedp.Click(uiSel("#x-delete")),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
@@ -471,7 +431,7 @@ func TestUIExchanges(t *testing.T) {
 	tg.must("GET", "/api/exchanges/%2F/amq.direct", nil, 200)
 
 	// Delete u1-events after the confirmation.
-	b.u1Go(base, "#/exchanges/%2F/u1-events", "#x-delete")
+	b.goTo(base, "#/exchanges/%2F/u1-events", "#x-delete")
 	b.do("delete the exchange",
 		chromedp.Click(uiSel("#x-delete")),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
@@ -500,24 +460,18 @@ func u1Get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 	return m
 }
 
-// u1ChartMoves: issue 15, a chart's series change after traffic. Once
-// the management server keeps history (helper H's SampleNow; until then
-// the check only says so), the chart's series ends above zero while
-// traffic runs. Samples lie on a 5 s grid, so this takes up to two grid
-// steps.
+// u1ChartMoves: issue 15, a chart's series change after traffic: the
+// chart's series ends above zero while traffic runs and the broker
+// samples. Samples lie on a 5 s grid, so this takes up to two grid steps.
 func u1ChartMoves(t *testing.T, tg *mgmtTarget, b *uiBrowser, chart, series string, traffic func()) {
 	t.Helper()
-	s, ok := any(tg.w.Mgmt()).(interface{ SampleNow() })
-	if !ok {
-		t.Log("the management server keeps no history yet: the chart check is skipped")
-		return
-	}
+	s := tg.w.Mgmt()
 	last := `(c => c && c.dataset.last ? String(JSON.parse(c.dataset.last)[` + jsq(series) + `]) : '')(document.querySelector(` + jsq(chart) + `))`
 	var got string
 	if !testutil.Until(20*time.Second, func() bool {
 		traffic()
 		s.SampleNow()
-		got = b.u1Eval(last)
+		got = b.eval(last)
 		return got != "" && got != "0" && got != "null"
 	}) {
 		t.Errorf("chart %s never moved: %s = %q", chart, series, got)
