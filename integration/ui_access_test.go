@@ -7,7 +7,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/warrenmq/warren/warrentest"
 )
 
 // TestUIKeyboardAndContrast: issue 15, keyboard use and readable contrast.
@@ -17,16 +16,9 @@ import (
 // colour scheme.
 func TestUIKeyboardAndContrast(t *testing.T) {
 	chrome := uiChromium(t)
-	w := warrentest.Start(t)
-	conn, err := amqp.Dial(w.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t)
+	w := e.warren()
+	ch := e.channel()
 	for _, q := range []string{"kb.a", "kb.b"} {
 		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
 			t.Fatal(err)

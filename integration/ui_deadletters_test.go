@@ -11,7 +11,6 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/internal/testutil"
-	"github.com/warrenmq/warren/warrentest"
 )
 
 // TestUIDeadLetterTimelineAndPreview: issue 15, the dead-letter page's
@@ -23,16 +22,9 @@ import (
 // readable contrast.
 func TestUIDeadLetterTimelineAndPreview(t *testing.T) {
 	chrome := uiChromium(t)
-	w := warrentest.Start(t)
-	conn, err := amqp.Dial(w.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t)
+	w := e.warren()
+	ch := e.channel()
 	dl := amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "uidl.dlq"}
 	for _, q := range []string{"uidl.dlq", "uidl.orders", "uidl.ttl"} {
 		args := dl
@@ -55,6 +47,7 @@ func TestUIDeadLetterTimelineAndPreview(t *testing.T) {
 		var d amqp.Delivery
 		if !testutil.Until(5*time.Second, func() bool {
 			var ok bool
+			var err error
 			if d, ok, err = ch.Get(q, false); err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/internal/testutil"
-	"github.com/warrenmq/warren/warrentest"
 )
 
 // TestUIOverviewCharts: issue 15, the overview's charts follow the
@@ -22,16 +21,9 @@ import (
 // are needed: the test takes about 10 s.
 func TestUIOverviewCharts(t *testing.T) {
 	chrome := uiChromium(t)
-	w := warrentest.Start(t)
-	conn, err := amqp.Dial(w.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t)
+	w := e.warren()
+	ch := e.channel()
 	for _, q := range []string{"ov.dlq", "ov.work"} {
 		args := amqp.Table{}
 		if q == "ov.work" {
