@@ -99,9 +99,9 @@ func TestUIQueues(t *testing.T) {
 		chromedp.WaitVisible(uiSel("#aq-name")),
 		chromedp.SendKeys(uiSel("#aq-name"), qn),
 		chromedp.Click(uiSel(`#dialog button[data-arg="x-message-ttl"]`)),
-		chromedp.SendKeys(uiSel("#aq-args-val-0"), "60000"),
+		chromedp.SendKeys(uiSel("#aq-args-value-0"), "60000"),
 		chromedp.Click(uiSel(`#dialog button[data-arg="x-max-length"]`)),
-		chromedp.SendKeys(uiSel("#aq-args-val-1"), "-1"),
+		chromedp.SendKeys(uiSel("#aq-args-value-1"), "-1"),
 		chromedp.Click(uiSel("#dialog-confirm")),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	b.checkContrast("add queue dialog")
@@ -112,12 +112,12 @@ func TestUIQueues(t *testing.T) {
 		t.Fatalf("%s exists after the refused add", qn)
 	}
 	b.do("add the queue",
-		chromedp.SetValue(uiSel("#aq-args-val-1"), "100"),
+		chromedp.SetValue(uiSel("#aq-args-value-1"), "100"),
 		chromedp.Click(uiSel(`#dialog button[data-arg="x-dead-letter-exchange"]`)),
 		chromedp.Click(uiSel(`#dialog button[data-arg="x-dead-letter-routing-key"]`)),
-		chromedp.SendKeys(uiSel("#aq-args-val-3"), "u2-dlq"),
+		chromedp.SendKeys(uiSel("#aq-args-value-3"), "u2-dlq"),
 		chromedp.Click(uiSel(`#dialog button[data-arg="x-overflow"]`)),
-		chromedp.SendKeys(uiSel("#aq-args-val-4"), "reject-publish"),
+		chromedp.SendKeys(uiSel("#aq-args-value-4"), "reject-publish"),
 	)
 	b.do("confirm", u2Confirm()...)
 	if _, ok := u2Passive(t, conn, qn); !ok {
@@ -168,13 +168,13 @@ func TestUIQueues(t *testing.T) {
 		chromedp.WaitVisible(uiSel("#qp-payload")),
 		u2Select("#qp-mode", "2"),
 		chromedp.SendKeys(uiSel("#qp-headers-key-0"), "tenant"),
-		chromedp.SendKeys(uiSel("#qp-headers-val-0"), "acme"),
+		chromedp.SendKeys(uiSel("#qp-headers-value-0"), "acme"),
 		chromedp.SendKeys(uiSel("#qp-props-key-0"), "content_type"),
-		chromedp.SendKeys(uiSel("#qp-props-val-0"), "application/json"),
+		chromedp.SendKeys(uiSel("#qp-props-value-0"), "application/json"),
 		chromedp.SendKeys(uiSel("#qp-payload"), `{"order":7}`),
-		chromedp.Click(uiSel("#qp-publish")),
+		chromedp.Click(uiSel("#qp-submit")),
 		chromedp.WaitVisible(uiSel("#qp-result .result")))
-	if got := b.text("#qp-result"); got != "Message published to "+qn+"." {
+	if got := b.text("#qp-result"); got != "Message published." {
 		t.Errorf("publish result = %q", got)
 	}
 	uiWaitMessages(t, ch, qn, 1)
@@ -311,7 +311,7 @@ func TestUIQueues(t *testing.T) {
 		chromedp.SendKeys(uiSel("#aq-name"), qq),
 		u2Select("#aq-type", "quorum"),
 		chromedp.Click(uiSel(`#dialog button[data-arg="x-delivery-limit"]`)),
-		chromedp.SendKeys(uiSel("#aq-args-val-0"), "5"))
+		chromedp.SendKeys(uiSel("#aq-args-value-0"), "5"))
 	b.do("confirm", u2Confirm()...)
 	if q := tg.queueInfo("/", qq); q["type"] != "quorum" || !jsonEqual(q["arguments"], map[string]any{"x-queue-type": "quorum", "x-delivery-limit": 5.0}) {
 		t.Errorf("quorum queue from the form: type %v arguments %v", q["type"], q["arguments"])

@@ -10,6 +10,7 @@ import {
   refreshNow, showError, timeText, valueText, vhostSelect, yes,
 } from '../core.js';
 import {historyQuery, lengthsChart, rangeSelect, ratesChart} from '../chart.js';
+import {argsEditor, publishForm} from '../forms.js';
 
 export const routes = [
   [/^#\/queues\/?$/, 'queues', queuesPage],
@@ -76,10 +77,7 @@ function queuesPage(ctx) {
 
 // ---- Arguments editor ------------------------------------------------------
 
-// ARG_TYPES are the value types of an argument or header, as RabbitMQ's UI.
-const ARG_TYPES = [['string', 'String'], ['number', 'Number'], ['boolean', 'Boolean'], ['list', 'List']];
-
-// QUEUE_ARGS are offered as shortcuts: [key, label, type].
+// QUEUE_ARGS are offered as shortcuts: [key, label, type] (RabbitMQ's "Add:").
 const QUEUE_ARGS = [
   ['x-message-ttl', 'Message TTL', 'number'], ['x-expires', 'Auto expire', 'number'],
   ['x-max-length', 'Max length', 'number'], ['x-max-length-bytes', 'Max length bytes', 'number'],
@@ -88,79 +86,6 @@ const QUEUE_ARGS = [
   ['x-single-active-consumer', 'Single active consumer', 'boolean'], ['x-max-priority', 'Maximum priority', 'number'],
   ['x-queue-leader-locator', 'Leader locator', 'string'], ['x-max-age', 'Max age (streams)', 'string'],
 ];
-
-// argsEditor edits an AMQP table as rows of key = value (type); a new
-// empty row appears once the last is used. shortcuts: [[key, label, type]]
-// fill a row. value() returns the table, or throws a message naming the
-// bad row.
-export function argsEditor(id, {shortcuts = [], keyList = null, label = 'Arguments'} = {}) {
-  const rows = h('div', {class: 'args-rows', id});
-  let n = 0;
-  const addRow = (key = '', val = '', type = 'string') => {
-    const i = n++;
-    const k = h('input', {id: `${id}-key-${i}`, class: 'arg-key', value: key, placeholder: 'key', 'aria-label': `${label}: key ${i + 1}`,
-      list: keyList, autocomplete: 'off'});
-    const v = h('input', {id: `${id}-val-${i}`, class: 'arg-val', value: val, placeholder: 'value', 'aria-label': `${label}: value ${i + 1}`});
-    const t = h('select', {id: `${id}-type-${i}`, class: 'arg-type', 'aria-label': `${label}: type ${i + 1}`},
-      ARG_TYPES.map(([val2, text]) => h('option', {value: val2, selected: val2 === type}, text)));
-    const row = h('div', {class: 'arg-row', 'data-row': i}, k, h('span', {'aria-hidden': 'true'}, '='), v, t);
-    const grow = () => { if (row === rows.lastElementChild && (k.value || v.value)) addRow(); };
-    k.addEventListener('input', grow);
-    v.addEventListener('input', grow);
-    rows.append(row);
-    return row;
-  };
-  addRow();
-  const use = (key, type) => {
-    let row = [...rows.children].find(r => r.querySelector('.arg-key').value === key) ||
-      [...rows.children].find(r => !r.querySelector('.arg-key').value && !r.querySelector('.arg-val').value);
-    if (!row) row = addRow();
-    row.querySelector('.arg-key').value = key;
-    row.querySelector('.arg-type').value = type;
-    if (row === rows.lastElementChild) addRow();
-    row.querySelector('.arg-val').focus();
-  };
-  const el = h('fieldset', {class: 'args'}, h('legend', null, label), rows,
-    shortcuts.length ? h('p', {class: 'shortcuts small'}, 'Add: ', shortcuts.map(([key, text, type], i) => [i ? ' · ' : '',
-      h('button', {type: 'button', class: 'link', 'data-arg': key, title: key, onclick: () => use(key, type)}, text)])) : null);
-  const value = () => {
-    const out = {};
-    for (const row of rows.children) {
-      const key = row.querySelector('.arg-key').value.trim();
-      const raw = row.querySelector('.arg-val').value;
-      const type = row.querySelector('.arg-type').value;
-      if (!key) {
-        if (raw.trim()) throw `${label}: a value (${raw}) has no key.`;
-        continue;
-      }
-      out[key] = convertValue(`${label}: ${key}`, raw, type);
-    }
-    return out;
-  };
-  return {el, value, use};
-}
-
-function convertValue(what, raw, type) {
-  const s = raw.trim();
-  switch (type) {
-  case 'number': {
-    const x = Number(s);
-    if (s === '' || !Number.isFinite(x)) throw `${what}: "${raw}" is not a number.`;
-    return x;
-  }
-  case 'boolean':
-    if (!/^(true|false)$/i.test(s)) throw `${what}: "${raw}" is not true or false.`;
-    return s.toLowerCase() === 'true';
-  case 'list':
-    if (s.startsWith('[')) {
-      try { const l = JSON.parse(s); if (Array.isArray(l)) return l; } catch { /* fall through */ }
-      throw `${what}: "${raw}" is not a JSON list.`;
-    }
-    return s === '' ? [] : s.split(',').map(x => x.trim());
-  default:
-    return raw;
-  }
-}
 
 // ---- Add a queue -------------------------------------------------------------
 
@@ -174,7 +99,7 @@ async function addQueue(ctx) {
     if (replicated) { durable.value = 'true'; autoDelete.value = 'false'; }
     durable.disabled = autoDelete.disabled = replicated;
   });
-  const args = argsEditor('aq-args', {shortcuts: QUEUE_ARGS});
+  const args = argsEditor('aq-args', {quick: QUEUE_ARGS.map(([key, label, type]) => [label, key, type])});
   let created = null;
   const fd = await ask({
     title: 'Add a new queue', confirm: 'Add queue', wide: true,
@@ -556,53 +481,11 @@ function bindForm(ctx, vhost, name) {
 
 // ---- Publish and get -----------------------------------------------------------
 
-// PROPERTIES are the basic properties a message can be published with;
-// the numeric ones are sent as numbers.
-const PROPERTIES = ['content_type', 'content_encoding', 'priority', 'correlation_id', 'reply_to', 'expiration',
-  'message_id', 'timestamp', 'type', 'user_id', 'app_id', 'cluster_id'];
-const NUMERIC_PROPERTIES = new Set(['priority', 'timestamp']);
-
+// publishPanel publishes to the queue through the default exchange.
 function publishPanel(ctx, vhost, name) {
-  const mode = h('select', {name: 'delivery_mode'}, h('option', {value: '1'}, '1 - Non-persistent'), h('option', {value: '2'}, '2 - Persistent'));
-  const headers = argsEditor('qp-headers', {label: 'Headers'});
-  const propsEd = argsEditor('qp-props', {label: 'Properties', keyList: 'qp-prop-names'});
-  const payload = h('textarea', {name: 'payload', rows: 5});
-  const encoding = h('select', {name: 'payload_encoding'}, h('option', {value: 'string'}, 'String'), h('option', {value: 'base64'}, 'Base64'));
-  const result = h('div', {id: 'qp-result', role: 'status'});
-  const form = h('form', {id: 'qp-form', onsubmit: async ev => {
-    ev.preventDefault();
-    let body;
-    try {
-      const properties = {delivery_mode: Number(mode.value)};
-      for (const [k, v] of Object.entries(propsEd.value())) {
-        properties[k] = NUMERIC_PROPERTIES.has(k) ? convertValue(`Properties: ${k}`, String(v), 'number') : v;
-      }
-      const hs = headers.value();
-      if (Object.keys(hs).length) properties.headers = hs;
-      body = {properties, routing_key: name, payload: payload.value, payload_encoding: encoding.value};
-    } catch (msg) {
-      showError(msg, 'Publishing');
-      return;
-    }
-    try {
-      const r = await api(`/exchanges/${enc(vhost)}/amq.default/publish`, {method: 'POST', body});
-      result.replaceChildren(r && r.routed
-        ? h('div', {class: 'result ok'}, `Message published to ${name}.`)
-        : h('div', {class: 'result warn'}, `Message published, but not routed to any queue (is ${name} still there?).`));
-      refreshNow(ctx);
-    } catch (err) {
-      result.replaceChildren();
-      showError(err, 'Publishing');
-    }
-  }},
+  return h('details', {class: 'panel', id: 'q-publish'}, h('summary', null, 'Publish message'),
     h('p', {class: 'muted'}, 'Published to the default exchange with the queue\'s name as routing key.'),
-    h('div', {class: 'form-grid'}, field('qp-mode', 'Delivery mode', mode), field('qp-encoding', 'Payload encoding', encoding)),
-    headers.el,
-    propsEd.el, h('datalist', {id: 'qp-prop-names'}, PROPERTIES.map(p => h('option', {value: p}))),
-    field('qp-payload', 'Payload', payload),
-    h('div', {class: 'form-actions'}, h('button', {type: 'submit', class: 'primary', id: 'qp-publish'}, 'Publish message')),
-    result);
-  return h('details', {class: 'panel', id: 'q-publish'}, h('summary', null, 'Publish message'), form);
+    publishForm('qp', vhost, '', {routingKey: name, fixedKey: true, onPublished: () => refreshNow(ctx)}));
 }
 
 // ACK_MODES are RabbitMQ's get modes with its UI's labels.
