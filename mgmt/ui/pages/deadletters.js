@@ -5,6 +5,7 @@
 
 import {REASONS, api, ask, badge, card, counts, enc, errText, exchangeName, field, h, num, plural, poll, purgeQueue, queueHref, refreshNow, showError} from '../core.js';
 import {lineChart} from '../chart.js';
+import {moveMessages} from './queues.js';
 
 export const routes = [[/^#\/dead-letters\/?$/, 'dead-letters', deadLettersPage]];
 
@@ -150,37 +151,10 @@ async function replay(d, showResult, after) {
 }
 
 async function move(d, showResult, after) {
-  const dest = h('input', {name: 'dest', required: true, list: 'mv-queues', autocomplete: 'off'});
-  const options = h('datalist', {id: 'mv-queues'});
-  dest.addEventListener('input', () => dest.setCustomValidity(dest.value === d.name ? 'Choose a queue other than the source.' : ''));
-  api(`/queues/${enc(d.vhost)}?columns=name`).then(qs => {
-    options.replaceChildren(...(Array.isArray(qs) ? qs : qs.items || []).filter(q => q.name !== d.name).map(q => h('option', {value: q.name})));
-  }).catch(() => {});
-  const fd = await ask({
-    title: `Move messages from ${d.name}`,
-    body: [
-      h('p', null, `Move all ${plural(d.messages_ready, 'ready message')} of `, h('strong', null, d.name),
-        ` to another queue in vhost ${d.vhost}. Each message leaves ${d.name} once the destination has it.`),
-      field('mv-dest', 'Destination queue', dest), options,
-    ],
-    confirm: 'Move messages',
-  });
-  if (!fd) return;
-  const destQ = fd.get('dest').trim();
-  const name = `move-${d.name}-${Date.now().toString(36)}`;
-  const uri = 'amqp:///' + enc(d.vhost);
-  try {
-    await api(`/parameters/shovel/${enc(d.vhost)}/${enc(name)}`, {method: 'PUT', body: {
-      component: 'shovel', vhost: d.vhost, name,
-      value: {'src-uri': uri, 'src-queue': d.name, 'dest-uri': uri, 'dest-queue': destQ, 'src-delete-after': 'queue-length'},
-    }});
-    showResult(`Moving messages from ${d.name} to ${destQ} (shovel ${name}).`, 'ok');
-  } catch (err) {
-    showError(err, `Moving messages from ${d.name}`);
-  }
+  const r = await moveMessages(d.vhost, d.name, d.messages_ready);
+  if (r) showResult(`Moving messages from ${d.name} to ${r.dest} (shovel ${r.shovel}).`, 'ok');
   after();
 }
-
 
 // STATUS_TEXT explains a preview status.
 const STATUS_TEXT = {
