@@ -36,6 +36,10 @@ const PALETTE = ['#d97706', '#2563eb', '#16a34a', '#dc2626', '#7c3aed', '#0891b2
 // INT_INCRS are the y-axis steps of charts of whole numbers.
 const INT_INCRS = [1, 2, 5].flatMap(m => [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8].map(p => m * p)).sort((a, b) => a - b);
 
+// axisWidth sizes a value axis to its labels (about 7 px a character at
+// the 12 px axis font, plus the ticks and a gap).
+const axisWidth = (self, values) => 18 + 7 * Math.max(3, ...(values || []).map(v => String(v).length));
+
 const cssVar = name => getComputedStyle(document.documentElement).getPropertyValue(name).trim() || '#888';
 
 // samplesOf returns the samples of a *_details object oldest first.
@@ -83,7 +87,10 @@ export function lineChart({id, title, unit = '', height = 180, format = v => Str
       cursor: {drag: {x: false, y: false}},
       legend: {show: true, live: true},
       scales: {x: {time: true}, y: {range: (self, min, max) => [0, max > 0 ? max * 1.1 : 1]}},
-      axes: [axis, {...axis, size: 60, values: (self, ticks) => ticks.map(v => format(v) + unit), ...(integer ? {incrs: INT_INCRS} : {})}],
+      // The time axis spaces its ticks for "12/2/26 3:57am"; the value
+      // axis is as wide as its longest label.
+      axes: [{...axis, space: 90}, {...axis, size: axisWidth, values: (self, ticks) => ticks.map(v => format(v) + unit),
+        ...(integer ? {incrs: INT_INCRS} : {})}],
       series: [{value: (self, v) => (v == null ? '—' : new Date(v * 1000).toLocaleTimeString())},
         ...series.map((s, i) => ({label: s.label, stroke: PALETTE[i % PALETTE.length], width: 2,
           value: (self, v) => (v == null ? '—' : format(v) + unit)}))],
