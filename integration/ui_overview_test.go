@@ -38,15 +38,17 @@ func TestUIOverviewCharts(t *testing.T) {
 	b := newUIBrowser(t, chrome)
 	b.login(w.MgmtURL(), "guest", "guest")
 	b.poll("charts drawn", `document.querySelector('#ov-rate-chart canvas') && document.querySelector('#ov-queued-chart canvas')`)
-	last := func(id string) map[string]*float64 {
+	// data reads a chart's data-last or data-max: the newest or the
+	// highest value of each series.
+	data := func(id, which string) map[string]*float64 {
 		var m map[string]*float64
-		if s := b.eval(fmt.Sprintf(`document.querySelector('#%s').dataset.last || '{}'`, id)); json.Unmarshal([]byte(s), &m) != nil {
-			t.Fatalf("%s data-last = %q", id, s)
+		if s := b.eval(fmt.Sprintf(`document.querySelector('#%s').dataset.%s || '{}'`, id, which)); json.Unmarshal([]byte(s), &m) != nil {
+			t.Fatalf("%s data-%s = %q", id, which, s)
 		}
 		return m
 	}
 	positive := func(v *float64) bool { return v != nil && *v > 0 }
-	if m := last("ov-rate-chart"); positive(m["Publish"]) {
+	if m := data("ov-rate-chart", "max"); positive(m["Publish"]) {
 		t.Fatalf("publish rate before any traffic: %v", *m["Publish"])
 	}
 
@@ -74,10 +76,12 @@ func TestUIOverviewCharts(t *testing.T) {
 	uiWaitMessages(t, ch, "ov.dlq", 5)
 
 	// Sample until the next 5 s slot has one, and the page has shown it.
+	// A rate is the change between two slots, so the rise is in the
+	// series (its highest value), not necessarily its newest point.
 	var rates, queued map[string]*float64
 	if !testutil.Until(25*time.Second, func() bool {
 		w.Mgmt().SampleNow()
-		rates, queued = last("ov-rate-chart"), last("ov-queued-chart")
+		rates, queued = data("ov-rate-chart", "max"), data("ov-queued-chart", "last")
 		return positive(rates["Publish"]) && positive(rates["Deliver / get"]) && positive(rates["Dead-lettered"]) &&
 			queued["Ready"] != nil && *queued["Ready"] == 30
 	}) {

@@ -65,7 +65,8 @@ export const lengthSeries = details => samplesOf(details).map(x => [x.timestamp,
 
 // lineChart makes a chart: {el, update(series)} where series is
 // [{label, points: [[ms, value], ...]}]. The element carries data-last (the
-// newest value of each series, JSON) and data-points, so tests and screen
+// newest value of each series, JSON), data-max (the highest) and
+// data-points, so tests and screen
 // readers can read what is drawn; the chart itself is aria-hidden and the
 // figure's caption says what the series are now.
 export function lineChart({id, title, unit = '', height = 180, format = v => String(v), integer = false}) {
@@ -109,7 +110,10 @@ export function lineChart({id, title, unit = '', height = 180, format = v => Str
     u.setData(data);
     const last = {};
     for (const s of series) last[s.label] = s.points.length ? s.points[s.points.length - 1][1] : null;
+    const max = {};
+    for (const s of series) max[s.label] = s.points.length ? Math.max(...s.points.map(p => p[1])) : null;
     el.dataset.last = JSON.stringify(last);
+    el.dataset.max = JSON.stringify(max);
     el.dataset.points = String(times.length);
     caption.textContent = times.length
       ? series.map(s => `${s.label} ${last[s.label] == null ? '—' : format(last[s.label]) + unit}`).join(' · ')
