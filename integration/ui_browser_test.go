@@ -143,8 +143,10 @@ func (b *uiBrowser) capture(name string) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	// Let charts redraw after a resize (they follow a ResizeObserver).
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise)); err != nil {
+	// From the top (a sticky top bar would show where the page is
+	// scrolled to), once charts have redrawn after a resize (they follow
+	// a ResizeObserver).
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.scrollTo(0, 0), new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise)); err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
