@@ -77,6 +77,7 @@ func consumeUnderLoad(t *testing.T, cancelFirst bool) {
 	}()
 
 	acked := 0
+	requeuedBefore := hq.Stats().Requeued
 	deadline := time.After(2 * waitTimeout)
 	for acked < stopAt {
 		select {
@@ -130,7 +131,13 @@ func consumeUnderLoad(t *testing.T, cancelFirst bool) {
 		t.Fatalf("home: %d ready, %d unacked, %d consumers; %d acked of %d", s.Ready, s.Unacked, s.Consumers, acked, total)
 	}
 	// The returned messages were delivered: they come back redelivered,
-	// at the head of the queue.
+	// at the head of the queue. When nothing was in flight at the close
+	// (a consumer as fast as the publisher, as under -race), nothing came
+	// back, and the head was never delivered.
+	if s.Requeued == requeuedBefore {
+		t.Logf("nothing was in flight at the close (%d acked): no redelivery to check", acked)
+		return
+	}
 	gch, err := pconn.Channel()
 	if err != nil {
 		t.Fatal(err)
