@@ -245,24 +245,43 @@ func (c *call) relay(r reply) error {
 	return nil
 }
 
-// qqAddMember is rabbit_mgmt_wm_quorum_queue_replicas_add_member over
-// rabbit_quorum_queue:add_member.
-func (c *call) qqAddMember() error {
+// memberReq is a request to change one member of a quorum queue.
+type memberReq struct {
+	vhost, name, node string
+	info              broker.QuorumMembership
+	raw               []byte // the body, to forward to the leader
+}
+
+// memberRequest reads a member change's queue and {"node"} body, with
+// RabbitMQ's precedence: an unknown queue (404), then a bad body (400),
+// then a queue whose membership is unknown (503).
+func (c *call) memberRequest() (memberReq, error) {
 	vhost, name, info, err := c.qqLookup()
 	if ae := (*apiError)(nil); errors.As(err, &ae) {
-		return err
+		return memberReq{}, err
 	}
 	raw, err2 := c.body()
 	if err2 != nil {
-		return err2
+		return memberReq{}, err2
 	}
 	node, err2 := c.nodeBody()
 	if err2 != nil {
-		return err2
+		return memberReq{}, err2
 	}
 	if err != nil {
-		return memberFailed(err)
+		return memberReq{}, memberFailed(err)
 	}
+	return memberReq{vhost: vhost, name: name, node: node, info: info, raw: raw}, nil
+}
+
+// qqAddMember is rabbit_mgmt_wm_quorum_queue_replicas_add_member over
+// rabbit_quorum_queue:add_member.
+func (c *call) qqAddMember() error {
+	r, err := c.memberRequest()
+	if err != nil {
+		return err
+	}
+	vhost, name, info, node := r.vhost, r.name, r.info, r.node
 	if !c.local && !c.s.isRunning(node) {
 		return unavailable("node_not_running")
 	}
@@ -271,7 +290,7 @@ func (c *call) qqAddMember() error {
 			return c.noContent() // idempotent by design
 		}
 	}
-	return c.relay(c.atLeader(vhost, name, c.escapedPath(), raw, http.StatusNoContent, func(ctx context.Context) error {
+	return c.relay(c.atLeader(vhost, name, c.escapedPath(), r.raw, http.StatusNoContent, func(ctx context.Context) error {
 		return c.s.b.AddQuorumMember(ctx, vhost, name, c.s.bnode(node))
 	}))
 }
@@ -279,22 +298,12 @@ func (c *call) qqAddMember() error {
 // qqDeleteMember is rabbit_mgmt_wm_quorum_queue_replicas_delete_member:
 // 202 Accepted.
 func (c *call) qqDeleteMember() error {
-	vhost, name, _, err := c.qqLookup()
-	if ae := (*apiError)(nil); errors.As(err, &ae) {
+	r, err := c.memberRequest()
+	if err != nil {
 		return err
 	}
-	raw, err2 := c.body()
-	if err2 != nil {
-		return err2
-	}
-	node, err2 := c.nodeBody()
-	if err2 != nil {
-		return err2
-	}
-	if err != nil {
-		return memberFailed(err)
-	}
-	return c.relay(c.atLeader(vhost, name, c.escapedPath(), raw, http.StatusAccepted, func(ctx context.Context) error {
+	vhost, name, node := r.vhost, r.name, r.node
+	return c.relay(c.atLeader(vhost, name, c.escapedPath(), r.raw, http.StatusAccepted, func(ctx context.Context) error {
 		return c.s.b.DeleteQuorumMember(ctx, vhost, name, c.s.bnode(node))
 	}))
 }
@@ -305,21 +314,11 @@ func (c *call) qqDeleteMember() error {
 // here (rebalance, and deleting the leader's member, ask the leader with
 // it); a client's is forwarded there.
 func (c *call) qqTransfer() error {
-	vhost, name, info, err := c.qqLookup()
-	if ae := (*apiError)(nil); errors.As(err, &ae) {
+	r, err := c.memberRequest()
+	if err != nil {
 		return err
 	}
-	raw, err2 := c.body()
-	if err2 != nil {
-		return err2
-	}
-	node, err2 := c.nodeBody()
-	if err2 != nil {
-		return err2
-	}
-	if err != nil {
-		return memberFailed(err)
-	}
+	vhost, name, info, node := r.vhost, r.name, r.info, r.node
 	if !c.local {
 		if !slices.Contains(info.Members, node) {
 			return badRequest(fmt.Sprintf("%s is not a member of queue '%s' in vhost '%s'", node, name, vhost))
@@ -331,7 +330,7 @@ func (c *call) qqTransfer() error {
 			return c.noContent()
 		}
 	}
-	return c.relay(c.atLeader(vhost, name, c.escapedPath(), raw, http.StatusNoContent, func(ctx context.Context) error {
+	return c.relay(c.atLeader(vhost, name, c.escapedPath(), r.raw, http.StatusNoContent, func(ctx context.Context) error {
 		return c.s.b.TransferQuorumLeader(ctx, vhost, name, c.s.bnode(node))
 	}))
 }
