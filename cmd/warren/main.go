@@ -64,7 +64,10 @@ type options struct {
 	DiskFree    int64
 	QueueWindow int
 	Definitions string
-	Cluster     clusterOptions
+	// StatsInterval and StatsRetention set the management API's sampling
+	// of rates and depths and how long their history is kept.
+	StatsInterval, StatsRetention time.Duration
+	Cluster                       clusterOptions
 }
 
 func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
@@ -86,6 +89,8 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.Int64Var(&o.MemoryHigh, "memory-high-watermark", 0, "block publishers while the broker uses more memory than this, in bytes (0: 40% of RAM, as RabbitMQ; -1: off)")
 	fs.Int64Var(&o.DiskFree, "disk-free-limit", 50_000_000, "block publishers while the data directory's disk has less free space than this, in bytes (-1: off)")
 	fs.IntVar(&o.QueueWindow, "queue-window", 2048, "ready messages a queue keeps in memory; the rest live on disk only (a sixteenth while memory is over half the watermark)")
+	fs.DurationVar(&o.StatsInterval, "stats-interval", 5*time.Second, "how often the management API samples rates and queue depths (RabbitMQ's collect_statistics_interval)")
+	fs.DurationVar(&o.StatsRetention, "stats-retention", mgmt.DefaultHistoryRetention, "how long the rate and depth history behind the UI's charts and msg_rates_age queries is kept")
 	fs.StringVar(&o.Definitions, "definitions", "", "RabbitMQ definitions JSON file (rabbitmqctl export_definitions) to import at start-up")
 	addClusterFlags(fs, &o.Cluster)
 	cfgFile := fs.String("config", "", "config file of 'name = value' lines (flag names)")
@@ -107,6 +112,9 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	if err := applyConfig(fs, *cfgFile, os.Environ()); err != nil {
+		return err
+	}
+	if err := checkStats(o.StatsInterval, o.StatsRetention); err != nil {
 		return err
 	}
 	var level slog.Level
@@ -157,7 +165,8 @@ func run(args []string, out io.Writer) error {
 	}
 	var mg *mgmt.Server
 	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
-		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI()})
+		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI(),
+			SampleInterval: o.StatsInterval, HistoryRetention: o.StatsRetention})
 	}
 	var cn *cluster.Node
 	// stop shuts the management API and the server down, leaves the
@@ -243,4 +252,22 @@ func setUp(b *broker.Broker, o options) error {
 		}
 	}
 	return loadDefinitions(b, o.Definitions)
+}
+
+// maxStatsSamples bounds the history's samples per object (a day at 10 s).
+const maxStatsSamples = 8640
+
+// checkStats refuses a sampling interval or history retention the
+// management API cannot keep: the history's memory grows with
+// retention/interval samples per object.
+func checkStats(interval, retention time.Duration) error {
+	switch {
+	case interval < 100*time.Millisecond:
+		return fmt.Errorf("--stats-interval %s: must be at least 100ms", interval)
+	case retention < interval:
+		return fmt.Errorf("--stats-retention %s: must be at least --stats-interval (%s)", retention, interval)
+	case retention/interval > maxStatsSamples:
+		return fmt.Errorf("--stats-retention %s: at most %d samples of --stats-interval %s", retention, maxStatsSamples, interval)
+	}
+	return nil
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,6 +261,9 @@ func TestBinaryExitCodes(t *testing.T) {
 		{"unknown key in config", []string{"--config", writeFile(t, "bogus = 1\n")}, nil, 1},
 		{"bad env value", nil, []string{"WARREN_LOG_LEVEL=loud"}, 1},
 		{"address in use", []string{"--amqp-addr", busy.Addr().String()}, nil, 1},
+		{"stats interval too short", []string{"--stats-interval", "10ms"}, nil, 1},
+		{"stats retention below the interval", []string{"--stats-interval", "5s", "--stats-retention", "1s"}, nil, 1},
+		{"stats retention too long", []string{"--stats-interval", "1s", "--stats-retention", "240h"}, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, append(tc.args, "--data-dir", filepath.Join(t.TempDir(), "d"))...)
@@ -314,5 +319,60 @@ func TestBinaryMemoryWatermarkFlag(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("not blocked\n%s", out.String())
+	}
+}
+
+// TestBinaryStatsFlags: issue 15, --stats-interval and --stats-retention
+// set the management API's sampling and history: sampling every 200 ms,
+// a publish shows in the overview's publish samples within a second, and
+// the history asked for over 1 s at 1 s has 2 samples.
+func TestBinaryStatsFlags(t *testing.T) {
+	bin := warrenBinary(t)
+	addr, httpAddr := freePort(t), freePort(t)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", httpAddr, "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--stats-interval", "200ms", "--stats-retention", "3s")
+	cmd.Env = cleanEnv()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	var conn *amqp.Connection
+	if err := testutil.UntilNil(10*time.Second, func() (err error) {
+		conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/")
+		return err
+	}); err != nil {
+		t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", "nowhere", false, false, amqp.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	var samples []struct{ Sample float64 }
+	if !testutil.Until(5*time.Second, func() bool {
+		req, _ := http.NewRequest("GET", "http://"+httpAddr+"/api/overview?msg_rates_age=1&msg_rates_incr=1", nil)
+		req.SetBasicAuth("guest", "guest")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		var ov struct {
+			MessageStats struct {
+				PublishDetails struct{ Samples []struct{ Sample float64 } } `json:"publish_details"`
+			} `json:"message_stats"`
+		}
+		if json.NewDecoder(res.Body).Decode(&ov) != nil {
+			return false
+		}
+		samples = ov.MessageStats.PublishDetails.Samples
+		return len(samples) == 2 && samples[0].Sample == 1
+	}) {
+		t.Fatalf("overview publish samples = %+v, want 2 samples, the newest 1\n%s", samples, out.String())
 	}
 }
