@@ -82,7 +82,13 @@ func TestMgmtDiffHistory(t *testing.T) {
 			conns, _ := tg.getJSON("/api/vhosts/" + esc(vh) + "/connections?" + histParams).([]any)
 			v := tg.getJSON("/api/vhosts/" + esc(vh) + "?" + histParams)
 			x := tg.getJSON("/api/exchanges/" + esc(vh) + "/h-x?" + histParams)
+			// Every value compared below, so that both samplers have
+			// seen all the traffic (RabbitMQ's may show the publishes a
+			// tick before the get).
 			return jsonEqual(newest(q, "message_stats", "publish_details"), 5) &&
+				jsonEqual(newest(q, "message_stats", "deliver_get_details"), 1) &&
+				jsonEqual(newest(q, "messages_ready_details"), 4) &&
+				jsonEqual(newest(x, "message_stats", "publish_out_details"), 5) &&
 				jsonEqual(newest(v, "messages_details"), 5) &&
 				jsonEqual(newest(x, "message_stats", "publish_in_details"), 5) &&
 				jsonEqual(newest(q, "messages_details"), 5) &&
