@@ -84,6 +84,8 @@ func queueValues(st broker.QueueStats, into []uint64) {
 
 // sample records the current counters, and the history (issue 15).
 func (s *Server) sample() {
+	s.sampleMu.Lock()
+	defer s.sampleMu.Unlock()
 	now := time.Now()
 	ms := s.srv.MessageStats()
 	chans := s.srv.Channels()

@@ -84,16 +84,20 @@ type Server struct {
 	hs   *http.Server
 	cop  *http.CrossOriginProtection
 
-	mu      sync.Mutex
-	ln      net.Listener
-	closed  bool
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	rates   rateTable
-	hist    *history // rate and depth history (issue 15)
-	started time.Time
-	mstate  metricsState            // metrics.go
-	cl      atomic.Pointer[Cluster] // SetCluster (cluster.go); nil: a single node
+	mu     sync.Mutex
+	ln     net.Listener
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	rates  rateTable
+	hist   *history // rate and depth history (issue 15)
+	// sampleMu makes sample rounds (the ticker's, SampleNow's) one at a
+	// time: a round reads the counters, then records them at its time, so
+	// two rounds at once could record an older reading after a newer one.
+	sampleMu sync.Mutex
+	started  time.Time
+	mstate   metricsState            // metrics.go
+	cl       atomic.Pointer[Cluster] // SetCluster (cluster.go); nil: a single node
 }
 
 // New returns a management server for cfg.Server; it does not listen
