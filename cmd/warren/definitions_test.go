@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -9,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/warrenmq/warren/broker"
-	"github.com/warrenmq/warren/internal/testutil"
 )
 
 const testDefinitions = `{
@@ -51,24 +47,7 @@ func TestLoadDefinitions(t *testing.T) {
 // The binary imports --definitions before it serves; a bad file stops it
 // with status 1.
 func TestBinaryDefinitionsFlag(t *testing.T) {
-	bin := warrenBinary(t)
-	addr := freePort(t)
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
-		"--definitions", writeFile(t, testDefinitions))
-	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill() })
-	var conn *amqp.Connection
-	if err := testutil.UntilNil(10*time.Second, func() (err error) {
-		conn, err = amqp.Dial("amqp://carol:pw@" + addr + "/")
-		return err
-	}); err != nil {
-		t.Fatalf("could not connect as the imported user: %v\n%s", err, out.String())
-	}
+	cmd, conn, out := startBinary(t, "carol:pw", "--definitions", writeFile(t, testDefinitions))
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +63,7 @@ func TestBinaryDefinitionsFlag(t *testing.T) {
 		t.Fatalf("exit: %v\n%s", err, out.String())
 	}
 
-	bad := exec.Command(bin, "--amqp-addr", freePort(t), "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
+	bad := exec.Command(warrenBinary(t), "--amqp-addr", freePort(t), "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--definitions", writeFile(t, `{"queues":[{"name":"q","vhost":"nope"}]}`))
 	bad.Env = cleanEnv()
 	msg, err := bad.CombinedOutput()

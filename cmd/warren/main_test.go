@@ -191,25 +191,33 @@ func waitExit(t *testing.T, cmd *exec.Cmd, timeout time.Duration) error {
 	}
 }
 
-func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
-	bin := warrenBinary(t)
+// startBinary runs the warren binary on a free AMQP port with its own
+// data directory and args (later flags win over these defaults), and
+// dials it as user (user:password). The process is killed at cleanup;
+// out collects its output for failure messages.
+func startBinary(t *testing.T, user string, args ...string) (cmd *exec.Cmd, conn *amqp.Connection, out *bytes.Buffer) {
+	t.Helper()
 	addr := freePort(t)
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"), "--heartbeat", "10s")
+	out = new(bytes.Buffer)
+	cmd = exec.Command(warrenBinary(t), append([]string{"--amqp-addr", addr, "--http-addr", "127.0.0.1:0",
+		"--data-dir", filepath.Join(t.TempDir(), "data")}, args...)...)
 	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
-
-	var conn *amqp.Connection
 	if err := testutil.UntilNil(10*time.Second, func() (err error) {
-		conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/")
+		conn, err = amqp.Dial("amqp://" + user + "@" + addr + "/")
 		return err
 	}); err != nil {
-		t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
+		t.Fatalf("could not connect to %s as %s: %v\n%s", addr, user, err, out.String())
 	}
+	return cmd, conn, out
+}
+
+func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
+	cmd, conn, out := startBinary(t, "guest:guest", "--heartbeat", "10s")
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
@@ -287,23 +295,7 @@ func TestBinaryExitCodes(t *testing.T) {
 // TestBinaryMemoryWatermarkFlag: --memory-high-watermark 1 raises the
 // memory alarm at once, so the first publish blocks the connection.
 func TestBinaryMemoryWatermarkFlag(t *testing.T) {
-	bin := warrenBinary(t)
-	addr := freePort(t)
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"), "--memory-high-watermark", "1")
-	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill() })
-	var conn *amqp.Connection
-	if err := testutil.UntilNil(10*time.Second, func() (err error) {
-		conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/")
-		return err
-	}); err != nil {
-		t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
-	}
+	_, conn, out := startBinary(t, "guest:guest", "--memory-high-watermark", "1")
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 1))
 	ch, err := conn.Channel()
 	if err != nil {
@@ -327,24 +319,8 @@ func TestBinaryMemoryWatermarkFlag(t *testing.T) {
 // a publish shows in the overview's publish samples within a second, and
 // the history asked for over 1 s at 1 s has 2 samples.
 func TestBinaryStatsFlags(t *testing.T) {
-	bin := warrenBinary(t)
-	addr, httpAddr := freePort(t), freePort(t)
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", httpAddr, "--data-dir", filepath.Join(t.TempDir(), "data"),
-		"--stats-interval", "200ms", "--stats-retention", "3s")
-	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill() })
-	var conn *amqp.Connection
-	if err := testutil.UntilNil(10*time.Second, func() (err error) {
-		conn, err = amqp.Dial("amqp://guest:guest@" + addr + "/")
-		return err
-	}); err != nil {
-		t.Fatalf("could not connect to %s: %v\n%s", addr, err, out.String())
-	}
+	httpAddr := freePort(t)
+	_, conn, out := startBinary(t, "guest:guest", "--http-addr", httpAddr, "--stats-interval", "200ms", "--stats-retention", "3s")
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
