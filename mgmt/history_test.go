@@ -303,18 +303,24 @@ func TestHistory10kQueuesBounded(t *testing.T) {
 	t.Logf("10,000 busy queues: %.1f MiB, %d B/queue", float64(est)/(1<<20), est/10000)
 }
 
-// issue 15: the sampler's map-free queue values are queueCounters' in
-// kindQueue's order, and a vhost's fields start with a queue's (the
-// sampler sums them by index).
+// issue 15: a queue's values, by field (queueCounters) and in kindQueue's
+// order (the sampler's, map-free), are its stats; a vhost's fields start
+// with a queue's (the sampler sums them by index).
 func TestHistoryQueueValues(t *testing.T) {
 	st := broker.QueueStats{Published: 1, Deliver: 2, DeliverNoAck: 3, Get: 4, GetNoAck: 5, GetEmpty: 6, Acked: 7,
 		Redelivered: 8, Ready: 9, Unacked: 10, DeadLettered: map[string]uint64{"expired": 11, "rejected": 12}}
 	c := queueCounters(st)
+	want := counters{"publish": 1, "deliver": 2, "deliver_no_ack": 3, "get": 4, "get_no_ack": 5, "get_empty": 6,
+		"deliver_get": 2 + 3 + 4 + 5, "ack": 7, "redeliver": 8, "dead_lettered": 11 + 12,
+		"messages": 9 + 10, "messages_ready": 9, "messages_unacknowledged": 10}
+	if len(c) != len(want) {
+		t.Errorf("queueCounters = %v, want %v", c, want)
+	}
 	vals := make([]uint64, len(kindQueue.fields))
 	queueValues(st, vals)
 	for i, f := range kindQueue.fields {
-		if vals[i] != c[f] {
-			t.Errorf("%s: %d, queueCounters %d", f, vals[i], c[f])
+		if vals[i] != want[f] || c[f] != want[f] {
+			t.Errorf("%s: queueValues %d, queueCounters %d, want %d", f, vals[i], c[f], want[f])
 		}
 		if kindVHost.fields[i] != f {
 			t.Errorf("kindVHost field %d is %s, kindQueue's %s", i, kindVHost.fields[i], f)

@@ -56,22 +56,19 @@ func serverCounters(m server.MessageStats) counters {
 	}
 }
 
+// queueCounters is a queue's values by field name (queueValues as a map).
 func queueCounters(st broker.QueueStats) counters {
-	c := counters{
-		"publish": st.Published, "deliver_get": st.Delivered(), "ack": st.Acked, "redeliver": st.Redelivered,
-		"deliver": st.Deliver, "deliver_no_ack": st.DeliverNoAck, "get": st.Get, "get_no_ack": st.GetNoAck, "get_empty": st.GetEmpty,
-		"messages": uint64(st.Ready + st.Unacked), "messages_ready": uint64(st.Ready), "messages_unacknowledged": uint64(st.Unacked),
+	vals := make([]uint64, len(kindQueue.fields))
+	queueValues(st, vals)
+	c := make(counters, len(vals))
+	for i, f := range kindQueue.fields {
+		c[f] = vals[i]
 	}
-	var dead uint64
-	for _, n := range st.DeadLettered {
-		dead += n
-	}
-	c["dead_lettered"] = dead
 	return c
 }
 
-// queueValues sets into (kindQueue's fields, in order) from st: as
-// queueCounters, without a map (the sampler does it for every queue).
+// queueValues sets into (kindQueue's fields, in order) from st, without
+// a map (the sampler does it for every queue).
 func queueValues(st broker.QueueStats, into []uint64) {
 	var dead uint64
 	for _, n := range st.DeadLettered {
