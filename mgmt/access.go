@@ -91,7 +91,7 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	key := vhostKey(v.Name)
 	var rows [2][][]uint64 // by family: msg_rates, data_rates
 	det := func(f string) map[string]any {
-		rate := c.s.rates.rate(key, f)
+		rate := c.s.hist.rate(key, f)
 		i := kindVHost.index[f]
 		fam := kindVHost.family[i]
 		if !c.hasRange(fam) {

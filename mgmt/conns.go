@@ -62,8 +62,8 @@ func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
 		"channels": ci.Channels, "channel_max": ci.ChannelMax, "frame_max": ci.FrameMax, "timeout": int(ci.Heartbeat.Seconds()),
 		"client_properties": props, "user_provided_name": uprov,
 		"connected_at": ci.ConnectedAt.UnixMilli(),
-		"recv_oct":     ci.RecvOct, "recv_oct_details": c.det(key, kindConn, "recv_oct", c.s.rates.rate(key, "recv_oct")),
-		"send_oct": ci.SendOct, "send_oct_details": c.det(key, kindConn, "send_oct", c.s.rates.rate(key, "send_oct")),
+		"recv_oct":     ci.RecvOct, "recv_oct_details": c.det(key, kindConn, "recv_oct", c.s.hist.rate(key, "recv_oct")),
+		"send_oct": ci.SendOct, "send_oct_details": c.det(key, kindConn, "send_oct", c.s.hist.rate(key, "send_oct")),
 		"recv_cnt": ci.RecvCnt, "send_cnt": ci.SendCnt, "send_pend": ci.SendPend,
 		"garbage_collection": map[string]any{},
 		"reductions":         0, "reductions_details": details(0),
@@ -280,7 +280,7 @@ func (c *call) chanJSON(ch server.ChannelInfo) map[string]any {
 		"acks_uncommitted": ch.TxAcks, "pending_raft_commands": 0, "message_stats": ms,
 		"garbage_collection": map[string]any{}, "reductions": 0, "reductions_details": details(0),
 	}
-	if at, idle := c.s.rates.idleSince(key, channelCounters(ch)); idle {
+	if at, idle := c.s.hist.idleSince(key, channelCounters(ch)); idle {
 		m["idle_since"] = idleJSON(at)
 	}
 	return m

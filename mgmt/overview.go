@@ -70,7 +70,7 @@ func (c *call) statsWithRates(key string, k *histKind, cs counters, fields ...st
 	m := make(map[string]any, 2*len(fields))
 	for _, f := range fields {
 		m[f] = cs[f]
-		m[f+"_details"] = c.det(key, k, f, c.s.rates.rate(key, f))
+		m[f+"_details"] = c.det(key, k, f, c.s.hist.rate(key, f))
 	}
 	return m
 }
@@ -120,10 +120,10 @@ func (s *Server) overviewParts() *overviewParts {
 		p.Listeners = append(p.Listeners, listener(s.node, l.proto, l.addr))
 	}
 	for _, f := range overviewStatFields {
-		p.Rates[f] = s.rates.rate("overview", f)
+		p.Rates[f] = s.hist.rate("overview", f)
 	}
 	for _, f := range []string{"messages", "messages_ready", "messages_unacknowledged", "dead_lettered"} {
-		p.Rates["queue."+f] = s.rates.rate("overview", f)
+		p.Rates["queue."+f] = s.hist.rate("overview", f)
 	}
 	for _, vn := range s.b.VHosts() {
 		v := s.b.VHost(vn)
@@ -147,7 +147,7 @@ func (s *Server) overviewParts() *overviewParts {
 			key := queueKey(vn, q.Name)
 			for _, f := range visibleQueueStatFields {
 				ov.Stats[f] += qc[f]
-				ov.Rates[f] += s.rates.rate(key, f)
+				ov.Rates[f] += s.hist.rate(key, f)
 			}
 		}
 	}
@@ -351,7 +351,7 @@ func (s *Server) node1() map[string]any {
 		"contexts": []any{map[string]any{"description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
 	}
 	for _, f := range []string{"mem_used", "disk_free", "sockets_used", "proc_used", "fd_used"} {
-		m[f+"_details"] = details(s.rates.rate("node", f))
+		m[f+"_details"] = details(s.hist.rate("node", f))
 	}
 	return m
 }
@@ -361,7 +361,7 @@ func (s *Server) node1() map[string]any {
 func (c *call) nodeHist(m map[string]any) map[string]any {
 	if c.hasRange(famNodeStats) {
 		for _, f := range kindNode.fields {
-			m[f+"_details"] = c.det("node", kindNode, f, c.s.rates.rate("node", f))
+			m[f+"_details"] = c.det("node", kindNode, f, c.s.hist.rate("node", f))
 		}
 	}
 	return m

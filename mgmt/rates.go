@@ -16,18 +16,6 @@ import (
 
 type counters map[string]uint64
 
-// rateTable reads the rates and idle times off the history.
-type rateTable struct{ h *history }
-
-// rate returns the per-second rate of field under key (0 until two samples).
-func (t rateTable) rate(key, field string) float64 { return t.h.rate(key, field) }
-
-// idleSince returns since when the object under key has been idle (see
-// history.idleSince).
-func (t rateTable) idleSince(key string, now counters) (time.Time, bool) {
-	return t.h.idleSince(key, now)
-}
-
 // idleJSON renders idle_since as RabbitMQ does.
 func idleJSON(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000+00:00") }
 

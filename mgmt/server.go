@@ -89,7 +89,6 @@ type Server struct {
 	closed bool
 	stop   chan struct{}
 	wg     sync.WaitGroup
-	rates  rateTable
 	hist   *history // rate and depth history (issue 15)
 	// sampleMu makes sample rounds (the ticker's, SampleNow's) one at a
 	// time: a round reads the counters, then records them at its time, so
@@ -144,7 +143,6 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: node,
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), started: time.Now()}
 	s.hist = newHistory(int((cfg.HistoryRetention + cfg.SampleInterval - 1) / cfg.SampleInterval))
-	s.rates = rateTable{s.hist}
 	s.routes()
 	// Replays, moves and shovels count their publishes in the exchange
 	// stats, as the API's publish does.
