@@ -30,6 +30,7 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 	dir := t.TempDir()
 	w := open(t, dir, 4096)
 	pos := appendIDs(t, w, 0, 300)
+	first := pos[0].Seg // 2 when preallocating and the spare was ready first
 	keep := map[int]bool{3: true}
 	lastSeg := pos[len(pos)-1].Seg
 	for i, p := range pos {
@@ -44,10 +45,10 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 	}
 	before := w.Stats()
 	if before.Compactable != 1 {
-		t.Fatalf("Compactable = %d, want 1 (segment 1)", before.Compactable)
+		t.Fatalf("Compactable = %d, want 1 (the first segment)", before.Compactable)
 	}
-	if _, err := os.Stat(filepath.Join(dir, segName(1))); err != nil {
-		t.Fatalf("segment 1 should be pinned by record 3: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, segName(first))); err != nil {
+		t.Fatalf("first segment should be pinned by record 3: %v", err)
 	}
 	if before.Segments != 3 {
 		t.Fatalf("segments before compaction: %d, want 3", before.Segments)
@@ -62,8 +63,8 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 	if !pos[len(pos)-1].Less(mv[0].new) {
 		t.Fatalf("copy at %v, want at the head after %v", mv[0].new, pos[len(pos)-1])
 	}
-	if _, err := os.Stat(filepath.Join(dir, segName(1))); !os.IsNotExist(err) {
-		t.Fatalf("segment 1 not deleted: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, segName(first))); !os.IsNotExist(err) {
+		t.Fatalf("first segment not deleted: %v", err)
 	}
 	for _, p := range []Pos{mv[0].new, pos[3]} {
 		if r, err := w.Read(p); err != nil || !sameRec(r, rec(3, 0)) {
@@ -76,8 +77,8 @@ func TestCompactMovesLiveRecord(t *testing.T) {
 		wantSegs = 3 // preallocating: the head moved to the spare first
 	}
 	// The copy of record 3 keeps its original position as the oldest.
-	if before.Oldest != (Pos{1, hdrSize}) || after.Oldest != pos[3] {
-		t.Fatalf("Oldest before %v after %v, want %v then %v", before.Oldest, after.Oldest, Pos{1, hdrSize}, pos[3])
+	if before.Oldest != (Pos{first, hdrSize}) || after.Oldest != pos[3] {
+		t.Fatalf("Oldest before %v after %v, want %v then %v", before.Oldest, after.Oldest, Pos{first, hdrSize}, pos[3])
 	}
 	if after.LiveRecords != before.LiveRecords || after.Segments != wantSegs || after.Moved != 1 || after.Compactable != 0 {
 		t.Fatalf("stats after %+v, before %+v", after, before)
@@ -149,12 +150,13 @@ func TestCompactCrashLeavesBoth(t *testing.T) {
 	dir := filepath.Join(base, "w")
 	w := open(t, dir, 4096)
 	pos := appendIDs(t, w, 0, 300)
-	seg1, err := os.ReadFile(filepath.Join(dir, segName(1)))
+	first := pos[0].Seg // 2 when preallocating and the spare was ready first
+	seg1, err := os.ReadFile(filepath.Join(dir, segName(first)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, p := range pos {
-		if i != 3 && p.Seg == 1 {
+		if i != 3 && p.Seg == first {
 			w.Release(p)
 		}
 	}
@@ -165,7 +167,7 @@ func TestCompactCrashLeavesBoth(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, segName(1)), seg1, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, segName(first)), seg1, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	w = open(t, dir, 4096)
@@ -185,12 +187,12 @@ func TestCompactCrashLeavesBoth(t *testing.T) {
 	}
 	// The original is dead: releasing the rest of segment 1 deletes it.
 	for _, h := range got {
-		if h.p.Seg == 1 {
+		if h.p.Seg == first {
 			w.Release(h.p)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, segName(1))); !os.IsNotExist(err) {
-		t.Fatalf("segment 1 kept by the dead original: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, segName(first))); !os.IsNotExist(err) {
+		t.Fatalf("first segment kept by the dead original: %v", err)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-func waitSpare(t *testing.T, w *WAL) {
+func waitSpare(t testing.TB, w *WAL) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !w.spareReady() {
@@ -149,6 +149,13 @@ func TestCrashPrealloc(t *testing.T) {
 	t.Run("compact", TestCompactMovesLiveRecord)
 	t.Run("bothcopies", TestCompactCrashLeavesBoth)
 	t.Run("concurrent", TestConcurrentReadAppend)
+	// The spare ready before the first append: the log's first records
+	// are in segment 2, not 1.
+	testSpareFirst = true
+	defer func() { testSpareFirst = false }()
+	t.Run("spare-first/truncate", TestCrashTruncateTail)
+	t.Run("spare-first/compact", TestCompactMovesLiveRecord)
+	t.Run("spare-first/bothcopies", TestCompactCrashLeavesBoth)
 }
 
 // issue 14: with preallocation, a sealed segment whose cut to its frames
