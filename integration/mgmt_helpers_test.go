@@ -747,3 +747,19 @@ func (tg *mgmtTarget) findConn(user, pass, cn string) map[string]any {
 	})
 	return found
 }
+
+// sampleEvery returns a function that takes a history sample round on w's
+// management server (SampleNow) if the last one it took is at least every
+// old. For polling loops: each round is a tick of the history's ring,
+// which holds retention/interval ticks (121 by default), so rounds every
+// few milliseconds would push the traffic a test looks for out of the
+// ring within seconds, leaving every grid point at the same value.
+func sampleEvery(w *warrentest.Broker, every time.Duration) func() {
+	var last time.Time
+	return func() {
+		if time.Since(last) >= every {
+			w.Mgmt().SampleNow()
+			last = time.Now()
+		}
+	}
+}

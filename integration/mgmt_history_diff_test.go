@@ -74,9 +74,13 @@ func TestMgmtDiffHistory(t *testing.T) {
 			return dig(l[0], "sample")
 		}
 		var q any
+		var sample func()
+		if tg.w != nil {
+			sample = sampleEvery(tg.w, 500*time.Millisecond) // Warren's sampler sooner; RabbitMQ's every 5 s
+		}
 		if !testutil.Until(25*time.Second, func() bool {
-			if tg.w != nil {
-				tg.w.Mgmt().SampleNow() // Warren's sampler at once; RabbitMQ's every 5 s
+			if sample != nil {
+				sample()
 			}
 			q = tg.getJSON(qpath)
 			conns, _ := tg.getJSON("/api/vhosts/" + esc(vh) + "/connections?" + histParams).([]any)

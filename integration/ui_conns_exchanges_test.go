@@ -465,12 +465,12 @@ func u1Get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 // samples. Samples lie on a 5 s grid, so this takes up to two grid steps.
 func u1ChartMoves(t *testing.T, tg *mgmtTarget, b *uiBrowser, chart, series string, traffic func()) {
 	t.Helper()
-	s := tg.w.Mgmt()
+	sample := sampleEvery(tg.w, 500*time.Millisecond)
 	last := `(c => c && c.dataset.last ? String(JSON.parse(c.dataset.last)[` + jsq(series) + `]) : '')(document.querySelector(` + jsq(chart) + `))`
 	var got string
 	if !testutil.Until(20*time.Second, func() bool {
 		traffic()
-		s.SampleNow()
+		sample()
 		got = b.eval(last)
 		return got != "" && got != "0" && got != "null"
 	}) {

@@ -79,8 +79,9 @@ func TestUIOverviewCharts(t *testing.T) {
 	// A rate is the change between two slots, so the rise is in the
 	// series (its highest value), not necessarily its newest point.
 	var rates, queued map[string]*float64
+	sample := sampleEvery(w, 500*time.Millisecond)
 	if !testutil.Until(25*time.Second, func() bool {
-		w.Mgmt().SampleNow()
+		sample()
 		rates, queued = data("ov-rate-chart", "max"), data("ov-queued-chart", "last")
 		return positive(rates["Publish"]) && positive(rates["Deliver / get"]) && positive(rates["Dead-lettered"]) &&
 			queued["Ready"] != nil && *queued["Ready"] == 30

@@ -189,5 +189,7 @@ func details(r float64) map[string]any { return map[string]any{"rate": r} }
 
 // SampleNow takes a sample round at once, as the sampler does every
 // SampleInterval: the rates and the history (issue 15) without waiting
-// for the next tick (tests, tools).
+// for the next tick (tests, tools). Each round is a tick of the history,
+// which keeps HistoryRetention/SampleInterval ticks: rounds taken much
+// faster than SampleInterval shorten the time it covers.
 func (s *Server) SampleNow() { s.sample() }
