@@ -100,29 +100,7 @@ func startProc(t testing.TB, dataDir string, extra ...string) *proc {
 	return p
 }
 
-// freePort returns a port on 127.0.0.1 that nothing listens on, and that
-// freePort has not returned before in this test process: the kernel may
-// hand a port it just freed to the next bind to port 0, and two nodes of a
-// cluster given the same port fail at start-up ("address already in use",
-// seen in CI as n2's AMQP port equal to n3's cluster port).
-func freePort(t testing.TB) string {
-	t.Helper()
-	for range 1000 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		if _, dup := handedPorts.LoadOrStore(addr, true); !dup {
-			return addr
-		}
-	}
-	t.Fatal("no port on 127.0.0.1 that freePort has not handed out already")
-	return ""
-}
-
-var handedPorts sync.Map // addr -> true: what freePort returned
+func freePort(t testing.TB) string { t.Helper(); return testutil.FreePort(t) }
 
 // Start (re)starts the process on the same data directory, on a new port.
 func (p *proc) Start() {
@@ -295,20 +273,5 @@ func TestSigtermAsSoonAsItListens(t *testing.T) {
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("try %d: SIGTERM right after the port opened: %v (want a clean exit)\n%s", i, err, out)
 		}
-	}
-}
-
-// TestFreePortNeverRepeats: freePort's ports are distinct across many
-// calls, though the kernel reuses the ports of closed listeners (2,000
-// picks from ~28,000 ephemeral ports repeat dozens of times without the
-// registry).
-func TestFreePortNeverRepeats(t *testing.T) {
-	seen := map[string]bool{}
-	for range 2000 {
-		a := freePort(t)
-		if seen[a] {
-			t.Fatalf("freePort returned %s twice", a)
-		}
-		seen[a] = true
 	}
 }

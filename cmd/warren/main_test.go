@@ -155,15 +155,7 @@ func warrenBinary(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freePort(t *testing.T) string { t.Helper(); return testutil.FreePort(t) }
 
 // cleanEnv is the environment without WARREN_ settings.
 func cleanEnv() []string {
