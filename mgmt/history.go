@@ -527,12 +527,12 @@ func (c *call) histRows(key string, f histFamily) [][]uint64 {
 	return rows
 }
 
-// det renders field's <stat>_details for the object under key: the rate,
-// and with a range for the field's family, the history.
-func (c *call) det(key string, k *histKind, field string, rate float64) map[string]any {
+// det renders field's <stat>_details for the object under key: its rate,
+// or with a range for the field's family, its history.
+func (c *call) det(key string, k *histKind, field string) map[string]any {
 	i, ok := k.index[field]
 	if !ok || c.hist == nil || c.hist.r[k.family[i]] == nil {
-		return details(rate)
+		return details(c.s.hist.rate(key, field))
 	}
 	f := k.family[i]
 	rows := c.histRows(key, f)

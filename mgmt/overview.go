@@ -70,7 +70,7 @@ func (c *call) statsWithRates(key string, k *histKind, cs counters, fields ...st
 	m := make(map[string]any, 2*len(fields))
 	for _, f := range fields {
 		m[f] = cs[f]
-		m[f+"_details"] = c.det(key, k, f, c.s.hist.rate(key, f))
+		m[f+"_details"] = c.det(key, k, f)
 	}
 	return m
 }
@@ -361,7 +361,7 @@ func (s *Server) node1() map[string]any {
 func (c *call) nodeHist(m map[string]any) map[string]any {
 	if c.hasRange(famNodeStats) {
 		for _, f := range kindNode.fields {
-			m[f+"_details"] = c.det("node", kindNode, f, c.s.hist.rate("node", f))
+			m[f+"_details"] = c.det("node", kindNode, f)
 		}
 	}
 	return m

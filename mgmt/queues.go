@@ -89,7 +89,7 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 	ms := c.statsWithRates(key, kindQueue, qc, "publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "ack", "redeliver")
 	// Warren's own: the messages the queue dead-lettered (issue 15).
 	ms["dead_lettered"] = qc["dead_lettered"]
-	ms["dead_lettered_details"] = c.det(key, kindQueue, "dead_lettered", s.hist.rate(key, "dead_lettered"))
+	ms["dead_lettered_details"] = c.det(key, kindQueue, "dead_lettered")
 	dead := map[string]any{}
 	for r, n := range st.DeadLettered {
 		dead[r] = n
@@ -110,9 +110,9 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 		"effective_policy_definition": v.EffectivePolicyDefinition(q),
 		"consumers":                   st.Consumers, "consumer_capacity": boolRate(st.Consumers > 0), "consumer_utilisation": boolRate(st.Consumers > 0),
 		"consumer_details": consumerDetails, "single_active_consumer_tag": nil,
-		"messages": msgs, "messages_details": c.det(key, kindQueue, "messages", s.hist.rate(key, "messages")),
-		"messages_ready": st.Ready, "messages_ready_details": c.det(key, kindQueue, "messages_ready", s.hist.rate(key, "messages_ready")),
-		"messages_unacknowledged": st.Unacked, "messages_unacknowledged_details": c.det(key, kindQueue, "messages_unacknowledged", s.hist.rate(key, "messages_unacknowledged")),
+		"messages": msgs, "messages_details": c.det(key, kindQueue, "messages"),
+		"messages_ready": st.Ready, "messages_ready_details": c.det(key, kindQueue, "messages_ready"),
+		"messages_unacknowledged": st.Unacked, "messages_unacknowledged_details": c.det(key, kindQueue, "messages_unacknowledged"),
 		"messages_ram": st.Ready - st.PagedOut + st.Unacked, "messages_ready_ram": st.Ready - st.PagedOut, "messages_unacknowledged_ram": st.Unacked,
 		"messages_persistent": st.Persistent, "message_bytes_persistent": st.PersistentBytes, "messages_paged_out": st.PagedOut,
 		"message_bytes": st.ReadyBytes + st.UnackedBytes, "message_bytes_ready": st.ReadyBytes,
