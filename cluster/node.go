@@ -55,6 +55,11 @@ type Config struct {
 	// the address other nodes dial (default: Listen, or the listener's
 	// address when Listen's port is 0).
 	Listen, Advertise string
+	// Listener, if set, is the inter-node listener, already bound (tests
+	// bind it first, so that no other program can take the port between
+	// choosing it and starting the node); Listen is then not used. The
+	// node owns it: Start closes it when it fails, Close when it is done.
+	Listener net.Listener
 	// Peers are the nodes of a static peer list: name -> address. This
 	// node may be in it.
 	Peers map[string]string
@@ -108,6 +113,11 @@ type Node struct {
 // serving clients: it returns once the node has replayed its own Raft log
 // into b.
 func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
+	if cfg.Node == "" || b.Node() != cfg.Node || len(cfg.Secret) == 0 {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+	}
 	if cfg.Node == "" || b.Node() != cfg.Node {
 		return nil, fmt.Errorf("cluster: the broker's node name %q must be the node's %q", b.Node(), cfg.Node)
 	}
@@ -119,9 +129,12 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), b: b, m: m, peers: map[string]string{}, up: time.Now(),
 		workers: map[string]chan []byte{}}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: listening on %s: %w", cfg.Listen, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("cluster: listening on %s: %w", cfg.Listen, err)
+		}
 	}
 	n.ln = ln
 	n.addr = cfg.Advertise

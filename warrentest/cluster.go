@@ -29,6 +29,7 @@ type Cluster struct {
 	t     testing.TB
 	nodes []*Node
 	cfg   clusterConfig
+	logs  *logRing // every node's log, shown when the test fails
 }
 
 // Node is one node of a test cluster.
@@ -37,9 +38,10 @@ type Node struct {
 	i       int
 	name    string
 	dataDir string
-	caddr   string // inter-node address, kept across Restart
-	join    bool   // started empty, waiting to be added (AddNode)
-	addr    string // AMQP
+	caddr   string       // inter-node address, kept across Restart
+	cln     net.Listener // bound on caddr, for the first start only
+	join    bool         // started empty, waiting to be added (AddNode)
+	addr    string       // AMQP
 	mgAddr  string
 
 	mu   sync.Mutex
@@ -88,21 +90,24 @@ func StartCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
 	if testutil.Race {
 		tick = 60 * time.Millisecond
 	}
-	c := &Cluster{t: t, cfg: clusterConfig{tick: tick}}
+	c := &Cluster{t: t, cfg: clusterConfig{tick: tick}, logs: newLogRing(clusterLogLines)}
 	for _, o := range opts {
 		o(&c.cfg)
 	}
-	// Reserve the inter-node ports first: every node's peer list names all.
+	// Bind the inter-node listeners first: every node's peer list names
+	// all. Their ports are outside the kernel's ephemeral range, so a
+	// restart finds its port free (testutil.ListenFree).
 	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("warrentest: %v", err)
-		}
+		ln := testutil.ListenFree(t)
 		c.nodes = append(c.nodes, &Node{c: c, i: i, name: NodeName(i), dataDir: t.TempDir(),
-			caddr: ln.Addr().String(), addr: "127.0.0.1:0", mgAddr: "127.0.0.1:0"})
-		ln.Close()
+			caddr: ln.Addr().String(), cln: ln, addr: "127.0.0.1:0", mgAddr: "127.0.0.1:0"})
 	}
 	t.Cleanup(c.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("warrentest: the cluster's log, INFO and up, last %d lines at most:\n%s", clusterLogLines, c.logs)
+		}
+	})
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i, nd := range c.nodes {
@@ -127,13 +132,9 @@ func StartCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
 // `warren cluster join` or POST /api/cluster/members on a member.
 func (c *Cluster) AddNode() *Node {
 	c.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		c.t.Fatalf("warrentest: %v", err)
-	}
+	ln := testutil.ListenFree(c.t)
 	nd := &Node{c: c, i: len(c.nodes), name: NodeName(len(c.nodes)), dataDir: c.t.TempDir(),
-		caddr: ln.Addr().String(), addr: "127.0.0.1:0", mgAddr: "127.0.0.1:0", join: true}
-	ln.Close()
+		caddr: ln.Addr().String(), cln: ln, addr: "127.0.0.1:0", mgAddr: "127.0.0.1:0", join: true}
 	c.nodes = append(c.nodes, nd)
 	if err := nd.start(); err != nil {
 		c.t.Fatalf("warrentest: %v", err)
@@ -194,9 +195,18 @@ func (c *Cluster) peers() map[string]string {
 }
 
 func (nd *Node) start() error {
-	var logger *slog.Logger
+	// The log goes to the cluster's ring (shown if the test fails), or
+	// with WARREN_TEST_LOG set, all of it to stderr as it happens.
+	logger := slog.New(slog.NewTextHandler(nd.c.logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", nd.name)
 	if os.Getenv("WARREN_TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", nd.name)
+	}
+	ln := nd.cln
+	nd.cln = nil
+	closeLn := func() {
+		if ln != nil {
+			ln.Close()
+		}
 	}
 	cfg := server.Config{AMQPAddr: nd.addr, Heartbeat: 60 * time.Second, DataDir: nd.dataDir, Logger: logger}
 	if nd.c.cfg.server != nil {
@@ -206,17 +216,20 @@ func (nd *Node) start() error {
 	b, err := broker.Open(broker.Config{DataDir: nd.dataDir, Node: nd.name, Logger: logger, PlaceQueue: nd.c.cfg.place,
 		QueueWindow: cfg.QueueWindow})
 	if err != nil {
+		closeLn()
 		return err
 	}
 	cfg.Broker, cfg.ConnIDBase = b, b.RunConnIDBase()
 	srv, err := server.New(cfg)
 	if err != nil {
+		closeLn()
 		b.Close()
 		return err
 	}
 	mg := mgmt.New(mgmt.Config{Server: srv, Addr: nd.mgAddr, Logger: logger, UI: mgmt.DefaultUI()})
 	node, err := cluster.Start(cluster.Config{Node: nd.name, Listen: nd.caddr, Peers: nd.c.peers(),
-		Secret: []byte(ClusterSecret), DataDir: nd.dataDir, Logger: logger, Tick: nd.c.cfg.tick, Join: nd.join}, b, mg)
+		Secret: []byte(ClusterSecret), DataDir: nd.dataDir, Logger: logger, Tick: nd.c.cfg.tick, Join: nd.join,
+		Listener: ln}, b, mg)
 	if err != nil {
 		b.Close()
 		return err

@@ -1,31 +1,84 @@
 package testutil
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"testing"
 )
 
-// FreePort returns an address on 127.0.0.1 that nothing listens on, and
-// that FreePort has not returned before in this test process: the kernel
-// may hand a port it just freed to the next bind to port 0, and two nodes
-// of a cluster given the same port fail at start-up ("address already in
-// use", seen in CI as n2's AMQP port equal to n3's cluster port).
+// FreePort returns an address on 127.0.0.1 that nothing listens on, for a
+// server a test starts later on a fixed port (a node that is restarted on
+// the same address, a process given --listen).
+//
+// Between FreePort and that server's bind, another program could take
+// the port. Two things make that unlikely:
+//   - The port is below the kernel's ephemeral range, where the kernel
+//     never hands out ports of its own choosing: not to a bind to port 0
+//     (a test server's usual address, in this process or in the test
+//     binaries of other packages running at the same time) and not to an
+//     outgoing connection's local port. CI saw both kinds of clash while
+//     FreePort took its ports from a bind to port 0.
+//   - FreePort never returns the same port twice in one process.
+//
+// Where the ephemeral range leaves no room below it, FreePort falls back
+// to a bind to port 0.
 func FreePort(t testing.TB) string {
 	t.Helper()
-	for range 1000 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		if _, dup := handedPorts.LoadOrStore(addr, true); !dup {
-			return addr
-		}
-	}
-	t.Fatal("no port on 127.0.0.1 that FreePort has not handed out already")
-	return ""
+	ln := ListenFree(t)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }
 
-var handedPorts sync.Map // addr -> true: what FreePort returned
+// ListenFree listens on a port of 127.0.0.1 chosen as FreePort chooses
+// one. A server that can take a listener should: nothing can take its
+// port between the choice and the bind.
+func ListenFree(t testing.TB) net.Listener {
+	t.Helper()
+	lo, hi := fixedPortRange()
+	for range 1000 {
+		port := 0
+		if hi > lo {
+			port = lo + rand.IntN(hi-lo)
+			if _, dup := handedPorts.Load(port); dup {
+				continue
+			}
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			if port == 0 {
+				t.Fatal(err)
+			}
+			continue // in use
+		}
+		if _, dup := handedPorts.LoadOrStore(ln.Addr().(*net.TCPAddr).Port, true); dup {
+			ln.Close()
+			continue
+		}
+		return ln
+	}
+	t.Fatal("no free port on 127.0.0.1 that has not been handed out already")
+	return nil
+}
+
+var handedPorts sync.Map // port -> true: what ListenFree returned
+
+// fixedPortRange is where ListenFree picks ports: from 10000 to the start
+// of the ephemeral range (Linux's net.ipv4.ip_local_port_range, 32768 by
+// default), or an empty range (hi <= lo) when that leaves fewer than 1000.
+var fixedPortRange = sync.OnceValues(func() (lo, hi int) {
+	lo, hi = 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var first, last int
+		if n, _ := fmt.Sscan(string(b), &first, &last); n == 2 {
+			hi = first
+		}
+	}
+	if hi-lo < 1000 {
+		return 0, 0
+	}
+	return lo, hi
+})
