@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 var quorumSubcommands = []*cliCommand{
@@ -164,15 +165,36 @@ func cmdQQGrow(c *cliCtx, args []string) error {
 		}
 		return err
 	}
-	after, err := c.quorumQueues()
-	if err != nil {
-		return err
+	// A change answers once the nodes that confirmed in time applied it
+	// (broker.awaitAll), so the node asked may show it a moment later:
+	// read until every queue shows the node, for at most growSettle.
+	var results []memberResult
+	for deadline := time.Now().Add(growSettle); ; time.Sleep(100 * time.Millisecond) {
+		after, err := c.quorumQueues()
+		if err != nil {
+			return err
+		}
+		var added bool
+		results, added = growResults(before, after, node, strategy, vre, qre)
+		if added || time.Now().After(deadline) {
+			break
+		}
 	}
+	return c.printResults(results)
+}
+
+// growSettle bounds how long grow waits for its changes to show.
+const growSettle = 5 * time.Second
+
+// growResults are grow's rows: the queues of before it was to add node
+// to, each ok when after shows node among its members; all reports
+// whether every one is.
+func growResults(before, after []qqQueue, node, strategy string, vre, qre *regexp.Regexp) (results []memberResult, all bool) {
 	now := map[[2]string]qqQueue{}
 	for _, q := range after {
 		now[[2]string{q.VHost, q.Name}] = q
 	}
-	var results []memberResult
+	all = true
 	for _, q := range before {
 		if slices.Contains(q.Members, node) || strategy == "even" && len(q.Members)%2 != 0 ||
 			!vre.MatchString(q.VHost) || !qre.MatchString(q.Name) {
@@ -181,10 +203,12 @@ func cmdQQGrow(c *cliCtx, args []string) error {
 		r := memberResult{VHost: q.VHost, Name: q.Name, Size: len(q.Members), Result: "error: not added"}
 		if a, ok := now[[2]string{q.VHost, q.Name}]; ok && slices.Contains(a.Members, node) {
 			r.Size, r.Result = len(a.Members), "ok"
+		} else {
+			all = false
 		}
 		results = append(results, r)
 	}
-	return c.printResults(results)
+	return results, all
 }
 
 // cmdQQShrink is rabbitmq-queues shrink: Warren's 202 carries the results.

@@ -198,3 +198,26 @@ func regexpLine(out, re string) bool {
 }
 
 func regexpMatch(re, s string) (bool, error) { return regexp.MatchString(re, s) }
+
+// TestGrowResults: grow's rows are the queues it was to add the node to
+// (matching, without the node, an even size for "even"), ok where the
+// members read afterwards include the node; all is false while one does
+// not, which is what grow waits on.
+func TestGrowResults(t *testing.T) {
+	q := func(name string, members ...string) qqQueue {
+		return qqQueue{VHost: "/", Name: name, Type: "quorum", Members: members}
+	}
+	before := []qqQueue{q("a", "n1", "n2"), q("b", "n1"), q("c", "n1", "n3"), q("skip-d", "n1", "n2")}
+	match := regexp.MustCompile(".*")
+	noSkip := regexp.MustCompile("^[a-c]$")
+
+	got, all := growResults(before, []qqQueue{q("a", "n1", "n2", "n3"), q("b", "n1"), q("c", "n1", "n3")}, "n3", "all", match, noSkip)
+	want := []memberResult{{"/", "a", 3, "ok"}, {"/", "b", 1, "error: not added"}}
+	if !slices.Equal(got, want) || all {
+		t.Errorf("all: %v %v, want %v false", got, all, want)
+	}
+	got, all = growResults(before, []qqQueue{q("a", "n1", "n2", "n3"), q("b", "n1")}, "n3", "even", match, noSkip)
+	if want := []memberResult{{"/", "a", 3, "ok"}}; !slices.Equal(got, want) || !all {
+		t.Errorf("even: %v %v, want %v true", got, all, want)
+	}
+}
