@@ -31,7 +31,7 @@ func (b *uiBrowser) u3Tab(tab, sel string) {
 	b.t.Helper()
 	b.do("tab "+tab,
 		chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`),
-		chromedp.Click(uiSel(`.tabs a[data-tab="`+tab+`"]`)),
+		uiClick(`.tabs a[data-tab="`+tab+`"]`),
 		chromedp.WaitVisible(uiSel(sel)))
 }
 
@@ -75,17 +75,17 @@ func TestUIAdmin(t *testing.T) {
 
 	// ---- Users: add one with tags, through the dialog.
 	const alice, pw = "u3-alice", "s3cret-pw"
-	b.do("open Admin", chromedp.Click(uiSel(`a[data-nav="admin"]`)), chromedp.WaitVisible(uiSel(`#users tr[data-name="guest"]`)))
+	b.do("open Admin", uiClick(`a[data-nav="admin"]`), chromedp.WaitVisible(uiSel(`#users tr[data-name="guest"]`)))
 	b.poll("guest can access /", `document.querySelector('#users tr[data-name="guest"] td[data-col="vhosts"]').textContent === '/'`)
 	b.do("add user",
-		chromedp.Click(uiSel("#add-user")),
+		uiClick("#add-user"),
 		chromedp.WaitVisible(uiSel("#u-name")),
 		chromedp.SendKeys(uiSel("#u-name"), alice),
 		chromedp.SendKeys(uiSel("#u-password"), pw),
 		chromedp.SendKeys(uiSel("#u-password2"), pw+"x"),
-		chromedp.Click(uiSel(`button[data-tag="management"]`)),
-		chromedp.Click(uiSel(`button[data-tag="policymaker"]`)),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick(`button[data-tag="management"]`),
+		uiClick(`button[data-tag="policymaker"]`),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	if got := b.text("#dialog-error"); !strings.Contains(got, "do not match") {
 		t.Errorf("mismatched passwords: dialog says %q", got)
@@ -111,14 +111,14 @@ func TestUIAdmin(t *testing.T) {
 	}
 
 	// ---- Her page: permissions and a topic permission.
-	b.do("user page", chromedp.Click(uiSel(`#users tr[data-name="`+alice+`"] a`)), chromedp.WaitVisible(uiSel("#user-tags")))
+	b.do("user page", uiClick(`#users tr[data-name="`+alice+`"] a`), chromedp.WaitVisible(uiSel("#user-tags")))
 	b.waitOption("#perm-vhost", "/")
 	b.do("set permissions",
 		chromedp.SetValue(uiSel("#perm-vhost"), "/"),
 		chromedp.SetValue(uiSel("#perm-configure"), `^u3-`),
 		chromedp.SetValue(uiSel("#perm-write"), `^(u3-.*|amq\.topic)$`),
 		chromedp.SetValue(uiSel("#perm-read"), `^u3-`),
-		chromedp.Click(uiSel("#perm-set")),
+		uiClick("#perm-set"),
 		chromedp.WaitVisible(uiSel(`#user-perm-table tr[data-vhost="/"]`)))
 	b.waitOption("#tperm-vhost", "/")
 	b.do("set topic permission",
@@ -126,7 +126,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel("#tperm-exchange"), "amq.topic"),
 		chromedp.SetValue(uiSel("#tperm-write"), `^allowed\.`),
 		chromedp.SetValue(uiSel("#tperm-read"), `.*`),
-		chromedp.Click(uiSel("#tperm-set")),
+		uiClick("#tperm-set"),
 		chromedp.WaitVisible(uiSel(`#user-tperm-table tr[data-exchange="amq.topic"]`)))
 	b.shot("admin-user")
 	perm := tg.getJSON("/api/permissions/%2F/" + alice).(map[string]any)
@@ -167,10 +167,10 @@ func TestUIAdmin(t *testing.T) {
 
 	// Update her tags, keeping the password.
 	b.do("update user",
-		chromedp.Click(uiSel("#user-update")),
+		uiClick("#user-update"),
 		chromedp.WaitVisible(uiSel("#u-tags")),
-		chromedp.Click(uiSel(`button[data-tag="monitoring"]`)),
-		chromedp.Click(uiSel(`button[data-tag="policymaker"]`)))
+		uiClick(`button[data-tag="monitoring"]`),
+		uiClick(`button[data-tag="policymaker"]`))
 	b.confirm("update user")
 	b.poll("tags updated", `document.querySelector('#user-tags').textContent === 'managementmonitoring'`)
 	if tags := fmt.Sprint(tg.getJSON("/api/users/" + alice).(map[string]any)["tags"]); tags != "[management monitoring]" {
@@ -186,7 +186,7 @@ func TestUIAdmin(t *testing.T) {
 	const vh = "u3-vh"
 	b.u3Tab("vhosts", `#vhosts tr[data-name="/"]`)
 	b.do("add vhost",
-		chromedp.Click(uiSel("#add-vhost")),
+		uiClick("#add-vhost"),
 		chromedp.WaitVisible(uiSel("#vh-name")),
 		chromedp.SendKeys(uiSel("#vh-name"), vh),
 		chromedp.SendKeys(uiSel("#vh-description"), "UI admin test"),
@@ -198,11 +198,11 @@ func TestUIAdmin(t *testing.T) {
 	if v["description"] != "UI admin test" || fmt.Sprint(v["tags"]) != "[test ui]" {
 		t.Errorf("API: vhost = %v", v)
 	}
-	b.do("vhost page", chromedp.Click(uiSel(`#vhosts tr[data-name="`+vh+`"] a`)), chromedp.WaitVisible(uiSel(`#vhost-perm-table tr[data-user="guest"]`)))
+	b.do("vhost page", uiClick(`#vhosts tr[data-name="`+vh+`"] a`), chromedp.WaitVisible(uiSel(`#vhost-perm-table tr[data-user="guest"]`)))
 	b.do("set max-queues",
 		chromedp.SetValue(uiSel("#vhost-limit-name"), "max-queues"),
 		chromedp.SetValue(uiSel("#vhost-limit-value"), "1"),
-		chromedp.Click(uiSel("#vhost-limit-set")),
+		uiClick("#vhost-limit-set"),
 		chromedp.WaitVisible(uiSel(`#vhost-limit-table tr[data-vhost="`+vh+`"] td[data-col="max-queues"] button`)))
 	if got := fmt.Sprint(tg.getJSON("/api/vhost-limits/" + vh)); got != "[map[value:map[max-queues:1] vhost:u3-vh]]" {
 		t.Errorf("API: vhost limits = %s", got)
@@ -227,7 +227,7 @@ func TestUIAdmin(t *testing.T) {
 	// value is refused with the server's reason, in the dialog.
 	b.u3Tab("policies", "#add-policies")
 	b.do("policy with a bad value",
-		chromedp.Click(uiSel("#add-policies")),
+		uiClick("#add-policies"),
 		chromedp.WaitVisible(uiSel("#pol-name")))
 	b.waitOption("#pol-vhost", "/")
 	b.do("fill the policy",
@@ -239,7 +239,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SendKeys(uiSel(`#pol-defs [data-row="0"] .def-key`), "max-length"),
 		chromedp.SendKeys(uiSel(`#pol-defs [data-row="0"] .def-value`), "two"),
 		chromedp.SetValue(uiSel(`#pol-defs [data-row="0"] .def-type`), "string"),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	if got := b.text("#dialog-error"); !strings.Contains(got, `<<"two">> is not a valid maximum length`) {
 		t.Errorf("bad policy value: dialog says %q, want the server's reason", got)
@@ -247,7 +247,7 @@ func TestUIAdmin(t *testing.T) {
 	b.do("fix the value",
 		chromedp.SetValue(uiSel(`#pol-defs [data-row="0"] .def-value`), "2"),
 		chromedp.SetValue(uiSel(`#pol-defs [data-row="0"] .def-type`), "number"),
-		chromedp.Click(uiSel("#pol-add-row")),
+		uiClick("#pol-add-row"),
 		chromedp.SendKeys(uiSel(`#pol-defs [data-row="1"] .def-key`), "overflow"),
 		chromedp.SendKeys(uiSel(`#pol-defs [data-row="1"] .def-value`), "drop-head"),
 		chromedp.SetValue(uiSel(`#pol-defs [data-row="1"] .def-type`), "string"))
@@ -297,7 +297,7 @@ func TestUIAdmin(t *testing.T) {
 
 	// An operator policy caps it further: max-length 1 wins over 2.
 	b.do("add operator policy", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`),
-		chromedp.Click(uiSel("#add-op-policies")), chromedp.WaitVisible(uiSel("#pol-name")))
+		uiClick("#add-op-policies"), chromedp.WaitVisible(uiSel("#pol-name")))
 	b.waitOption("#pol-vhost", "/")
 	b.do("fill the operator policy",
 		chromedp.SetValue(uiSel("#pol-vhost"), "/"),
@@ -316,7 +316,7 @@ func TestUIAdmin(t *testing.T) {
 		t.Errorf("queue under the operator policy: operator_policy %v, effective %v", q["operator_policy"], jsonString(q["effective_policy_definition"]))
 	}
 	b.do("delete the operator policy",
-		chromedp.Click(uiSel(`#op-policies tr[data-name="u3-op"] button.delete`)),
+		uiClick(`#op-policies tr[data-name="u3-op"] button.delete`),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")))
 	b.confirm("delete the operator policy")
 	b.do("operator policy gone", chromedp.WaitNotPresent(uiSel(`#op-policies tr[data-name="u3-op"]`)))
@@ -332,7 +332,7 @@ func TestUIAdmin(t *testing.T) {
 		chromedp.SetValue(uiSel("#user-limit-target"), alice),
 		chromedp.SetValue(uiSel("#user-limit-name"), "max-connections"),
 		chromedp.SetValue(uiSel("#user-limit-value"), "1"),
-		chromedp.Click(uiSel("#user-limit-set")),
+		uiClick("#user-limit-set"),
 		chromedp.WaitVisible(uiSel(`#user-limit-table tr[data-user="`+alice+`"] td[data-col="max-connections"] button`)))
 	b.shot("admin-limits")
 	if c, err := amqp.Dial(tg.amqpURLFor(alice, pw, "/")); u3Code(err) != amqp.NotAllowed {
@@ -342,7 +342,7 @@ func TestUIAdmin(t *testing.T) {
 		}
 	}
 	b.do("clear max-queues",
-		chromedp.Click(uiSel(`#vhost-limit-table tr[data-vhost="`+vh+`"] td[data-col="max-queues"] button`)),
+		uiClick(`#vhost-limit-table tr[data-vhost="`+vh+`"] td[data-col="max-queues"] button`),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")))
 	b.confirm("clear max-queues")
 	b.do("max-queues gone", chromedp.WaitNotPresent(uiSel(`#vhost-limit-table tr[data-vhost="`+vh+`"]`)))
@@ -366,14 +366,14 @@ func TestUIAdmin(t *testing.T) {
 	b.u3Tab("definitions", "#defs-file")
 	b.do("set file", chromedp.SetUploadFiles(uiSel("#defs-file"), []string{bad}))
 	b.do("upload malformed",
-		chromedp.Click(uiSel("#defs-upload")),
+		uiClick("#defs-upload"),
 		chromedp.WaitVisible(uiSel("#defs-result .result")))
 	if got := b.text("#defs-result"); !strings.Contains(got, "failed_to_parse_json") || !strings.Contains(got, "broken.json") {
 		t.Errorf("malformed upload: %q, want the server's reason failed_to_parse_json", got)
 	}
 	b.do("upload",
 		chromedp.SetUploadFiles(uiSel("#defs-file"), []string{good}),
-		chromedp.Click(uiSel("#defs-upload")))
+		uiClick("#defs-upload"))
 	b.poll("imported", `document.querySelector('#defs-result').textContent.startsWith('Imported defs.json')`)
 	iq := tg.queueInfo("u3-imported-vh", "u3-imported")
 	if jsonString(iq["arguments"]) != `{"x-max-length":7}` {
@@ -391,7 +391,7 @@ func TestUIAdmin(t *testing.T) {
 	}
 	b.do("download",
 		chromedp.SetValue(uiSel("#defs-filename"), "u3-defs.json"),
-		chromedp.Click(uiSel("#defs-download")),
+		uiClick("#defs-download"),
 		chromedp.WaitVisible(uiSel("#defs-export-result .result")))
 	b.shot("admin-definitions")
 	var raw []byte
@@ -437,7 +437,7 @@ func TestUIAdmin(t *testing.T) {
 	// ---- A user with only the management tag sees why, not an error.
 	tg.must("PUT", "/api/users/u3-viewer", map[string]any{"password": "viewer", "tags": "management"}, 201)
 	tg.must("PUT", "/api/permissions/%2F/u3-viewer", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
-	b.do("log out", chromedp.Click(uiSel("#logout")), chromedp.WaitVisible(uiSel("#login-user")))
+	b.do("log out", uiClick("#logout"), chromedp.WaitVisible(uiSel("#login-user")))
 	b.login(base, "u3-viewer", "viewer")
 	for _, hash := range []string{"#/admin/users", "#/admin/definitions", "#/admin/users/" + alice} {
 		b.goTo(base, hash, ".admin-denied")
@@ -458,18 +458,18 @@ func TestUIAdmin(t *testing.T) {
 	}
 
 	// ---- Back as the administrator: delete alice from her page.
-	b.do("log out", chromedp.Click(uiSel("#logout")), chromedp.WaitVisible(uiSel("#login-user")))
+	b.do("log out", uiClick("#logout"), chromedp.WaitVisible(uiSel("#login-user")))
 	b.login(base, "guest", "guest")
 	b.goTo(base, "#/admin/users/"+alice, "#user-tags")
 	b.do("clear her permissions in /",
-		chromedp.Click(uiSel(`#user-perm-table tr[data-vhost="/"] button.clear-perm`)),
+		uiClick(`#user-perm-table tr[data-vhost="/"] button.clear-perm`),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")))
 	b.confirm("clear permissions")
 	b.do("permissions gone", chromedp.WaitNotPresent(uiSel(`#user-perm-table tr[data-vhost="/"]`)))
 	if r := tg.do("GET", "/api/permissions/%2F/"+alice, nil); r.status != 404 {
 		t.Errorf("API: alice's permissions after clear: %s", r)
 	}
-	b.do("delete user", chromedp.Click(uiSel("#user-delete")), chromedp.WaitVisible(uiSel("#dialog-confirm")))
+	b.do("delete user", uiClick("#user-delete"), chromedp.WaitVisible(uiSel("#dialog-confirm")))
 	b.confirm("delete user")
 	b.do("back on the list", chromedp.WaitVisible(uiSel(`#users tr[data-name="guest"]`)))
 	if r := tg.do("GET", "/api/users/"+alice, nil); r.status != 404 {
@@ -480,7 +480,7 @@ func TestUIAdmin(t *testing.T) {
 	}
 	// And the vhost from its page.
 	b.goTo(base, "#/admin/vhosts/"+vh, `#vhost-perm-table tr[data-user="guest"]`)
-	b.do("delete vhost", chromedp.Click(uiSel("#vhost-delete")), chromedp.WaitVisible(uiSel("#dialog-confirm")))
+	b.do("delete vhost", uiClick("#vhost-delete"), chromedp.WaitVisible(uiSel("#dialog-confirm")))
 	b.confirm("delete vhost")
 	b.do("back on the vhosts", chromedp.WaitVisible(uiSel(`#vhosts tr[data-name="/"]`)))
 	if r := tg.do("GET", "/api/vhosts/"+vh, nil); r.status != 404 {

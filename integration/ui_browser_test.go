@@ -93,6 +93,23 @@ func (b *uiBrowser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// uiClick clicks the first element matching sel once it is shown and
+// enabled. One script in the page finds the element and clicks it, so the
+// page cannot change in between. chromedp.Click finds the node, measures
+// it and then sends mouse events to that spot: a poll that re-renders a
+// table in between loses the node ("Could not find node with given id"),
+// and anything that moves the layout sends the click elsewhere.
+func uiClick(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.PollFunction[chromedp.Void](`sel => {
+		const e = document.querySelector(sel);
+		if (!e || e.disabled || !e.checkVisibility()) return false;
+		e.scrollIntoView({block: 'nearest'});
+		e.click();
+		return true;
+	}`, chromedp.WithPollingArgs(sel), chromedp.WithPollingTimeout(8*time.Second),
+		chromedp.WithPollingInterval(50*time.Millisecond))
+}
+
 func (b *uiBrowser) text(sel string) string {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
@@ -176,7 +193,7 @@ func (b *uiBrowser) login(base, user, pass string) {
 		chromedp.WaitVisible(uiSel("#login-user")),
 		chromedp.SetValue(uiSel("#login-user"), user),
 		chromedp.SetValue(uiSel("#login-pass"), pass),
-		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		uiClick("#login-form button[type=submit]"),
 		chromedp.WaitVisible(uiSel("#whoami")))
 	b.poll("logged in as "+user, fmt.Sprintf(`document.querySelector('#whoami').textContent.startsWith(%q)`, user))
 }
@@ -190,7 +207,7 @@ func (b *uiBrowser) goTo(base, hash, sel string) {
 // confirm confirms the open dialog and waits until it closed.
 func (b *uiBrowser) confirm(what string) {
 	b.t.Helper()
-	b.do(what, chromedp.Click(uiSel("#dialog-confirm")))
+	b.do(what, uiClick("#dialog-confirm"))
 	b.poll(what+": dialog closed", `!document.querySelector('#dialog').open`)
 }
 
@@ -324,7 +341,7 @@ func TestUIBrowser(t *testing.T) {
 		chromedp.WaitVisible(uiSel("#login-user")),
 		chromedp.SendKeys(uiSel("#login-user"), "guest"),
 		chromedp.SendKeys(uiSel("#login-pass"), "not-the-password"),
-		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		uiClick("#login-form button[type=submit]"),
 		chromedp.WaitVisible(uiSel("#login-error")))
 	if got := b.text("#login-error"); !strings.Contains(got, "Login failed") {
 		t.Errorf("login error = %q, want it to say Login failed", got)
@@ -332,7 +349,7 @@ func TestUIBrowser(t *testing.T) {
 
 	b.do("log in",
 		chromedp.SetValue(uiSel("#login-pass"), "guest"),
-		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		uiClick("#login-form button[type=submit]"),
 		chromedp.WaitVisible(uiSel("#ov-objects .card")),
 		chromedp.WaitVisible(uiSel("#ov-nodes table")))
 	if got := b.text("#whoami"); !strings.HasPrefix(got, "guest") {
@@ -342,7 +359,7 @@ func TestUIBrowser(t *testing.T) {
 	// The dead-letter page lists orders.dlq: one message, rejected, from orders.
 	row := `#dlqs tr[data-name="orders.dlq"]`
 	b.do("dead-letter page",
-		chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)),
+		uiClick(`a[data-nav="dead-letters"]`),
 		chromedp.WaitVisible(uiSel(row)))
 	for col, want := range map[string]string{"messages": "1", "by-reason": "rejected: 1", "by-source": "orders: 1"} {
 		if got := b.text(row + ` td[data-col="` + col + `"]`); got != want {
@@ -354,7 +371,7 @@ func TestUIBrowser(t *testing.T) {
 	// Its messages, browsed without consuming them, with the x-death table.
 	xd := `#messages article[data-position="0"] table.xdeath tbody tr:first-child`
 	b.do("browse orders.dlq",
-		chromedp.Click(uiSel(row+" a.browse")),
+		uiClick(row+" a.browse"),
 		chromedp.WaitVisible(uiSel(xd)))
 	for col, want := range map[string]string{"count": "1", "reason": "rejected", "queue": "orders", "routing-keys": "orders"} {
 		if got := b.text(xd + ` td[data-col="` + col + `"]`); got != want {
@@ -369,11 +386,11 @@ func TestUIBrowser(t *testing.T) {
 
 	// Replay it, confirming in the dialog.
 	b.do("replay",
-		chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)),
+		uiClick(`a[data-nav="dead-letters"]`),
 		chromedp.WaitVisible(uiSel(row+" button.replay:enabled")),
-		chromedp.Click(uiSel(row+" button.replay")),
+		uiClick(row+" button.replay"),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dl-result .result")))
 	if got := b.text("#dl-result"); !strings.Contains(got, "1 replayed, 0 skipped, 0 failed") {
 		t.Errorf("replay result = %q", got)
@@ -381,7 +398,7 @@ func TestUIBrowser(t *testing.T) {
 
 	// The queue list shows the message back in orders.
 	b.do("queue list",
-		chromedp.Click(uiSel(`a[data-nav="queues"]`)),
+		uiClick(`a[data-nav="queues"]`),
 		chromedp.WaitVisible(uiSel(`#queues tr[data-name="orders"]`)))
 	b.poll("orders 1 message, orders.dlq 0", `(() => {
 		const n = q => { const td = document.querySelector('#queues tr[data-name="' + q + '"] td[data-col="messages"]'); return td && td.textContent; };
@@ -405,12 +422,12 @@ func TestUIBrowser(t *testing.T) {
 	uiDeadLetter(t, ch, `{"order":1}`, `{"order":2}`)
 	uiWaitMessages(t, ch, "orders.dlq", 2)
 	b.do("move",
-		chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)),
+		uiClick(`a[data-nav="dead-letters"]`),
 		chromedp.WaitVisible(uiSel(row+" button.move:enabled")),
-		chromedp.Click(uiSel(row+" button.move")),
+		uiClick(row+" button.move"),
 		chromedp.WaitVisible(uiSel("#mv-dest")),
 		chromedp.SendKeys(uiSel("#mv-dest"), "orders"),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dl-result .result")))
 	if got := b.text("#dl-result"); !strings.Contains(got, "Moving messages from orders.dlq to orders") {
 		t.Errorf("move result = %q", got)
@@ -425,13 +442,13 @@ func TestUIBrowser(t *testing.T) {
 	uiDeadLetter(t, ch, `{"order":3}`)
 	uiWaitMessages(t, ch, "orders.dlq", 1)
 	b.do("purge",
-		chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)),
+		uiClick(`a[data-nav="dead-letters"]`),
 		chromedp.WaitVisible(uiSel(row+` td[data-col="ready"]`)),
 		chromedp.Poll[chromedp.Void](`document.querySelector('`+row+` td[data-col="ready"]').textContent === '1'`,
 			chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)),
-		chromedp.Click(uiSel(row+" button.purge")),
+		uiClick(row+" button.purge"),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#status")))
 	uiWaitMessages(t, ch, "orders.dlq", 0)
 	b.checkNoExceptions()
@@ -495,7 +512,7 @@ func TestUIBrowserClusterNodes(t *testing.T) {
 		chromedp.WaitVisible(uiSel("#login-user")),
 		chromedp.SendKeys(uiSel("#login-user"), "guest"),
 		chromedp.SendKeys(uiSel("#login-pass"), "guest"),
-		chromedp.Click(uiSel("#login-form button[type=submit]")),
+		uiClick("#login-form button[type=submit]"),
 		chromedp.WaitVisible(uiSel("#ov-nodes table")))
 	for _, nd := range c.Nodes() {
 		b.poll("node "+nd.Name()+" running", fmt.Sprintf(

@@ -41,7 +41,7 @@ func TestUIClusterPage(t *testing.T) {
 	b := newUIBrowser(t, chrome)
 	b.login(c.Node(0).MgmtURL(), "guest", "guest")
 	row := fmt.Sprintf(`#cl-qq-table tr[data-name=%q]`, qq)
-	b.do("cluster page", chromedp.Click(uiSel(`a[data-nav="cluster"]`)), chromedp.WaitVisible(uiSel(row)))
+	b.do("cluster page", uiClick(`a[data-nav="cluster"]`), chromedp.WaitVisible(uiSel(row)))
 	b.poll("leader shown", fmt.Sprintf(`document.querySelector('%s td[data-col="leader"]').textContent === %q`, row, c.Node(leader).Name()))
 	if got := b.eval(fmt.Sprintf(`String(document.querySelectorAll('%s li[data-member]').length)`, row)); got != "3" {
 		t.Errorf("members shown = %s, want 3", got)
@@ -53,12 +53,12 @@ func TestUIClusterPage(t *testing.T) {
 	b.shot("cluster")
 
 	// Move the leader to the member the dialog offers first.
-	b.do("open move leader", chromedp.Click(uiSel(row+" button.transfer")), chromedp.WaitVisible(uiSel("#cl-transfer-node")))
+	b.do("open move leader", uiClick(row+" button.transfer"), chromedp.WaitVisible(uiSel("#cl-transfer-node")))
 	target := b.eval(`document.querySelector('#cl-transfer-node').value`)
 	if target == "" || target == c.Node(leader).Name() {
 		t.Fatalf("move leader offers %q (leader %s)", target, c.Node(leader).Name())
 	}
-	b.do("move leader", chromedp.Click(uiSel("#dialog-confirm")), chromedp.WaitVisible(uiSel("#status")))
+	b.do("move leader", uiClick("#dialog-confirm"), chromedp.WaitVisible(uiSel("#status")))
 	if !testutil.Until(10*time.Second, func() bool { l := c.QueueLeader("/", qq); return l >= 0 && c.Node(l).Name() == target }) {
 		t.Fatalf("leader did not move to %s", target)
 	}
@@ -77,8 +77,8 @@ func TestUIClusterPage(t *testing.T) {
 	b.poll("stopped member shown", fmt.Sprintf(
 		`(r => r && r.querySelector('[data-col="state"]').textContent === 'stopped')(document.querySelector('#cl-members-table tr[data-node=%q]'))`, name))
 	b.poll("offline replica shown", fmt.Sprintf(`(li => li && li.textContent.includes('offline'))(document.querySelector('%s li[data-member=%q]'))`, row, name))
-	b.do("open move leader again", chromedp.Click(uiSel(row+" button.transfer")), chromedp.WaitVisible(uiSel("#cl-transfer-node")),
-		chromedp.SetValue(uiSel("#cl-transfer-node"), name), chromedp.Click(uiSel("#dialog-confirm")))
+	b.do("open move leader again", uiClick(row+" button.transfer"), chromedp.WaitVisible(uiSel("#cl-transfer-node")),
+		chromedp.SetValue(uiSel("#cl-transfer-node"), name), uiClick("#dialog-confirm"))
 	b.poll("refusal shown in the dialog", `(e => e && !e.hidden && e.textContent.length > 0)(document.querySelector('#dialog-error'))`)
 	if got := b.text("#dialog-error"); !strings.Contains(got, "node_not_running") {
 		t.Errorf("refusal = %q, want the server's reason", got)

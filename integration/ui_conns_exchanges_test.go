@@ -21,7 +21,7 @@ import (
 // u1Logout logs out and waits for the login form.
 func (b *uiBrowser) u1Logout() {
 	b.t.Helper()
-	b.do("log out", chromedp.Click(uiSel("#logout")), chromedp.WaitVisible(uiSel("#login-user")))
+	b.do("log out", uiClick("#logout"), chromedp.WaitVisible(uiSel("#login-user")))
 }
 
 // jsq quotes s as a JavaScript string literal.
@@ -80,7 +80,7 @@ func TestUIConnsChannels(t *testing.T) {
 
 	// The list shows the connection with its client-provided name.
 	findRow := `[...document.querySelectorAll('#connections tbody tr')].find(r => r.textContent.includes(` + jsq(connName) + `))`
-	b.do("connections page", chromedp.Click(uiSel(`a[data-nav="connections"]`)), chromedp.WaitVisible(uiSel("#connections")))
+	b.do("connections page", uiClick(`a[data-nav="connections"]`), chromedp.WaitVisible(uiSel("#connections")))
 	b.poll("the named connection listed", `!!`+findRow)
 	name := b.eval(findRow + `.dataset.name`)
 	row := `#connections tr[data-name=` + jsq(name) + `]`
@@ -94,7 +94,7 @@ func TestUIConnsChannels(t *testing.T) {
 
 	// The channels page: the channel with 3 unacked, prefetch 10.
 	chRow := `#channels tr[data-name^=` + jsq(name) + `]`
-	b.do("channels page", chromedp.Click(uiSel(`a[data-nav="channels"]`)), chromedp.WaitVisible(uiSel(chRow)))
+	b.do("channels page", uiClick(`a[data-nav="channels"]`), chromedp.WaitVisible(uiSel(chRow)))
 	b.poll("3 unacked on the channel", `document.querySelector(`+jsq(chRow+` td[data-col="unacked"]`)+`).textContent === '3'`)
 	if got := b.text(chRow + ` td[data-col="prefetch"]`); got != "10" {
 		t.Errorf("channel prefetch = %q, want 10", got)
@@ -103,7 +103,7 @@ func TestUIConnsChannels(t *testing.T) {
 	b.fitsPhone("the channels list")
 
 	// Its page lists the consumer on u1-work and links to the connection.
-	b.do("channel page", chromedp.Click(uiSel(chRow+` td[data-col="name"] a`)), chromedp.WaitVisible(uiSel(`#consumers tr[data-tag="u1-consumer"]`)))
+	b.do("channel page", uiClick(chRow+` td[data-col="name"] a`), chromedp.WaitVisible(uiSel(`#consumers tr[data-tag="u1-consumer"]`)))
 	if got := b.text(`#consumers tr[data-tag="u1-consumer"] td[data-col="queue"]`); got != "u1-work" {
 		t.Errorf("channel page consumer queue = %q", got)
 	}
@@ -112,7 +112,7 @@ func TestUIConnsChannels(t *testing.T) {
 	}
 	b.shot("channel")
 	b.fitsPhone("the channel page")
-	b.do("connection page from the channel", chromedp.Click(uiSel("#ch-connection")), chromedp.WaitVisible(uiSel("#conn-details dl")))
+	b.do("connection page from the channel", uiClick("#ch-connection"), chromedp.WaitVisible(uiSel("#conn-details dl")))
 	if got := b.text("#conn-client-name"); !strings.Contains(got, connName) {
 		t.Errorf("connection page client name = %q", got)
 	}
@@ -141,14 +141,14 @@ func TestUIConnsChannels(t *testing.T) {
 	b.login(base, monitor, monitor)
 	b.goTo(base, connHash, "#conn-close")
 	b.do("monitoring user closes",
-		chromedp.Click(uiSel("#conn-close")),
+		uiClick("#conn-close"),
 		chromedp.WaitVisible(uiSel("#close-reason")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	if got := b.text("#dialog-error"); !strings.Contains(got, "Not administrator user") {
 		t.Errorf("refused close shows %q, want the server's reason Not administrator user", got)
 	}
-	b.do("cancel", chromedp.Click(uiSel(`#dialog button[value="cancel"]`)), chromedp.WaitNotVisible(uiSel("#dialog")))
+	b.do("cancel", uiClick(`#dialog button[value="cancel"]`), chromedp.WaitNotVisible(uiSel("#dialog")))
 	if conn.IsClosed() {
 		t.Fatal("the refused close closed the connection")
 	}
@@ -159,17 +159,17 @@ func TestUIConnsChannels(t *testing.T) {
 	b.login(base, "guest", "guest")
 	b.goTo(base, connHash, "#conn-close")
 	b.do("a reason that cannot travel in a header",
-		chromedp.Click(uiSel("#conn-close")),
+		uiClick("#conn-close"),
 		chromedp.WaitVisible(uiSel("#close-reason")),
 		chromedp.SetValue(uiSel("#close-reason"), "café ☕"),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	if got := b.text("#dialog-error"); !strings.Contains(got, "printable ASCII") || conn.IsClosed() {
 		t.Errorf("non-ASCII reason: dialog shows %q, connection closed %v", got, conn.IsClosed())
 	}
 	b.do("close the connection",
 		chromedp.SetValue(uiSel("#close-reason"), reason),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#connections")))
 	if got := b.text("#status"); !strings.Contains(got, "Closed connection") {
 		t.Errorf("status after close = %q", got)
@@ -210,7 +210,7 @@ func TestUIExchanges(t *testing.T) {
 
 	b := newUIBrowser(t, chrome)
 	b.login(base, "guest", "guest")
-	b.do("exchanges page", chromedp.Click(uiSel(`a[data-nav="exchanges"]`)), chromedp.WaitVisible(uiSel(`#exchanges tr[data-name="amq.topic"]`)))
+	b.do("exchanges page", uiClick(`a[data-nav="exchanges"]`), chromedp.WaitVisible(uiSel(`#exchanges tr[data-name="amq.topic"]`)))
 
 	// By keyboard: Enter on "Add a new exchange" opens the dialog with the
 	// focus in it, Escape closes it.
@@ -225,10 +225,10 @@ func TestUIExchanges(t *testing.T) {
 
 	// Error path: amq. names are reserved; the dialog shows the reason.
 	b.do("add amq.u1",
-		chromedp.Click(uiSel("#x-add")),
+		uiClick("#x-add"),
 		chromedp.WaitVisible(uiSel("#x-new-name")),
 		chromedp.SetValue(uiSel("#x-new-name"), "amq.u1"),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	if got := b.text("#dialog-error"); !strings.Contains(got, "Access refused") {
 		t.Errorf("amq. exchange: dialog shows %q, want Access refused", got)
@@ -243,11 +243,11 @@ func TestUIExchanges(t *testing.T) {
 	b.do("add u1-delayed without x-delayed-type",
 		chromedp.SetValue(uiSel("#x-new-name"), "u1-delayed"),
 		chromedp.SetValue(uiSel("#x-new-type"), "x-delayed-message"),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.Poll[chromedp.Void](`document.querySelector('#dialog-error').textContent.includes('x-delayed-type')`,
 			chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	b.eval(`[...document.querySelectorAll('#x-new-args .kvarg-quick button')].find(b => b.textContent === 'Delayed type').click() || ''`)
-	b.do("add u1-delayed", chromedp.Click(uiSel("#dialog-confirm")), chromedp.WaitNotVisible(uiSel("#dialog")))
+	b.do("add u1-delayed", uiClick("#dialog-confirm"), chromedp.WaitNotVisible(uiSel("#dialog")))
 	if x := tg.getJSON("/api/exchanges/%2F/u1-delayed").(map[string]any); x["type"] != "x-delayed-message" ||
 		!jsonEqual(x["arguments"], map[string]any{"x-delayed-type": "direct"}) {
 		t.Errorf("u1-delayed = %v", x)
@@ -255,17 +255,17 @@ func TestUIExchanges(t *testing.T) {
 
 	// A valid topic exchange with two typed arguments.
 	b.do("add u1-events",
-		chromedp.Click(uiSel("#x-add")),
+		uiClick("#x-add"),
 		chromedp.WaitVisible(uiSel("#x-new-name")),
 		chromedp.SetValue(uiSel("#x-new-name"), "u1-events"),
 		chromedp.SetValue(uiSel("#x-new-type"), "topic"),
 		chromedp.SetValue(uiSel("#x-new-args-key-0"), "x-u1-note"),
 		chromedp.SetValue(uiSel("#x-new-args-value-0"), "hello"),
-		chromedp.Click(uiSel("#x-new-args-add")),
+		uiClick("#x-new-args-add"),
 		chromedp.SetValue(uiSel("#x-new-args-key-1"), "x-u1-limit"),
 		chromedp.SetValue(uiSel("#x-new-args-value-1"), "5"),
 		chromedp.SetValue(uiSel("#x-new-args-type-1"), "number"),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitNotVisible(uiSel("#dialog")),
 		chromedp.WaitVisible(uiSel(`#exchanges tr[data-name="u1-events"]`)))
 	if got := b.text(`#exchanges tr[data-name="u1-events"] td[data-col="type"]`); got != "topic" {
@@ -294,11 +294,11 @@ func TestUIExchanges(t *testing.T) {
 
 	// Its page: bind to u1-orders.
 	fromRow := `#x-from-table tr[data-destination="u1-orders"]`
-	b.do("exchange page", chromedp.Click(uiSel(`#exchanges tr[data-name="u1-events"] td[data-col="name"] a`)), chromedp.WaitVisible(uiSel("#x-bind")))
+	b.do("exchange page", uiClick(`#exchanges tr[data-name="u1-events"] td[data-col="name"] a`), chromedp.WaitVisible(uiSel("#x-bind")))
 	b.do("bind to u1-orders",
 		chromedp.SetValue(uiSel("#x-bind-dest"), "u1-orders"),
 		chromedp.SetValue(uiSel("#x-bind-key"), "orders.*.created"),
-		chromedp.Click(uiSel("#x-bind-submit")),
+		uiClick("#x-bind-submit"),
 		chromedp.WaitVisible(uiSel(fromRow)))
 	if got := b.text(fromRow + ` td[data-col="routing-key"]`); got != "orders.*.created" {
 		t.Errorf("binding routing key shown = %q", got)
@@ -311,7 +311,7 @@ func TestUIExchanges(t *testing.T) {
 	// Error path: binding to a missing queue shows the 404's reason.
 	b.do("bind to a missing queue",
 		chromedp.SetValue(uiSel("#x-bind-dest"), "u1-nope"),
-		chromedp.Click(uiSel("#x-bind-submit")),
+		uiClick("#x-bind-submit"),
 		chromedp.WaitVisible(uiSel("#x-bind-result .result")))
 	if got := b.text("#x-bind-result"); !strings.Contains(got, "no queue 'u1-nope' in vhost '/'") {
 		t.Errorf("bind to a missing queue shows %q", got)
@@ -323,14 +323,14 @@ func TestUIExchanges(t *testing.T) {
 		chromedp.SetValue(uiSel("#x-publish-mode"), "2"),
 		chromedp.SetValue(uiSel("#x-publish-headers-key-0"), "tenant"),
 		chromedp.SetValue(uiSel("#x-publish-headers-value-0"), "acme"),
-		chromedp.Click(uiSel("#x-publish-headers-add")),
+		uiClick("#x-publish-headers-add"),
 		chromedp.SetValue(uiSel("#x-publish-headers-key-1"), "attempt"),
 		chromedp.SetValue(uiSel("#x-publish-headers-value-1"), "3"),
 		chromedp.SetValue(uiSel("#x-publish-headers-type-1"), "number"),
 		chromedp.SetValue(uiSel("#x-publish-props-key-0"), "content_type"),
 		chromedp.SetValue(uiSel("#x-publish-props-value-0"), "application/json"),
 		chromedp.SetValue(uiSel("#x-publish-payload"), `{"order":7}`),
-		chromedp.Click(uiSel("#x-publish-submit")),
+		uiClick("#x-publish-submit"),
 		chromedp.WaitVisible(uiSel("#x-publish-result .result")))
 	if got := b.eval(`document.querySelector('#x-publish-result .result').dataset.routed + ' ' + document.querySelector('#x-publish-result').textContent`); got != "true Message published." {
 		t.Errorf("publish result = %q", got)
@@ -368,18 +368,18 @@ func TestUIExchanges(t *testing.T) {
 	// Remove the binding to u1-orders: gone from the page and the API, and
 	// a mandatory publish is returned unroutable.
 	b.do("unbind",
-		chromedp.Click(uiSel(fromRow+" button.unbind")),
+		uiClick(fromRow+" button.unbind"),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitNotPresent(uiSel(fromRow)))
 	if bs := tg.getJSON("/api/bindings/%2F/e/u1-events/q/u1-orders").([]any); len(bs) != 0 {
 		t.Errorf("after unbind: bindings = %v", bs)
 	}
 	// And the binding to it from amq.topic.
 	b.do("unbind from amq.topic",
-		chromedp.Click(uiSel(toRow+" button.unbind")),
+		uiClick(toRow+" button.unbind"),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitNotPresent(uiSel(toRow)))
 	if bs := tg.getJSON("/api/bindings/%2F/e/amq.topic/e/u1-events").([]any); len(bs) != 0 {
 		t.Errorf("after unbind: bindings amq.topic -> u1-events = %v", bs)
@@ -397,7 +397,7 @@ func TestUIExchanges(t *testing.T) {
 		t.Error("a mandatory publish after the unbind was not returned")
 	}
 	b.do("publish again",
-		chromedp.Click(uiSel("#x-publish-submit")),
+		uiClick("#x-publish-submit"),
 		chromedp.WaitVisible(uiSel(`#x-publish-result .result[data-routed="false"]`)))
 	if got := b.text("#x-publish-result"); got != "Message published, but not routed." {
 		t.Errorf("unroutable publish result = %q", got)
@@ -408,7 +408,7 @@ func TestUIExchanges(t *testing.T) {
 	b.do("publish through the default exchange",
 		chromedp.SetValue(uiSel("#x-publish-key"), "u1-orders"),
 		chromedp.SetValue(uiSel("#x-publish-payload"), "via default"),
-		chromedp.Click(uiSel("#x-publish-submit")),
+		uiClick("#x-publish-submit"),
 		chromedp.WaitVisible(uiSel(`#x-publish-result .result[data-routed="true"]`)))
 	if m := u1Get(t, ch, "u1-orders"); string(m.Body) != "via default" || m.Exchange != "" {
 		t.Errorf("via the default exchange: exchange %q body %q", m.Exchange, m.Body)
@@ -420,22 +420,22 @@ func TestUIExchanges(t *testing.T) {
 	// Error path: amq.direct may not be deleted; the dialog says why.
 	b.goTo(base, "#/exchanges/%2F/amq.direct", "#x-delete")
 	b.do("delete amq.direct",
-		chromedp.Click(uiSel("#x-delete")),
+		uiClick("#x-delete"),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	if got := b.text("#dialog-error"); !strings.Contains(strings.ToLower(got), "access refused") {
 		t.Errorf("deleting amq.direct shows %q, want access refused", got)
 	}
-	b.do("cancel", chromedp.Click(uiSel(`#dialog button[value="cancel"]`)), chromedp.WaitNotVisible(uiSel("#dialog")))
+	b.do("cancel", uiClick(`#dialog button[value="cancel"]`), chromedp.WaitNotVisible(uiSel("#dialog")))
 	tg.must("GET", "/api/exchanges/%2F/amq.direct", nil, 200)
 
 	// Delete u1-events after the confirmation.
 	b.goTo(base, "#/exchanges/%2F/u1-events", "#x-delete")
 	b.do("delete the exchange",
-		chromedp.Click(uiSel("#x-delete")),
+		uiClick("#x-delete"),
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#exchanges")))
 	if r := tg.do("GET", "/api/exchanges/%2F/u1-events", nil); r.status != 404 {
 		t.Errorf("deleted exchange: %s", r)

@@ -81,7 +81,7 @@ func TestUIDeadLetterTimelineAndPreview(t *testing.T) {
 		b.do(what, chromedp.Poll[chromedp.Void](`(t => `+cond+`)(JSON.parse(document.querySelector('`+chart+`').dataset.totals || '{}'))`,
 			chromedp.WithPollingTimeout(9*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	}
-	b.do("dead-letter page", chromedp.Click(uiSel(`a[data-nav="dead-letters"]`)), chromedp.WaitVisible(uiSel(chart)))
+	b.do("dead-letter page", uiClick(`a[data-nav="dead-letters"]`), chromedp.WaitVisible(uiSel(chart)))
 	waitTotals("timeline by reason", `t.rejected === 2 && t.expired === 1 && t.maxlen === 0 && t.delivery_limit === 0`)
 	if n := b.eval(`document.querySelector('` + chart + `').dataset.points`); n != "60" {
 		t.Errorf("the timeline draws %s minutes, want 60", n)
@@ -170,7 +170,7 @@ func TestUIDeadLetterTimelineAndPreview(t *testing.T) {
 	if b.shots != "" {
 		b.capture("dead-letters-timeline-phone")
 	}
-	b.do("open replay at 390 px", chromedp.Click(uiSel(row+" button.replay")), chromedp.WaitVisible(uiSel("#rp-dests")))
+	b.do("open replay at 390 px", uiClick(row+" button.replay"), chromedp.WaitVisible(uiSel("#rp-dests")))
 	if got := b.eval(`(() => {
 		const d = document.querySelector('#dialog').getBoundingClientRect();
 		if (d.left < 0 || d.right > 390) return 'the dialog spans ' + d.left + '..' + d.right;
@@ -188,7 +188,7 @@ func TestUIDeadLetterTimelineAndPreview(t *testing.T) {
 	b.poll("layout at 1280 px", `document.documentElement.clientWidth === 1280`)
 
 	// Confirm: the replay does what the preview said, and the DLQ empties.
-	b.do("replay", chromedp.Click(uiSel("#dialog-confirm")), chromedp.WaitVisible(uiSel("#dl-result .result")))
+	b.do("replay", uiClick("#dialog-confirm"), chromedp.WaitVisible(uiSel("#dl-result .result")))
 	if got := b.text("#dl-result"); !strings.Contains(got, "4 replayed, 0 skipped, 0 failed, 0 remaining") {
 		t.Errorf("replay result = %q", got)
 	}

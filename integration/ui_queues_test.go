@@ -27,7 +27,7 @@ func u2Select(sel, value string) chromedp.Action[chromedp.Void] {
 func u2Confirm() []chromedp.Action[chromedp.Void] {
 	return []chromedp.Action[chromedp.Void]{
 		chromedp.WaitVisible(uiSel("#dialog-confirm")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitNotVisible(uiSel("#dialog")),
 	}
 }
@@ -93,16 +93,16 @@ func TestUIQueues(t *testing.T) {
 	// Add a queue with arguments; x-max-length -1 first, which the server
 	// refuses: its reason shows in the dialog, which stays open.
 	b.do("open the add-queue dialog",
-		chromedp.Click(uiSel(`a[data-nav="queues"]`)),
+		uiClick(`a[data-nav="queues"]`),
 		chromedp.WaitVisible(uiSel("#queues")),
-		chromedp.Click(uiSel("#q-add")),
+		uiClick("#q-add"),
 		chromedp.WaitVisible(uiSel("#aq-name")),
 		chromedp.SendKeys(uiSel("#aq-name"), qn),
-		chromedp.Click(uiSel(`#dialog button[data-arg="x-message-ttl"]`)),
+		uiClick(`#dialog button[data-arg="x-message-ttl"]`),
 		chromedp.SendKeys(uiSel("#aq-args-value-0"), "60000"),
-		chromedp.Click(uiSel(`#dialog button[data-arg="x-max-length"]`)),
+		uiClick(`#dialog button[data-arg="x-max-length"]`),
 		chromedp.SendKeys(uiSel("#aq-args-value-1"), "-1"),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	b.checkContrast("add queue dialog")
 	if got := b.text("#dialog-error"); !strings.Contains(got, "invalid arg 'x-max-length'") || !strings.Contains(got, "value_negative") {
@@ -113,10 +113,10 @@ func TestUIQueues(t *testing.T) {
 	}
 	b.do("add the queue",
 		chromedp.SetValue(uiSel("#aq-args-value-1"), "100"),
-		chromedp.Click(uiSel(`#dialog button[data-arg="x-dead-letter-exchange"]`)),
-		chromedp.Click(uiSel(`#dialog button[data-arg="x-dead-letter-routing-key"]`)),
+		uiClick(`#dialog button[data-arg="x-dead-letter-exchange"]`),
+		uiClick(`#dialog button[data-arg="x-dead-letter-routing-key"]`),
 		chromedp.SendKeys(uiSel("#aq-args-value-3"), "u2-dlq"),
-		chromedp.Click(uiSel(`#dialog button[data-arg="x-overflow"]`)),
+		uiClick(`#dialog button[data-arg="x-overflow"]`),
 		chromedp.SendKeys(uiSel("#aq-args-value-4"), "reject-publish"),
 	)
 	b.do("confirm", u2Confirm()...)
@@ -141,13 +141,13 @@ func TestUIQueues(t *testing.T) {
 	// The queue page: the default exchange's implicit binding; bind from
 	// amq.direct, and a message published there over AMQP reaches it.
 	b.do("open the queue page",
-		chromedp.Click(uiSel(row+" a")),
+		uiClick(row+" a"),
 		chromedp.WaitVisible(uiSel(`#q-binding-table tr[data-source=""]`)),
 		chromedp.WaitVisible(uiSel("#q-rate-chart")),
 		chromedp.WaitVisible(uiSel("#q-length-chart")),
 		chromedp.SendKeys(uiSel("#qb-source"), "amq.direct"),
 		chromedp.SendKeys(uiSel("#qb-key"), "u2-key"),
-		chromedp.Click(uiSel("#qb-bind")),
+		uiClick("#qb-bind"),
 		chromedp.WaitVisible(uiSel(`#q-binding-table tr[data-source="amq.direct"]`)))
 	if got := b.text(`#q-binding-table tr[data-source="amq.direct"] td[data-col="key"]`); got != "u2-key" {
 		t.Errorf("binding routing key shown = %q", got)
@@ -158,13 +158,13 @@ func TestUIQueues(t *testing.T) {
 	uiWaitMessages(t, ch, qn, 1)
 
 	// Purge, after the confirmation.
-	b.do("purge", chromedp.Click(uiSel("#q-purge")))
+	b.do("purge", uiClick("#q-purge"))
 	b.do("confirm purge", u2Confirm()...)
 	uiWaitMessages(t, ch, qn, 0)
 
 	// Publish from the page: persistent, a header, a property.
 	b.do("publish",
-		chromedp.Click(uiSel("#q-publish summary")),
+		uiClick("#q-publish summary"),
 		chromedp.WaitVisible(uiSel("#qp-payload")),
 		u2Select("#qp-mode", "2"),
 		chromedp.SendKeys(uiSel("#qp-headers-key-0"), "tenant"),
@@ -172,7 +172,7 @@ func TestUIQueues(t *testing.T) {
 		chromedp.SendKeys(uiSel("#qp-props-key-0"), "content_type"),
 		chromedp.SendKeys(uiSel("#qp-props-value-0"), "application/json"),
 		chromedp.SendKeys(uiSel("#qp-payload"), `{"order":7}`),
-		chromedp.Click(uiSel("#qp-submit")),
+		uiClick("#qp-submit"),
 		chromedp.WaitVisible(uiSel("#qp-result .result")))
 	if got := b.text("#qp-result"); got != "Message published." {
 		t.Errorf("publish result = %q", got)
@@ -183,10 +183,10 @@ func TestUIQueues(t *testing.T) {
 	// Get it back, acking it (ack_requeue_false): shown with its
 	// properties, headers and payload; the queue is then empty.
 	b.do("get",
-		chromedp.Click(uiSel("#q-get summary")),
+		uiClick("#q-get summary"),
 		chromedp.WaitVisible(uiSel("#qg-mode")),
 		u2Select("#qg-mode", "ack_requeue_false"),
-		chromedp.Click(uiSel("#qg-get")),
+		uiClick("#qg-get"),
 		chromedp.WaitVisible(uiSel("#get-results article")))
 	msg := `#get-results article[data-position="1"]`
 	if got := b.text("#get-summary"); !strings.HasPrefix(got, "1 message got (automatic ack); 0 messages left ready") {
@@ -217,7 +217,7 @@ func TestUIQueues(t *testing.T) {
 	}
 	uiWaitMessages(t, ch, qn, 1)
 	b.do("reject",
-		chromedp.Click(uiSel("#q-get summary")),
+		uiClick("#q-get summary"),
 		chromedp.WaitVisible(uiSel("#qg-mode")),
 		u2Select("#qg-mode", "reject_requeue_false"),
 		chromedp.Focus(uiSel("#qg-get")),
@@ -231,8 +231,8 @@ func TestUIQueues(t *testing.T) {
 	b.do("get from the DLQ",
 		chromedp.Navigate(tg.url+"/#/queues/%2F/u2-dlq"),
 		chromedp.WaitVisible(uiSel("#q-get summary")),
-		chromedp.Click(uiSel("#q-get summary")),
-		chromedp.Click(uiSel("#qg-get")),
+		uiClick("#q-get summary"),
+		uiClick("#qg-get"),
 		chromedp.WaitVisible(uiSel(`#get-results table.xdeath tbody tr`)))
 	xd := `#get-results table.xdeath tbody tr:first-child`
 	for col, want := range map[string]string{"count": "1", "reason": "rejected", "queue": qn, "routing-keys": qn} {
@@ -247,7 +247,7 @@ func TestUIQueues(t *testing.T) {
 
 	// Remove the binding, confirmed; the API no longer has it.
 	b.do("unbind",
-		chromedp.Click(uiSel(`#q-binding-table tr[data-source="amq.direct"] button.unbind`)))
+		uiClick(`#q-binding-table tr[data-source="amq.direct"] button.unbind`))
 	b.do("confirm unbind", u2Confirm()...)
 	b.poll("binding gone", `!document.querySelector('#q-binding-table tr[data-source="amq.direct"]')`)
 	if l, _ := tg.getJSON("/api/bindings/%2F/e/amq.direct/q/" + qn).([]any); len(l) != 0 {
@@ -262,7 +262,7 @@ func TestUIQueues(t *testing.T) {
 	}
 	uiWaitMessages(t, ch, qn, 3)
 	b.do("move",
-		chromedp.Click(uiSel("#q-move")),
+		uiClick("#q-move"),
 		chromedp.WaitVisible(uiSel("#mv-dest")),
 		chromedp.SendKeys(uiSel("#mv-dest"), dest))
 	b.do("confirm move", u2Confirm()...)
@@ -279,10 +279,10 @@ func TestUIQueues(t *testing.T) {
 	}
 	uiWaitMessages(t, ch, qn, 1)
 	b.do("delete if empty",
-		chromedp.Click(uiSel("#q-delete")),
+		uiClick("#q-delete"),
 		chromedp.WaitVisible(uiSel("#qd-if-empty")),
-		chromedp.Click(uiSel("#qd-if-empty")),
-		chromedp.Click(uiSel("#dialog-confirm")),
+		uiClick("#qd-if-empty"),
+		uiClick("#dialog-confirm"),
 		chromedp.WaitVisible(uiSel("#dialog-error")))
 	if got := b.text("#dialog-error"); !strings.Contains(got, "queue '"+qn+"' in vhost '/' not empty") {
 		t.Errorf("delete if-empty of a non-empty queue: dialog error = %q", got)
@@ -290,7 +290,7 @@ func TestUIQueues(t *testing.T) {
 	if _, ok := u2Passive(t, conn, qn); !ok {
 		t.Fatalf("%s deleted despite if-empty", qn)
 	}
-	b.do("delete", chromedp.Click(uiSel("#qd-if-empty")))
+	b.do("delete", uiClick("#qd-if-empty"))
 	b.do("confirm delete", u2Confirm()...)
 	b.poll("back on the list", `location.hash === '#/queues' && !!document.querySelector('#queues')`)
 	if _, ok := u2Passive(t, conn, qn); ok {
@@ -306,11 +306,11 @@ func TestUIQueues(t *testing.T) {
 	const qq = "u2-quorum"
 	b.do("add a quorum queue",
 		chromedp.WaitVisible(uiSel("#q-add")),
-		chromedp.Click(uiSel("#q-add")),
+		uiClick("#q-add"),
 		chromedp.WaitVisible(uiSel("#aq-name")),
 		chromedp.SendKeys(uiSel("#aq-name"), qq),
 		u2Select("#aq-type", "quorum"),
-		chromedp.Click(uiSel(`#dialog button[data-arg="x-delivery-limit"]`)),
+		uiClick(`#dialog button[data-arg="x-delivery-limit"]`),
 		chromedp.SendKeys(uiSel("#aq-args-value-0"), "5"))
 	b.do("confirm", u2Confirm()...)
 	if q := tg.queueInfo("/", qq); q["type"] != "quorum" || !jsonEqual(q["arguments"], map[string]any{"x-queue-type": "quorum", "x-delivery-limit": 5.0}) {
@@ -319,7 +319,7 @@ func TestUIQueues(t *testing.T) {
 	qrow := `#queues tr[data-name="` + qq + `"]`
 	b.poll("quorum queue listed", `!!document.querySelector('`+qrow+`')`)
 	b.do("open the quorum queue",
-		chromedp.Click(uiSel(qrow+" a")),
+		uiClick(qrow+" a"),
 		chromedp.WaitVisible(uiSel("#q-members tbody tr")))
 	if got := b.text(`#q-members tbody tr td[data-col="role"]`); got != "leader" {
 		t.Errorf("quorum member role = %q", got)
@@ -333,7 +333,7 @@ func TestUIQueues(t *testing.T) {
 	// scroll inside their frame).
 	b.do("phone width", chromedp.EmulateViewport(390, 844))
 	b.poll("no sideways scroll at 390 px", `document.documentElement.scrollWidth <= 390`)
-	b.do("the list at 390 px", chromedp.Click(uiSel(`a[data-nav="queues"]`)), chromedp.WaitVisible(uiSel(qrow)))
+	b.do("the list at 390 px", uiClick(`a[data-nav="queues"]`), chromedp.WaitVisible(uiSel(qrow)))
 	b.poll("no sideways scroll of the list at 390 px", `document.documentElement.scrollWidth <= 390`)
 	b.do("desktop width", chromedp.EmulateViewport(1280, 800))
 	b.checkNoExceptions()
