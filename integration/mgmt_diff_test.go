@@ -516,10 +516,15 @@ func TestMgmtDiffConnections(t *testing.T) {
 		}
 		name := c["name"].(string)
 		// Wait for RabbitMQ's statistics to show the channel and consumer.
+		// The consumer is listed at once (an event), the channel's own
+		// consumer_count and prefetch_count (and the queue's consumers) only
+		// with the next statistics (every 5 s).
 		if !eventually(func() bool {
 			cs, _ := tg.getJSON("/api/consumers/" + esc(vh)).([]any)
 			chs, _ := tg.getJSON("/api/connections/" + esc(name) + "/channels").([]any)
-			return len(cs) == 1 && len(chs) == 1 && dig(tg.getJSON("/api/connections/"+esc(name)), "channels") == 1.0
+			return len(cs) == 1 && len(chs) == 1 && dig(chs[0], "consumer_count") == 1.0 && dig(chs[0], "prefetch_count") == 3.0 &&
+				dig(tg.getJSON("/api/connections/"+esc(name)), "channels") == 1.0 &&
+				dig(tg.getJSON("/api/queues/"+esc(vh)+"/cq"), "consumers") == 1.0
 		}) {
 			s.t.Fatalf("consumer/channel of %q never listed", cn)
 		}
