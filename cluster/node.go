@@ -113,16 +113,18 @@ type Node struct {
 // serving clients: it returns once the node has replayed its own Raft log
 // into b.
 func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
-	if cfg.Node == "" || b.Node() != cfg.Node || len(cfg.Secret) == 0 {
+	var bad error
+	switch {
+	case cfg.Node == "" || b.Node() != cfg.Node:
+		bad = fmt.Errorf("cluster: the broker's node name %q must be the node's %q", b.Node(), cfg.Node)
+	case len(cfg.Secret) == 0:
+		bad = errors.New("cluster: a cluster secret is required")
+	}
+	if bad != nil {
 		if cfg.Listener != nil {
 			cfg.Listener.Close()
 		}
-	}
-	if cfg.Node == "" || b.Node() != cfg.Node {
-		return nil, fmt.Errorf("cluster: the broker's node name %q must be the node's %q", b.Node(), cfg.Node)
-	}
-	if len(cfg.Secret) == 0 {
-		return nil, errors.New("cluster: a cluster secret is required")
+		return nil, bad
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
