@@ -120,9 +120,9 @@ func startProcCluster(t testing.TB, n int, opts procClusterOpts) *procCluster {
 		c.nodes = append(c.nodes, &procNode{
 			name:        fmt.Sprintf("warren@n%d", i+1),
 			dataDir:     filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			amqpAddr:    freePort(t),
-			mgmtAddr:    freePort(t),
-			clusterAddr: freePort(t),
+			amqpAddr:    testutil.FreePort(t),
+			mgmtAddr:    testutil.FreePort(t),
+			clusterAddr: testutil.FreePort(t),
 			logPath:     filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
 		})
 	}

@@ -100,12 +100,10 @@ func startProc(t testing.TB, dataDir string, extra ...string) *proc {
 	return p
 }
 
-func freePort(t testing.TB) string { t.Helper(); return testutil.FreePort(t) }
-
 // Start (re)starts the process on the same data directory, on a new port.
 func (p *proc) Start() {
 	p.t.Helper()
-	p.Addr = freePort(p.t)
+	p.Addr = testutil.FreePort(p.t)
 	args := append([]string{"--amqp-addr", p.Addr, "--http-addr", "127.0.0.1:0", "--data-dir", p.DataDir,
 		"--log-level", "warn", "--disk-free-limit", "-1", "--memory-high-watermark", "-1"}, p.args...)
 	p.cmd = exec.Command(p.bin, args...)
@@ -249,7 +247,7 @@ func TestSigtermAsSoonAsItListens(t *testing.T) {
 	}
 	bin := buildWarren(t)
 	for i := range 10 {
-		addr := freePort(t)
+		addr := testutil.FreePort(t)
 		cmd := exec.Command(bin, "--amqp-addr", addr, "--http-addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
 			"--disk-free-limit", "-1", "--memory-high-watermark", "-1")
 		out := &lockedBuffer{}

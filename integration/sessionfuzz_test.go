@@ -193,7 +193,7 @@ func TestSessionFuzz(t *testing.T) {
 	r.replay += " go test -count=1 -run TestSessionFuzz ./integration)"
 	t.Logf("session fuzzer: %s", r.replay)
 
-	r.httpAddr = freePort(t)
+	r.httpAddr = testutil.FreePort(t)
 	args := []string{"--http-addr", r.httpAddr}
 	if s := os.Getenv("WARREN_FUZZ_BROKER_ARGS"); s != "" {
 		args = append(args, strings.Fields(s)...)

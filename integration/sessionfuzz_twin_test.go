@@ -10,6 +10,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // TestSessionFuzzModelUnknownTwin is issue 11 (session fuzzer, seed
@@ -82,7 +83,7 @@ func TestUFFFDExchangeSurvivesSIGKILLAfterTwinOps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the warren binary")
 	}
-	httpAddr := freePort(t)
+	httpAddr := testutil.FreePort(t)
 	p := startProc(t, t.TempDir(), "--http-addr", httpAddr)
 	const pre = "hG-fz-w98-x"
 	name := pre + "\uFFFD"

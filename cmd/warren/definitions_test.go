@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 const testDefinitions = `{
@@ -63,7 +64,7 @@ func TestBinaryDefinitionsFlag(t *testing.T) {
 		t.Fatalf("exit: %v\n%s", err, out.String())
 	}
 
-	bad := exec.Command(warrenBinary(t), "--amqp-addr", freePort(t), "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
+	bad := exec.Command(warrenBinary(t), "--amqp-addr", testutil.FreePort(t), "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--definitions", writeFile(t, `{"queues":[{"name":"q","vhost":"nope"}]}`))
 	bad.Env = cleanEnv()
 	msg, err := bad.CombinedOutput()

@@ -155,8 +155,6 @@ func warrenBinary(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) string { t.Helper(); return testutil.FreePort(t) }
-
 // cleanEnv is the environment without WARREN_ settings.
 func cleanEnv() []string {
 	var env []string
@@ -189,7 +187,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, timeout time.Duration) error {
 // out collects its output for failure messages.
 func startBinary(t *testing.T, user string, args ...string) (cmd *exec.Cmd, conn *amqp.Connection, out *bytes.Buffer) {
 	t.Helper()
-	addr := freePort(t)
+	addr := testutil.FreePort(t)
 	out = new(bytes.Buffer)
 	cmd = exec.Command(warrenBinary(t), append([]string{"--amqp-addr", addr, "--http-addr", "127.0.0.1:0",
 		"--data-dir", filepath.Join(t.TempDir(), "data")}, args...)...)
@@ -311,7 +309,7 @@ func TestBinaryMemoryWatermarkFlag(t *testing.T) {
 // a publish shows in the overview's publish samples within a second, and
 // the history asked for over 1 s at 1 s has 2 samples.
 func TestBinaryStatsFlags(t *testing.T) {
-	httpAddr := freePort(t)
+	httpAddr := testutil.FreePort(t)
 	_, conn, out := startBinary(t, "guest:guest", "--http-addr", httpAddr, "--stats-interval", "200ms", "--stats-retention", "3s")
 	defer conn.Close()
 	ch, err := conn.Channel()
