@@ -9,8 +9,10 @@ import (
 
 // MaxTableDepth bounds the nesting of tables and arrays in decoded input
 // (a table at top level has depth 1). Deeper input is rejected as
-// malformed, so hostile input cannot exhaust the stack.
-const MaxTableDepth = 64
+// malformed, so hostile input cannot exhaust the stack. 100 levels, as
+// many as RabbitMQ keeps of a queue's or exchange's arguments; the
+// management API refuses deeper arguments rather than cut them.
+const MaxTableDepth = 100
 
 // AppendTable appends t as a field table: a uint32 byte length followed by
 // the entries, keys sorted so the output is deterministic. Value types are

@@ -433,22 +433,42 @@ func operatorPolicyParameter(p DefParameter) (Policy, error) {
 // jsonToTable converts JSON arguments to an AMQP table as RabbitMQ's
 // rabbit_misc:to_amqp_table does: integers become long (int64), other
 // numbers double, objects tables, lists arrays.
+//
+// Tables and lists nested deeper than amqp.MaxTableDepth levels (the
+// arguments themselves being the first) are refused: the store keeps a
+// table only as deep as the AMQP codec reads it back, and what is
+// accepted must be kept as it was given.
 func jsonToTable(m map[string]any) (amqp.Table, error) {
 	if len(m) == 0 {
 		return nil, nil
 	}
+	return jsonToTableDepth(m, 1)
+}
+
+// ErrTooDeep is wrapped by jsonToTable's error for arguments nested
+// deeper than amqp.MaxTableDepth.
+var ErrTooDeep = fmt.Errorf("nested deeper than %d levels", amqp.MaxTableDepth)
+
+func jsonToTableDepth(m map[string]any, depth int) (amqp.Table, error) {
+	if depth > amqp.MaxTableDepth {
+		return nil, ErrTooDeep
+	}
 	t := make(amqp.Table, len(m))
 	for k, v := range m {
-		fv, err := jsonToField(v)
+		fv, err := jsonToField(v, depth)
 		if err != nil {
-			return nil, fmt.Errorf("argument '%s': %w", k, err)
+			if depth == 1 {
+				return nil, fmt.Errorf("argument '%s': %w", k, err)
+			}
+			return nil, err
 		}
 		t[k] = fv
 	}
 	return t, nil
 }
 
-func jsonToField(v any) (any, error) {
+// jsonToField converts one value found at nesting level depth.
+func jsonToField(v any, depth int) (any, error) {
 	switch x := v.(type) {
 	case nil:
 		return nil, nil
@@ -469,11 +489,14 @@ func jsonToField(v any) (any, error) {
 		}
 		return x, nil
 	case map[string]any:
-		return jsonToTable(x)
+		return jsonToTableDepth(x, depth+1)
 	case []any:
+		if depth+1 > amqp.MaxTableDepth {
+			return nil, ErrTooDeep
+		}
 		out := make([]any, len(x))
 		for i, e := range x {
-			fv, err := jsonToField(e)
+			fv, err := jsonToField(e, depth+1)
 			if err != nil {
 				return nil, err
 			}

@@ -243,7 +243,10 @@ func (c *call) checkCreateArgs(v *broker.VHost, kind, name string, args map[stri
 
 // decode reads a JSON body into v. An empty body decodes as {}.
 func (c *call) decode(v any) error {
-	body, err := io.ReadAll(io.LimitReader(c.r.Body, 64<<20))
+	body, err := io.ReadAll(c.r.Body)
+	if isBodyTooLarge(err) {
+		return badRequest(errBodyTooLarge)
+	}
 	if err != nil {
 		return badRequest("not_json")
 	}

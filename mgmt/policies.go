@@ -236,7 +236,10 @@ func (c *call) attach(v any) error {
 // the import creates give the importing user full permissions, as
 // RabbitMQ.
 func (c *call) definitionsPost() error {
-	body, err := io.ReadAll(io.LimitReader(c.r.Body, 256<<20))
+	body, err := io.ReadAll(c.r.Body)
+	if isBodyTooLarge(err) {
+		return badRequest(errBodyTooLarge)
+	}
 	if err != nil {
 		return badRequest("failed_to_parse_json")
 	}

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -50,27 +49,41 @@ type Config struct {
 	// cannot take the descriptors the AMQP listener needs (issue 11
 	// item 4). Zero means the default.
 	//
-	// MaxConnections caps the open HTTP connections (default 256); one
-	// over the cap gets a 503 and is closed at once.
+	// MaxConnections caps the open HTTP connections (default 256). A
+	// connection over the cap takes the slot of the longest-waiting one
+	// that has no request in progress (idle, or still sending its
+	// headers), which is closed; only when every slot serves a request is
+	// it answered 503 and closed (listener.go).
 	MaxConnections int
-	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection that sends no new
 	// request for this long (default 120s, RabbitMQ's
 	// management.tcp.idle_timeout).
 	IdleTimeout time.Duration
-	// ReadTimeout and WriteTimeout bound reading a whole request and
-	// writing its reply (default 5 minutes each: a definitions import or
-	// export of hundreds of MiB fits).
+	// ReadTimeout and WriteTimeout are the grace a request's body and its
+	// reply get before they must move at MinRate (default 10s and 30s): a
+	// body trickled or a reply left unread is cut, while a definitions
+	// import or export of any size that moves goes through.
 	ReadTimeout, WriteTimeout time.Duration
+	// MinRate is the slowest a body may arrive or a reply be read after
+	// their grace, in bytes per second (default 16 KiB/s).
+	MinRate int64
+	// MaxBodySize bounds a request's body (default 20,000,000 bytes,
+	// RabbitMQ's management.http.max_body_size); a larger one is refused
+	// with 400 "Exceeded HTTP request body size limit" before it is read.
+	MaxBodySize int64
 }
 
 // The HTTP listener's defaults (Config).
 const (
 	DefaultMaxConnections    = 256
-	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadHeaderTimeout = 5 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
-	DefaultReadWriteTimeout  = 5 * time.Minute
+	DefaultReadTimeout       = 10 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultMinRate           = 16 << 10
+	DefaultMaxBodySize       = 20_000_000
 )
 
 // Server is the management HTTP server.
@@ -124,10 +137,16 @@ func New(cfg Config) *Server {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	if cfg.ReadTimeout <= 0 {
-		cfg.ReadTimeout = DefaultReadWriteTimeout
+		cfg.ReadTimeout = DefaultReadTimeout
 	}
 	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = DefaultReadWriteTimeout
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.MinRate <= 0 {
+		cfg.MinRate = DefaultMinRate
+	}
+	if cfg.MaxBodySize <= 0 {
+		cfg.MaxBodySize = DefaultMaxBodySize
 	}
 	host, _ := os.Hostname()
 	if i := strings.IndexByte(host, '.'); i > 0 {
@@ -161,14 +180,15 @@ func (s *Server) Start() error {
 	}
 	s.mu.Lock()
 	s.ln = ln
-	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		ReadTimeout: s.cfg.ReadTimeout, WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout,
+	ll := newLimitListener(ln, s.cfg.MaxConnections, s.log)
+	s.hs = &http.Server{Handler: s.paced(http.HandlerFunc(s.serveHTTP)), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout: s.cfg.IdleTimeout, ConnState: ll.connState,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	s.mu.Unlock()
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.hs.Serve(newLimitListener(ln, s.cfg.MaxConnections, s.log)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.hs.Serve(ll); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("management listener stopped", "err", err)
 		}
 	}()
@@ -270,60 +290,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 const slashMark = "\x00"
-
-// limitListener caps the open connections: one accepted over the cap is
-// answered 503 and closed at once, so the HTTP port holds at most max
-// descriptors however many clients connect and idle.
-type limitListener struct {
-	net.Listener
-	sem     chan struct{}
-	log     *slog.Logger
-	refused atomic.Int64
-}
-
-func newLimitListener(ln net.Listener, max int, log *slog.Logger) *limitListener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, max), log: log}
-}
-
-// tooMany is the reply to a connection over the cap.
-var tooMany = func() string {
-	body := `{"error":"service_unavailable","reason":"too many management HTTP connections"}` + "\n"
-	return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n" +
-		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-}()
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.sem <- struct{}{}:
-			return &limitConn{Conn: c, l: l}, nil
-		default:
-		}
-		if n := l.refused.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8...: no log flood
-			l.log.Warn("management HTTP connection refused: too many open", "max", cap(l.sem), "refused", n)
-		}
-		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		_, _ = io.WriteString(c, tooMany)
-		_ = c.Close()
-	}
-}
-
-// limitConn gives its slot back when closed.
-type limitConn struct {
-	net.Conn
-	l    *limitListener
-	once sync.Once
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { <-c.l.sem })
-	return err
-}
 
 // pv returns a path value, with escaped slashes restored.
 func (c *call) pv(name string) string {

@@ -67,6 +67,9 @@ type options struct {
 	// StatsInterval and StatsRetention set the management API's sampling
 	// of rates and depths and how long their history is kept.
 	StatsInterval, StatsRetention time.Duration
+	// HTTPMaxBody bounds a management API request's body (RabbitMQ's
+	// management.http.max_body_size).
+	HTTPMaxBody int64
 	Cluster                       clusterOptions
 }
 
@@ -91,6 +94,7 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.IntVar(&o.QueueWindow, "queue-window", 2048, "ready messages a queue keeps in memory; the rest live on disk only (a sixteenth while memory is over half the watermark)")
 	fs.DurationVar(&o.StatsInterval, "stats-interval", 5*time.Second, "how often the management API samples rates and queue depths (RabbitMQ's collect_statistics_interval)")
 	fs.DurationVar(&o.StatsRetention, "stats-retention", mgmt.DefaultHistoryRetention, "how long the rate and depth history behind the UI's charts and msg_rates_age queries is kept")
+	fs.Int64Var(&o.HTTPMaxBody, "http-max-body-size", mgmt.DefaultMaxBodySize, "largest management API request body, in bytes (RabbitMQ's management.http.max_body_size); a larger one is refused with 400")
 	fs.StringVar(&o.Definitions, "definitions", "", "RabbitMQ definitions JSON file (rabbitmqctl export_definitions) to import at start-up")
 	addClusterFlags(fs, &o.Cluster)
 	cfgFile := fs.String("config", "", "config file of 'name = value' lines (flag names)")
@@ -166,7 +170,7 @@ func run(args []string, out io.Writer) error {
 	var mg *mgmt.Server
 	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
 		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI(),
-			SampleInterval: o.StatsInterval, HistoryRetention: o.StatsRetention})
+			SampleInterval: o.StatsInterval, HistoryRetention: o.StatsRetention, MaxBodySize: o.HTTPMaxBody})
 	}
 	var cn *cluster.Node
 	// stop shuts the management API and the server down, leaves the
