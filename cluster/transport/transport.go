@@ -22,26 +22,35 @@
 // # Handshake
 //
 // Inside TLS when Config.TLS is set (tls.Client / tls.Server with the same
-// config), under a 10 s deadline:
+// config), under a 10 s deadline (5 s on the accepting side):
 //
-//	dialer -> acceptor  hello: "WRNT", version 1, 32-byte random nonce,
+//	dialer -> acceptor  "WRNT", version 2, 32-byte random nonce,
 //	                    u8 len + node name, u8 len + cluster id ("" if none)
-//	acceptor -> dialer  hello (same layout, its own fresh nonce)
-//	dialer -> acceptor  32-byte HMAC-SHA256(secret, "dialer", both hellos)
-//	acceptor -> dialer  0x00 + HMAC-SHA256(secret, "acceptor", both hellos)
+//	acceptor -> dialer  "WRNT", version 2, its own 32-byte nonce
+//	dialer -> acceptor  32-byte HMAC-SHA256(secret, "dialer", nonces, its name and id)
+//	acceptor -> dialer  0x00 + u8 len + node name + u8 len + cluster id
+//	                    + HMAC-SHA256(secret, "acceptor", nonces, both names and ids)
 //	                    or 0x01 + u16 len + refusal text
 //
-// The MAC covers the role label, both nonces, both names and both cluster
-// ids, each length-prefixed; the secret itself never crosses the wire. The
-// acceptor answers with its own proof only after checking the dialer's,
-// so a client without the secret learns nothing it could guess offline;
-// the dialer's proof is shown to whoever answers at the peer's address,
-// so use a long random secret, and TLS with verified certificates where
-// that network is not trusted.
+// Each field is length-prefixed inside the MACs; the secret itself never
+// crosses the wire. The acceptor says nothing about itself (name, cluster
+// id) until the dialer has proved the secret, and a dialer that has not is
+// told only "authentication failed" (issue 22 item 9), so a stranger on the
+// cluster port learns nothing and has nothing to guess offline. The
+// dialer's proof is shown to whoever answers at the peer's address, so use
+// a long random secret, and TLS with verified certificates where that
+// network is not trusted.
 // After authentication, when both cluster ids are non-empty and differ the
 // link is refused and both sides log an error naming both ids; a side
 // whose id is "" learns the peer's through Config.LearnID. A wrong secret,
-// a refused id or garbage only ends that one connection.
+// a refused id or garbage only ends that one connection. Refusals of
+// strangers are logged at most once every 10 s, with a count.
+//
+// At most 64 inbound handshakes are in progress; one more closes the
+// connection that has been at it longest (none of them has proved the
+// secret, and a real peer's takes a round trip or two), so connections
+// that idle or stall, however many, never keep a peer out (issue 22 item
+// 4).
 //
 // # Frames
 //
@@ -90,6 +99,7 @@ import (
 // Tunables (variables so tests can shorten them).
 var (
 	handshakeTimeout  = 10 * time.Second
+	acceptTimeout     = 5 * time.Second // an inbound handshake, TLS included
 	heartbeatInterval = time.Second
 	idleTimeout       = 5 * time.Second
 	minBackoff        = 50 * time.Millisecond
@@ -148,12 +158,13 @@ type PeerStatus struct {
 
 // Transport is one node's end of the cluster links.
 type Transport struct {
-	cfg    Config
-	log    *slog.Logger
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	hsSem  chan struct{}
+	cfg      Config
+	log      *slog.Logger
+	ctx      context.Context // cancelled by Close
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	refusals logLimiter    // refused inbound handshakes: logged sparingly
+	evicted  atomic.Uint64 // inbound handshakes closed to make room
 
 	hmu      sync.RWMutex
 	handlers [256]func(from string, req []byte) ([]byte, error)
@@ -164,7 +175,7 @@ type Transport struct {
 	peers     map[string]*peer
 	removed   map[string]bool
 	listeners map[net.Listener]struct{}
-	pending   map[net.Conn]struct{} // connections in handshake
+	pending   map[net.Conn]pendingConn // connections in handshake
 	watchers  []func(name string, up bool)
 
 	evmu   sync.Mutex
@@ -214,11 +225,10 @@ func New(cfg Config) *Transport {
 		log:       log.With("component", "cluster-transport", "node", cfg.Self),
 		ctx:       ctx,
 		cancel:    cancel,
-		hsSem:     make(chan struct{}, maxHandshakes),
 		peers:     map[string]*peer{},
 		removed:   map[string]bool{},
 		listeners: map[net.Listener]struct{}{},
-		pending:   map[net.Conn]struct{}{},
+		pending:   map[net.Conn]pendingConn{},
 		evkick:    make(chan struct{}, 1),
 		evstop:    make(chan struct{}),
 		evdone:    make(chan struct{}),
@@ -263,24 +273,54 @@ func (t *Transport) Serve(ln net.Listener) error {
 			return err
 		}
 		pause = 0
-		select {
-		case t.hsSem <- struct{}{}:
-		case <-t.ctx.Done():
-			c.Close()
-			return nil
-		}
-		if !t.track(c) {
-			<-t.hsSem
+		if !t.trackInbound(c) {
 			c.Close()
 			return nil
 		}
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			defer func() { <-t.hsSem }()
 			t.accept(c)
 		}()
 	}
+}
+
+// pendingConn is a connection in handshake.
+type pendingConn struct {
+	since   time.Time
+	inbound bool
+}
+
+// trackInbound registers an accepted connection in handshake. At
+// maxHandshakes the one that has been at it longest is closed to make
+// room: none of them has proved the secret yet, and a peer's handshake
+// takes a round trip or two, so idle or stalled connections, however
+// many, cannot keep a peer out (issue 22 item 4).
+func (t *Transport) trackInbound(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	n := 0
+	var oldest net.Conn
+	var since time.Time
+	for pc, p := range t.pending {
+		if !p.inbound {
+			continue
+		}
+		n++
+		if oldest == nil || p.since.Before(since) {
+			oldest, since = pc, p.since
+		}
+	}
+	if n >= maxHandshakes && oldest != nil {
+		delete(t.pending, oldest)
+		oldest.Close()
+		t.evicted.Add(1)
+	}
+	t.pending[c] = pendingConn{since: time.Now(), inbound: true}
+	return true
 }
 
 // track registers a connection in handshake so Close can cut it.
@@ -290,7 +330,7 @@ func (t *Transport) track(c net.Conn) bool {
 	if t.closed {
 		return false
 	}
-	t.pending[c] = struct{}{}
+	t.pending[c] = pendingConn{since: time.Now()}
 	return true
 }
 
@@ -302,7 +342,7 @@ func (t *Transport) untrack(c net.Conn) {
 
 func (t *Transport) accept(raw net.Conn) {
 	defer t.untrack(raw)
-	raw.SetDeadline(time.Now().Add(handshakeTimeout))
+	raw.SetDeadline(time.Now().Add(acceptTimeout))
 	var c net.Conn = raw
 	if t.cfg.TLS != nil {
 		tc := tls.Server(raw, t.cfg.TLS)
@@ -316,24 +356,32 @@ func (t *Transport) accept(raw net.Conn) {
 	selfID := t.cfg.ClusterID()
 	them, err := acceptHandshake(c, t.cfg.Secret, t.cfg.Self, selfID, func(h hello) error {
 		if h.name == t.cfg.Self {
-			return fmt.Errorf("peer claims this node's own name %s", h.name)
+			return peerRefused{fmt.Errorf("peer claims this node's own name %s", h.name)}
 		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		if t.removed[h.name] {
-			return fmt.Errorf("node %s was removed from the cluster", h.name)
+			return peerRefused{fmt.Errorf("node %s was removed from the cluster", h.name)}
 		}
 		return nil
 	})
 	if err != nil {
-		lvl := slog.LevelWarn
-		if isIDMismatch(err) {
-			lvl = slog.LevelError
-		}
-		if t.ctx.Err() == nil {
-			t.log.Log(context.Background(), lvl, "cluster link refused", "remote", raw.RemoteAddr().String(), "err", err)
-		}
 		raw.Close()
+		if t.ctx.Err() != nil {
+			return
+		}
+		// A peer that proved the secret and was refused (another
+		// cluster's, a removed node) is logged every time; anything
+		// else (garbage, a wrong secret, a port scan, a client that
+		// never finished) at most once every refusalLogEvery, with a
+		// count, so that strangers cannot flood the log.
+		if isIDMismatch(err) {
+			t.log.Error("cluster link refused", "remote", raw.RemoteAddr().String(), "err", err)
+		} else if _, ok := err.(peerRefused); ok {
+			t.log.Warn("cluster link refused", "remote", raw.RemoteAddr().String(), "err", err)
+		} else if ok, more := t.refusals.allow(time.Now()); ok {
+			t.log.Warn("cluster link refused", "remote", raw.RemoteAddr().String(), "err", err, "also_refused_since_last_logged", more)
+		}
 		return
 	}
 	raw.SetDeadline(time.Time{})
@@ -341,6 +389,34 @@ func (t *Transport) accept(raw net.Conn) {
 		t.cfg.LearnID(them.id)
 	}
 	t.attach(them.name, c, raw, nil)
+}
+
+// peerRefused is a refusal of a dialer that proved the secret.
+type peerRefused struct{ error }
+
+// refusalLogEvery is how often refused strangers are logged.
+const refusalLogEvery = 10 * time.Second
+
+// logLimiter lets one log line through per refusalLogEvery and counts
+// the rest.
+type logLimiter struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether to log now, and how many were held back since
+// the last line.
+func (l *logLimiter) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < refusalLogEvery {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	return true, n
 }
 
 func isIDMismatch(err error) bool {

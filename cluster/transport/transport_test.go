@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	minBackoff = 10 * time.Millisecond
 	maxBackoff = 200 * time.Millisecond
 	handshakeTimeout = 2 * time.Second
+	acceptTimeout = 2 * time.Second
 	heartbeatInterval = 200 * time.Millisecond
 	idleTimeout = 2 * time.Second
 	goleak.VerifyTestMain(m)
@@ -52,6 +53,12 @@ func (l *logBuf) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+func (l *logBuf) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
 }
 
 func (l *logBuf) has(s string) bool {
@@ -357,10 +364,10 @@ func TestWrongSecretRefused(t *testing.T) {
 	a.tr.SetPeer(bad2.name, bad2.addr)
 	bad2.tr.SetPeer(a.name, a.addr)
 	testutil.Eventually(t, wait, "a refuses warren@0", func() bool {
-		return a.logs.has("authentication failed: warren@0 does not know the cluster secret")
+		return a.logs.has(`authentication failed: a client calling itself \"warren@0\" does not know the cluster secret`)
 	})
 	testutil.Eventually(t, wait, "warren@z refuses a", func() bool {
-		return bad2.logs.has("authentication failed: warren@a does not know the cluster secret")
+		return bad2.logs.has(`authentication failed: a client calling itself \"warren@a\" does not know the cluster secret`)
 	})
 	testutil.Eventually(t, wait, "warren@0 told it was refused", func() bool {
 		return bad.logs.has("refused by peer: authentication failed")
@@ -836,4 +843,90 @@ func FuzzHello(f *testing.F) {
 type rw struct {
 	io.Reader
 	io.Writer
+}
+
+// TestNothingRevealedBeforeAuth: issue 22 item 9: before authentication a
+// stranger on the cluster port learned the node's name and the cluster
+// id, and every refused try wrote a WARN line. Now the acceptor sends only
+// its nonce before the dialer's proof, a wrong proof is answered with
+// "authentication failed" and nothing else, and 200 refused tries write
+// at most a couple of lines.
+func TestNothingRevealedBeforeAuth(t *testing.T) {
+	a := start(t, "warren@secret-name", opts{id: "cluster-id-5e3f"})
+	try := func() []byte {
+		c, err := net.Dial("tcp", a.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		h, _ := newHello("warren@stranger", "")
+		if err := writeHello(c, h); err != nil {
+			t.Fatal(err)
+		}
+		var pre [4 + 1 + nonceLen]byte
+		if _, err := io.ReadFull(c, pre[:]); err != nil {
+			t.Fatalf("no nonce: %v", err)
+		}
+		c.Write(make([]byte, 32)) // a proof made without the secret
+		c.SetReadDeadline(time.Now().Add(wait))
+		rest, _ := io.ReadAll(c)
+		return append(pre[:], rest...)
+	}
+	for i := range 200 {
+		got := try()
+		for _, secret := range []string{"warren@secret-name", "cluster-id-5e3f", "secret-name", "5e3f"} {
+			if bytes.Contains(got, []byte(secret)) {
+				t.Fatalf("try %d: a stranger was told %q: %q", i, secret, got)
+			}
+		}
+		want := append([]byte{statusRefused, 0, byte(len(errAuth))}, errAuth...)
+		if !bytes.HasSuffix(got, want) {
+			t.Fatalf("try %d: refusal %q, want it to end with %q", i, got, want)
+		}
+	}
+	testutil.Eventually(t, wait, "the refusals logged", func() bool { return a.logs.has("cluster link refused") })
+	if n := a.logs.count("cluster link refused"); n > 2 {
+		t.Fatalf("200 refused strangers wrote %d log lines", n)
+	}
+	// A real peer still links, and learns the name only now.
+	b := start(t, "warren@b", opts{}) // dials a (the smaller name dials)
+	b.tr.SetPeer(a.name, a.addr)
+	a.tr.SetPeer(b.name, b.addr)
+	testutil.Eventually(t, wait, "b linked to a", func() bool { return b.up(a.name) && a.up(b.name) })
+}
+
+// TestIdleHandshakesDoNotBlockPeers: issue 22 item 4: about 400 idle TCP
+// connections to the cluster port, without the secret, kept a restarted
+// node out for as long as they stayed (64 handshake slots, held 10 s
+// each). Now 1,000 connections that send nothing or half a hello leave a
+// real peer linking at once.
+func TestIdleHandshakesDoNotBlockPeers(t *testing.T) {
+	a := start(t, "warren@z", opts{}) // b dials it: the smaller name dials
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 1000 {
+		c, err := net.Dial("tcp", a.addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		if i%2 == 1 {
+			c.Write([]byte("WRNT\x02")) // half a hello, then nothing
+		}
+		conns = append(conns, c)
+	}
+	b := start(t, "warren@b", opts{})
+	begin := time.Now()
+	b.tr.SetPeer(a.name, a.addr)
+	a.tr.SetPeer(b.name, b.addr)
+	testutil.Eventually(t, wait, "b linked to a", func() bool { return b.up(a.name) && a.up(b.name) })
+	if d := time.Since(begin); d > time.Second {
+		t.Fatalf("a peer took %s to link past 1,000 idle connections", d)
+	}
+	if a.tr.evicted.Load() == 0 {
+		t.Fatal("no idle handshake was closed to make room")
+	}
 }

@@ -76,11 +76,11 @@ func writeFrame(w *bufio.Writer, f frame) error {
 	return err
 }
 
-// Handshake.
-
+// Handshake (version 2: nothing about this node is said before the
+// dialer has proved the secret).
 const (
 	magic       = "WRNT"
-	wireVersion = 1
+	wireVersion = 2
 	nonceLen    = 32
 	maxNameLen  = 255
 	maxIDLen    = 255
@@ -90,6 +90,9 @@ const (
 	statusRefused = 1
 )
 
+// hello is one side's part of the handshake. The dialer's is sent whole
+// at once; the acceptor's nonce goes first and its name and id only
+// after the dialer's proof checked out.
 type hello struct {
 	nonce [nonceLen]byte
 	name  string
@@ -105,51 +108,77 @@ func newHello(name, id string) (hello, error) {
 	return h, err
 }
 
+// appendNameID appends u8 len + name, u8 len + id.
+func appendNameID(b []byte, h hello) []byte {
+	b = append(b, byte(len(h.name)))
+	b = append(b, h.name...)
+	b = append(b, byte(len(h.id)))
+	return append(b, h.id...)
+}
+
+// readNameID reads what appendNameID wrote.
+func readNameID(r io.Reader, h *hello) error {
+	var l [1]byte
+	if _, err := io.ReadFull(r, l[:]); err != nil {
+		return err
+	}
+	name := make([]byte, int(l[0])+1)
+	if _, err := io.ReadFull(r, name); err != nil {
+		return err
+	}
+	h.name = string(name[:len(name)-1])
+	id := make([]byte, int(name[len(name)-1]))
+	if _, err := io.ReadFull(r, id); err != nil {
+		return err
+	}
+	h.id = string(id)
+	if h.name == "" {
+		return errors.New("empty node name")
+	}
+	return nil
+}
+
+// writeHello writes the dialer's hello: magic, version, nonce, name, id.
 func writeHello(w io.Writer, h hello) error {
 	b := make([]byte, 0, 4+1+nonceLen+2+len(h.name)+len(h.id))
 	b = append(b, magic...)
 	b = append(b, wireVersion)
 	b = append(b, h.nonce[:]...)
-	b = append(b, byte(len(h.name)))
-	b = append(b, h.name...)
-	b = append(b, byte(len(h.id)))
-	b = append(b, h.id...)
-	_, err := w.Write(b)
+	_, err := w.Write(appendNameID(b, h))
 	return err
 }
 
-func readHello(r io.Reader) (hello, error) {
-	var h hello
-	var pre [4 + 1 + nonceLen + 1]byte
+// readPreamble reads magic, version and nonce.
+func readPreamble(r io.Reader, h *hello) error {
+	var pre [4 + 1 + nonceLen]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
-		return h, err
+		return err
 	}
 	if string(pre[:4]) != magic {
-		return h, errors.New("not a warren cluster peer (bad magic)")
+		return errors.New("not a warren cluster peer (bad magic)")
 	}
 	if pre[4] != wireVersion {
-		return h, fmt.Errorf("unsupported transport version %d", pre[4])
+		return fmt.Errorf("unsupported transport version %d (this node speaks %d)", pre[4], wireVersion)
 	}
-	copy(h.nonce[:], pre[5:5+nonceLen])
-	name := make([]byte, int(pre[len(pre)-1])+1)
-	if _, err := io.ReadFull(r, name); err != nil {
+	copy(h.nonce[:], pre[5:])
+	return nil
+}
+
+// readHello reads the dialer's hello.
+func readHello(r io.Reader) (hello, error) {
+	var h hello
+	if err := readPreamble(r, &h); err != nil {
 		return h, err
 	}
-	h.name = string(name[:len(name)-1])
-	id := make([]byte, int(name[len(name)-1]))
-	if _, err := io.ReadFull(r, id); err != nil {
-		return h, err
-	}
-	h.id = string(id)
-	if h.name == "" {
-		return h, errors.New("empty node name")
-	}
-	return h, nil
+	err := readNameID(r, &h)
+	return h, err
 }
 
 // proof is HMAC-SHA256(secret, role label, both hellos). The role label
 // keeps one side's proof from being replayed as the other's; the fresh
-// nonces keep an old proof from being replayed at all.
+// nonces keep an old proof from being replayed at all. The dialer's proof
+// covers its own name and id and both nonces (it does not know the
+// acceptor's name yet); the acceptor's covers everything.
 func proof(secret []byte, role string, dialer, acceptor hello) []byte {
 	m := hmac.New(sha256.New, secret)
 	field := func(b []byte) {
@@ -158,13 +187,15 @@ func proof(secret []byte, role string, dialer, acceptor hello) []byte {
 		m.Write(l[:])
 		m.Write(b)
 	}
-	field([]byte("warren-transport-v1 " + role))
+	field([]byte("warren-transport-v2 " + role))
 	field(dialer.nonce[:])
 	field(acceptor.nonce[:])
 	field([]byte(dialer.name))
-	field([]byte(acceptor.name))
 	field([]byte(dialer.id))
-	field([]byte(acceptor.id))
+	if role == "acceptor" {
+		field([]byte(acceptor.name))
+		field([]byte(acceptor.id))
+	}
 	return m.Sum(nil)
 }
 
@@ -181,8 +212,20 @@ type refusedError struct{ reason string }
 
 func (e *refusedError) Error() string { return "refused by peer: " + e.reason }
 
-// dialHandshake runs the dialer's side: hello out, hello in, proof out,
-// status (+ acceptor proof) in. It returns the acceptor's hello.
+// errAuth is the refusal of a dialer that does not know the secret: all
+// it is told, so that it learns nothing of the node it reached.
+const errAuth = "authentication failed"
+
+// dialHandshake runs the dialer's side:
+//
+//	dialer -> acceptor  "WRNT", version 2, 32-byte nonce, u8 len + name, u8 len + cluster id
+//	acceptor -> dialer  "WRNT", version 2, 32-byte nonce
+//	dialer -> acceptor  HMAC-SHA256(secret, "dialer", nonces, dialer's name and id)
+//	acceptor -> dialer  0x00, u8 len + name, u8 len + cluster id,
+//	                    HMAC-SHA256(secret, "acceptor", nonces, both names and ids)
+//	                    or 0x01 + u16 len + refusal text
+//
+// It returns the acceptor's hello.
 func dialHandshake(rw io.ReadWriter, secret []byte, self, selfID, want string) (hello, error) {
 	me, err := newHello(self, selfID)
 	if err != nil {
@@ -191,12 +234,9 @@ func dialHandshake(rw io.ReadWriter, secret []byte, self, selfID, want string) (
 	if err := writeHello(rw, me); err != nil {
 		return hello{}, err
 	}
-	them, err := readHello(rw)
-	if err != nil {
+	var them hello
+	if err := readPreamble(rw, &them); err != nil {
 		return hello{}, err
-	}
-	if want != "" && them.name != want {
-		return hello{}, fmt.Errorf("dialled %s but the node there is %s", want, them.name)
 	}
 	if _, err := rw.Write(proof(secret, "dialer", me, them)); err != nil {
 		return hello{}, err
@@ -207,6 +247,9 @@ func dialHandshake(rw io.ReadWriter, secret []byte, self, selfID, want string) (
 	}
 	switch st[0] {
 	case statusOK:
+		if err := readNameID(rw, &them); err != nil {
+			return hello{}, err
+		}
 		got := make([]byte, sha256.Size)
 		if _, err := io.ReadFull(rw, got); err != nil {
 			return hello{}, err
@@ -231,10 +274,21 @@ func dialHandshake(rw io.ReadWriter, secret []byte, self, selfID, want string) (
 	default:
 		return hello{}, fmt.Errorf("bad handshake status %d", st[0])
 	}
+	if want != "" && them.name != want {
+		return hello{}, fmt.Errorf("dialled %s but the node there is %s", want, them.name)
+	}
 	if err := idMismatch(self, selfID, them.name, them.id); err != nil {
 		return hello{}, err
 	}
 	return them, nil
+}
+
+// authError is the acceptor's error for a dialer without the secret; the
+// dialer is told only errAuth.
+type authError struct{ name string }
+
+func (e *authError) Error() string {
+	return fmt.Sprintf("%s: a client calling itself %q does not know the cluster secret", errAuth, e.name)
 }
 
 // acceptHandshake runs the acceptor's side. check, called once the dialer
@@ -248,7 +302,10 @@ func acceptHandshake(rw io.ReadWriter, secret []byte, self, selfID string, check
 	if err != nil {
 		return hello{}, err
 	}
-	if err := writeHello(rw, me); err != nil {
+	pre := make([]byte, 0, 4+1+nonceLen)
+	pre = append(pre, magic...)
+	pre = append(pre, wireVersion)
+	if _, err := rw.Write(append(pre, me.nonce[:]...)); err != nil {
 		return hello{}, err
 	}
 	got := make([]byte, sha256.Size)
@@ -256,15 +313,19 @@ func acceptHandshake(rw io.ReadWriter, secret []byte, self, selfID string, check
 		return hello{}, err
 	}
 	var refuse error
+	told := ""
 	if !hmac.Equal(got, proof(secret, "dialer", them, me)) {
-		refuse = fmt.Errorf("authentication failed: %s does not know the cluster secret", them.name)
+		refuse, told = &authError{them.name}, errAuth
 	} else if err := idMismatch(self, selfID, them.name, them.id); err != nil {
 		refuse = err
 	} else if err := check(them); err != nil {
 		refuse = err
 	}
 	if refuse != nil {
-		reason := refuse.Error()
+		reason := told
+		if reason == "" {
+			reason = refuse.Error()
+		}
 		if len(reason) > maxReason {
 			reason = reason[:maxReason]
 		}
@@ -273,7 +334,8 @@ func acceptHandshake(rw io.ReadWriter, secret []byte, self, selfID string, check
 		rw.Write(append(b, reason...))
 		return hello{}, refuse
 	}
-	if _, err := rw.Write(append([]byte{statusOK}, proof(secret, "acceptor", them, me)...)); err != nil {
+	b := appendNameID([]byte{statusOK}, me)
+	if _, err := rw.Write(append(b, proof(secret, "acceptor", them, me)...)); err != nil {
 		return hello{}, err
 	}
 	return them, nil
