@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -94,6 +95,7 @@ type Node struct {
 	ln   net.Listener
 	meta *meta.Group
 	qh   *qraft.Host // the quorum queues' raft host
+	inc  *incarnations
 	addr string
 	up   time.Time
 
@@ -143,6 +145,16 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
 	}
+	// A data directory without the metadata group's state is new: the
+	// node forms a cluster from its peers, or waits to join one.
+	_, statErr := os.Stat(filepath.Join(cfg.DataDir, meta.FileName))
+	newDir := errors.Is(statErr, os.ErrNotExist)
+	inc, _, err := openIncarnations(cfg.DataDir)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.inc = inc
 	n.tr = transport.New(transport.Config{
 		Self:      cfg.Node,
 		Secret:    cfg.Secret,
@@ -154,13 +166,23 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 				}
 			}
 		},
-		TLS:    cfg.TLS,
-		Logger: n.log,
+		TLS:         cfg.TLS,
+		Logger:      n.log,
+		Incarnation: inc.self,
+		CheckPeer:   func(name string, v uint64) error { return inc.verdict(name, v, true) },
+		ProbeInfo:   n.probeInfo,
 	})
 	initial := map[string]string{cfg.Node: n.addr}
 	for name, addr := range cfg.Peers {
 		if name != cfg.Node {
 			initial[name] = addr
+		}
+	}
+	if newDir && !cfg.Join && len(initial) > 1 {
+		if err := n.checkLostData(initial); err != nil {
+			n.tr.Close()
+			ln.Close()
+			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
 	n.tr.OnMessage(svcMeta, func(from string, msg []byte) {
@@ -200,6 +222,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		Logger:         n.log,
 		Tick:           cfg.Tick,
 		ProposeTimeout: cfg.ProposeTimeout,
+		Incarnation:    inc.self,
 	})
 	if err != nil {
 		qh.Close()
@@ -329,6 +352,7 @@ func (n *Node) membersChanged(ms []meta.Member) {
 		return
 	}
 	for _, name := range gone {
+		n.inc.forget(name)
 		n.tr.RemovePeer(name)
 		if n.qh != nil {
 			n.qh.PeerState(name, false)
@@ -602,11 +626,11 @@ func (c mgmtCluster) Fetch(ctx context.Context, node, method, path string, body 
 }
 
 func (c mgmtCluster) AddMember(ctx context.Context, name, addr string) error {
-	return quorum(c.n.group().AddMember(ctx, name, addr))
+	return c.n.addMember(ctx, name, addr)
 }
 
-func (c mgmtCluster) RemoveMember(ctx context.Context, name string) error {
-	return quorum(c.n.group().RemoveMember(ctx, name))
+func (c mgmtCluster) RemoveMember(ctx context.Context, name string, offline bool) error {
+	return c.n.removeMember(ctx, name, offline)
 }
 
 // quorum makes a metadata group's no-quorum error one the broker and the

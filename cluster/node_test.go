@@ -350,7 +350,7 @@ func TestJoinAndForget(t *testing.T) {
 		l := c.Node(0).Cluster().Meta().Leader()
 		return l != "" && l != gone.Name()
 	}, "a leader other than the stopped node")
-	if st, body := api(t, http.MethodDelete, c.Node(0).MgmtURL()+"/api/cluster/members/"+gone.Name(), ""); st != http.StatusNoContent {
+	if st, body := api(t, http.MethodDelete, c.Node(0).MgmtURL()+"/api/cluster/members/"+gone.Name()+"?offline=true", ""); st != http.StatusNoContent {
 		t.Fatalf("forget: %d %s", st, body)
 	}
 	eventually(t, 5*time.Second, func() bool {
@@ -426,6 +426,166 @@ func TestAutoDeleteGoneBeforeCloseAnswers(t *testing.T) {
 			if queueOn(nd, "ad-reconnect") {
 				t.Fatalf("round %d: the auto-delete queue is still on %s after its last consumer's connection closed", i, nd.Name())
 			}
+		}
+	}
+}
+
+// voterNames lists the metadata group's voters as node i sees them.
+func voterNames(nd *warrentest.Node) []string {
+	var out []string
+	for _, m := range nd.Cluster().Meta().Members() {
+		if m.Voter {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
+// TestMembershipChecks: issue 22 items 2 and 3. POST /api/cluster/members
+// added a voter with no check: a bogus name or address became a voting
+// member at once, so one typo on three nodes left a cluster that lost its
+// quorum with one real node down, and a member could be re-pointed at a
+// wrong address. Forgetting a running node, or the leader, answered 204.
+// Now each of those is refused with a 400 that says why, the membership
+// is unchanged, and the cluster keeps its quorum with one node down.
+func TestMembershipChecks(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	api0 := c.Node(0).MgmtURL()
+	httpPort := strings.TrimPrefix(c.Node(1).MgmtURL(), "http://")
+	closed := testutil.FreePort(t)
+	for _, tc := range []struct {
+		what, name, addr, want string
+	}{
+		{"a name with a newline and a NUL", "warren@x\n\u0000", "127.0.0.1:1", "node name"},
+		{"a name without @", "typo", "127.0.0.1:1", "want name@host"},
+		{"not an address", "warren@typo", "not-an-address", "want HOST:PORT"},
+		{"port 0", "warren@typo", "127.0.0.1:0", "port"},
+		{"nothing listens", "warren@typo", closed, "did not answer"},
+		{"an HTTP port", "warren@typo", httpPort, "did not answer"},
+		{"another member's address", "warren@typo", c.Node(1).ClusterAddr(), "but the node there is " + c.Node(1).Name()},
+		{"a member re-pointed at another member", c.Node(2).Name(), c.Node(1).ClusterAddr(), "but the node there is " + c.Node(1).Name()},
+		{"a member re-pointed at nothing", c.Node(2).Name(), closed, "did not answer"},
+		{"a running member under its own name (not waiting to join)", c.Node(2).Name() + "x", c.Node(2).ClusterAddr(), "but the node there is"},
+	} {
+		body, _ := json.Marshal(map[string]string{"name": tc.name, "address": tc.addr})
+		st, resp := api(t, http.MethodPost, api0+"/api/cluster/members", string(body))
+		if st != http.StatusBadRequest || !strings.Contains(resp, tc.want) {
+			t.Fatalf("join %s: %d %s, want 400 saying %q", tc.what, st, resp, tc.want)
+		}
+	}
+	for i := range 3 {
+		if v := voterNames(c.Node(i)); len(v) != 3 {
+			t.Fatalf("after the refused joins node %d sees voters %v", i, v)
+		}
+	}
+	for _, m := range c.Node(0).Cluster().Meta().Members() {
+		if m.Name == c.Node(2).Name() && m.Addr != c.Node(2).ClusterAddr() {
+			t.Fatalf("%s was re-pointed at %s", m.Name, m.Addr)
+		}
+	}
+
+	// Forgetting: never a running node, the leader among them, nor the
+	// node asked.
+	leader := c.Node(0).Cluster().Meta().Leader()
+	for _, tc := range []struct{ name, want string }{
+		{leader, "is running"},
+		{c.Node(1).Name(), "is running"},
+		{c.Node(0).Name(), "is the node you are asking"},
+	} {
+		if tc.name == c.Node(0).Name() && tc.want == "is running" {
+			continue // the leader is the node asked: the next case
+		}
+		st, resp := api(t, http.MethodDelete, api0+"/api/cluster/members/"+tc.name+"?offline=true", "")
+		if st != http.StatusBadRequest || !strings.Contains(resp, tc.want) {
+			t.Fatalf("forget %s: %d %s, want 400 saying %q", tc.name, st, resp, tc.want)
+		}
+	}
+	if st, resp := api(t, http.MethodDelete, api0+"/api/cluster/members/warren@nowhere?offline=true", ""); st != http.StatusNotFound {
+		t.Fatalf("forget a name that is no member: %d %s", st, resp)
+	}
+	if st, resp := api(t, http.MethodDelete, api0+"/api/cluster/members/"+c.Node(1).Name()+"?offline=maybe", ""); st != http.StatusBadRequest {
+		t.Fatalf("offline=maybe: %d %s", st, resp)
+	}
+
+	// Still three voters: with one node down the other two have a quorum.
+	c.Node(2).Stop()
+	_, ch := dial(t, c.Node(0))
+	if _, err := ch.QueueDeclare("after-typos", true, false, false, false, nil); err != nil {
+		t.Fatalf("a definition change with one of three nodes down: %v", err)
+	}
+	// Forgetting the stopped node needs --offline.
+	st, resp := api(t, http.MethodDelete, api0+"/api/cluster/members/"+c.Node(2).Name(), "")
+	if st != http.StatusBadRequest || !strings.Contains(resp, "forget it with --offline") {
+		t.Fatalf("forget a stopped node without offline: %d %s", st, resp)
+	}
+}
+
+// TestLostDataDirectory: issue 22 item 1. A member restarted with an empty
+// data directory (a replaced disk, the usual command line) panicked in
+// etcd raft at every start ("tocommit(5) is out of range [lastIndex(3)]"),
+// and took on the cluster id of the first peer that dialled it. Now it
+// refuses to start, naming the recovery; the others refuse its links,
+// and a join under its old identity is refused too; after
+// `forget --offline`, it joins again as a new member and gets the
+// definitions.
+func TestLostDataDirectory(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	_, ch := dial(t, c.Node(0))
+	for i := range 20 {
+		if _, err := ch.QueueDeclare(fmt.Sprintf("before-%d", i), true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := c.Node(2)
+	eventually(t, 10*time.Second, func() bool { return queueOn(lost, "before-19") }, "node 3 has the definitions")
+	lost.Stop()
+	lost.LoseData()
+	err := lost.TryStart()
+	if err == nil {
+		t.Fatal("a member with an empty data directory started as the member it was")
+	}
+	for _, want := range []string{"knows it from an earlier one", "another data directory", "warren cluster forget --offline " + lost.Name(), "--cluster-join"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("start refused with %q, want it to say %q", err, want)
+		}
+	}
+	// The same node started to join, before it is forgotten: the members
+	// refuse its links, it learns no cluster id, and a join under its
+	// old name is refused.
+	lost.SetJoin(true)
+	if err := lost.TryStart(); err != nil {
+		t.Fatalf("start to join: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if id := lost.Cluster().Meta().ClusterID(); id != "" {
+		t.Fatalf("the blank node took on cluster id %q", id)
+	}
+	body := fmt.Sprintf(`{"name":%q,"address":%q}`, lost.Name(), lost.ClusterAddr())
+	if st, resp := api(t, http.MethodPost, c.Node(0).MgmtURL()+"/api/cluster/members", body); st != http.StatusBadRequest ||
+		!strings.Contains(resp, "another data directory") {
+		t.Fatalf("join of the blank node under its old identity: %d %s", st, resp)
+	}
+	lost.Stop()
+	// The recovery the error names: forget it, then join it as new.
+	if st, resp := api(t, http.MethodDelete, c.Node(0).MgmtURL()+"/api/cluster/members/"+lost.Name()+"?offline=true", ""); st != http.StatusNoContent {
+		t.Fatalf("forget --offline: %d %s", st, resp)
+	}
+	lost.LoseData()
+	if err := lost.TryStart(); err != nil {
+		t.Fatalf("start to join after the forget: %v", err)
+	}
+	if st, resp := api(t, http.MethodPost, c.Node(0).MgmtURL()+"/api/cluster/members", body); st != http.StatusNoContent {
+		t.Fatalf("join after the forget: %d %s", st, resp)
+	}
+	eventually(t, 10*time.Second, func() bool { return queueOn(lost, "before-19") }, "the rejoined node has the definitions")
+	c.WaitReady()
+	if _, err := ch.QueueDeclare("after-rejoin", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { return queueOn(lost, "after-rejoin") }, "a change after the rejoin reaches it")
+	for i := range 3 {
+		if v := voterNames(c.Node(i)); len(v) != 3 {
+			t.Fatalf("node %d sees voters %v", i, v)
 		}
 	}
 }

@@ -699,8 +699,21 @@ func TestProcClusterJoinForget(t *testing.T) {
 		}
 	}
 
+	// issue 22 item 3: a running node is never forgotten (nor the
+	// node asked), a stopped one only with --offline.
+	cliFails := func(want string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(c.bin, append(args, "--url", c.MgmtURL(0))...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Fatalf("warren %s: %v, want a refusal saying %q:\n%s", strings.Join(args, " "), err, want, out)
+		}
+	}
+	cliFails("is running: stop it before forgetting it", "cluster", "forget", "--offline", c.Name(3))
+	cliFails("is the node you are asking", "cluster", "forget", "--offline", c.Name(0))
 	c.Stop(3)
-	out = cli("cluster", "forget", c.Name(3))
+	cliFails("forget it with --offline", "cluster", "forget", c.Name(3))
+	out = cli("cluster", "forget", "--offline", c.Name(3))
 	if !strings.Contains(out, "Removed node "+c.Name(3)) {
 		t.Fatalf("cluster forget: %q", out)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -70,10 +71,13 @@ type Cluster interface {
 	// path, body). path is escaped and carries no query.
 	Fetch(ctx context.Context, node, method, path string, body []byte) (status int, resp []byte, err error)
 	// AddMember adds a node to the cluster (warren cluster join on the
-	// node's side); RemoveMember removes one (warren cluster forget). An
-	// error wrapping broker.ErrNoQuorum answers 503.
+	// node's side); RemoveMember removes one (warren cluster forget;
+	// offline: it is gone for good). Both check first and refuse a change
+	// that would hurt (a node that does not answer, a running node, too
+	// few members left running): their error answers 400. An error
+	// wrapping broker.ErrNoQuorum answers 503.
 	AddMember(ctx context.Context, name, addr string) error
-	RemoveMember(ctx context.Context, name string) error
+	RemoveMember(ctx context.Context, name string, offline bool) error
 }
 
 // isNoQuorum reports a change the cluster could not commit.
@@ -360,7 +364,15 @@ func (c *call) clusterRemove() error {
 	if !known {
 		return errNotFound
 	}
-	if err := cl.RemoveMember(c.r.Context(), name); err != nil {
+	offline := false
+	switch v := c.r.URL.Query().Get("offline"); v {
+	case "", "false":
+	case "true":
+		offline = true
+	default:
+		return badRequest(fmt.Sprintf("offline: want true or false, got %q", v))
+	}
+	if err := cl.RemoveMember(c.r.Context(), name, offline); err != nil {
 		return clusterError(err)
 	}
 	return c.noContent()

@@ -87,7 +87,7 @@ func (c *fakeCluster) AddMember(ctx context.Context, name, addr string) error {
 	return c.n.memberErr
 }
 
-func (c *fakeCluster) RemoveMember(ctx context.Context, name string) error {
+func (c *fakeCluster) RemoveMember(ctx context.Context, name string, offline bool) error {
 	c.n.mu.Lock()
 	defer c.n.mu.Unlock()
 	c.n.removed = append(c.n.removed, name)

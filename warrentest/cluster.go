@@ -318,6 +318,28 @@ func (nd *Node) stop(clean bool) {
 	}
 }
 
+// LoseData empties the stopped node's data directory, as a replaced
+// disk does (issue 22).
+func (nd *Node) LoseData() {
+	nd.c.t.Helper()
+	if nd.Running() {
+		nd.c.t.Fatalf("warrentest: LoseData on running node %s", nd.name)
+	}
+	if err := os.RemoveAll(nd.dataDir); err != nil {
+		nd.c.t.Fatal(err)
+	}
+	if err := os.MkdirAll(nd.dataDir, 0o755); err != nil {
+		nd.c.t.Fatal(err)
+	}
+}
+
+// SetJoin makes the node's next start wait to be added to the cluster
+// (as --cluster-join) or form it from the peer list.
+func (nd *Node) SetJoin(join bool) { nd.join = join }
+
+// TryStart starts a stopped node once and returns why it did not start.
+func (nd *Node) TryStart() error { return nd.start() }
+
 // Start starts a stopped node again on the same ports and data directory.
 func (nd *Node) Start() {
 	nd.c.t.Helper()

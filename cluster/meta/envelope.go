@@ -78,6 +78,10 @@ type memberInfo struct {
 	Name string       `json:"name"`
 	Addr string       `json:"addr"`
 	Key  *proposalKey `json:"key,omitempty"` // the proposer waiting for it
+	// Inc is the incarnation (data directory) of the node added, when the
+	// adder knew it (AddMemberInc): a node that joins replays the log
+	// from its start, and only a removal after its own addition is its.
+	Inc uint64 `json:"inc,omitempty"`
 }
 
 func (m memberInfo) context() []byte {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,12 @@ type Config struct {
 	// directory); Open fails if the stored one differs. The first leader
 	// proposes it (or a random one) when the log has none.
 	ClusterID string
+	// Incarnation identifies this node's data directory. A node that
+	// joins (Join, empty storage) replays the cluster's log from its
+	// start, where an earlier node of the same name may have been added
+	// and removed: only a removal after the addition that names this
+	// incarnation (AddMemberInc) removes it. 0: any addition counts.
+	Incarnation uint64
 	// RestoreOnOpen says the state machine starts empty at each Open (it
 	// keeps no state of its own): the group restores it from the stored
 	// snapshot and replays the log after it. Without it the state machine
@@ -186,6 +193,7 @@ type Group struct {
 	snapIndex      uint64
 	idProposedTerm uint64
 	removed        bool
+	selfAdded      bool       // removals of this node apply to it (see Config.Incarnation)
 	parked         []proposal // dropped for want of a leader: retried until their deadline
 	inflight       map[proposalKey]*flight
 	obsLead        uint64 // the leader and term last checked for re-proposals
@@ -340,6 +348,7 @@ func Open(cfg Config) (*Group, error) {
 	}
 	g.rn = rn
 	fresh := l.hs == nil && len(l.entries) == 0 && snapIndex == 0
+	g.selfAdded = !fresh || !cfg.Join
 	if fresh && !cfg.Join {
 		if _, ok := cfg.Peers[cfg.Self]; !ok {
 			return fail(fmt.Errorf("meta: cannot bootstrap: Peers must include this node (%s), or set Join", cfg.Self))
@@ -421,6 +430,10 @@ func (g *Group) Propose(ctx context.Context, cmd []byte) error {
 // have been opened with Join (or be restarting with its storage). It
 // returns once the change is applied on this node; errors as Propose.
 func (g *Group) AddMember(ctx context.Context, name, addr string) error {
+	return g.addMember(ctx, name, addr, 0)
+}
+
+func (g *Group) addMember(ctx context.Context, name, addr string, inc uint64) error {
 	id := NodeID(name)
 	typ := pb.ConfChangeAddNode
 	g.mu.Lock()
@@ -434,8 +447,14 @@ func (g *Group) AddMember(ctx context.Context, name, addr string) error {
 		typ = pb.ConfChangeUpdateNode
 	}
 	key := g.nextKey()
-	cc := &pb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: memberInfo{Name: name, Addr: addr, Key: &key}.context()}
+	cc := &pb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: memberInfo{Name: name, Addr: addr, Key: &key, Inc: inc}.context()}
 	return g.propose(ctx, proposal{key: key, cc: cc, what: "adding " + name})
+}
+
+// AddMemberInc is AddMember for a node whose incarnation is known: the
+// node recognises its own addition by it (Config.Incarnation).
+func (g *Group) AddMemberInc(ctx context.Context, name, addr string, inc uint64) error {
+	return g.addMember(ctx, name, addr, inc)
 }
 
 // RemoveMember removes a member; the removed node stops its group.
@@ -996,6 +1015,11 @@ func (g *Group) restoreSnapshot(snap *pb.Snapshot) error {
 	g.seen = seen
 	g.confState = snap.GetMetadata().GetConfState()
 	g.applied, g.snapIndex = idx, idx
+	// A snapshot sent to this node names it (etcd raft refuses one that
+	// does not): it was taken after this node's addition.
+	if slices.Contains(g.confState.GetVoters(), g.id) || slices.Contains(g.confState.GetLearners(), g.id) {
+		g.selfAdded = true
+	}
 	g.mu.Lock()
 	g.members = sd.Members
 	for id, m := range sd.Members {
@@ -1127,10 +1151,15 @@ func (g *Group) applyConfChange(cc *pb.ConfChange) {
 		// restoring it: a new member that needs a snapshot must get one
 		// taken after its addition.
 		g.snapNow = cc.GetType() != pb.ConfChangeUpdateNode
+		if id == g.id && cc.GetType() != pb.ConfChangeUpdateNode && (g.cfg.Incarnation == 0 || info.Inc == g.cfg.Incarnation) {
+			g.selfAdded = true
+		}
 	case pb.ConfChangeRemoveNode:
 		delete(g.members, id)
-		if id == g.id {
+		if id == g.id && g.selfAdded {
 			g.removed = true
+		} else if id == g.id {
+			g.log.Info("meta: replaying the removal of an earlier node of this name", "index", g.applied)
 		}
 	}
 	g.setVoters(g.confState)

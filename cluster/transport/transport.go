@@ -84,8 +84,10 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -142,6 +144,17 @@ type Config struct {
 	TLS       *tls.Config   // nil: plain TCP
 	Logger    *slog.Logger
 	MaxFrame  int // bound on a frame (default 64 MiB); larger -> connection dropped
+	// Incarnation identifies this node's data directory (random, kept
+	// in it): a node that lost its data comes back with another one.
+	Incarnation uint64
+	// CheckPeer, if set, may refuse a peer that proved the secret, by
+	// its name and incarnation, on either side of a handshake (the
+	// glue refuses a member whose data directory was replaced). Its
+	// error text is what the peer is told.
+	CheckPeer func(name string, inc uint64) error
+	// ProbeInfo, if set, is what this node answers a Probe from the
+	// node name (incarnation inc) with, after authentication.
+	ProbeInfo func(name string, inc uint64) []byte
 }
 
 // PeerStatus is one peer as Peers lists it.
@@ -354,17 +367,32 @@ func (t *Transport) accept(raw net.Conn) {
 		c = tc
 	}
 	selfID := t.cfg.ClusterID()
-	them, err := acceptHandshake(c, t.cfg.Secret, t.cfg.Self, selfID, func(h hello) error {
+	them, err := acceptHandshake(c, t.cfg.Secret, hello{name: t.cfg.Self, id: selfID, inc: t.cfg.Incarnation}, func(h hello) error {
 		if h.name == t.cfg.Self {
 			return peerRefused{fmt.Errorf("peer claims this node's own name %s", h.name)}
 		}
+		if h.flags&flagProbe != 0 {
+			return nil // a probe asks; it gets no link
+		}
 		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.removed[h.name] {
+		removed := t.removed[h.name]
+		t.mu.Unlock()
+		if removed {
 			return peerRefused{fmt.Errorf("node %s was removed from the cluster", h.name)}
+		}
+		if t.cfg.CheckPeer != nil {
+			if err := t.cfg.CheckPeer(h.name, h.inc); err != nil {
+				return peerRefused{err}
+			}
 		}
 		return nil
 	})
+	if err == nil {
+		// The dialer's verdict on us: it may refuse this node.
+		if verr := readVerdict(c); verr != nil {
+			err = peerRefused{fmt.Errorf("%s refused this node: %w", them.name, verr)}
+		}
+	}
 	if err != nil {
 		raw.Close()
 		if t.ctx.Err() != nil {
@@ -384,12 +412,96 @@ func (t *Transport) accept(raw net.Conn) {
 		}
 		return
 	}
+	if them.flags&flagProbe != 0 {
+		var info []byte
+		if t.cfg.ProbeInfo != nil {
+			info = t.cfg.ProbeInfo(them.name, them.inc)
+		}
+		if len(info) > maxProbeInfo {
+			info = info[:0]
+		}
+		c.Write(binary.BigEndian.AppendUint32(nil, uint32(len(info))))
+		c.Write(info)
+		raw.Close()
+		return
+	}
 	raw.SetDeadline(time.Time{})
 	if selfID == "" && them.id != "" {
 		t.cfg.LearnID(them.id)
 	}
 	t.attach(them.name, c, raw, nil)
 }
+
+// maxProbeInfo bounds a probe's answer.
+const maxProbeInfo = 64 << 10
+
+// Probe asks the node at addr, which must be name and know the secret,
+// how it is (its Config.ProbeInfo), without making a link: a membership
+// change checks with it that the node it names is there and answers.
+func (t *Transport) Probe(ctx context.Context, name, addr string) ([]byte, error) {
+	if t.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	d := net.Dialer{Timeout: dialTimeout}
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.Close()
+	dl := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	raw.SetDeadline(dl)
+	c, err := t.clientTLS(ctx, raw, addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dialHandshake(c, t.cfg.Secret, hello{flags: flagProbe, name: t.cfg.Self, id: t.cfg.ClusterID(), inc: t.cfg.Incarnation}, name); err != nil {
+		return nil, err
+	}
+	if err := verdict(c, nil); err != nil {
+		return nil, err
+	}
+	var l [4]byte
+	if _, err := io.ReadFull(c, l[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(l[:])
+	if n > maxProbeInfo {
+		return nil, fmt.Errorf("probe answer of %d bytes", n)
+	}
+	info := make([]byte, n)
+	_, err = io.ReadFull(c, info)
+	return info, err
+}
+
+// clientTLS wraps an outgoing connection in TLS when the links use it.
+func (t *Transport) clientTLS(ctx context.Context, raw net.Conn, addr string) (net.Conn, error) {
+	if t.cfg.TLS == nil {
+		return raw, nil
+	}
+	cfg := t.cfg.TLS
+	if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
+		cfg = cfg.Clone()
+		host, _, _ := net.SplitHostPort(addr)
+		cfg.ServerName = host
+	}
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return tc, nil
+}
+
+// PeerCheckError is a dial whose peer Config.CheckPeer refused.
+type PeerCheckError struct {
+	Peer string
+	Err  error
+}
+
+func (e *PeerCheckError) Error() string { return "refused the peer: " + e.Err.Error() }
+func (e *PeerCheckError) Unwrap() error { return e.Err }
 
 // peerRefused is a refusal of a dialer that proved the secret.
 type peerRefused struct{ error }
@@ -691,7 +803,8 @@ func (t *Transport) dialLoop(p *peer) {
 			lvl = slog.LevelInfo
 		}
 		var re *refusedError
-		if isIDMismatch(err) {
+		var pc *PeerCheckError
+		if isIDMismatch(err) || errors.As(err, &pc) {
 			lvl = slog.LevelError
 		} else if errors.As(err, &re) || isAuthErr(err) {
 			lvl = slog.LevelWarn
@@ -732,25 +845,26 @@ func (t *Transport) dial(p *peer, addr string) error {
 	}
 	defer t.untrack(raw)
 	raw.SetDeadline(time.Now().Add(handshakeTimeout))
-	var c net.Conn = raw
-	if t.cfg.TLS != nil {
-		cfg := t.cfg.TLS
-		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
-			cfg = cfg.Clone()
-			host, _, _ := net.SplitHostPort(addr)
-			cfg.ServerName = host
-		}
-		tc := tls.Client(raw, cfg)
-		if err := tc.HandshakeContext(t.ctx); err != nil {
-			raw.Close()
-			return fmt.Errorf("TLS handshake: %w", err)
-		}
-		c = tc
-	}
-	selfID := t.cfg.ClusterID()
-	them, err := dialHandshake(c, t.cfg.Secret, t.cfg.Self, selfID, p.name)
+	c, err := t.clientTLS(t.ctx, raw, addr)
 	if err != nil {
 		raw.Close()
+		return err
+	}
+	selfID := t.cfg.ClusterID()
+	them, err := dialHandshake(c, t.cfg.Secret, hello{name: t.cfg.Self, id: selfID, inc: t.cfg.Incarnation}, p.name)
+	if err != nil {
+		raw.Close()
+		return err
+	}
+	var refuse error
+	if t.cfg.CheckPeer != nil {
+		refuse = t.cfg.CheckPeer(them.name, them.inc)
+	}
+	if err := verdict(c, refuse); err != nil || refuse != nil {
+		raw.Close()
+		if refuse != nil {
+			return &PeerCheckError{Peer: them.name, Err: refuse}
+		}
 		return err
 	}
 	raw.SetDeadline(time.Time{})

@@ -81,6 +81,9 @@ type opts struct {
 	tls      *tls.Config
 	maxFrame int
 	addr     string // listen address (default 127.0.0.1:0)
+	inc      uint64
+	check    func(name string, inc uint64) error
+	probe    func(name string, inc uint64) []byte
 }
 
 func start(t *testing.T, name string, o opts) *node {
@@ -112,9 +115,12 @@ func start(t *testing.T, name string, o opts) *node {
 			idMu.Unlock()
 			n.ids <- s
 		},
-		TLS:      o.tls,
-		Logger:   slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		MaxFrame: o.maxFrame,
+		TLS:         o.tls,
+		Logger:      slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		MaxFrame:    o.maxFrame,
+		Incarnation: o.inc,
+		CheckPeer:   o.check,
+		ProbeInfo:   o.probe,
 	})
 	served := make(chan error, 1)
 	go func() { served <- n.tr.Serve(ln) }()
@@ -663,7 +669,10 @@ func rawPeer(t *testing.T, name string, n *node) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if _, err := dialHandshake(c, secret, name, "", n.name); err != nil {
+	if _, err := dialHandshake(c, secret, hello{name: name}, n.name); err != nil {
+		t.Fatal(err)
+	}
+	if err := verdict(c, nil); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, wait, "raw peer linked", func() bool { return n.up(name) })
@@ -832,11 +841,12 @@ func FuzzHello(f *testing.F) {
 	h, _ := newHello("warren@a", "id")
 	writeHello(&b, h)
 	f.Add(b.Bytes())
-	f.Add([]byte("WRNT\x01"))
+	f.Add([]byte("WRNT\x02"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		readHello(bytes.NewReader(data))
-		acceptHandshake(&rw{bytes.NewReader(data), io.Discard}, secret, "warren@b", "", func(hello) error { return nil })
-		dialHandshake(&rw{bytes.NewReader(data), io.Discard}, secret, "warren@b", "", "")
+		acceptHandshake(&rw{bytes.NewReader(data), io.Discard}, secret, hello{name: "warren@b"}, func(hello) error { return nil })
+		dialHandshake(&rw{bytes.NewReader(data), io.Discard}, secret, hello{name: "warren@b"}, "")
+		readVerdict(bytes.NewReader(data))
 	})
 }
 
@@ -928,5 +938,82 @@ func TestIdleHandshakesDoNotBlockPeers(t *testing.T) {
 	}
 	if a.tr.evicted.Load() == 0 {
 		t.Fatal("no idle handshake was closed to make room")
+	}
+}
+
+// TestProbe: issue 22: a membership change first asks the node it names
+// whether it is there: Probe authenticates both ways, checks the name,
+// returns the node's answer and makes no link.
+func TestProbe(t *testing.T) {
+	a := start(t, "warren@a", opts{probe: func(string, uint64) []byte { return []byte(`{"waiting_to_join":true}`) }})
+	b := start(t, "warren@b", opts{})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	info, err := b.tr.Probe(ctx, a.name, a.addr)
+	if err != nil || string(info) != `{"waiting_to_join":true}` {
+		t.Fatalf("probe: %q %v", info, err)
+	}
+	if _, err := b.tr.Probe(ctx, "warren@typo", a.addr); err == nil || !strings.Contains(err.Error(), "but the node there is warren@a") {
+		t.Fatalf("probe of the wrong name: %v", err)
+	}
+	bad := start(t, "warren@c", opts{secret: []byte("other")})
+	if _, err := bad.tr.Probe(ctx, a.name, a.addr); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("probe without the secret: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // something else: says nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	if _, err := b.tr.Probe(ctx, a.name, ln.Addr().String()); err == nil || !strings.Contains(err.Error(), "not a warren cluster peer") {
+		t.Fatalf("probe of an HTTP port: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if a.up(b.name) || b.up(a.name) || a.up(bad.name) {
+		t.Fatalf("a probe made a link: %+v", a.tr.Peers())
+	}
+}
+
+// TestCheckPeerEitherSide: issue 22 item 1: a node can refuse a peer by
+// its incarnation (its data directory was replaced) whichever side dials;
+// the refused node is told why, and learns nothing (no cluster id).
+func TestCheckPeerEitherSide(t *testing.T) {
+	refuse := func(name string, inc uint64) error {
+		if inc == 666 {
+			return fmt.Errorf("%s came back with another data directory", name)
+		}
+		return nil
+	}
+	for _, tc := range []struct{ guard, blank string }{{"warren@a", "warren@b"}, {"warren@b", "warren@a"}} {
+		g := start(t, tc.guard, opts{check: refuse, inc: 1, id: "the-cluster"})
+		bl := start(t, tc.blank, opts{inc: 666})
+		g.tr.SetPeer(bl.name, bl.addr)
+		bl.tr.SetPeer(g.name, g.addr)
+		testutil.Eventually(t, wait, "the guard refuses", func() bool {
+			return g.logs.has("came back with another data directory")
+		})
+		testutil.Eventually(t, wait, "the blank node is told", func() bool {
+			return bl.logs.has("came back with another data directory")
+		})
+		if g.up(bl.name) || bl.up(g.name) {
+			t.Fatalf("%s: a refused peer linked", tc.guard)
+		}
+		select {
+		case id := <-bl.ids:
+			t.Fatalf("%s: the refused node learned the cluster id %q", tc.guard, id)
+		default:
+		}
+		g.tr.Close()
+		bl.tr.Close()
 	}
 }

@@ -95,9 +95,15 @@ const (
 // after the dialer's proof checked out.
 type hello struct {
 	nonce [nonceLen]byte
+	flags byte // the dialer's: flagProbe
 	name  string
 	id    string
+	inc   uint64 // the node's incarnation: its data directory's random id
 }
+
+// flagProbe marks a dialer that only asks how the node is (Probe) and
+// does not want a link.
+const flagProbe = 1
 
 func newHello(name, id string) (hello, error) {
 	h := hello{name: name, id: id}
@@ -108,12 +114,13 @@ func newHello(name, id string) (hello, error) {
 	return h, err
 }
 
-// appendNameID appends u8 len + name, u8 len + id.
+// appendNameID appends u8 len + name, u8 len + id, u64 incarnation.
 func appendNameID(b []byte, h hello) []byte {
 	b = append(b, byte(len(h.name)))
 	b = append(b, h.name...)
 	b = append(b, byte(len(h.id)))
-	return append(b, h.id...)
+	b = append(b, h.id...)
+	return binary.BigEndian.AppendUint64(b, h.inc)
 }
 
 // readNameID reads what appendNameID wrote.
@@ -132,18 +139,25 @@ func readNameID(r io.Reader, h *hello) error {
 		return err
 	}
 	h.id = string(id)
+	var inc [8]byte
+	if _, err := io.ReadFull(r, inc[:]); err != nil {
+		return err
+	}
+	h.inc = binary.BigEndian.Uint64(inc[:])
 	if h.name == "" {
 		return errors.New("empty node name")
 	}
 	return nil
 }
 
-// writeHello writes the dialer's hello: magic, version, nonce, name, id.
+// writeHello writes the dialer's hello: magic, version, nonce, flags,
+// name, id, incarnation.
 func writeHello(w io.Writer, h hello) error {
-	b := make([]byte, 0, 4+1+nonceLen+2+len(h.name)+len(h.id))
+	b := make([]byte, 0, 4+1+nonceLen+1+2+len(h.name)+len(h.id)+8)
 	b = append(b, magic...)
 	b = append(b, wireVersion)
 	b = append(b, h.nonce[:]...)
+	b = append(b, h.flags)
 	_, err := w.Write(appendNameID(b, h))
 	return err
 }
@@ -151,11 +165,14 @@ func writeHello(w io.Writer, h hello) error {
 // readPreamble reads magic, version and nonce.
 func readPreamble(r io.Reader, h *hello) error {
 	var pre [4 + 1 + nonceLen]byte
-	if _, err := io.ReadFull(r, pre[:]); err != nil {
+	if _, err := io.ReadFull(r, pre[:4]); err != nil {
 		return err
 	}
 	if string(pre[:4]) != magic {
 		return errors.New("not a warren cluster peer (bad magic)")
+	}
+	if _, err := io.ReadFull(r, pre[4:]); err != nil {
+		return err
 	}
 	if pre[4] != wireVersion {
 		return fmt.Errorf("unsupported transport version %d (this node speaks %d)", pre[4], wireVersion)
@@ -170,6 +187,11 @@ func readHello(r io.Reader) (hello, error) {
 	if err := readPreamble(r, &h); err != nil {
 		return h, err
 	}
+	var f [1]byte
+	if _, err := io.ReadFull(r, f[:]); err != nil {
+		return h, err
+	}
+	h.flags = f[0]
 	err := readNameID(r, &h)
 	return h, err
 }
@@ -187,14 +209,18 @@ func proof(secret []byte, role string, dialer, acceptor hello) []byte {
 		m.Write(l[:])
 		m.Write(b)
 	}
+	var inc [8]byte
 	field([]byte("warren-transport-v2 " + role))
 	field(dialer.nonce[:])
 	field(acceptor.nonce[:])
+	field([]byte{dialer.flags})
 	field([]byte(dialer.name))
 	field([]byte(dialer.id))
+	field(binary.BigEndian.AppendUint64(inc[:0], dialer.inc))
 	if role == "acceptor" {
 		field([]byte(acceptor.name))
 		field([]byte(acceptor.id))
+		field(binary.BigEndian.AppendUint64(inc[:0], acceptor.inc))
 	}
 	return m.Sum(nil)
 }
@@ -218,17 +244,22 @@ const errAuth = "authentication failed"
 
 // dialHandshake runs the dialer's side:
 //
-//	dialer -> acceptor  "WRNT", version 2, 32-byte nonce, u8 len + name, u8 len + cluster id
+//	dialer -> acceptor  "WRNT", version 2, 32-byte nonce, u8 flags,
+//	                    u8 len + name, u8 len + cluster id, u64 incarnation
 //	acceptor -> dialer  "WRNT", version 2, 32-byte nonce
-//	dialer -> acceptor  HMAC-SHA256(secret, "dialer", nonces, dialer's name and id)
-//	acceptor -> dialer  0x00, u8 len + name, u8 len + cluster id,
-//	                    HMAC-SHA256(secret, "acceptor", nonces, both names and ids)
+//	dialer -> acceptor  HMAC-SHA256(secret, "dialer", nonces, the dialer's fields)
+//	acceptor -> dialer  0x00, u8 len + name, u8 len + cluster id, u64 incarnation,
+//	                    HMAC-SHA256(secret, "acceptor", nonces, both sides' fields)
 //	                    or 0x01 + u16 len + refusal text
 //
-// It returns the acceptor's hello.
-func dialHandshake(rw io.ReadWriter, secret []byte, self, selfID, want string) (hello, error) {
-	me, err := newHello(self, selfID)
-	if err != nil {
+// The dialer's verdict on the acceptor (its check) is sent by verdict; the
+// acceptor waits for it before it takes the link. It returns the
+// acceptor's hello.
+func dialHandshake(rw io.ReadWriter, secret []byte, me hello, want string) (hello, error) {
+	if len(me.name) > maxNameLen || len(me.id) > maxIDLen {
+		return hello{}, errors.New("node name or cluster id too long")
+	}
+	if _, err := rand.Read(me.nonce[:]); err != nil {
 		return hello{}, err
 	}
 	if err := writeHello(rw, me); err != nil {
@@ -258,29 +289,76 @@ func dialHandshake(rw io.ReadWriter, secret []byte, self, selfID, want string) (
 			return hello{}, errors.New("authentication failed: the peer does not know the cluster secret")
 		}
 	case statusRefused:
-		var l [2]byte
-		if _, err := io.ReadFull(rw, l[:]); err != nil {
+		reason, err := readReason(rw)
+		if err != nil {
 			return hello{}, err
 		}
-		n := int(binary.BigEndian.Uint16(l[:]))
-		if n > maxReason {
-			return hello{}, errors.New("refused by peer")
-		}
-		reason := make([]byte, n)
-		if _, err := io.ReadFull(rw, reason); err != nil {
-			return hello{}, err
-		}
-		return hello{}, &refusedError{string(reason)}
+		return hello{}, &refusedError{reason}
 	default:
 		return hello{}, fmt.Errorf("bad handshake status %d", st[0])
 	}
 	if want != "" && them.name != want {
 		return hello{}, fmt.Errorf("dialled %s but the node there is %s", want, them.name)
 	}
-	if err := idMismatch(self, selfID, them.name, them.id); err != nil {
+	if err := idMismatch(me.name, me.id, them.name, them.id); err != nil {
 		return hello{}, err
 	}
 	return them, nil
+}
+
+// verdict is the dialer's last word: 0x00 to take the link, or 0x01 + u16
+// len + the reason it refuses the acceptor.
+func verdict(w io.Writer, refuse error) error {
+	if refuse == nil {
+		_, err := w.Write([]byte{statusOK})
+		return err
+	}
+	return writeRefusal(w, refuse.Error())
+}
+
+// readVerdict reads the dialer's verdict; a refusal is a *refusedError.
+func readVerdict(r io.Reader) error {
+	var st [1]byte
+	if _, err := io.ReadFull(r, st[:]); err != nil {
+		return err
+	}
+	switch st[0] {
+	case statusOK:
+		return nil
+	case statusRefused:
+		reason, err := readReason(r)
+		if err != nil {
+			return err
+		}
+		return &refusedError{reason}
+	}
+	return fmt.Errorf("bad handshake verdict %d", st[0])
+}
+
+func writeRefusal(w io.Writer, reason string) error {
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+	}
+	b := []byte{statusRefused, 0, 0}
+	binary.BigEndian.PutUint16(b[1:], uint16(len(reason)))
+	_, err := w.Write(append(b, reason...))
+	return err
+}
+
+func readReason(r io.Reader) (string, error) {
+	var l [2]byte
+	if _, err := io.ReadFull(r, l[:]); err != nil {
+		return "", err
+	}
+	n := int(binary.BigEndian.Uint16(l[:]))
+	if n > maxReason {
+		return "", errors.New("refused by peer")
+	}
+	reason := make([]byte, n)
+	if _, err := io.ReadFull(r, reason); err != nil {
+		return "", err
+	}
+	return string(reason), nil
 }
 
 // authError is the acceptor's error for a dialer without the secret; the
@@ -293,13 +371,12 @@ func (e *authError) Error() string {
 
 // acceptHandshake runs the acceptor's side. check, called once the dialer
 // has proved the secret, may refuse the link (its error text is sent).
-func acceptHandshake(rw io.ReadWriter, secret []byte, self, selfID string, check func(hello) error) (hello, error) {
+func acceptHandshake(rw io.ReadWriter, secret []byte, me hello, check func(hello) error) (hello, error) {
 	them, err := readHello(rw)
 	if err != nil {
 		return hello{}, err
 	}
-	me, err := newHello(self, selfID)
-	if err != nil {
+	if _, err := rand.Read(me.nonce[:]); err != nil {
 		return hello{}, err
 	}
 	pre := make([]byte, 0, 4+1+nonceLen)
@@ -316,7 +393,7 @@ func acceptHandshake(rw io.ReadWriter, secret []byte, self, selfID string, check
 	told := ""
 	if !hmac.Equal(got, proof(secret, "dialer", them, me)) {
 		refuse, told = &authError{them.name}, errAuth
-	} else if err := idMismatch(self, selfID, them.name, them.id); err != nil {
+	} else if err := idMismatch(me.name, me.id, them.name, them.id); err != nil {
 		refuse = err
 	} else if err := check(them); err != nil {
 		refuse = err
@@ -326,12 +403,7 @@ func acceptHandshake(rw io.ReadWriter, secret []byte, self, selfID string, check
 		if reason == "" {
 			reason = refuse.Error()
 		}
-		if len(reason) > maxReason {
-			reason = reason[:maxReason]
-		}
-		b := []byte{statusRefused, 0, 0}
-		binary.BigEndian.PutUint16(b[1:], uint16(len(reason)))
-		rw.Write(append(b, reason...))
+		writeRefusal(rw, reason)
 		return hello{}, refuse
 	}
 	b := appendNameID([]byte{statusOK}, me)

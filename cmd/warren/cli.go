@@ -65,6 +65,7 @@ type cliCtx struct {
 	pollPeriod time.Duration
 	// warren queues grow and rebalance (cli_qq.go).
 	vhostPattern, queuePattern string
+	offline                    bool // warren cluster forget --offline
 }
 
 // deadFilterFlags are dlq inspect's and dlq replay's filters, by the most

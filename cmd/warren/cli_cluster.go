@@ -6,6 +6,7 @@ package main
 // DELETE /api/cluster/members/{name}.
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
 	"sort"
@@ -30,7 +31,10 @@ type clusterMember struct {
 var clusterCommand = &cliCommand{name: "cluster", summary: "cluster nodes: status, join, forget", subs: []*cliCommand{
 	{name: "status", args: "", summary: "show the cluster's nodes, which are running and which leads (as rabbitmqctl cluster_status)", run: cmdClusterStatus},
 	{name: "join", args: "NAME HOST:PORT", summary: "add node NAME (started with --cluster-join, inter-node address HOST:PORT) to the cluster", run: cmdClusterJoin},
-	{name: "forget", args: "NAME", summary: "remove node NAME from the cluster (as rabbitmqctl forget_cluster_node)", run: cmdClusterForget},
+	{name: "forget", args: "--offline NAME", summary: "remove node NAME, stopped and gone for good, from the cluster (as rabbitmqctl forget_cluster_node); a running node is refused",
+		flags: func(fs *flag.FlagSet, c *cliCtx) {
+			fs.BoolVar(&c.offline, "offline", false, "NAME is stopped and will not come back (its disk or host is lost): required")
+		}, run: cmdClusterForget},
 }}
 
 func cmdClusterStatus(c *cliCtx, args []string) error {
@@ -132,10 +136,14 @@ func cmdClusterJoin(c *cliCtx, args []string) error {
 }
 
 func cmdClusterForget(c *cliCtx, args []string) error {
-	if err := wantArgs(args, 1, 1, "cluster forget NAME"); err != nil {
+	if err := wantArgs(args, 1, 1, "cluster forget --offline NAME"); err != nil {
 		return err
 	}
-	if _, err := c.api.do(http.MethodDelete, apiPath("cluster", "members", args[0]), nil); err != nil {
+	path := apiPath("cluster", "members", args[0])
+	if c.offline {
+		path += "?offline=true"
+	}
+	if _, err := c.api.do(http.MethodDelete, path, nil); err != nil {
 		return err
 	}
 	if c.json {

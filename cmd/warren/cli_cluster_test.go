@@ -24,7 +24,7 @@ func (f *fakeClusterAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	body, _ := io.ReadAll(r.Body)
-	f.requests = append(f.requests, r.Method+" "+r.URL.EscapedPath()+" "+string(body))
+	f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI()+" "+string(body))
 	if u, p, ok := r.BasicAuth(); !ok || u != "guest" || p != "guest" {
 		w.WriteHeader(401)
 		io.WriteString(w, `{"error":"not_authorised","reason":"Login failed"}`)
@@ -177,7 +177,7 @@ func TestCLIClusterJoinForget(t *testing.T) {
 		{[]string{"cluster", "join", "warren@d"}, "usage: warren cluster join NAME HOST:PORT"},
 		{[]string{"cluster", "join", "d", "h4:7004"}, "name@host"},
 		{[]string{"cluster", "join", "warren@d", "h4"}, "HOST:PORT"},
-		{[]string{"cluster", "forget"}, "usage: warren cluster forget NAME"},
+		{[]string{"cluster", "forget"}, "usage: warren cluster forget --offline NAME"},
 	} {
 		_, err := runCLIOut(t, append(tc.args, "--url", url)...)
 		wantErr(t, err, tc.want)
@@ -186,21 +186,21 @@ func TestCLIClusterJoinForget(t *testing.T) {
 		t.Fatalf("invalid arguments sent requests: %v", f.requests[n:])
 	}
 
-	out, err = runCLIOut(t, "cluster", "forget", "warren@c", "--url", url)
+	out, err = runCLIOut(t, "cluster", "forget", "--offline", "warren@c", "--url", url)
 	if err != nil || !strings.Contains(out, "Removed node warren@c") {
 		t.Fatalf("forget: %q, %v", out, err)
 	}
-	if got := f.lastRequest(); got != "DELETE /api/cluster/members/warren@c " {
+	if got := f.lastRequest(); got != "DELETE /api/cluster/members/warren@c?offline=true " {
 		t.Fatalf("forget request %q", got)
 	}
-	_, err = runCLIOut(t, "cluster", "forget", "warren@c", "--url", url)
+	_, err = runCLIOut(t, "cluster", "forget", "--offline", "warren@c", "--url", url)
 	wantErr(t, err, "404")
 	_, err = runCLIOut(t, "cluster", "bogus", "--url", url)
 	wantErr(t, err, "unknown subcommand")
 
 	var help bytes.Buffer
 	runCLI([]string{"help"}, &help, io.Discard)
-	for _, want := range []string{"cluster status", "cluster join NAME HOST:PORT", "cluster forget NAME"} {
+	for _, want := range []string{"cluster status", "cluster join NAME HOST:PORT", "cluster forget --offline NAME"} {
 		if !strings.Contains(help.String(), want) {
 			t.Fatalf("help lacks %q:\n%s", want, help.String())
 		}

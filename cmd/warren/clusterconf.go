@@ -59,17 +59,8 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterOptions) {
 	fs.BoolVar(&c.Join, "cluster-join", false, "start empty and wait to be added to a running cluster (warren cluster join NAME HOST:PORT on one of its nodes)")
 }
 
-// validNodeName checks the name@host form.
-func validNodeName(name string) error {
-	n, h, ok := strings.Cut(name, "@")
-	if !ok || n == "" || h == "" || strings.Contains(h, "@") {
-		return fmt.Errorf("node name %q: want name@host (as warren@host1)", name)
-	}
-	if strings.ContainsAny(name, " \t\n,=/") {
-		return fmt.Errorf("node name %q: must not contain spaces, ',', '=' or '/'", name)
-	}
-	return nil
-}
+// validNodeName checks the name@host form (cluster.ValidNodeName).
+func validNodeName(name string) error { return cluster.ValidNodeName(name) }
 
 // validAddr checks host:port with a port.
 func validAddr(addr string) error {

@@ -70,7 +70,7 @@ type options struct {
 	// HTTPMaxBody bounds a management API request's body (RabbitMQ's
 	// management.http.max_body_size).
 	HTTPMaxBody int64
-	Cluster                       clusterOptions
+	Cluster     clusterOptions
 }
 
 func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
