@@ -385,6 +385,7 @@ func amqpCode(err error) (int, string) {
 // node's definitions are identical, every change answered -ok is there
 // (unless a later -ok delete removed it), and none that failed is.
 func TestClusterDefinitionsStorm(t *testing.T) {
+	testutil.Long(t, "a three-process cluster under faults for 20 s")
 	if testing.Short() {
 		t.Skip("runs a three-process cluster with faults for WARREN_CLUSTER_FAULT_DURATION")
 	}

@@ -861,6 +861,7 @@ func qqSideAPI(s qqSide, i int) *mgmtTarget {
 // outcomes and error reasons) must be the same. Skipped without
 // rabbitmq-server (a failure under CI=true) and in -short mode.
 func TestClusterQQMembersVsRabbitMQ(t *testing.T) {
+	testutil.Long(t, "boots a three-node RabbitMQ cluster")
 	if err := rabbitcluster.Available(""); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but %v", err)

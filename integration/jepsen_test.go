@@ -850,6 +850,7 @@ func jQuorumArgs() amqp.Table {
 // unexpected is consumed, every duplicate is a redelivery, and while the
 // leader's node is down the others confirm within 30 s.
 func TestJepsenQuorumQueue(t *testing.T) {
+	testutil.Long(t, "a three-process cluster under faults for 90 s")
 	runJepsen(t, "qq", func(ch *amqp.Channel, source, _ string) error {
 		_, err := ch.QueueDeclare(source, true, false, false, false, jQuorumArgs())
 		return err
@@ -864,6 +865,7 @@ func TestJepsenQuorumQueue(t *testing.T) {
 // queues: a confirmed message must be acked from the source or, once
 // rejected, from the DLQ.
 func TestJepsenQuorumDeadLetter(t *testing.T) {
+	testutil.Long(t, "a three-process cluster under faults for 90 s")
 	runJepsen(t, "dl", func(ch *amqp.Channel, source, dlq string) error {
 		dlx := source + "-dlx"
 		if err := ch.ExchangeDeclare(dlx, "direct", true, false, false, false, nil); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/warrenmq/warren/internal/testutil"
 	"io"
 	"io/fs"
 	"net"
@@ -102,6 +103,7 @@ func TestAmqp091Suite(t *testing.T) {
 // inter-node link. The recovery tests close their connections through the
 // management API of the client's node.
 func TestAmqp091SuiteCluster(t *testing.T) {
+	testutil.Long(t, "amqp091-go's suite against a cluster, 2-3 minutes")
 	if testing.Short() {
 		t.Skip("amqp091-go integration suite takes minutes; skipped with -short")
 	}

@@ -2,6 +2,7 @@ package rabbitcluster
 
 import (
 	"encoding/json"
+	"github.com/warrenmq/warren/internal/testutil"
 	"os"
 	"slices"
 	"strings"
@@ -40,6 +41,7 @@ func alive(pid int) bool {
 // and rejoins, a node stopped gracefully starts again, and Close leaves
 // no node process behind.
 func TestCluster(t *testing.T) {
+	testutil.Long(t, "boots, kills and restarts a three-node RabbitMQ cluster, 1-2 minutes")
 	needRabbit(t)
 	if testing.Short() {
 		t.Skip("skipping in -short mode: starting a 3-node RabbitMQ cluster takes a minute")
