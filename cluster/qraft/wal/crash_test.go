@@ -116,8 +116,11 @@ func TestCrashFlipByte(t *testing.T) {
 		dir := filepath.Join(base, "t", string(rune('a'+trial%26))+string(rune('a'+trial/26)))
 		copyDir(t, filepath.Join(base, "orig"), dir)
 		seg := lastSeg
-		if trial%2 == 1 {
-			seg = uint32(1 + rng.IntN(int(lastSeg-1)))
+		if first := pos[0].Seg; trial%2 == 1 {
+			// A sealed segment. The log starts in segment 1, or in 2
+			// when the preallocated spare was ready before the first
+			// append (TestCrashPrealloc).
+			seg = first + uint32(rng.IntN(int(lastSeg-first)))
 		}
 		file := filepath.Join(dir, segName(seg))
 		b, err := os.ReadFile(file)

@@ -154,6 +154,7 @@ func TestCrashPrealloc(t *testing.T) {
 	testSpareFirst = true
 	defer func() { testSpareFirst = false }()
 	t.Run("spare-first/truncate", TestCrashTruncateTail)
+	t.Run("spare-first/flip", TestCrashFlipByte)
 	t.Run("spare-first/compact", TestCompactMovesLiveRecord)
 	t.Run("spare-first/bothcopies", TestCompactCrashLeavesBoth)
 }
@@ -166,7 +167,7 @@ func TestPreallocSealedZeros(t *testing.T) {
 	w := open(t, dir, 4096)
 	pos := appendIDs(t, w, 0, 100)
 	w.Close()
-	f := filepath.Join(dir, segName(1))
+	f := filepath.Join(dir, segName(pos[0].Seg))
 	fi, err := os.Stat(f)
 	if err != nil {
 		t.Fatal(err)
