@@ -108,6 +108,7 @@ func (q *Queue) flush() {
 		if hook != nil {
 			hook()
 		}
+		out = q.qqMarked(out)
 		q.publishOutbox(out)
 		q.vhost.dlq.done(int64(n))
 		q.mu.Lock()

@@ -146,6 +146,7 @@ func (s *qqState) delete() {
 	s.g = nil
 	s.smu.Unlock()
 	s.here.Store(false)
+	s.newEpoch() // dead letters waiting for their marks give up
 	if g != nil {
 		if h := s.q.vhost.b.quorumHost(); h != nil {
 			h.DeleteGroup(s.id)

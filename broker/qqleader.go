@@ -100,10 +100,12 @@ type qqState struct {
 	pubMu   sync.Mutex
 	pubLast map[uint64]uint64
 
-	// Proposals waiting for the flusher, in order (pmu).
+	// Proposals waiting for the flusher, in order (pmu), and how far
+	// they committed (qqmarks.go).
 	pmu      sync.Mutex
-	pend     []qrepl.Command
+	pend     []pendCmd
 	flushing bool
+	marks    qqMarks
 
 	// Leader changes waiting to reach qqLeaderChanged, in order (nmu).
 	nmu       sync.Mutex
@@ -546,28 +548,31 @@ func (s *qqState) purgeLocked() {
 func (s *qqState) proposeLocked(c qrepl.Command) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
+	s.marks.seq++
+	seq := s.marks.seq
 	n := len(s.pend)
 	// Coalesce with the last command of the same kind.
 	if n > 0 {
+		last := &s.pend[n-1]
 		switch c := c.(type) {
 		case qrepl.Remove:
-			if last, ok := s.pend[n-1].(qrepl.Remove); ok && len(last.IDs) < qrepl.MaxBatch {
-				s.pend[n-1] = qrepl.Remove{IDs: append(last.IDs, c.IDs...)}
+			if l, ok := last.c.(qrepl.Remove); ok && len(l.IDs) < qrepl.MaxBatch {
+				last.c, last.seq = qrepl.Remove{IDs: append(l.IDs, c.IDs...)}, seq
 				return
 			}
 		case qrepl.Return:
-			if last, ok := s.pend[n-1].(qrepl.Return); ok && len(last.Items) < qrepl.MaxBatch {
-				s.pend[n-1] = qrepl.Return{Items: append(last.Items, c.Items...)}
+			if l, ok := last.c.(qrepl.Return); ok && len(l.Items) < qrepl.MaxBatch {
+				last.c, last.seq = qrepl.Return{Items: append(l.Items, c.Items...)}, seq
 				return
 			}
 		case qrepl.Discard:
-			if last, ok := s.pend[n-1].(qrepl.Discard); ok && last.Reason == c.Reason && len(last.IDs) < qrepl.MaxBatch {
-				s.pend[n-1] = qrepl.Discard{IDs: append(last.IDs, c.IDs...), Reason: c.Reason}
+			if l, ok := last.c.(qrepl.Discard); ok && l.Reason == c.Reason && len(l.IDs) < qrepl.MaxBatch {
+				last.c, last.seq = qrepl.Discard{IDs: append(l.IDs, c.IDs...), Reason: c.Reason}, seq
 				return
 			}
 		}
 	}
-	s.pend = append(s.pend, c)
+	s.pend = append(s.pend, pendCmd{c: c, seq: seq})
 	if !s.flushing {
 		s.flushing = true
 		go s.flush()
@@ -578,7 +583,7 @@ func (s *qqState) proposeLocked(c qrepl.Command) {
 func (s *qqState) flush() {
 	for {
 		s.pmu.Lock()
-		cs := s.pend
+		cs, epoch := s.pend, s.marks.epoch
 		s.pend = nil
 		if len(cs) == 0 {
 			s.flushing = false
@@ -592,12 +597,14 @@ func (s *qqState) flush() {
 		if g == nil || !s.here.Load() {
 			continue
 		}
-		for _, c := range cs {
-			lease, isLease := c.(qrepl.Lease)
+		for _, pc := range cs {
+			lease, isLease := pc.c.(qrepl.Lease)
 			if d := qqLeaseDelay.Load(); d > 0 && isLease {
 				time.Sleep(time.Duration(d))
 			}
-			g.Propose(qrepl.Encode(c), func(_ uint64, err error) {
+			seq := pc.seq
+			g.Propose(qrepl.Encode(pc.c), func(_ uint64, err error) {
+				s.committed(epoch, seq, err)
 				if err != nil && isLease {
 					s.q.mu.Lock()
 					if s.leaseReq == lease.UpTo {
@@ -665,6 +672,7 @@ func (s *qqState) takeoverLocked(term uint64) {
 	if s.here.Load() {
 		return
 	}
+	s.newEpoch() // marks count from this leadership (qqmarks.go)
 	q := s.q
 	b := q.vhost.b
 	if s.st == nil {
@@ -821,6 +829,7 @@ func (s *qqState) stepDownLocked() {
 	s.resetApplied(nil)
 	s.pmu.Lock()
 	s.pend = nil
+	s.marks.newEpochLocked() // its dead letters are the new leader's (qqmarks.go)
 	s.pmu.Unlock()
 	q.vhost.b.log.Info("quorum queue: no longer leading", "queue", q.Name, "vhost", q.vhost.Name)
 }

@@ -460,10 +460,17 @@ func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
 // dead-letter exchange), in the outbox for the queue's flusher to
 // publish (dlflush.go).
 func (q *Queue) deadLocked(e *qentry, reason string) {
-	if q.qq != nil && q.atLeastOnce() {
-		q.qq.discardLocked(e.Seq, reason) // a new leader dead-letters it again
-	}
 	it := dlItem{msg: e.Msg, seq: e.Seq, seg: e.Seg, ondisk: e.OnDisk}
+	if q.qq != nil {
+		// Marked in the log first, published once that committed
+		// (qqmarks.go).
+		if q.atLeastOnce() {
+			q.qq.discardLocked(e.Seq, reason) // a new leader dead-letters it again
+		} else {
+			q.qq.removeLocked(e.Seq)
+		}
+		it.qqEpoch, it.qqSeq = q.qq.markLocked()
+	}
 	q.outboxN++
 	q.vhost.dlq.n.Add(1)
 	dlx, dlrk := q.eff.DLX, q.eff.DLRK
@@ -578,6 +585,9 @@ type dlItem struct {
 	seq    uint64
 	seg    uint32
 	ondisk bool
+	// A quorum queue's: the mark of the proposal that took it out of
+	// the queue, which must commit before it is published (qqmarks.go).
+	qqEpoch, qqSeq uint64
 }
 
 // Dispatch delivers ready messages to consumers that can take them. Sinks
