@@ -34,6 +34,7 @@ func (s *Server) routes() {
 	s.handle("GET /api/nodes/{node}", lvlMonitoring, (*call).nodeGet)
 	s.healthRoutes()
 	s.clusterRoutes()
+	s.maintenanceRoutes()
 	s.quorumRoutes()
 
 	s.connRoutes()
@@ -341,7 +342,7 @@ func (s *Server) node1() map[string]any {
 		"disk_free":                free, "disk_free_limit": cfg.DiskFreeLimit, "disk_free_alarm": has("disk"),
 		"fd_used": openFDs(), "fd_total": 1048576, "sockets_used": len(s.srv.Connections()), "sockets_total": 943629,
 		"proc_used": runtime.NumGoroutine(), "proc_total": 1048576, "run_queue": 0, "processors": runtime.NumCPU(),
-		"uptime": uptime, "rates_mode": "basic", "net_ticktime": 60, "partitions": []any{},
+		"uptime": uptime, "rates_mode": "basic", "net_ticktime": 60, "partitions": []any{}, "being_drained": s.srv.Suspended(),
 		"exchange_types": exchangeTypes(), "auth_mechanisms": []any{
 			map[string]any{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
 			map[string]any{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},

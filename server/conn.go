@@ -71,6 +71,7 @@ type conn struct {
 	closing    atomic.Bool // connection.close sent; waiting for close-ok
 	panicked   atomic.Bool // a panic was recovered (panics.go)
 	closeSent  atomic.Bool
+	drain      atomic.Pointer[string] // drainClose's reason (drain.go)
 	readFrames atomic.Uint64
 	handling   atomic.Bool   // the reader is handling a frame (not reading)
 	done       chan struct{} // closed when the reader stops
@@ -635,8 +636,15 @@ func (c *conn) readLoop() error {
 		if c.outFull.Load() {
 			c.waitOutput()
 		}
+		if r := c.drain.Load(); r != nil && !c.closing.Load() {
+			c.finishDrain(*r) // the node is being drained (drain.go)
+			continue
+		}
 		f, err := c.r.ReadFrame()
 		if err != nil {
+			if c.drain.Load() != nil && !c.closing.Load() && isTimeout(err) {
+				continue // woken by drainClose
+			}
 			var ae *amqp.Error
 			if errors.As(err, &ae) && !c.closing.Load() {
 				c.closeConn(ae)

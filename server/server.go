@@ -137,16 +137,19 @@ type Server struct {
 	tlsLn     net.Listener
 	lnDown    bool // the listener's accept loop ended while the server is open
 	tlsLnDown bool
-	conns     map[*conn]struct{}
-	started   bool
-	closed    bool
-	wg        sync.WaitGroup
-	nextConn  atomic.Uint64
-	alarms    map[string]bool
-	alarmCh   chan struct{} // closed and replaced when the alarm state changes
-	stopped   chan struct{} // closed by stop
-	alarmed   atomic.Bool   // some alarm is raised (read per publish)
-	closeOnce sync.Once
+	suspended bool // in maintenance: listeners closed until Revive (drain.go)
+	// the listeners' addresses once bound, for Revive
+	boundAddr, boundTLSAddr string
+	conns                   map[*conn]struct{}
+	started                 bool
+	closed                  bool
+	wg                      sync.WaitGroup
+	nextConn                atomic.Uint64
+	alarms                  map[string]bool
+	alarmCh                 chan struct{} // closed and replaced when the alarm state changes
+	stopped                 chan struct{} // closed by stop
+	alarmed                 atomic.Bool   // some alarm is raised (read per publish)
+	closeOnce               sync.Once
 
 	statsMu     sync.Mutex
 	closedStats MessageStats // counters of closed channels (info.go)
@@ -210,23 +213,42 @@ func (s *Server) Start() error {
 	if s.closed {
 		return errors.New("server: closed")
 	}
-	ln, err := net.Listen("tcp", s.cfg.AMQPAddr)
+	s.started = true
+	s.go_(s.monitorResources)
+	if s.maintenanceMarked() {
+		s.suspended = true
+		s.log.Warn("node is in maintenance mode (drained): AMQP listeners stay closed until 'warren node revive'")
+		return nil
+	}
+	return s.listenLocked()
+}
+
+// listenLocked opens the AMQP (and AMQPS) listeners and serves them.
+// A revived node listens where it listened before (a port chosen by the
+// kernel, ":0", included).
+func (s *Server) listenLocked() error {
+	addr, tlsAddr := s.cfg.AMQPAddr, s.cfg.AMQPSAddr
+	if s.boundAddr != "" {
+		addr, tlsAddr = s.boundAddr, s.boundTLSAddr
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	s.ln = ln
-	s.started = true
-	s.go_(func() { s.serve(ln) })
+	var tl net.Listener
 	if s.cfg.TLS != nil {
-		tl, err := tls.Listen("tcp", s.cfg.AMQPSAddr, s.cfg.TLS)
-		if err != nil {
+		if tl, err = tls.Listen("tcp", tlsAddr, s.cfg.TLS); err != nil {
 			ln.Close()
 			return err
 		}
-		s.tlsLn = tl
+		s.boundTLSAddr = tl.Addr().String()
+	}
+	s.boundAddr = ln.Addr().String()
+	s.ln, s.tlsLn, s.lnDown, s.tlsLnDown = ln, tl, false, false
+	s.go_(func() { s.serve(ln) })
+	if tl != nil {
 		s.go_(func() { s.serve(tl) })
 	}
-	s.go_(s.monitorResources)
 	s.log.Info("AMQP listener started", "addr", ln.Addr().String())
 	return nil
 }
@@ -276,7 +298,7 @@ func (s *Server) serve(ln net.Listener) {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.isClosed() {
+			if s.isClosed() || s.isSuspended(ln) {
 				return
 			}
 			if errors.Is(err, net.ErrClosed) {

@@ -137,6 +137,7 @@ var cliCommands = []*cliCommand{
 		{name: "delete", args: "NAME", summary: "delete a policy", run: cmdPoliciesDelete},
 	}},
 	clusterCommand,
+	nodeCommand,
 	{name: "help", args: "[COMMAND]", summary: "show this help, or a command's"},
 }
 

@@ -223,7 +223,11 @@ func run(args []string, out io.Writer) error {
 		closeAll()
 		return err
 	}
-	log.Info("Warren started", "version", server.Version, "amqp", srv.Addr().String(), "data_dir", o.DataDir)
+	amqpAddr := "none (in maintenance mode until 'warren node revive')"
+	if a := srv.Addr(); a != nil {
+		amqpAddr = a.String()
+	}
+	log.Info("Warren started", "version", server.Version, "amqp", amqpAddr, "data_dir", o.DataDir)
 	if mg != nil {
 		if err := mg.Start(); err != nil {
 			closeAll()
@@ -239,6 +243,17 @@ func run(args []string, out io.Writer) error {
 
 	s := <-sig
 	log.Info("shutting down", "signal", s.String())
+	if cn != nil {
+		// A clustered node hands its quorum leaderships over first, so
+		// that its queues' publishers and consumers wait for no
+		// election, then closes its connections once their publishes
+		// are confirmed (as warren node drain, without the mark).
+		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		moved, kept := b.TransferLeadershipsAway(hctx, 3*time.Second)
+		hcancel()
+		left := srv.DrainConnections("broker forced connection closure with reason 'shutdown'", 5*time.Second)
+		log.Info("handed over before shutting down", "quorum_leaders_moved", moved, "quorum_leaders_kept", kept, "connections_left", left)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return stop(ctx)
