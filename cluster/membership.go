@@ -93,8 +93,13 @@ type probeInfo struct {
 	Incarnation string `json:"incarnation"`
 }
 
-// probeTimeout bounds a probe.
-const probeTimeout = 3 * time.Second
+// probeTimeout bounds a membership change's probe; startProbeTimeout the
+// start-up check's (the link refusal is what keeps a node that lost its
+// data out; the check only says so early).
+const (
+	probeTimeout      = 3 * time.Second
+	startProbeTimeout = 2 * time.Second
+)
 
 // incarnations keeps this node's incarnation and the ones it has seen of
 // the other members, in the data directory.
@@ -283,7 +288,9 @@ func (n *Node) checkLostData(peers map[string]string) error {
 			continue
 		}
 		go func() {
-			pi, err := n.probe(context.Background(), name, addr)
+			ctx, cancel := context.WithTimeout(context.Background(), startProbeTimeout)
+			defer cancel()
+			pi, err := n.probe(ctx, name, addr)
 			ch <- answer{name, pi, err}
 		}()
 	}

@@ -178,6 +178,14 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 			initial[name] = addr
 		}
 	}
+	// The port is served from now on, for probes only (HoldLinks): peers
+	// starting at the same time probe this node as it probes them.
+	n.tr.HoldLinks(true)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		_ = n.tr.Serve(ln)
+	}()
 	if newDir && !cfg.Join && len(initial) > 1 {
 		if err := n.checkLostData(initial); err != nil {
 			n.tr.Close()
@@ -238,11 +246,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 			n.setPeer(name, addr)
 		}
 	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		_ = n.tr.Serve(ln)
-	}()
+	n.tr.HoldLinks(false)
 	g.OnMembers(n.membersChanged)
 	n.membersChanged(g.Members())
 

@@ -22,6 +22,7 @@ import (
 // once), so the deposed leader publishes none: each arrives once, or
 // flagged redelivered.
 func TestQuorumPausedLeaderDeadLettersOnce(t *testing.T) {
+	testutil.Long(t, "pauses a quorum leader in a three-process cluster, twice, about 40 s")
 	if testing.Short() {
 		t.Skip("runs a three-process cluster and pauses a leader")
 	}

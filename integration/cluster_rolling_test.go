@@ -25,6 +25,7 @@ import (
 // confirmed. Nothing confirmed is lost, nothing is delivered twice without
 // redelivered, and no publish waits more than 1 s for its confirm.
 func TestClusterRollingRestart(t *testing.T) {
+	testutil.Long(t, "restarts a three-process cluster node by node under load, about 20 s")
 	if testing.Short() {
 		t.Skip("restarts a three-process cluster under load")
 	}

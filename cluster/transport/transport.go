@@ -177,6 +177,7 @@ type Transport struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	refusals logLimiter    // refused inbound handshakes: logged sparingly
+	hold     atomic.Bool   // HoldLinks: inbound links refused, probes answered
 	evicted  atomic.Uint64 // inbound handshakes closed to make room
 
 	hmu      sync.RWMutex
@@ -374,6 +375,9 @@ func (t *Transport) accept(raw net.Conn) {
 		if h.flags&flagProbe != 0 {
 			return nil // a probe asks; it gets no link
 		}
+		if t.hold.Load() {
+			return peerRefused{errStarting}
+		}
 		t.mu.Lock()
 		removed := t.removed[h.name]
 		t.mu.Unlock()
@@ -405,6 +409,8 @@ func (t *Transport) accept(raw net.Conn) {
 		// count, so that strangers cannot flood the log.
 		if isIDMismatch(err) {
 			t.log.Error("cluster link refused", "remote", raw.RemoteAddr().String(), "err", err)
+		} else if pr, ok := err.(peerRefused); ok && errors.Is(pr.error, errStarting) {
+			t.log.Debug("cluster link refused", "remote", raw.RemoteAddr().String(), "err", err)
 		} else if _, ok := err.(peerRefused); ok {
 			t.log.Warn("cluster link refused", "remote", raw.RemoteAddr().String(), "err", err)
 		} else if ok, more := t.refusals.allow(time.Now()); ok {
@@ -493,6 +499,17 @@ func (t *Transport) clientTLS(ctx context.Context, raw net.Conn, addr string) (n
 	}
 	return tc, nil
 }
+
+// errStarting refuses links while HoldLinks holds them.
+var errStarting = errors.New(reasonStarting)
+
+const reasonStarting = "node is starting"
+
+// HoldLinks makes the transport refuse inbound links (with "node is
+// starting": the peer's dialer retries) while it answers probes: a node
+// serves its port early in its start, so that peers starting at the same
+// time can probe it, and takes links once it is ready for them.
+func (t *Transport) HoldLinks(on bool) { t.hold.Store(on) }
 
 // PeerCheckError is a dial whose peer Config.CheckPeer refused.
 type PeerCheckError struct {
@@ -806,6 +823,8 @@ func (t *Transport) dialLoop(p *peer) {
 		var pc *PeerCheckError
 		if isIDMismatch(err) || errors.As(err, &pc) {
 			lvl = slog.LevelError
+		} else if errors.As(err, &re) && re.reason == reasonStarting {
+			lvl = slog.LevelDebug
 		} else if errors.As(err, &re) || isAuthErr(err) {
 			lvl = slog.LevelWarn
 		}
