@@ -350,6 +350,9 @@ func TestJoinAndForget(t *testing.T) {
 		l := c.Node(0).Cluster().Meta().Leader()
 		return l != "" && l != gone.Name()
 	}, "a leader other than the stopped node")
+	// As an operator would: forget it once the cluster sees it stopped
+	// (a running node is refused).
+	eventually(t, 10*time.Second, func() bool { return !nodeNames(t, c.Node(0))[gone.Name()] }, "node 1 sees the stopped node down")
 	if st, body := api(t, http.MethodDelete, c.Node(0).MgmtURL()+"/api/cluster/members/"+gone.Name()+"?offline=true", ""); st != http.StatusNoContent {
 		t.Fatalf("forget: %d %s", st, body)
 	}
@@ -514,6 +517,7 @@ func TestMembershipChecks(t *testing.T) {
 		t.Fatalf("a definition change with one of three nodes down: %v", err)
 	}
 	// Forgetting the stopped node needs --offline.
+	eventually(t, 10*time.Second, func() bool { return !nodeNames(t, c.Node(0))[c.Node(2).Name()] }, "node 1 sees node 3 down")
 	st, resp := api(t, http.MethodDelete, api0+"/api/cluster/members/"+c.Node(2).Name(), "")
 	if st != http.StatusBadRequest || !strings.Contains(resp, "forget it with --offline") {
 		t.Fatalf("forget a stopped node without offline: %d %s", st, resp)
@@ -567,6 +571,7 @@ func TestLostDataDirectory(t *testing.T) {
 	}
 	lost.Stop()
 	// The recovery the error names: forget it, then join it as new.
+	eventually(t, 10*time.Second, func() bool { return !nodeNames(t, c.Node(0))[lost.Name()] }, "node 1 sees node 3 down")
 	if st, resp := api(t, http.MethodDelete, c.Node(0).MgmtURL()+"/api/cluster/members/"+lost.Name()+"?offline=true", ""); st != http.StatusNoContent {
 		t.Fatalf("forget --offline: %d %s", st, resp)
 	}

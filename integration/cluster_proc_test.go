@@ -712,6 +712,21 @@ func TestProcClusterJoinForget(t *testing.T) {
 	cliFails("is running: stop it before forgetting it", "cluster", "forget", "--offline", c.Name(3))
 	cliFails("is the node you are asking", "cluster", "forget", "--offline", c.Name(0))
 	c.Stop(3)
+	// Once the cluster sees it stopped (a running node is refused).
+	if err := testutil.UntilNil(10*time.Second, func() error {
+		st, err := c.clusterStatus(0)
+		if err != nil {
+			return err
+		}
+		for _, m := range st.Members {
+			if m.Name == c.Name(3) && m.Running {
+				return fmt.Errorf("%s still seen running", m.Name)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	cliFails("forget it with --offline", "cluster", "forget", c.Name(3))
 	out = cli("cluster", "forget", "--offline", c.Name(3))
 	if !strings.Contains(out, "Removed node "+c.Name(3)) {
