@@ -36,6 +36,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"github.com/warrenmq/warren/internal/testutil"
 	"hash/crc32"
 	"io/fs"
 	"math/rand/v2"
@@ -94,7 +95,10 @@ func TestCorruptStore(t *testing.T) {
 		}
 		seed = v
 	}
-	rounds := 30
+	rounds := 12 // 30 with WARREN_LONG=1 (CI's long step)
+	if testutil.LongOn() {
+		rounds = 30
+	}
 	if s := os.Getenv("WARREN_CORRUPT_ROUNDS"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 {
