@@ -629,6 +629,12 @@ func (c mgmtCluster) Fetch(ctx context.Context, node, method, path string, body 
 	return r.Status, r.Body, nil
 }
 
+// HandOverMetaLeadership hands the metadata group's leadership to another
+// running member when this node leads it (warren node drain).
+func (c mgmtCluster) HandOverMetaLeadership(ctx context.Context) error {
+	return c.n.group().TransferLeader(ctx)
+}
+
 func (c mgmtCluster) AddMember(ctx context.Context, name, addr string) error {
 	return c.n.addMember(ctx, name, addr)
 }

@@ -594,3 +594,64 @@ func TestLostDataDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainHandsOverLeaderships: issue 22, warren node drain in a cluster.
+// Draining the node that leads the metadata group and a quorum queue
+// hands both leaderships to running members, closes its AMQP listener and
+// shows being_drained; revive opens the listener again.
+func TestDrainHandsOverLeaderships(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	lead := -1
+	for i := range 3 {
+		if c.Node(i).Cluster().Meta().Leader() == c.Node(i).Name() {
+			lead = i
+		}
+	}
+	if lead < 0 {
+		t.Fatal("no metadata leader")
+	}
+	nd := c.Node(lead)
+	_, ch := dial(t, nd) // client-local: the quorum queue is led by nd
+	if _, err := ch.QueueDeclare("drain-qq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { return c.QueueLeader("/", "drain-qq") == lead }, "the drained node leads the quorum queue")
+	st, body := api(t, http.MethodPost, nd.MgmtURL()+"/api/node/drain", "")
+	if st != http.StatusOK {
+		t.Fatalf("drain: %d %s", st, body)
+	}
+	var r struct {
+		BeingDrained bool `json:"being_drained"`
+		Moved        int  `json:"quorum_leaders_moved"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil || !r.BeingDrained || r.Moved != 1 {
+		t.Fatalf("drain answered %s (%v)", body, err)
+	}
+	if l := c.QueueLeader("/", "drain-qq"); l == lead || l < 0 {
+		t.Fatalf("the quorum queue's leader is node %d after draining node %d", l, lead)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		l := c.Node((lead + 1) % 3).Cluster().Meta().Leader()
+		return l != "" && l != nd.Name()
+	}, "another node leads the metadata group")
+	if _, err := amqp.Dial(nd.URL()); err == nil {
+		t.Fatal("a drained node takes AMQP connections")
+	}
+	st, body = api(t, http.MethodGet, nd.MgmtURL()+"/api/nodes/"+nd.Name(), "")
+	if st != http.StatusOK || !strings.Contains(body, `"being_drained":true`) {
+		t.Fatalf("/api/nodes of the drained node: %d %s", st, body)
+	}
+	// Definition changes go on through the others.
+	_, ch2 := dial(t, c.Node((lead+1)%3))
+	if _, err := ch2.QueueDeclare("after-drain", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := api(t, http.MethodPost, nd.MgmtURL()+"/api/node/revive", ""); st != http.StatusOK || !strings.Contains(body, `"being_drained":false`) {
+		t.Fatalf("revive: %d %s", st, body)
+	}
+	conn, err := amqp.Dial(nd.URL())
+	if err != nil {
+		t.Fatalf("dial after revive: %v", err)
+	}
+	conn.Close()
+}

@@ -42,6 +42,17 @@ func (c *call) nodeDrain() error {
 	}
 	c.s.log.Warn("node drain: listeners closed; handing over quorum leaderships and closing connections")
 	moved, kept := c.s.b.TransferLeadershipsAway(context.Background(), drainTransferWait)
+	if h, ok := c.s.cluster().(interface {
+		HandOverMetaLeadership(context.Context) error
+	}); ok {
+		// The definitions' group too: changes then wait for no election
+		// when this node stops.
+		ctx, cancel := context.WithTimeout(context.Background(), drainTransferWait)
+		if err := h.HandOverMetaLeadership(ctx); err != nil {
+			c.s.log.Warn("node drain: the metadata leadership was not handed over", "err", err)
+		}
+		cancel()
+	}
 	left := c.s.srv.DrainConnections(server.MaintenanceReason, drainConnWait)
 	return c.ok(nodeDrained{Node: c.s.node, BeingDrained: true, LeadersMoved: moved, LeadersKept: kept, ConnectionsLeft: left})
 }

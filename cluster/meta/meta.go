@@ -171,6 +171,7 @@ type Group struct {
 
 	recvc chan *pb.Message
 	propc chan proposal
+	xferc chan uint64 // TransferLeader: the node to hand the leadership to
 	stopc chan struct{}
 	donec chan struct{}
 	close sync.Once
@@ -244,6 +245,7 @@ func Open(cfg Config) (*Group, error) {
 		disk:    d,
 		recvc:   make(chan *pb.Message, 4096),
 		propc:   make(chan proposal),
+		xferc:   make(chan uint64),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
 		waiters: map[proposalKey]*waiter{},
@@ -607,6 +609,50 @@ func (g *Group) SetClusterID(id string) error {
 	return nil
 }
 
+// TransferLeader hands this node's leadership of the group to another
+// running member (a node being drained or stopped: definition changes
+// then wait for no election) and waits until another node leads, or ctx
+// ends. It does nothing when this node does not lead.
+func (g *Group) TransferLeader(ctx context.Context) error {
+	g.mu.Lock()
+	lead := g.status.LeaderID
+	var to uint64
+	for id := range g.voters {
+		if id == g.id || !g.voters[id] {
+			continue
+		}
+		if pr, ok := g.progress[id]; ok && pr.RecentActive && (to == 0 || pr.Match > g.progress[to].Match) {
+			to = id
+		}
+	}
+	g.mu.Unlock()
+	if lead != g.id {
+		return nil
+	}
+	if to == 0 {
+		return errors.New("meta: no other member is running")
+	}
+	select {
+	case g.xferc <- to:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.donec:
+		return g.ended()
+	}
+	for {
+		if l := g.Status().LeaderID; l != 0 && l != g.id {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.donec:
+			return g.ended()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // Leader returns the leader's name, "" when none is known.
 func (g *Group) Leader() string {
 	g.mu.Lock()
@@ -708,6 +754,10 @@ func (g *Group) run() {
 			g.step(m)
 		case p := <-g.propc:
 			g.handleProposal(p)
+		case to := <-g.xferc:
+			if g.rn.BasicStatus().RaftState == raft.StateLeader {
+				g.rn.TransferLeader(to)
+			}
 		}
 		g.drain()
 		g.retryParked()

@@ -250,6 +250,9 @@ func run(args []string, out io.Writer) error {
 		// are confirmed (as warren node drain, without the mark).
 		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		moved, kept := b.TransferLeadershipsAway(hctx, 3*time.Second)
+		if err := cn.Meta().TransferLeader(hctx); err != nil {
+			log.Warn("the metadata leadership was not handed over", "err", err)
+		}
 		hcancel()
 		left := srv.DrainConnections("broker forced connection closure with reason 'shutdown'", 5*time.Second)
 		log.Info("handed over before shutting down", "quorum_leaders_moved", moved, "quorum_leaders_kept", kept, "connections_left", left)
