@@ -168,6 +168,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		},
 		TLS:         cfg.TLS,
 		Logger:      n.log,
+		Priority:    []byte{svcMeta, svcQRaft}, // Raft ahead of data (issue 22)
 		Incarnation: inc.self,
 		CheckPeer:   func(name string, v uint64) error { return inc.verdict(name, v, true) },
 		ProbeInfo:   n.probeInfo,

@@ -152,6 +152,11 @@ type Config struct {
 	// glue refuses a member whose data directory was replaced). Its
 	// error text is what the peer is told.
 	CheckPeer func(name string, inc uint64) error
+	// Priority lists the services whose one-way messages go ahead of
+	// everything else on a link (the Raft groups' messages: a heartbeat
+	// or a vote must not wait behind bulk data-plane traffic). Each
+	// service's messages stay in order.
+	Priority []byte
 	// ProbeInfo, if set, is what this node answers a Probe from the
 	// node name (incarnation inc) with, after authentication.
 	ProbeInfo func(name string, inc uint64) []byte
@@ -177,6 +182,7 @@ type Transport struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	refusals logLimiter    // refused inbound handshakes: logged sparingly
+	priority [256]bool     // Config.Priority
 	hold     atomic.Bool   // HoldLinks: inbound links refused, probes answered
 	evicted  atomic.Uint64 // inbound handshakes closed to make room
 
@@ -229,6 +235,10 @@ func New(cfg Config) *Transport {
 	if cfg.LearnID == nil {
 		cfg.LearnID = func(string) {}
 	}
+	var pri [256]bool
+	for _, svc := range cfg.Priority {
+		pri[svc] = true
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -236,6 +246,7 @@ func New(cfg Config) *Transport {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Transport{
 		cfg:       cfg,
+		priority:  pri,
 		log:       log.With("component", "cluster-transport", "node", cfg.Self),
 		ctx:       ctx,
 		cancel:    cancel,
@@ -674,8 +685,12 @@ func (t *Transport) Send(to string, svc byte, msg []byte) error {
 	if err != nil {
 		return err
 	}
+	q := l.out
+	if t.priority[svc] {
+		q = l.pri
+	}
 	select {
-	case l.out <- frame{kind: kindMessage, svc: svc, body: msg}:
+	case q <- frame{kind: kindMessage, svc: svc, body: msg}:
 		return nil
 	case <-l.done:
 		return fmt.Errorf("transport: node %s: %w (link down)", to, ErrUnreachable)
@@ -1025,6 +1040,7 @@ type link struct {
 	r    *bufio.Reader
 	w    *bufio.Writer
 	out  chan frame
+	pri  chan frame // Config.Priority's messages: written first
 	done chan struct{}
 	sem  chan struct{} // incoming calls in flight
 
@@ -1047,6 +1063,7 @@ func newLink(t *Transport, p *peer, c, raw net.Conn) *link {
 		r:     bufio.NewReaderSize(cc, 64<<10),
 		w:     bufio.NewWriterSize(cc, 64<<10),
 		out:   make(chan frame, sendQueueLen),
+		pri:   make(chan frame, sendQueueLen),
 		done:  make(chan struct{}),
 		sem:   make(chan struct{}, maxIncoming),
 		calls: map[uint64]chan result{},
@@ -1202,9 +1219,27 @@ func (l *link) writeLoop() {
 	tick := time.NewTicker(heartbeatInterval)
 	defer tick.Stop()
 	wrote := false // since the last tick: a heartbeat is due only on silence
+	// next takes a priority frame if one waits, else any frame.
+	next := func() (frame, bool) {
+		select {
+		case f := <-l.pri:
+			return f, true
+		default:
+		}
+		select {
+		case f := <-l.pri:
+			return f, true
+		case f := <-l.out:
+			return f, true
+		default:
+			return frame{}, false
+		}
+	}
 	for {
 		var f frame
 		select {
+		case f = <-l.pri:
+			wrote = true
 		case f = <-l.out:
 			wrote = true
 		case <-tick.C:
@@ -1216,15 +1251,28 @@ func (l *link) writeLoop() {
 		case <-l.done:
 			return
 		}
-		err := l.write(f)
-	drain:
-		for err == nil {
-			select {
-			case f = <-l.out:
-				err = l.write(f)
-			default:
-				break drain
+		// Priority frames that wait go before the one taken.
+		var err error
+		if f.kind == kindMessage && !l.t.priority[f.svc] {
+			for ok := true; ok && err == nil; {
+				var p frame
+				select {
+				case p = <-l.pri:
+					err = l.write(p)
+				default:
+					ok = false
+				}
 			}
+		}
+		if err == nil {
+			err = l.write(f)
+		}
+		for err == nil {
+			g, ok := next()
+			if !ok {
+				break
+			}
+			err = l.write(g)
 		}
 		if err == nil {
 			err = l.w.Flush()

@@ -84,6 +84,7 @@ type opts struct {
 	inc      uint64
 	check    func(name string, inc uint64) error
 	probe    func(name string, inc uint64) []byte
+	priority []byte
 }
 
 func start(t *testing.T, name string, o opts) *node {
@@ -121,6 +122,7 @@ func start(t *testing.T, name string, o opts) *node {
 		Incarnation: o.inc,
 		CheckPeer:   o.check,
 		ProbeInfo:   o.probe,
+		Priority:    o.priority,
 	})
 	served := make(chan error, 1)
 	go func() { served <- n.tr.Serve(ln) }()
@@ -1015,5 +1017,61 @@ func TestCheckPeerEitherSide(t *testing.T) {
 		}
 		g.tr.Close()
 		bl.tr.Close()
+	}
+}
+
+// TestPriorityLane: issue 22, Raft ahead of data. A message of a priority
+// service (the Raft groups') sent behind 2,000 bulk messages of 16 KiB is
+// written before the ones still queued: it arrives among the first few
+// hundred, not last. Each service's messages stay in order.
+func TestPriorityLane(t *testing.T) {
+	const raftSvc, bulkSvc = 7, 8
+	a := start(t, "warren@a", opts{priority: []byte{raftSvc}})
+	b := start(t, "warren@b", opts{priority: []byte{raftSvc}})
+	var mu sync.Mutex
+	var order []byte
+	var bulkSeq []uint32
+	b.tr.OnMessage(bulkSvc, func(from string, msg []byte) {
+		mu.Lock()
+		order = append(order, bulkSvc)
+		bulkSeq = append(bulkSeq, binary.BigEndian.Uint32(msg))
+		mu.Unlock()
+		time.Sleep(50 * time.Microsecond) // a slow reader: the sender's queue backs up
+	})
+	b.tr.OnMessage(raftSvc, func(from string, msg []byte) {
+		mu.Lock()
+		order = append(order, raftSvc)
+		mu.Unlock()
+	})
+	a.tr.SetPeer(b.name, b.addr)
+	b.tr.SetPeer(a.name, a.addr)
+	testutil.Eventually(t, wait, "linked", func() bool { return a.up(b.name) && b.up(a.name) })
+	const n = 2000
+	for i := range n {
+		msg := make([]byte, 16<<10)
+		binary.BigEndian.PutUint32(msg, uint32(i))
+		if err := a.tr.Send(b.name, bulkSvc, msg); err != nil {
+			t.Fatalf("bulk %d: %v", i, err)
+		}
+	}
+	if err := a.tr.Send(b.name, raftSvc, []byte("vote")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "everything delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == n+1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	at := bytes.IndexByte(order, raftSvc)
+	t.Logf("the priority message arrived after %d of %d bulk messages", at, n)
+	if at > n/2 {
+		t.Fatalf("the priority message waited behind %d of %d bulk messages", at, n)
+	}
+	for i, v := range bulkSeq {
+		if v != uint32(i) {
+			t.Fatalf("bulk message %d arrived as %d: out of order", i, v)
+		}
 	}
 }
