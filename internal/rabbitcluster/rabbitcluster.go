@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/internal/freeport"
 	"io"
 	"net"
 	"net/http"
@@ -640,26 +641,11 @@ func (c *Cluster) Close() error {
 	return nil
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1 (free when
-// asked: the listeners are closed before the nodes bind them).
-func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// freePorts picks n ports below the kernel's ephemeral range (freeport):
+// a port picked from a bind to port 0 could be handed to another bind to
+// port 0 or an outgoing connection before the node took it (CI saw
+// dist_port_already_used).
+func freePorts(n int) ([]int, error) { return freeport.Ports(n) }
 
 type procInfo struct {
 	pid, ppid, pgrp int

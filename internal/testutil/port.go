@@ -2,9 +2,9 @@ package testutil
 
 import (
 	"fmt"
+	"github.com/warrenmq/warren/internal/freeport"
 	"math/rand/v2"
 	"net"
-	"os"
 	"sync"
 	"testing"
 )
@@ -66,19 +66,5 @@ func ListenFree(t testing.TB) net.Listener {
 
 var handedPorts sync.Map // port -> true: what ListenFree returned
 
-// fixedPortRange is where ListenFree picks ports: from 10000 to the start
-// of the ephemeral range (Linux's net.ipv4.ip_local_port_range, 32768 by
-// default), or an empty range (hi <= lo) when that leaves fewer than 1000.
-var fixedPortRange = sync.OnceValues(func() (lo, hi int) {
-	lo, hi = 10000, 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		var first, last int
-		if n, _ := fmt.Sscan(string(b), &first, &last); n == 2 {
-			hi = first
-		}
-	}
-	if hi-lo < 1000 {
-		return 0, 0
-	}
-	return lo, hi
-})
+// fixedPortRange is where ListenFree picks ports (freeport.Range).
+var fixedPortRange = freeport.Range
