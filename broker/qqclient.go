@@ -805,6 +805,17 @@ func (q *Queue) qqAddConsumer(c *Consumer, added func()) error {
 	}
 }
 
+// setConsumerQueue sets c.Queue on the first attach. A reattach after a
+// failover finds it set to q already and writes nothing: the consumer's
+// channel reads c.Queue without the queue's lock (closing, it removes the
+// consumer from c.Queue), and a write of the same value raced with it
+// (seen by the race detector in CI, TestQuorumClusterLeaderCrash).
+func setConsumerQueue(c *Consumer, q *Queue) {
+	if c.Queue != q {
+		c.Queue = q
+	}
+}
+
 // qqAttach attaches a leg for c at node, the leader in epoch ep; added
 // (may be nil) runs under the queue's lock before the first delivery.
 func (q *Queue) qqAttach(c *Consumer, node string, ep uint64, added func()) (qqLeg, error) {
@@ -817,7 +828,7 @@ func (q *Queue) qqAttach(c *Consumer, node string, ep uint64, added func()) (qqL
 			Args: c.Args, Owner: c.Owner, Prefetch: c.Prefetch}
 		leg.Sink = &qqLegSink{q: q, c: c, epoch: ep}
 		err := q.addConsumerLocal(leg, func() {
-			c.Queue = q
+			setConsumerQueue(c, q)
 			if added != nil {
 				added()
 			}
@@ -865,7 +876,7 @@ func (q *Queue) qqAttach(c *Consumer, node string, ep uint64, added func()) (qqL
 		return qqLeg{}, err
 	}
 	q.mu.Lock()
-	c.Queue = q
+	setConsumerQueue(c, q)
 	if added != nil {
 		added()
 	}
