@@ -167,6 +167,11 @@ func (b *Broker) close(clean bool) error {
 		for _, vn := range b.VHosts() {
 			if v := b.VHost(vn); v != nil {
 				v.dlq.release() // clients waiting on dead letters owed to other nodes
+				for _, q := range v.Queues() {
+					if q.qq != nil {
+						q.qq.newEpoch() // flushers waiting for marks give up (qqmarks.go)
+					}
+				}
 			}
 		}
 		b.HaltShovels() // they publish into the stores closed below

@@ -102,6 +102,9 @@ func (s *qqState) newEpoch() {
 // which only an ended leadership's do), or qqMarkWait passed.
 func (s *qqState) awaitMark(epoch, seq uint64, deadline time.Time) bool {
 	for {
+		if s.q.vhost.b.closed.Load() {
+			return false // the node shuts down: the new leader has them
+		}
 		s.pmu.Lock()
 		m := &s.marks
 		switch {
