@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/cluster/meta"
+	"github.com/warrenmq/warren/store"
 )
 
 // Membership as a careful operator expects it (issue 22), after RabbitMQ's
@@ -89,8 +90,9 @@ type probeInfo struct {
 	// Refused is set when this node would refuse the prober's
 	// incarnation (it lost its data): the reason.
 	Refused string `json:"refused,omitempty"`
-	// Incarnation is the node's own (hex).
+	// Incarnation is the node's own (hex); inc the same, parsed (probe).
 	Incarnation string `json:"incarnation"`
+	inc         uint64
 }
 
 // probeTimeout bounds a membership change's probe; startProbeTimeout the
@@ -117,20 +119,18 @@ const (
 )
 
 // openIncarnations reads (or, in a new data directory, makes) the
-// incarnation and the members' ones. fresh says the directory had no
-// incarnation yet.
-func openIncarnations(dir string) (*incarnations, bool, error) {
+// incarnation and the members' ones.
+func openIncarnations(dir string) (*incarnations, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	inc := &incarnations{dir: dir, peers: map[string]uint64{}}
-	fresh := false
 	b, err := os.ReadFile(filepath.Join(dir, incarnationFile))
 	switch {
 	case err == nil:
 		v, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)
 		if perr != nil || v == 0 {
-			return nil, false, fmt.Errorf("%s: not an incarnation: %q", filepath.Join(dir, incarnationFile), b)
+			return nil, fmt.Errorf("%s: not an incarnation: %q", filepath.Join(dir, incarnationFile), b)
 		}
 		inc.self = v
 	case errors.Is(err, os.ErrNotExist):
@@ -140,16 +140,15 @@ func openIncarnations(dir string) (*incarnations, bool, error) {
 			inc.self = binary.BigEndian.Uint64(r[:])
 		}
 		if err := writeFileSync(filepath.Join(dir, incarnationFile), []byte(strconv.FormatUint(inc.self, 16)+"\n")); err != nil {
-			return nil, false, err
+			return nil, err
 		}
-		fresh = true
 	default:
-		return nil, false, err
+		return nil, err
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, peerIncFile)); err == nil {
 		var m map[string]string
 		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", filepath.Join(dir, peerIncFile), err)
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, peerIncFile), err)
 		}
 		for name, v := range m {
 			if n, err := strconv.ParseUint(v, 16, 64); err == nil {
@@ -157,9 +156,9 @@ func openIncarnations(dir string) (*incarnations, bool, error) {
 			}
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, false, err
+		return nil, err
 	}
-	return inc, fresh, nil
+	return inc, nil
 }
 
 // writeFileSync writes a file whole and durably (temp file, fsync, rename,
@@ -184,11 +183,7 @@ func writeFileSync(path string, data []byte) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return store.OSFS{}.SyncDir(filepath.Dir(path))
 }
 
 func (in *incarnations) saveLocked() error {
@@ -269,6 +264,7 @@ func (n *Node) probe(ctx context.Context, name, addr string) (probeInfo, error) 
 	if err := json.Unmarshal(b, &pi); err != nil {
 		return probeInfo{}, fmt.Errorf("bad probe answer from %s: %w", name, err)
 	}
+	pi.inc, _ = strconv.ParseUint(pi.Incarnation, 16, 64)
 	return pi, nil
 }
 
@@ -353,8 +349,7 @@ func (n *Node) addMember(ctx context.Context, name, addr string) error {
 		return refused("node %s did not answer at %s as a Warren node with this cluster's secret: %v", name, addr, err)
 	}
 	if cur != nil {
-		inc, _ := strconv.ParseUint(pi.Incarnation, 16, 64)
-		if err := n.inc.verdict(name, inc, false); err != nil {
+		if err := n.inc.verdict(name, pi.inc, false); err != nil {
 			return refused("%v", err)
 		}
 		if cur.Addr == addr {
@@ -369,7 +364,7 @@ func (n *Node) addMember(ctx context.Context, name, addr string) error {
 		if pi.Waiting {
 			return refused("node %s at %s is waiting to join, not the member %s at %s", name, addr, name, cur.Addr)
 		}
-		return n.propose(g.AddMember(ctx, name, addr))
+		return quorum(g.AddMember(ctx, name, addr))
 	}
 	if !pi.Waiting {
 		return refused("node %s at %s is not waiting to join: start it with an empty data directory and --cluster-join", name, addr)
@@ -379,8 +374,7 @@ func (n *Node) addMember(ctx context.Context, name, addr string) error {
 		return refused("adding %s would make %d members with only %d running, fewer than a quorum (%d)",
 			name, voters+1, running+1, quorumOf(voters+1))
 	}
-	inc, _ := strconv.ParseUint(pi.Incarnation, 16, 64)
-	return n.propose(g.AddMemberInc(ctx, name, addr, inc))
+	return quorum(g.AddMemberInc(ctx, name, addr, pi.inc))
 }
 
 // removeMember is warren cluster forget: never a running node, a stopped
@@ -406,7 +400,5 @@ func (n *Node) removeMember(ctx context.Context, name string, offline bool) erro
 		return refused("forgetting %s would leave %d of %d members running, fewer than a quorum (%d)",
 			name, running, voters-1, quorumOf(voters-1))
 	}
-	return n.propose(g.RemoveMember(ctx, name))
+	return quorum(g.RemoveMember(ctx, name))
 }
-
-func (n *Node) propose(err error) error { return quorum(err) }

@@ -149,7 +149,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	// node forms a cluster from its peers, or waits to join one.
 	_, statErr := os.Stat(filepath.Join(cfg.DataDir, meta.FileName))
 	newDir := errors.Is(statErr, os.ErrNotExist)
-	inc, _, err := openIncarnations(cfg.DataDir)
+	inc, err := openIncarnations(cfg.DataDir)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
