@@ -298,7 +298,7 @@ func (t *Transport) Serve(ln net.Listener) error {
 			return err
 		}
 		pause = 0
-		if !t.trackInbound(c) {
+		if !t.track(c, true) {
 			c.Close()
 			return nil
 		}
@@ -316,46 +316,38 @@ type pendingConn struct {
 	inbound bool
 }
 
-// trackInbound registers an accepted connection in handshake. At
-// maxHandshakes the one that has been at it longest is closed to make
-// room: none of them has proved the secret yet, and a peer's handshake
-// takes a round trip or two, so idle or stalled connections, however
-// many, cannot keep a peer out (issue 22 item 4).
-func (t *Transport) trackInbound(c net.Conn) bool {
+// track registers a connection in handshake so Close can cut it. For an
+// accepted one (inbound), at maxHandshakes the inbound one that has been
+// at it longest is closed to make room: none of them has proved the secret
+// yet, and a peer's handshake takes a round trip or two, so idle or
+// stalled connections, however many, cannot keep a peer out (issue 22
+// item 4).
+func (t *Transport) track(c net.Conn, inbound bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return false
 	}
-	n := 0
-	var oldest net.Conn
-	var since time.Time
-	for pc, p := range t.pending {
-		if !p.inbound {
-			continue
+	if inbound {
+		n := 0
+		var oldest net.Conn
+		var since time.Time
+		for pc, p := range t.pending {
+			if !p.inbound {
+				continue
+			}
+			n++
+			if oldest == nil || p.since.Before(since) {
+				oldest, since = pc, p.since
+			}
 		}
-		n++
-		if oldest == nil || p.since.Before(since) {
-			oldest, since = pc, p.since
+		if n >= maxHandshakes && oldest != nil {
+			delete(t.pending, oldest)
+			oldest.Close()
+			t.evicted.Add(1)
 		}
 	}
-	if n >= maxHandshakes && oldest != nil {
-		delete(t.pending, oldest)
-		oldest.Close()
-		t.evicted.Add(1)
-	}
-	t.pending[c] = pendingConn{since: time.Now(), inbound: true}
-	return true
-}
-
-// track registers a connection in handshake so Close can cut it.
-func (t *Transport) track(c net.Conn) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.pending[c] = pendingConn{since: time.Now()}
+	t.pending[c] = pendingConn{since: time.Now(), inbound: inbound}
 	return true
 }
 
@@ -873,7 +865,7 @@ func (t *Transport) dial(p *peer, addr string) error {
 	if err != nil {
 		return err
 	}
-	if !t.track(raw) {
+	if !t.track(raw, false) {
 		raw.Close()
 		return ErrClosed
 	}
