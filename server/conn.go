@@ -165,6 +165,11 @@ func (c *conn) run() {
 	err := c.handshakeSafe()
 	if err == nil {
 		c.nc.SetDeadline(time.Time{})
+		if c.drain.Load() != nil {
+			// drainClose came during the handshake: the line above
+			// cleared the deadline that was to wake the reader.
+			c.nc.SetReadDeadline(time.Now())
+		}
 		err = c.readLoopSafe()
 	}
 	if errors.Is(err, errClientClose) {
@@ -636,14 +641,11 @@ func (c *conn) readLoop() error {
 		if c.outFull.Load() {
 			c.waitOutput()
 		}
-		if r := c.drain.Load(); r != nil && !c.closing.Load() {
-			c.finishDrain(*r) // the node is being drained (drain.go)
-			continue
-		}
 		f, err := c.r.ReadFrame()
 		if err != nil {
-			if c.drain.Load() != nil && !c.closing.Load() && isTimeout(err) {
-				continue // woken by drainClose
+			if r := c.drain.Load(); r != nil && !c.closing.Load() && isTimeout(err) {
+				c.finishDrain(*r) // woken by drainClose (drain.go)
+				continue
 			}
 			var ae *amqp.Error
 			if errors.As(err, &ae) && !c.closing.Load() {
