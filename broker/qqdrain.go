@@ -34,8 +34,9 @@ func (b *Broker) TransferLeadershipsAway(ctx context.Context, wait time.Duration
 				continue
 			}
 			to := ""
+			members := q.qq.memberList()
 			for _, m := range g.Status().Online {
-				if m != b.node && slices.Contains(q.qq.memberList(), m) && (to == "" || load[m] < load[to]) {
+				if m != b.node && slices.Contains(members, m) && (to == "" || load[m] < load[to]) {
 					to = m
 				}
 			}

@@ -27,8 +27,9 @@ const (
 	drainConnWait     = 15 * time.Second
 )
 
-// nodeDrained is the reply of both.
-type nodeDrained struct {
+// NodeMaintenance is the reply of both (warren node drain|revive reads
+// it too).
+type NodeMaintenance struct {
 	Node            string `json:"node"`
 	BeingDrained    bool   `json:"being_drained"`
 	LeadersMoved    int    `json:"quorum_leaders_moved"`
@@ -54,12 +55,12 @@ func (c *call) nodeDrain() error {
 		cancel()
 	}
 	left := c.s.srv.DrainConnections(server.MaintenanceReason, drainConnWait)
-	return c.ok(nodeDrained{Node: c.s.node, BeingDrained: true, LeadersMoved: moved, LeadersKept: kept, ConnectionsLeft: left})
+	return c.ok(NodeMaintenance{Node: c.s.node, BeingDrained: true, LeadersMoved: moved, LeadersKept: kept, ConnectionsLeft: left})
 }
 
 func (c *call) nodeRevive() error {
 	if err := c.s.srv.Revive(); err != nil {
 		return &apiError{Status: 500, Err: "internal_server_error", Reason: "revive: " + err.Error()}
 	}
-	return c.ok(nodeDrained{Node: c.s.node, BeingDrained: false})
+	return c.ok(NodeMaintenance{Node: c.s.node, BeingDrained: false})
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/warrenmq/warren/mgmt"
 )
 
 // warren node drain|revive (issue 22), over the management API of the
@@ -14,17 +16,8 @@ var nodeCommand = &cliCommand{name: "node", summary: "maintenance of the node at
 	{name: "revive", args: "", summary: "take the node out of maintenance mode: listen for clients again (as rabbitmq-upgrade revive)", run: cmdNodeRevive},
 }}
 
-// nodeMaintenance is POST /api/node/drain's and /revive's reply.
-type nodeMaintenance struct {
-	Node            string `json:"node"`
-	BeingDrained    bool   `json:"being_drained"`
-	LeadersMoved    int    `json:"quorum_leaders_moved"`
-	LeadersKept     int    `json:"quorum_leaders_kept"`
-	ConnectionsLeft int    `json:"connections_left"`
-}
-
-func nodeMaint(c *cliCtx, args []string, what string) (nodeMaintenance, error) {
-	var r nodeMaintenance
+func nodeMaint(c *cliCtx, args []string, what string) (mgmt.NodeMaintenance, error) {
+	var r mgmt.NodeMaintenance
 	if err := wantArgs(args, 0, 0, "node "+what); err != nil {
 		return r, err
 	}
