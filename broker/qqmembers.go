@@ -640,3 +640,40 @@ func (b *Broker) qqLocalStatus(q *Queue) QuorumMemberStatus {
 	st.SnapshotIndex, st.LogBytes, st.LogEntries = gs.SnapshotIndex, gs.LogBytes, gs.LogEntries
 	return st
 }
+
+// ForcedAlone brings the queue records in line with a forced start of
+// this node as the only member of its cluster (issue 22, warren node
+// force-boot): each quorum queue with a member here gets this node as its
+// only member (its group was shrunk the same way); the queues that had
+// no replica here (quorum queues without a member here, classic queues
+// of other nodes) are returned as lost: their messages were on the lost
+// nodes. An error means some records could not be changed yet (retry).
+func (b *Broker) ForcedAlone() (shrunk, lost []string, err error) {
+	self := b.node
+	for _, vn := range b.VHosts() {
+		v := b.VHost(vn)
+		if v == nil {
+			continue
+		}
+		for _, q := range v.Queues() {
+			id := fmt.Sprintf("'%s' in vhost '%s'", q.Name, vn)
+			ms := q.qqMemberNodes()
+			switch {
+			case ms != nil && slices.Contains(ms, self):
+				if len(ms) == 1 {
+					continue
+				}
+				if perr := b.proposeMembers(q, []string{self}); perr != nil {
+					err = errors.Join(err, perr)
+					continue
+				}
+				shrunk = append(shrunk, id)
+			case ms != nil:
+				lost = append(lost, id)
+			case q.Home != "" && q.Home != self:
+				lost = append(lost, id)
+			}
+		}
+	}
+	return shrunk, lost, err
+}

@@ -341,6 +341,12 @@ func (n *Node) addMember(ctx context.Context, name, addr string) error {
 		}
 		return refused("%s is the node you are asking; its address is changed with --cluster-advertise", name)
 	}
+	if cur == nil {
+		// What this node recorded of a non-member of that name (an old
+		// node that dialed in after it was forgotten) is stale: the new
+		// member is the one that answers the probe.
+		n.inc.forget(name)
+	}
 	pi, err := n.probe(ctx, name, addr)
 	if err != nil {
 		if cur != nil && cur.Addr == addr {

@@ -79,6 +79,11 @@ type Config struct {
 	// ProposeTimeout bounds a definition change without a quorum
 	// (default 5 s).
 	ProposeTimeout time.Duration
+	// ForceNewCluster recovers from a lost majority (warren node
+	// force-boot): the node starts as the only member of its cluster and
+	// of each of its quorum queues' groups, keeping every entry it has.
+	// See force.go.
+	ForceNewCluster bool
 }
 
 // leaderWait bounds how long Start waits for the metadata group to have
@@ -200,6 +205,13 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		}
 	})
 
+	if cfg.ForceNewCluster {
+		if err := n.forceMeta(); err != nil {
+			n.tr.Close()
+			ln.Close()
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
 	// The quorum queues' raft host before the metadata group: replaying
 	// the definitions starts the groups of the quorum queues declared.
 	qh, err := qraft.Open(qraft.Config{
@@ -208,6 +220,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		Send:         func(to string, data []byte) error { return n.tr.Send(to, svcQRaft, data) },
 		Logger:       n.log,
 		TickInterval: cfg.Tick,
+		ForceAlone:   cfg.ForceNewCluster,
 	})
 	if err != nil {
 		n.tr.Close()
@@ -281,6 +294,13 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		defer n.wg.Done()
 		n.dropStaleExclusive()
 	}()
+	if cfg.ForceNewCluster {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.forceRecords()
+		}()
+	}
 	return n, nil
 }
 

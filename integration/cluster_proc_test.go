@@ -65,7 +65,8 @@ type procNode struct {
 	mgmtAddr    string
 	clusterAddr string
 	logPath     string
-	peers       string // --cluster-peers, through this node's outgoing proxies
+	peers       string   // --cluster-peers, through this node's outgoing proxies
+	extra       []string // flags of this node's next starts only
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -229,6 +230,7 @@ func (c *procCluster) launch(i int) {
 		args = append(args, "--cluster-join")
 	}
 	args = append(args, c.opts.Extra...)
+	args = append(args, nd.extra...)
 	logf, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		c.t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -1008,5 +1009,79 @@ func TestSeenSetWindow(t *testing.T) {
 	}
 	if _, err := unmarshalSeenSet(3, make([]byte, 31)); err == nil {
 		t.Fatalf("malformed set accepted")
+	}
+}
+
+// issue 22: recovery from a lost majority (etcd's --force-new-cluster):
+// the survivor, started forced, removes the others in its log, elects
+// itself and keeps every change it had; an old member started again with
+// its old data does not take the leadership or the log back.
+func TestForceNewCluster(t *testing.T) {
+	nw := newNet(t, 3, nil)
+	l := nw.waitLeader(t)
+	for i := 0; i < 5; i++ {
+		propose(t, nw.g(l), fmt.Sprintf("c%d", i))
+	}
+	nw.waitSame(t, 5)
+	survivor := nw.others(l)[0]
+	lost := nw.others(survivor)
+	for _, n := range lost {
+		nw.closeNode(n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := nw.g(survivor).Propose(ctx, []byte("lost"))
+	cancel()
+	if err == nil {
+		t.Fatal("a proposal committed on a node without a quorum")
+	}
+	nw.closeNode(survivor)
+
+	// A forced start of a node without state is refused, and so is one of
+	// a node that is not in its own configuration.
+	if _, err := ForceNewCluster(t.TempDir(), survivor); err == nil || !strings.Contains(err.Error(), "nothing to recover") {
+		t.Fatalf("forced start of a blank directory: %v", err)
+	}
+	if _, err := ForceNewCluster(nw.dirs[survivor], "warren@other"); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("forced start as a non-member: %v", err)
+	}
+
+	sm := nw.sm(survivor)
+	got, err := ForceNewCluster(nw.dirs[survivor], survivor)
+	sort.Strings(lost)
+	if err != nil || strings.Join(got, ",") != strings.Join(lost, ",") {
+		t.Fatalf("ForceNewCluster = %v, %v; want %v", got, err, lost)
+	}
+	g := nw.open(survivor, false, sm)
+	waitFor(t, 5*time.Second, "the survivor to lead alone", func() bool { return g.Status().Role == "leader" })
+	propose(t, g, "after")
+	if ms := g.Members(); len(ms) != 1 || ms[0].Name != survivor {
+		t.Fatalf("members after the forced start: %+v", ms)
+	}
+	if !sm.has("c4") || !sm.has("after") || sm.has("lost") && sm.count("lost") > 1 {
+		t.Fatalf("survivor's state: %v", sm.get())
+	}
+	term := g.Status().Term
+
+	// Forced again, the node is alone already: nothing more is removed.
+	nw.closeNode(survivor)
+	if f, err := ForceNewCluster(nw.dirs[survivor], survivor); err != nil || len(f) != 0 {
+		t.Fatalf("forced again: %v, %v", f, err)
+	}
+	g = nw.open(survivor, false, sm)
+	waitFor(t, 5*time.Second, "the survivor to lead again", func() bool { return g.Status().Role == "leader" })
+
+	// An old member comes back with its old data: it is not a member any
+	// more and cannot unseat the survivor.
+	old := nw.open(lost[0], false, nw.sm(lost[0]))
+	time.Sleep(50 * nw.g(survivor).cfg.Tick)
+	propose(t, g, "later")
+	if st := g.Status(); st.Role != "leader" || st.Term < term {
+		t.Fatalf("survivor after an old member returned: %+v", st)
+	}
+	if old.Status().Role == "leader" {
+		t.Fatal("the old member became a leader")
+	}
+	if ms := g.Members(); len(ms) != 1 {
+		t.Fatalf("members: %+v", ms)
 	}
 }

@@ -54,6 +54,9 @@ type Config struct {
 	// SegmentSize is the WAL's segment size (default 64 MiB).
 	SegmentSize int64
 	NoSync      bool // tests and benchmarks only
+	// ForceAlone makes this node the only member of every group it has
+	// (recovery from a lost majority: see force.go). Once only.
+	ForceAlone bool
 
 	// manualTicks (tests): no ticker; the loop ticks when tickNow is
 	// called.
@@ -109,6 +112,7 @@ type Host struct {
 	offline        map[string]bool // peers the transport reported down
 	closed         bool
 	pendingDeletes []pendingDelete
+	forced         map[uint64][]string // ForceAlone: group -> the members removed
 	crashing       bool              // close(crash): the loop ends without a last cycle
 	stopping       map[uint64]*Group // stopped, not yet let go by the loop
 	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
@@ -213,6 +217,13 @@ func Open(cfg Config) (*Host, error) {
 	if err := h.recover(); err != nil {
 		st.Close()
 		return nil, err
+	}
+	h.forced = map[uint64][]string{}
+	if cfg.ForceAlone {
+		if err := h.forceAlone(); err != nil {
+			st.Close()
+			return nil, err
+		}
 	}
 	go h.run()
 	return h, nil

@@ -65,7 +65,8 @@ type cliCtx struct {
 	pollPeriod time.Duration
 	// warren queues grow and rebalance (cli_qq.go).
 	vhostPattern, queuePattern string
-	offline                    bool // warren cluster forget --offline
+	offline                    bool   // warren cluster forget --offline
+	dataDir                    string // warren node force-boot
 }
 
 // deadFilterFlags are dlq inspect's and dlq replay's filters, by the most

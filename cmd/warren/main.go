@@ -130,6 +130,9 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if ccfg == nil && cluster.ForceBootMarked(o.DataDir) {
+		return fmt.Errorf("%s is marked for a forced start (warren node force-boot): start the node with its cluster flags", o.DataDir)
+	}
 	node := ""
 	if ccfg != nil {
 		node = ccfg.Node
@@ -207,10 +210,19 @@ func run(args []string, out io.Writer) error {
 		// The node joins the cluster (transport, metadata group, remote
 		// queues) before clients can connect, so every definition change
 		// they make is replicated.
+		ccfg.ForceNewCluster = cluster.ForceBootMarked(o.DataDir)
+		if ccfg.ForceNewCluster {
+			log.Warn("forced start (warren node force-boot): this node becomes the only member of its cluster and of its quorum queues")
+		}
 		cn, err = cluster.Start(*ccfg, b, mg)
 		if err != nil {
 			closeAll()
 			return fmt.Errorf("starting the cluster node: %w", err)
+		}
+		if ccfg.ForceNewCluster {
+			if err := cluster.ClearForceBoot(o.DataDir); err != nil {
+				log.Error("removing the force-boot mark", "err", err)
+			}
 		}
 		log.Info("cluster node started", "node", ccfg.Node, "listen", ccfg.Listen, "advertise", ccfg.Advertise,
 			"peers", peerNames(ccfg.Peers), "join", ccfg.Join, "tls", ccfg.TLS != nil)

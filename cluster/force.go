@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/warrenmq/warren/cluster/meta"
+)
+
+// Recovery from a lost majority (issue 22): warren node force-boot marks
+// the data directory, and the next start runs with
+// Config.ForceNewCluster. As etcd's --force-new-cluster and RabbitMQ's
+// force_boot with force_shrink_member_to_current_member:
+//
+//   - the metadata group's log gets the removal of every other member,
+//     committed, and the node leads it alone (meta.ForceNewCluster);
+//   - each quorum queue group the node has a member of is shrunk to it
+//     the same way (qraft.Config.ForceAlone);
+//   - once the node leads, the queue records follow: those quorum queues
+//     have this node as their only member; the queues with no replica
+//     here are reported lost.
+//
+// What it may lose, said plainly in docs/cluster.md: whatever only the
+// lost nodes had (definition changes and messages that never reached
+// this node, and every queue without a replica here). It keeps every
+// entry this node has, committed or not.
+
+// forceMeta rewrites the metadata group's log before it opens.
+func (n *Node) forceMeta() error {
+	removed, err := meta.ForceNewCluster(n.cfg.DataDir, n.cfg.Node)
+	if err != nil {
+		return err
+	}
+	n.log.Warn("cluster: forced start: this node is now the only member of its cluster", "removed", removed)
+	return nil
+}
+
+// forceRecords shrinks the queue records once this node leads the
+// metadata group, retrying until it could change them all.
+func (n *Node) forceRecords() {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		if n.group().Leader() == n.cfg.Node {
+			shrunk, lost, err := n.b.ForcedAlone()
+			if len(shrunk) > 0 {
+				n.log.Warn("cluster: forced start: quorum queues now have this node as their only member", "queues", shrunk)
+			}
+			if err == nil {
+				if len(lost) > 0 {
+					n.log.Error("cluster: forced start: these queues had no replica on this node; their messages are lost with the lost nodes (delete and declare them again)", "queues", lost)
+				}
+				for name, qs := range n.qh.Forced() {
+					n.log.Info("cluster: forced start: quorum group shrunk", "group", name, "removed", qs)
+				}
+				return
+			}
+			n.log.Warn("cluster: forced start: changing the queue records; will retry", "err", err)
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// ForceBootFile, in a node's data directory, asks its next start to
+// recover from a lost majority (Config.ForceNewCluster); the start
+// removes it once it succeeded, so that the recovery runs once.
+const ForceBootFile = "force-boot"
+
+// MarkForceBoot is warren node force-boot: it marks dataDir, the data
+// directory of a stopped cluster node, for a forced start.
+func MarkForceBoot(dataDir string) error {
+	if _, err := os.Stat(filepath.Join(dataDir, meta.FileName)); err != nil {
+		return fmt.Errorf("%s is not the data directory of a cluster node: %w", dataDir, err)
+	}
+	return writeFileSync(filepath.Join(dataDir, ForceBootFile), []byte("force-boot: the next start recovers from a lost majority\n"))
+}
+
+// ForceBootMarked reports whether dataDir is marked for a forced start.
+func ForceBootMarked(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(dataDir, ForceBootFile))
+	return err == nil
+}
+
+// ClearForceBoot removes the mark after a forced start succeeded.
+func ClearForceBoot(dataDir string) error {
+	err := os.Remove(filepath.Join(dataDir, ForceBootFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
