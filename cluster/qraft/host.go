@@ -113,9 +113,9 @@ type Host struct {
 	closed         bool
 	pendingDeletes []pendingDelete
 	forced         map[uint64][]string // ForceAlone: group -> the members removed
-	crashing       bool              // close(crash): the loop ends without a last cycle
-	stopping       map[uint64]*Group // stopped, not yet let go by the loop
-	tombs          map[uint64]recPos // deleted groups' tombstones still referenced
+	crashing       bool                // close(crash): the loop ends without a last cycle
+	stopping       map[uint64]*Group   // stopped, not yet let go by the loop
+	tombs          map[uint64]recPos   // deleted groups' tombstones still referenced
 	chunks         map[chunkKey]*chunkBuf
 	afterSync      []recPos // records to release once the next sync is done
 	// lazy: how many of afterSync wait for a sync that is not urgent
