@@ -8,3 +8,14 @@ func SetQQLeaseDelay(d time.Duration) (restore func()) {
 	old := qqLeaseDelay.Swap(int64(d))
 	return func() { qqLeaseDelay.Store(old) }
 }
+
+// SetQQDropAnswers makes quorum leaders drop (or send again) their
+// answers to other nodes' publishes.
+func SetQQDropAnswers(drop bool) { qqDropAnswers.Store(drop) }
+
+// QQPublishFigures are a node's enqueues received from other nodes for
+// quorum queues it leads, and its pending publishes that a new leader's
+// applied mark confirmed without a resend.
+func QQPublishFigures(b *Broker) (enqueuesIn, settledByMark uint64) {
+	return b.remote.qqEnqIn.Load(), b.remote.qqSettledByMark.Load()
+}

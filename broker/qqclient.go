@@ -104,6 +104,10 @@ const (
 	opQQEnqueued  byte = 'q' // leader -> client node: vhost, queue, seq, status
 	callQQConsume byte = 'k' // callConsume preceded by the leader term the client knows
 	callQQGet     byte = 'h' // callGet preceded by the leader term the client knows
+	// callQQApplied asks the leader for the last publish of a publisher
+	// it applied (vhost, queue, publisher -> seq, known): a resend
+	// after a leader change starts after it (issue 22).
+	callQQApplied byte = 'w'
 )
 
 // qqNotLeaderMark is in the text of the error a node answers for a
@@ -637,9 +641,28 @@ func (q *Queue) qqTick() {
 	}
 }
 
-// qqResend sends every pending publish to the leader again, in id order.
+// qqResend sends every pending publish to the leader again, in id order,
+// from the first one it has not applied: those up to its applied mark
+// (qqSettleApplied) are in its log already, their answers lost with the
+// old leader, and are confirmed without being sent again.
 func (q *Queue) qqResend() {
 	qc := &q.qc
+	// Settling sends nothing: it runs before sendMu, which new publishes
+	// take, so that a slow answer holds none of them up.
+	qc.mu.Lock()
+	node, ok := q.qqTargetLocked()
+	live := qc.pendLive
+	qc.mu.Unlock()
+	if ok && live > 0 && node != q.vhost.b.node && !q.Deleted() && !q.qqSettleApplied(node) {
+		// The node is not leading yet (its members know it won the
+		// election before it took over): it would refuse the resend too.
+		qc.mu.Lock()
+		qc.backoff = min(max(2*qc.backoff, qqRetryMin), qqRetryMax)
+		d := qc.backoff
+		qc.mu.Unlock()
+		q.qqKick(d)
+		return
+	}
 	qc.sendMu.Lock()
 	defer qc.sendMu.Unlock()
 	if q.Deleted() {
@@ -647,7 +670,7 @@ func (q *Queue) qqResend() {
 		return
 	}
 	qc.mu.Lock()
-	node, ok := q.qqTargetLocked()
+	node, ok = q.qqTargetLocked()
 	if !ok || qc.pendLive == 0 {
 		qc.mu.Unlock()
 		return // a leader change or the node coming up kicks again
@@ -678,6 +701,66 @@ func (q *Queue) qqResend() {
 	}
 }
 
+// qqSettleApplied asks node, the leader, for the last publish of this
+// node it applied, and confirms the pending publishes up to it. Without
+// an answer (an older node, a leader change meanwhile) nothing changes:
+// everything pending is resent, and the leader's dedup answers those it
+// has. false: node does not lead the queue (yet), or is unreachable.
+func (q *Queue) qqSettleApplied(node string) bool {
+	b := q.vhost.b
+	req := binary.AppendUvarint(q.appendRef(nil, callQQApplied), b.remote.qqPubID())
+	d, err := q.callNode(node, req)
+	if err != nil {
+		// errQQRetry: not leading (yet), or unreachable.
+		return !errors.Is(err, errQQRetry) && !isQQNotLeader(err)
+	}
+	last, known := d.uvarint(), d.bool()
+	if d.err != nil || !known {
+		return true
+	}
+	qc := &q.qc
+	var ws []*rwait
+	qc.mu.Lock()
+	for i := 0; i < len(qc.pend); {
+		p := &qc.pend[i]
+		if p.done {
+			i++
+			continue
+		}
+		if p.seq > last {
+			break
+		}
+		if p.w != nil {
+			ws = append(ws, p.w)
+		}
+		n := len(qc.pend)
+		qc.finishLocked(i)
+		i = max(i+1-(n-len(qc.pend)), 0) // finishLocked trims done ones off the head
+	}
+	if len(ws) > 0 {
+		qc.backoff = 0
+	}
+	qc.mu.Unlock()
+	b.remote.qqSettledByMark.Add(uint64(len(ws)))
+	for _, w := range ws {
+		w.done(nil)
+	}
+	return true
+}
+
+// qqDropAnswers (tests): leaders drop their answers to other nodes'
+// publishes, as answers lost with a leader that dies.
+var qqDropAnswers atomic.Bool
+
+// qqAppliedMark is the leader's side of callQQApplied: the last publish
+// of publisher it applied.
+func (s *qqState) qqAppliedMark(publisher uint64) (uint64, bool) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	last, ok := s.pubLast[publisher]
+	return last, ok
+}
+
 // qqFailPending ends every pending publish with err (the queue is gone).
 func (q *Queue) qqFailPending(err error) {
 	qc := &q.qc
@@ -705,6 +788,7 @@ func (q *Queue) qqFailPending(err error) {
 
 // qqEnqueueFromPeer is the leader's side of opQQEnqueue.
 func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
+	b.remote.qqEnqIn.Add(1)
 	pub, seq, prev := d.uvarint(), d.uvarint(), d.uvarint()
 	vn, qn := d.str(), d.str()
 	if d.err != nil {
@@ -712,7 +796,7 @@ func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 	}
 	p := b.getPeers()
 	answer := func(st byte) {
-		if p == nil {
+		if p == nil || qqDropAnswers.Load() {
 			return
 		}
 		out := appendStr(appendStr(make([]byte, 0, 16+len(vn)+len(qn)), vn), qn)

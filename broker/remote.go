@@ -117,6 +117,11 @@ var errRemoteFailed = errors.New("the queue's home node did not take the message
 // taken under Queue.mu (a proxy sink's Deliver) and no other lock is
 // taken while it is held.
 type remoteState struct {
+	// quorum queue publishes: enqueues received from other nodes, and
+	// pending ones confirmed by a new leader's applied mark (tests and
+	// figures).
+	qqEnqIn, qqSettledByMark atomic.Uint64
+
 	mu     sync.Mutex
 	peers  Peers
 	nextID uint64
@@ -1316,6 +1321,16 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		}
 		out = binary.AppendUvarint(out, uint64(remaining))
 		return appendDelivery(out, &dv), nil
+	case callQQApplied:
+		q, err := b.lookupRef(d)
+		if err == nil && q.qq == nil {
+			err = amqp.Errorf(amqp.NotFound, "queue '%s' in vhost '%s' is not a replicated quorum queue", q.Name, q.vhost.Name)
+		}
+		if err != nil {
+			return appendResult(nil, err), nil
+		}
+		last, known := q.qq.qqAppliedMark(d.uvarint())
+		return appendBool(binary.AppendUvarint(appendResult(nil, nil), last), known), nil
 	case callCounts:
 		q, err := b.lookupRef(d)
 		if err != nil {
