@@ -620,7 +620,8 @@ func (c mgmtCluster) QuorumStats() map[string]any {
 	return map[string]any{"groups": st.Groups, "quiesced": st.Quiesced, "fsyncs": st.Syncs, "appends": st.Appends,
 		"log_bytes": st.LogBytes, "live_bytes": st.LiveBytes, "segments": st.Segments, "compactions": st.Compactions,
 		"proposals": st.Proposals, "snapshots": st.Snapshots, "snapshots_sent": st.SnapsSent,
-		"snapshots_installed": st.SnapsIn, "batches_sent": st.Batches, "raft_messages_sent": st.RaftMsgs}
+		"snapshots_installed": st.SnapsIn, "batches_sent": st.Batches, "raft_messages_sent": st.RaftMsgs,
+		"proposals_refused_busy": st.Busy}
 }
 
 // QuorumHost is the node's raft host of quorum queues (tests, status).

@@ -333,17 +333,21 @@ func Open(cfg Config) (*Group, error) {
 	}
 
 	rn, err := raft.NewRawNode(&raft.Config{
-		ID:                g.id,
-		ElectionTick:      10,
-		HeartbeatTick:     1,
-		Storage:           g.mem,
-		Applied:           applied,
-		MaxSizePerMsg:     1 << 20,
-		MaxInflightMsgs:   256,
-		CheckQuorum:       true,
-		PreVote:           true,
-		StepDownOnRemoval: true,
-		Logger:            raftLogger{g.log},
+		ID:              g.id,
+		ElectionTick:    10,
+		HeartbeatTick:   1,
+		Storage:         g.mem,
+		Applied:         applied,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		// A leader without a quorum does not grow its log without end
+		// (issue 22): a proposal beyond is dropped, parked and retried
+		// until its deadline (handleProposal).
+		MaxUncommittedEntriesSize: 64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		StepDownOnRemoval:         true,
+		Logger:                    raftLogger{g.log},
 	})
 	if err != nil {
 		return fail(fmt.Errorf("meta: %w", err))

@@ -1,7 +1,9 @@
 package qraft
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -463,4 +465,74 @@ func TestCommittedAppliedBeforeNextSync(t *testing.T) {
 	if err := <-doneB; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// issue 22 (Raft ahead of data): a leader that cannot commit (both
+// followers cut off, no ticks: it does not step down) appends at most
+// MaxUncommitted bytes; the proposals beyond fail with ErrBusy, in no
+// log; once the followers are back, everything appended commits and new
+// proposals are taken again.
+func TestUncommittedLogBounded(t *testing.T) {
+	c := manualCluster(t, 3)
+	c.startAll(1, c.names...)
+	c.elect("n1", 1)
+	if _, err := c.propose("n1", 1, "enq:a"); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(1, 1, c.names...)
+	c.net.isolate("n1", c.names...)
+	g := c.groups["n1"][1]
+	body := "enq:" + strings.Repeat("x", 1<<20)
+	var accepted, busy int
+	answers := make(chan error, 64)
+	for range 64 {
+		g.Propose([]byte(body), func(_ uint64, err error) { answers <- err })
+	}
+	// The refused ones answer at once; the accepted ones wait for the
+	// commit.
+	waitFor(t, 10*time.Second, "the proposals over the bound to be refused", func() bool {
+		for {
+			select {
+			case err := <-answers:
+				if !errors.Is(err, ErrBusy) {
+					t.Fatalf("a proposal answered %v while the followers are cut off", err)
+				}
+				busy++
+				continue
+			default:
+			}
+			break
+		}
+		return busy > 0 && busy+int(g.Status().LastIndex-g.Status().Commit) == 64
+	})
+	st := g.Status()
+	accepted = int(st.LastIndex - st.Commit)
+	if accepted*(1<<20) > MaxUncommitted+(1<<20) || accepted == 0 {
+		t.Fatalf("%d uncommitted entries of 1 MiB, bound %d bytes", accepted, MaxUncommitted)
+	}
+	if got := c.hosts["n1"].Stats().Busy; got != uint64(busy) {
+		t.Fatalf("Stats().Busy = %d, want %d", got, busy)
+	}
+	c.net.heal()
+	deadline := time.After(10 * time.Second)
+	for range accepted {
+		for answered := false; !answered; {
+			select {
+			case err := <-answers:
+				if err != nil {
+					t.Fatalf("an accepted proposal after the heal: %v", err)
+				}
+				answered = true
+			case <-time.After(10 * time.Millisecond):
+				c.tickAll() // the appends lost in the cut go again
+			case <-deadline:
+				t.Fatal("the accepted proposals did not commit after the heal")
+			}
+		}
+	}
+	if _, err := c.propose("n1", 1, "enq:b"); err != nil {
+		t.Fatalf("a proposal after the heal: %v", err)
+	}
+	c.converge(1, 2+accepted, c.names...)
+	t.Logf("%d entries of 1 MiB appended uncommitted, %d refused busy", accepted, busy)
 }

@@ -3,6 +3,7 @@ package qraft
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -167,6 +168,7 @@ func newGroup(h *Host, id uint64, members []string, sm StateMachine, join bool, 
 		Applied:                   g.applied,
 		MaxSizePerMsg:             1 << 20,
 		MaxCommittedSizePerReady:  8 << 20,
+		MaxUncommittedEntriesSize: MaxUncommitted,
 		MaxInflightMsgs:           256,
 		CheckQuorum:               true,
 		PreVote:                   true,
@@ -474,10 +476,22 @@ func (g *Group) propose(props []*flight) {
 		for i, f := range run {
 			ents[i] = &pb.Entry{Data: f.data}
 		}
-		if err := g.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(g.h.self), Entries: ents}); err != nil {
-			fail(run, ErrNotLeader)
-		} else {
+		err := g.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(g.h.self), Entries: ents})
+		switch {
+		case err == nil:
 			g.newProps = append(g.newProps, run...)
+		case errors.Is(err, raft.ErrProposalDropped) && g.rn.BasicStatus().RaftState == raft.StateLeader:
+			// Over MaxUncommitted as a batch: as many as fit, one by one.
+			for i, f := range run {
+				if g.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(g.h.self), Entries: ents[i : i+1]}) == nil {
+					g.newProps = append(g.newProps, f)
+					continue
+				}
+				g.h.st.busy.Add(1)
+				fail([]*flight{f}, ErrBusy)
+			}
+		default:
+			fail(run, ErrNotLeader)
 		}
 		run = nil
 	}

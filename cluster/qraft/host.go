@@ -24,6 +24,9 @@ var (
 	// ErrDropped: the leadership changed before the entry was seen
 	// committed: it may or may not commit later (outcome unknown).
 	ErrDropped = errors.New("qraft: proposal dropped (leader changed; outcome unknown)")
+	// ErrBusy: the leader's uncommitted log is full (MaxUncommitted):
+	// the proposal is in no log; try again once entries commit.
+	ErrBusy = errors.New("qraft: the leader's uncommitted log is full")
 	// ErrClosed: the host or the group stopped.
 	ErrClosed = errors.New("qraft: closed")
 	// ErrNotFound: no such entry (compacted and not live, or never
@@ -68,6 +71,12 @@ type Config struct {
 const (
 	electionTicks  = 10
 	heartbeatTicks = 1
+	// MaxUncommitted bounds the bytes of entries a group's leader has
+	// appended but not seen committed (issue 22: a leader that cannot
+	// reach a quorum, or whose followers lag, does not grow its log
+	// without end); proposals beyond it fail with ErrBusy. One entry
+	// larger than the bound is taken when nothing else is uncommitted.
+	MaxUncommitted = 16 << 20
 )
 
 // NodeID is a node's raft id in every group: the metadata group's id for
@@ -94,6 +103,7 @@ type HostStats struct {
 	SnapsIn     uint64 // snapshots installed from a leader
 	SendErrors  uint64
 	DroppedMsgs uint64 // received for an unknown group
+	Busy        uint64 // proposals refused with ErrBusy (MaxUncommitted)
 }
 
 // Host drives every raft group of this node from one loop.
@@ -138,7 +148,7 @@ type Host struct {
 	loopNames map[uint64]string
 
 	st struct {
-		cycles, batches, raftMsgs, proposals, snaps, snapsSent, snapsIn, sendErrs, dropped, compactions atomic.Uint64
+		cycles, batches, raftMsgs, proposals, snaps, snapsSent, snapsIn, sendErrs, dropped, compactions, busy atomic.Uint64
 	}
 }
 
@@ -476,7 +486,7 @@ func (h *Host) Stats() HostStats {
 		Compactions: h.st.compactions.Load(), Moved: ss.Moved,
 		Cycles: h.st.cycles.Load(), Batches: h.st.batches.Load(), RaftMsgs: h.st.raftMsgs.Load(),
 		Proposals: h.st.proposals.Load(), Snapshots: h.st.snaps.Load(), SnapsSent: h.st.snapsSent.Load(),
-		SnapsIn: h.st.snapsIn.Load(), SendErrors: h.st.sendErrs.Load(), DroppedMsgs: h.st.dropped.Load(),
+		SnapsIn: h.st.snapsIn.Load(), SendErrors: h.st.sendErrs.Load(), DroppedMsgs: h.st.dropped.Load(), Busy: h.st.busy.Load(),
 	}
 	h.mu.Lock()
 	gs := make([]*Group, 0, len(h.groups))
