@@ -13,6 +13,7 @@
 //	svcSync  call      wait until a node has applied the metadata log to an index
 //	svcQRaft one-way   Raft messages of the quorum queues' groups (cluster/qraft)
 //	svcQQ    one-way   quorum queue leaders' announcements (broker.HandleQuorumMessage)
+//	svcQSnap one-way   quorum queue snapshot streams (cluster/qraft), on the bulk lane
 package cluster
 
 import (
@@ -46,6 +47,8 @@ const (
 	// issue 14: replicated quorum queues.
 	svcQRaft byte = 5
 	svcQQ    byte = 6
+	// issue 22: snapshots of deep queues, streamed behind Raft.
+	svcQSnap byte = 7
 )
 
 // Config configures a node.
@@ -215,9 +218,12 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	// The quorum queues' raft host before the metadata group: replaying
 	// the definitions starts the groups of the quorum queues declared.
 	qh, err := qraft.Open(qraft.Config{
-		Self:         cfg.Node,
-		Dir:          filepath.Join(cfg.DataDir, "qraft"),
-		Send:         func(to string, data []byte) error { return n.tr.Send(to, svcQRaft, data) },
+		Self: cfg.Node,
+		Dir:  filepath.Join(cfg.DataDir, "qraft"),
+		Send: func(to string, data []byte) error { return n.tr.Send(to, svcQRaft, data) },
+		SendBulk: func(ctx context.Context, to string, data []byte) error {
+			return n.tr.SendWait(ctx, to, svcQSnap, data)
+		},
 		Logger:       n.log,
 		TickInterval: cfg.Tick,
 		ForceAlone:   cfg.ForceNewCluster,
@@ -229,6 +235,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	}
 	n.qh = qh
 	n.tr.OnMessage(svcQRaft, qh.Step)
+	n.tr.OnMessage(svcQSnap, qh.Step)
 	n.tr.OnMessage(svcQQ, b.HandleQuorumMessage)
 	b.SetQuorumHost(quorumHost{h: qh, n: n})
 

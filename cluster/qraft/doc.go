@@ -78,9 +78,12 @@
 // needs (live message bodies). The raft log is compacted up to the
 // snapshot (less a margin of Config.KeepEntries); the dead entries' WAL
 // records are released, the live ones stay and ReadEntry keeps reading
-// them. A lagging follower gets the snapshot with the live entries' bodies,
-// built on demand (read back from the WAL, so held in memory while sent;
-// messages over 4 MiB travel in chunks); it writes them to its own WAL.
+// them. A lagging follower gets the snapshot as a stream on the bulk lane
+// (snapstream.go): the live entries' bodies in parts of about 1 MiB, read
+// back from the WAL a few at a time and written to the follower's WAL as
+// they come, then the snapshot itself, which installs them; neither side
+// holds the whole queue in memory. The leader's uncommitted log is bounded
+// (MaxUncommitted): a proposal beyond fails with ErrBusy.
 //
 // # Storage and recovery
 //

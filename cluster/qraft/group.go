@@ -109,8 +109,15 @@ type Group struct {
 	stoppedLoop      bool
 	installed        *snapData // a snapshot from the leader, persisted, to restore
 	installedMeta    *pb.Snapshot
-	snapNow          bool  // a configuration change was applied
-	nextSnapWeight   int64 // the log weight due before the next snapshot (snapshotDue)
+	installedPre     []liveRef // its live entries persisted already (streamed)
+	installedDrop    []recPos  // streamed entries it does not list
+	snapEndID        uint64    // the stream whose MsgSnap comes (or came) last
+	snapStepID       uint64    // the stream of the MsgSnap stepped last
+	frag             []byte    // a large live entry of a stream being received
+	fragID, fragIdx  uint64
+	streams          map[uint64]*snapStream // leader: snapshot streams by member
+	snapNow          bool                   // a configuration change was applied
+	nextSnapWeight   int64                  // the log weight due before the next snapshot (snapshotDue)
 
 	quiescedFlag atomic.Bool
 
@@ -379,6 +386,7 @@ func (g *Group) handleInput(extra *[]rec) bool {
 	g.mu.Unlock()
 	if stopped {
 		g.stoppedLoop = true
+		g.cancelSnapStreams()
 		for _, f := range props {
 			if f.done != nil {
 				f.done(0, ErrClosed)
@@ -439,9 +447,24 @@ func (g *Group) stepItem(it *inItem) {
 			// heartbeats settle the requester.
 			g.wake()
 		}
+		if t == pb.MsgSnap {
+			if !g.snapAllowed(m) {
+				g.h.log.Warn("qraft: a snapshot without its stream's entries refused", "group", g.id, "from", it.from)
+				return
+			}
+			// The stream whose entries an install of this one keeps (0:
+			// none); the next MsgSnap needs a stream end of its own.
+			g.snapStepID, g.snapEndID = g.snapEndID, 0
+		}
 		if err := g.rn.Step(m); err != nil {
 			g.h.log.Debug("qraft: step", "group", g.id, "type", t.String(), "err", err)
 		}
+	case itemSnapPart:
+		g.receiveSnapPart(it)
+	case itemSnapFrag:
+		g.receiveSnapFrag(it)
+	case itemSnapEnd:
+		g.receiveSnapEnd(it) // its MsgSnap comes next
 	case itemQuiesce:
 		st := g.rn.BasicStatus()
 		last, _ := g.ls.LastIndex()
@@ -547,10 +570,27 @@ func (g *Group) persistRecords(recs []rec, rd *raft.Ready) ([]rec, error) {
 			return nil, fmt.Errorf("qraft: group %d: snapshot from leader: %w", g.id, err)
 		}
 		sort.Slice(sd.live, func(i, j int) bool { return sd.live[i].index < sd.live[j].index })
+		// A streamed snapshot's entries are in the WAL already (the
+		// parts, written as they came): only the ones it lists are kept.
+		streamed := g.ls.takeIncoming(g.snapStepID)
+		g.snapStepID = 0
+		g.installedPre, g.installedDrop = nil, nil
+		k := 0
 		for _, l := range sd.live {
-			if l.hasData {
-				recs = append(recs, rec{Group: g.id, Index: l.index, Term: l.term, Kind: recLive, Data: l.data})
+			for k < len(streamed) && streamed[k].index < l.index {
+				g.installedDrop = append(g.installedDrop, streamed[k].pos)
+				k++
 			}
+			switch {
+			case l.hasData:
+				recs = append(recs, rec{Group: g.id, Index: l.index, Term: l.term, Kind: recLive, Data: l.data})
+			case k < len(streamed) && streamed[k].index == l.index && streamed[k].term == l.term:
+				g.installedPre = append(g.installedPre, streamed[k])
+				k++
+			}
+		}
+		for ; k < len(streamed); k++ {
+			g.installedDrop = append(g.installedDrop, streamed[k].pos)
 		}
 		small := proto.Clone(rd.Snapshot).(*pb.Snapshot)
 		small.Data = sd.encode(false)
@@ -610,6 +650,12 @@ func (g *Group) storeReady(rd *raft.Ready, poss []recPos, synced bool) error {
 				i++
 			}
 		}
+		if len(g.installedPre) > 0 {
+			live = append(live, g.installedPre...)
+			sort.Slice(live, func(i, j int) bool { return live[i].index < live[j].index })
+		}
+		old = append(old, g.installedDrop...)
+		g.installedPre, g.installedDrop = nil, nil
 		old = append(old, g.ls.applySnapshot(g.installedMeta, poss[i], live)...)
 		i++
 	}
@@ -632,6 +678,10 @@ func (g *Group) queueMessages(msgs []*pb.Message) {
 			continue
 		}
 		if m.GetType() == pb.MsgSnap {
+			if g.h.cfg.SendBulk != nil {
+				g.streamSnapshot(to, name, m)
+				continue
+			}
 			m = g.expandSnap(m)
 			g.h.st.snapsSent.Add(1)
 			g.rn.ReportSnapshot(to, raft.SnapshotFinish)
@@ -815,6 +865,9 @@ func (g *Group) checkLeader() {
 	}
 	g.lead, g.term = st.Lead, st.GetTerm()
 	g.selfReady = false
+	if st.Lead != g.h.self {
+		g.cancelSnapStreams()
+	}
 	for idx, f := range g.inflight {
 		if idx > st.GetCommit() {
 			delete(g.inflight, idx)
@@ -930,6 +983,7 @@ func (g *Group) tick() bool {
 	if g.stoppedLoop || g.quiesced {
 		return false
 	}
+	g.checkSnapStreams()
 	if g.maybeQuiesce() {
 		return true
 	}

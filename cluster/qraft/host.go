@@ -1,6 +1,7 @@
 package qraft
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,10 +37,15 @@ var (
 
 // Config configures a Host.
 type Config struct {
-	Self   string                            // this node's name
-	Dir    string                            // the log directory (<data>/qraft)
-	Send   func(to string, msg []byte) error // must not block (transport.Send on the qraft service)
-	Logger *slog.Logger
+	Self string                            // this node's name
+	Dir  string                            // the log directory (<data>/qraft)
+	Send func(to string, msg []byte) error // must not block (transport.Send on the qraft service)
+	// SendBulk sends a part of a snapshot stream: it waits while the
+	// link's queue is full (until ctx is done) and fails when the node
+	// cannot be reached (transport.SendWait on a lane of its own, after
+	// the data plane's). nil: snapshots go whole, on Send.
+	SendBulk func(ctx context.Context, to string, msg []byte) error
+	Logger   *slog.Logger
 	// TickInterval is the raft tick (default 100ms); elections after
 	// ElectionTicks (10) ticks without a leader, heartbeats every tick.
 	TickInterval time.Duration
@@ -135,6 +141,11 @@ type Host struct {
 	lazy     int
 	unsynced bool
 
+	// snapshot streams (snapstream.go): cancelled and waited for at close
+	streamCtx    context.Context
+	streamCancel context.CancelFunc
+	streamWG     sync.WaitGroup
+
 	notify chan struct{}
 	tickc  chan struct{} // manualTicks only
 	stopc  chan struct{}
@@ -223,6 +234,7 @@ func Open(cfg Config) (*Host, error) {
 	if cfg.manualTicks {
 		h.tickc = make(chan struct{})
 	}
+	h.streamCtx, h.streamCancel = context.WithCancel(context.Background())
 	h.names[h.self] = cfg.Self
 	if err := h.recover(); err != nil {
 		st.Close()
@@ -617,6 +629,8 @@ func (h *Host) close(crash bool) error {
 		h.crashing = crash
 		h.mu.Unlock()
 		close(h.stopc)
+		h.streamCancel()
+		h.streamWG.Wait()
 		<-h.donec
 		if crash {
 			err = h.store.CrashForTest()

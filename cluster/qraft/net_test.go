@@ -1,6 +1,7 @@
 package qraft
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,13 @@ func (n *memNet) sender(from string) func(string, []byte) error {
 					b.addRaft(it.group, it.msg)
 				case it.kind == itemChunk:
 					b.addChunk(it.group, it.id, it.seq, it.total, it.part)
+				case it.kind == itemSnapPart:
+					b.addSnapPart(it.group, it.id, it.ents)
+				case it.kind == itemSnapFrag:
+					e := it.ents[0]
+					b.addSnapFrag(it.group, it.id, e.index, e.term, it.fragTotal, it.fragOff, e.data)
+				case it.kind == itemSnapEnd:
+					b.addSnapEnd(it.group, it.id, it.total)
 				default:
 					b.addQuiesce(it.group, it.term, it.commit)
 				}
@@ -79,6 +87,13 @@ func (n *memNet) sender(from string) func(string, []byte) error {
 		h.Step(from, append([]byte(nil), msg...))
 		return nil
 	}
+}
+
+// bulkSender is sender for Config.SendBulk (synchronous delivery: never
+// full).
+func (n *memNet) bulkSender(from string) func(context.Context, string, []byte) error {
+	send := n.sender(from)
+	return func(_ context.Context, to string, msg []byte) error { return send(to, msg) }
 }
 
 // sentBy is how many transport messages a node sent so far.
@@ -262,7 +277,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func (c *tcluster) open(name string) *Host {
 	c.t.Helper()
-	cfg := Config{Self: name, Dir: c.dirs[name], Send: c.net.sender(name), Logger: quietLog,
+	cfg := Config{Self: name, Dir: c.dirs[name], Send: c.net.sender(name), SendBulk: c.net.bulkSender(name), Logger: quietLog,
 		TickInterval: 10 * time.Millisecond, NoSync: true}
 	if c.cfg != nil {
 		c.cfg(&cfg)

@@ -47,6 +47,10 @@ type logStorage struct {
 	cacheLo  uint64 // bodies at or below are dropped from the cache
 	live     []liveRef
 	liveSize int64
+	// incoming: the live entries of snapshot stream inID received so far
+	// (persisted, index order), until its MsgSnap installs them.
+	inID     uint64
+	incoming []liveRef
 }
 
 func newLogStorage(store logStore, group uint64) *logStorage {
@@ -543,10 +547,58 @@ func (s *logStorage) allRecords() []recPos {
 	for _, l := range s.live {
 		out = append(out, l.pos)
 	}
+	for _, l := range s.incoming {
+		out = append(out, l.pos)
+	}
 	for _, m := range s.ents[1:] {
 		out = append(out, m.pos)
 	}
 	return out
+}
+
+// addIncoming records live entries of snapshot stream id, persisted at
+// their refs' positions. It returns the records to release: those of an
+// earlier stream (it was given up) and any not above the stream's last.
+func (s *logStorage) addIncoming(id uint64, refs []liveRef) (old []recPos) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id != s.inID {
+		for _, r := range s.incoming {
+			old = append(old, r.pos)
+		}
+		s.inID, s.incoming = id, nil
+	}
+	for _, r := range refs {
+		if n := len(s.incoming); n > 0 && r.index <= s.incoming[n-1].index {
+			old = append(old, r.pos)
+			continue
+		}
+		s.incoming = append(s.incoming, r)
+	}
+	return old
+}
+
+// incomingCount is how many entries of stream id are held.
+func (s *logStorage) incomingCount(id uint64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id != s.inID {
+		return 0
+	}
+	return uint64(len(s.incoming))
+}
+
+// takeIncoming hands over the entries of stream id (nil when another
+// stream, or none, is held; that one stays).
+func (s *logStorage) takeIncoming(id uint64) []liveRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id == 0 || id != s.inID {
+		return nil
+	}
+	refs := s.incoming
+	s.inID, s.incoming = 0, nil
+	return refs
 }
 
 // moved updates a record's position after the store compacted it.
@@ -574,6 +626,11 @@ func (s *logStorage) moved(old, nw recPos, r rec) bool {
 	i := sort.Search(len(s.live), func(i int) bool { return s.live[i].index >= r.Index })
 	if i < len(s.live) && s.live[i].index == r.Index && s.live[i].pos == old {
 		s.live[i].pos = nw
+		return true
+	}
+	i = sort.Search(len(s.incoming), func(i int) bool { return s.incoming[i].index >= r.Index })
+	if i < len(s.incoming) && s.incoming[i].index == r.Index && s.incoming[i].pos == old {
+		s.incoming[i].pos = nw
 		return true
 	}
 	return false

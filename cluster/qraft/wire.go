@@ -19,15 +19,29 @@ import (
 //	kindQuiesce: term(uvarint) commit(uvarint)   the leader quiesced the group
 //	kindChunk:   id(uvarint) seq(uvarint) total(uvarint) len(uvarint) bytes
 //	             a part of a raft message larger than chunkSize (a snapshot
-//	             with its live bodies), reassembled by the receiver
+//	             with its live bodies, from an older node), reassembled by
+//	             the receiver
+//	kindSnapPart: id(uvarint) n(uvarint) (index term len bytes)*n
+//	             live entries of the snapshot stream id, in index order:
+//	             the receiver writes them to its WAL as they come
+//	kindSnapFrag: id(uvarint) index term total offset len(uvarint) bytes
+//	             a part of one live entry too large for a part of its own
+//	kindSnapEnd: id(uvarint) count(uvarint)   the stream's last part went
+//	             (count entries in all): its MsgSnap (no bodies, a kindRaft
+//	             item, in chunks when large) follows
 //
+// Snapshot streams travel on the bulk lane (Config.SendBulk), the rest on
+// the Raft lane.
 // A batch never exceeds maxBatch bytes unless one item alone does.
 const (
 	wireVersion = 1
 
-	itemRaft    = 1
-	itemQuiesce = 2
-	itemChunk   = 3
+	itemRaft     = 1
+	itemQuiesce  = 2
+	itemChunk    = 3
+	itemSnapPart = 4
+	itemSnapEnd  = 5
+	itemSnapFrag = 6
 
 	maxBatch = 8 << 20
 )
@@ -47,9 +61,12 @@ type wireItem struct {
 	msg    *pb.Message // itemRaft
 	term   uint64      // itemQuiesce
 	commit uint64      // itemQuiesce
-	// itemChunk
+	// itemChunk; id also for itemSnapPart and itemSnapEnd (msg)
 	id, seq, total uint64
 	part           []byte
+	ents           []liveEnt // itemSnapPart; one fragment for itemSnapFrag
+	fragTotal      uint64    // itemSnapFrag: the entry's size
+	fragOff        uint64    // itemSnapFrag: where this fragment goes
 }
 
 // batcher accumulates the items bound for one peer in one cycle.
@@ -108,6 +125,44 @@ func (b *batcher) addChunk(group, id, seq, total uint64, part []byte) {
 	b.cur = binary.AppendUvarint(b.cur, total)
 	b.cur = binary.AppendUvarint(b.cur, uint64(len(part)))
 	b.cur = append(b.cur, part...)
+}
+
+// addSnapPart adds live entries of snapshot stream id.
+func (b *batcher) addSnapPart(group, id uint64, ents []liveEnt) {
+	n := 40
+	for _, e := range ents {
+		n += 30 + len(e.data)
+	}
+	b.cut(n)
+	b.cur = append(b.cur, itemSnapPart)
+	b.cur = binary.AppendUvarint(b.cur, group)
+	b.cur = binary.AppendUvarint(b.cur, id)
+	b.cur = binary.AppendUvarint(b.cur, uint64(len(ents)))
+	for _, e := range ents {
+		b.cur = binary.AppendUvarint(b.cur, e.index)
+		b.cur = binary.AppendUvarint(b.cur, e.term)
+		b.cur = binary.AppendUvarint(b.cur, uint64(len(e.data)))
+		b.cur = append(b.cur, e.data...)
+	}
+}
+
+// addSnapFrag adds bytes at off of a live entry of total bytes.
+func (b *batcher) addSnapFrag(group, id, index, term, total, off uint64, part []byte) {
+	b.cut(len(part) + 71)
+	b.cur = append(b.cur, itemSnapFrag)
+	for _, v := range []uint64{group, id, index, term, total, off, uint64(len(part))} {
+		b.cur = binary.AppendUvarint(b.cur, v)
+	}
+	b.cur = append(b.cur, part...)
+}
+
+// addSnapEnd marks the end of snapshot stream id's parts, count entries.
+func (b *batcher) addSnapEnd(group, id, count uint64) {
+	b.cut(31)
+	b.cur = append(b.cur, itemSnapEnd)
+	b.cur = binary.AppendUvarint(b.cur, group)
+	b.cur = binary.AppendUvarint(b.cur, id)
+	b.cur = binary.AppendUvarint(b.cur, count)
 }
 
 func (b *batcher) addQuiesce(group, term, commit uint64) {
@@ -178,6 +233,45 @@ func decodeBatch(data []byte) ([]wireItem, error) {
 			}
 			out = append(out, wireItem{kind: kind, group: g, id: id, seq: seq, total: total, part: p[:n:n]})
 			p = p[n:]
+		case itemSnapPart:
+			id, ok1 := uv()
+			n, ok2 := uv()
+			if !ok1 || !ok2 || n > uint64(len(p)) {
+				return out, errBadBatch
+			}
+			ents := make([]liveEnt, 0, n)
+			for range n {
+				index, ok1 := uv()
+				term, ok2 := uv()
+				size, ok3 := uv()
+				if !ok1 || !ok2 || !ok3 || size > uint64(len(p)) || len(ents) > 0 && index <= ents[len(ents)-1].index {
+					return out, errBadBatch
+				}
+				ents = append(ents, liveEnt{index: index, term: term, data: p[:size:size], hasData: true})
+				p = p[size:]
+			}
+			out = append(out, wireItem{kind: kind, group: g, id: id, ents: ents})
+		case itemSnapFrag:
+			var v [6]uint64
+			for i := range v {
+				if v[i], ok = uv(); !ok {
+					return out, errBadBatch
+				}
+			}
+			id, index, term, total, off, n := v[0], v[1], v[2], v[3], v[4], v[5]
+			if n > uint64(len(p)) || off > total || n > total-off {
+				return out, errBadBatch
+			}
+			out = append(out, wireItem{kind: kind, group: g, id: id, fragTotal: total, fragOff: off,
+				ents: []liveEnt{{index: index, term: term, data: p[:n:n], hasData: true}}})
+			p = p[n:]
+		case itemSnapEnd:
+			id, ok1 := uv()
+			count, ok2 := uv()
+			if !ok1 || !ok2 {
+				return out, errBadBatch
+			}
+			out = append(out, wireItem{kind: kind, group: g, id: id, total: count})
 		default:
 			return out, errBadBatch
 		}
