@@ -37,6 +37,15 @@ package integration
 //
 // Redeliveries after a requeue or after the consumer's connection was
 // lost with the message unsettled are normal and counted apart.
+//
+// Expiring sources (issue 22, the dead-letter variant): queues with a
+// message TTL, a DLX into the DLQ and no consumer, whose leader is paused
+// while their messages expire. Their messages are expected in the DLQ
+// without a reject. Each dead letter must arrive once, or again flagged
+// redelivered: no exemption for faults here (a deposed leader must not
+// dead-letter again what its successor did). A confirmed one that never
+// arrives is lost under at-least-once; under at-most-once dead-lettering
+// may drop it (R1.14), and it is counted apart.
 
 import (
 	"fmt"
@@ -59,6 +68,7 @@ const (
 // jPub is one publish.
 type jPub struct {
 	ID         string
+	Queue      string // "" for the source; else an expiring source (jHistory.Expiring)
 	Node       int // the node the publisher was connected to
 	Sent, Done time.Time
 	Outcome    jOutcome
@@ -105,6 +115,9 @@ type jHistory struct {
 	Dels        []jDel
 	Broken      map[int]time.Time // consumer connections that failed, and when
 	Faults      []jFault
+	// Expiring: the expiring sources and their dead-letter strategy
+	// ("at-most-once" or "at-least-once").
+	Expiring map[string]string
 }
 
 // jAckRiskWindow: an ack sent this long before a fault started, or this
@@ -138,6 +151,9 @@ type jReport struct {
 	DupUnexplained                        []string // earlier ack far from any fault
 	NotRedelivered                        []string // delivered again with redelivered=false
 	Redeadlettered                        int      // DLQ copies made again during a fault (R1.14)
+	Expired                               int      // confirmed into an expiring source
+	ExpiredArrived                        int      // of which dead-lettered into the DLQ and acked there
+	ExpiredDropped                        int      // confirmed, at-most-once, never in the DLQ
 	NackedConsumed, UnknownConsumed       int
 	Faults                                []jFaultReport
 }
@@ -227,12 +243,13 @@ func checkJepsen(h jHistory) *jReport {
 		}
 		return keys[i].id < keys[j].id
 	})
+	expiring := func(id string) bool { p := pubs[id]; return p != nil && p.Queue != "" && h.Expiring[p.Queue] != "" }
 	for _, k := range keys {
 		ds := groups[k]
 		sort.SliceStable(ds, func(i, j int) bool { return ds[i].At.Before(ds[j].At) })
 		inDLQ := h.DLQ != "" && k.queue == h.DLQ
 		rejAt, wasRejected := rejected[k.id]
-		if inDLQ && !wasRejected && pubs[k.id] != nil {
+		if inDLQ && !wasRejected && pubs[k.id] != nil && !expiring(k.id) {
 			unrejected[k.id] = true
 		}
 		var lastAck *jDel
@@ -276,6 +293,16 @@ func checkJepsen(h jHistory) *jReport {
 	for i := range h.Pubs {
 		p := &h.Pubs[i]
 		switch {
+		case p.Outcome == jConfirmed && expiring(p.ID):
+			r.Expired++
+			switch {
+			case consumed[p.ID]:
+				r.ExpiredArrived++
+			case h.Expiring[p.Queue] == "at-most-once":
+				r.ExpiredDropped++
+			default:
+				r.Lost = append(r.Lost, p.ID)
+			}
 		case p.Outcome == jConfirmed && !consumed[p.ID]:
 			r.Lost = append(r.Lost, p.ID)
 		case (p.Outcome == jNacked || p.Outcome == jReturned) && delivered[p.ID]:
@@ -379,6 +406,10 @@ func (r *jReport) String() string {
 	}
 	for _, s := range r.DupUnexplained[:min(len(r.DupUnexplained), 5)] {
 		fmt.Fprintf(&b, "  duplicate far from any fault: %s\n", s)
+	}
+	if r.Expired > 0 {
+		fmt.Fprintf(&b, "expired in a source whose leader was paused: %d confirmed, %d dead-lettered and acked, %d dropped (at-most-once)\n",
+			r.Expired, r.ExpiredArrived, r.ExpiredDropped)
 	}
 	if r.Redeadlettered > 0 {
 		fmt.Fprintf(&b, "dead letters published again during a fault (at-least-once, R1.14: the source's leader changed before the removal committed) %d\n", r.Redeadlettered)

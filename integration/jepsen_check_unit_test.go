@@ -186,3 +186,49 @@ func TestJepsenCheckerRecovery(t *testing.T) {
 		t.Fatalf("cut: first confirm %v, recovered %v; want none, 2s", f.FirstConfirm, f.Recovered)
 	}
 }
+
+// TestJepsenCheckerExpiring: issue 22, must-show 3 (the checker): the
+// messages of the expiring sources arrive in the DLQ without a reject;
+// one arriving again unflagged fails even during a fault (a paused
+// leader's copy); a confirmed one that never arrives is lost under
+// at-least-once and counted as dropped under at-most-once.
+func TestJepsenCheckerExpiring(t *testing.T) {
+	exp := func() *jHist {
+		j := newJHist("dlq").fault("pause-expiring", 2, 10)
+		j.h.Expiring = map[string]string{"amo": "at-most-once", "alo": "at-least-once"}
+		return j
+	}
+	xpub := func(j *jHist, id, q string) *jHist {
+		j.h.Pubs = append(j.h.Pubs, jPub{ID: id, Queue: q, Sent: j.at(1), Done: j.at(1.1), Outcome: jConfirmed})
+		return j
+	}
+	j := exp()
+	xpub(j, "x1", "amo")
+	xpub(j, "x2", "alo")
+	xpub(j, "x3", "alo")
+	j.del("dlq", "x1", 5, false, jAck).
+		del("dlq", "x2", 5, false, jAck).
+		del("dlq", "x3", 5, false, jNone).del("dlq", "x3", 11, true, jAck) // flagged: fine
+	r, fails := j.check()
+	if fails != "" || r.Expired != 3 || r.ExpiredArrived != 3 || len(r.DeadLetteredUnrejected) != 0 {
+		t.Fatalf("a correct history: failures %q, report %+v", fails, r)
+	}
+
+	j = exp()
+	xpub(j, "x1", "amo")
+	xpub(j, "x2", "alo")
+	xpub(j, "x3", "alo")
+	xpub(j, "x4", "amo")
+	j.del("dlq", "x1", 5, false, jAck).del("dlq", "x1", 9, false, jAck). // copied in the fault, unflagged
+										del("dlq", "x2", 5, false, jAck)
+	// x3 (at-least-once) never arrives: lost; x4 (at-most-once): dropped.
+	r, fails = j.check()
+	if !slices.Equal(r.Lost, []string{"x3"}) || len(r.NotRedelivered) != 1 || r.ExpiredDropped != 1 || r.Redeadlettered != 0 {
+		t.Fatalf("lost %v, not redelivered %v, dropped %d, re-dead-lettered %d", r.Lost, r.NotRedelivered, r.ExpiredDropped, r.Redeadlettered)
+	}
+	for _, want := range []string{"1 lost", "1 delivered again without redelivered=true"} {
+		if !strings.Contains(fails, want) {
+			t.Fatalf("failures %q lack %q", fails, want)
+		}
+	}
+}

@@ -10,7 +10,10 @@ package integration
 // partitions through the proxies (halves, a majority ring, the leader
 // alone) and a full cluster restart. Then everything is healed, every
 // node is restarted in turn, the queues are drained and the history goes
-// to the checker (jepsen_check_test.go). A liveness check proves
+// to the checker (jepsen_check_test.go). The dead-letter variant has two
+// more sources, one per dead-letter strategy, whose messages expire into
+// the DLQ: its "pause-expiring" fault publishes to each and pauses its
+// leader while they expire (issue 22). A liveness check proves
 // replication: while the leader's node is down and the other two are up
 // and connected, confirms of new publishes resume within 30 s.
 //
@@ -28,6 +31,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +52,8 @@ const (
 	jFinalConfirms   = 30 * time.Second // publishers' wait for their last confirms
 	jLivenessTimeout = 30 * time.Second // confirms resume while the leader's node is down
 	jDrainTimeout    = 120 * time.Second
+	jExpiringTTL     = 3000 // ms: the expiring sources' message TTL
+	jExpiringBatch   = 200  // messages published before each pause
 )
 
 // jepsenCfg is a run's configuration.
@@ -204,10 +210,10 @@ func (r *jRecorder) unconsumed() int {
 	return n
 }
 
-func (r *jRecorder) history(source, dlq string) jHistory {
+func (r *jRecorder) history(source, dlq string, expiring map[string]string) jHistory {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := jHistory{Source: source, DLQ: dlq, Begin: r.begin, Broken: map[int]time.Time{}}
+	h := jHistory{Source: source, DLQ: dlq, Begin: r.begin, Broken: map[int]time.Time{}, Expiring: expiring}
 	h.Pubs = append(h.Pubs, r.pubs...)
 	for i := range h.Pubs {
 		if r.ret[h.Pubs[i].ID] {
@@ -232,6 +238,9 @@ type jepsenRun struct {
 	prefix  string
 	source  string
 	dlq     string // "" in the plain variant
+	// expiring sources (dead-letter variant): queue -> strategy
+	expiring map[string]string
+	expSeq   int
 	stopPub chan struct{}
 	stopCon chan struct{}
 	pubWG   sync.WaitGroup
@@ -563,6 +572,13 @@ func (r *jepsenRun) at() string {
 func (r *jepsenRun) fault(kind string) {
 	t, c := r.t, r.c
 	t.Helper()
+	if kind == "pause-expiring" {
+		for _, q := range sortedKeysOf(r.expiring) {
+			r.pauseExpiring(q)
+		}
+		r.applied[kind]++
+		return
+	}
 	target := r.source
 	if r.dlq != "" && kind != "kill" && r.rng.IntN(3) == 0 {
 		target = r.dlq // now and then the DLQ's leader
@@ -660,6 +676,77 @@ func (r *jepsenRun) fault(kind string) {
 	t.Logf("%s: %s %s for %v", r.at(), kind, f.Target, f.End.Sub(f.Start).Round(time.Millisecond))
 }
 
+// pauseExpiring publishes jExpiringBatch messages (confirmed, through a
+// node that does not lead q) to the expiring source q, then pauses q's
+// leader before they expire (jExpiringTTL), past their expiry and a new
+// leader's election, and wakes it: the new leader dead-letters them, and
+// the deposed one, waking, must not dead-letter them again.
+func (r *jepsenRun) pauseExpiring(q string) {
+	t, c := r.t, r.c
+	t.Helper()
+	L := r.leader(q)
+	via := (L + 1 + r.rng.IntN(len(c.nodes)-1)) % len(c.nodes)
+	conn, err := amqp.DialConfig(c.URL(via), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second), Heartbeat: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("pause-expiring: dial %s: %v", c.Name(via), err)
+	}
+	defer jClose(conn)
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		t.Fatalf("pause-expiring: channel: %v", err)
+	}
+	begin := time.Now()
+	idx := make([]int, 0, jExpiringBatch)
+	dcs := make([]*amqp.DeferredConfirmation, 0, jExpiringBatch)
+	for range jExpiringBatch {
+		r.expSeq++
+		id := fmt.Sprintf("%s-x%d", q, r.expSeq)
+		k := r.rec.addPub(jPub{ID: id, Queue: q, Node: via, Sent: time.Now()})
+		dc, err := ch.PublishWithDeferredConfirm("", q, false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: id, Body: []byte(id)})
+		if err != nil {
+			r.rec.settlePub(k, jUnknown)
+			t.Fatalf("pause-expiring: publish: %v", err)
+		}
+		idx, dcs = append(idx, k), append(dcs, dc)
+	}
+	for i, dc := range dcs {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(jExpiringTTL)*time.Millisecond/2)
+		ok, err := dc.WaitContext(ctx)
+		cancel()
+		switch {
+		case err != nil:
+			r.rec.settlePub(idx[i], jUnknown)
+		case ok:
+			r.rec.settlePub(idx[i], jConfirmed)
+		default:
+			r.rec.settlePub(idx[i], jNacked)
+		}
+	}
+	if late := time.Since(begin); late > time.Duration(jExpiringTTL)*time.Millisecond*2/3 {
+		t.Logf("%s: pause-expiring %s: publishing took %v, close to the TTL", r.at(), q, late.Round(time.Millisecond))
+	}
+	f := jFault{Kind: "pause-expiring", Target: c.Name(L) + "(" + r.expiring[q] + ")", Start: time.Now()}
+	c.Pause(L)
+	time.Sleep(r.hold(6*time.Second, 9*time.Second))
+	c.Resume(L)
+	f.End = time.Now()
+	r.rec.addFault(f)
+	t.Logf("%s: pause-expiring %s (leader of %s, %d messages expiring) for %v", r.at(), c.Name(L), q, jExpiringBatch, f.End.Sub(f.Start).Round(time.Millisecond))
+	r.c.waitClusterReady(t)
+}
+
+func sortedKeysOf(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // healAll undoes whatever fault is left: links pass, paused nodes
 // continue, dead nodes start; then the cluster must be whole.
 func (r *jepsenRun) healAll() {
@@ -691,15 +778,32 @@ func runJepsen(t *testing.T, variant string, declare func(ch *amqp.Channel, sour
 	r.source = r.prefix + "-q"
 	if withDLQ {
 		r.dlq = r.prefix + "-dlq"
+		r.expiring = map[string]string{r.prefix + "-exp-amo": "at-most-once", r.prefix + "-exp-alo": "at-least-once"}
 	}
 	{
 		conn, ch := rsDial(t, c.URL(0))
 		rsCheck(t, "declare the queues", declare(ch, r.source, r.dlq))
+		for q, strategy := range r.expiring {
+			args := jQuorumArgs()
+			args["x-message-ttl"] = int32(jExpiringTTL)
+			args["x-dead-letter-exchange"] = r.source + "-dlx" // the variant's DLX, into the DLQ
+			args["x-dead-letter-routing-key"] = "dead"
+			if strategy == "at-least-once" {
+				args["x-dead-letter-strategy"] = strategy
+				args["x-overflow"] = "reject-publish"
+			}
+			_, err := ch.QueueDeclare(q, true, false, false, false, args)
+			rsCheck(t, "declare "+q, err)
+		}
 		conn.Close()
+	}
+	queues := []string{r.source, r.dlq}
+	for q := range r.expiring {
+		queues = append(queues, q)
 	}
 	// Every node has the queues before the workload starts.
 	for i := range 3 {
-		for _, q := range []string{r.source, r.dlq} {
+		for _, q := range queues {
 			if q == "" {
 				continue
 			}
@@ -740,6 +844,9 @@ func runJepsen(t *testing.T, variant string, declare func(ch *amqp.Channel, sour
 	time.Sleep(3 * time.Second) // the workload runs undisturbed first
 
 	kinds := []string{"kill", "pause", "halves", "ring", "alone", "restart-all"}
+	if withDLQ {
+		kinds = append(kinds, "pause-expiring")
+	}
 	faultsFrom := time.Now()
 	for round := 0; round == 0 || time.Since(faultsFrom) < cfg.dur; round++ {
 		r.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
@@ -783,7 +890,7 @@ func runJepsen(t *testing.T, variant string, declare func(ch *amqp.Channel, sour
 		if n := r.rec.unconsumed(); n > 0 && quiet < 15*time.Second {
 			return fmt.Errorf("%d confirmed messages not consumed yet", n)
 		}
-		for _, q := range []string{r.source, r.dlq} {
+		for _, q := range queues {
 			if q == "" {
 				continue
 			}
@@ -803,7 +910,7 @@ func runJepsen(t *testing.T, variant string, declare func(ch *amqp.Channel, sour
 	stopCons()
 	t.Logf("%s: drained (%v)", r.at(), drainErr)
 
-	rep := checkJepsen(r.rec.history(r.source, r.dlq))
+	rep := checkJepsen(r.rec.history(r.source, r.dlq, r.expiring))
 	r.rec.mu.Lock()
 	trouble := fmt.Sprintf("publisher reconnects %d, confirm timeouts (> %v) %d, consumer reconnects %d",
 		r.rec.pubReconnects, jConfirmTimeout, r.rec.confirmTimeouts, r.rec.conReconnects)
@@ -821,6 +928,9 @@ func runJepsen(t *testing.T, variant string, declare func(ch *amqp.Channel, sour
 	}
 	if withDLQ && rep.Rejected == 0 {
 		t.Errorf("no message was dead-lettered: the DLQ variant checked nothing")
+	}
+	if withDLQ && rep.ExpiredArrived == 0 {
+		t.Errorf("no expired message arrived in the DLQ: the paused-leader case checked nothing")
 	}
 	if drainErr != nil {
 		t.Errorf("not drained within %v: %v", jDrainTimeout, drainErr)
