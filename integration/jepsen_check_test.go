@@ -69,7 +69,7 @@ const (
 type jPub struct {
 	ID         string
 	Queue      string // "" for the source; else an expiring source (jHistory.Expiring)
-	Node       int // the node the publisher was connected to
+	Node       int    // the node the publisher was connected to
 	Sent, Done time.Time
 	Outcome    jOutcome
 }

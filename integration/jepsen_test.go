@@ -230,21 +230,21 @@ func (r *jRecorder) history(source, dlq string, expiring map[string]string) jHis
 
 // jepsenRun is one run: the cluster, its queues and the workload.
 type jepsenRun struct {
-	t       *testing.T
-	cfg     jepsenCfg
-	c       *procCluster
-	rec     *jRecorder
-	rng     *rand.Rand // the fault schedule's
-	prefix  string
-	source  string
-	dlq     string // "" in the plain variant
+	t      *testing.T
+	cfg    jepsenCfg
+	c      *procCluster
+	rec    *jRecorder
+	rng    *rand.Rand // the fault schedule's
+	prefix string
+	source string
+	dlq    string // "" in the plain variant
 	// expiring sources (dead-letter variant): queue -> strategy
 	expiring map[string]string
 	expSeq   int
-	stopPub chan struct{}
-	stopCon chan struct{}
-	pubWG   sync.WaitGroup
-	conWG   sync.WaitGroup
+	stopPub  chan struct{}
+	stopCon  chan struct{}
+	pubWG    sync.WaitGroup
+	conWG    sync.WaitGroup
 	// liveness failures and fault kinds applied
 	liveness []string
 	applied  map[string]int
