@@ -20,11 +20,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/faultproxy"
 	"github.com/warrenmq/warren/internal/testutil"
@@ -611,6 +614,7 @@ func (c *procCluster) waitMembers(t testing.TB, nodes ...int) string {
 // running by the others and comes back when healed; SIGTERM stops nodes
 // cleanly. (issue 13: the fault tests' process cluster)
 func TestProcClusterHarness(t *testing.T) {
+	t.Parallel() // waits on timeouts and processes, not the CPU
 	if testing.Short() {
 		t.Skip("builds and runs three warren processes")
 	}
@@ -653,6 +657,7 @@ func TestProcClusterHarness(t *testing.T) {
 // and warren cluster forget removes it after it is stopped. The CLI is the
 // warren binary run against a member's management API.
 func TestProcClusterJoinForget(t *testing.T) {
+	t.Parallel() // waits on timeouts and processes, not the CPU
 	if testing.Short() {
 		t.Skip("builds and runs four warren processes")
 	}
@@ -688,6 +693,23 @@ func TestProcClusterJoinForget(t *testing.T) {
 	}
 	_, err = ch4.QueueDeclare("h4j-after", true, false, false, false, nil)
 	rsCheck(t, "declare through the joined node", err)
+	// A quorum queue with a replica on the joined node: forgetting the
+	// node removes it (as rabbitmqctl forget_cluster_node shrinks).
+	_, err = ch4.QueueDeclare("h4j-qq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	rsCheck(t, "declare a quorum queue", err)
+	cli("queues", "add_member", "h4j-qq", c.Name(3))
+	qqMembers := func() []string {
+		var q struct {
+			Members []string `json:"members"`
+		}
+		if err := c.getJSON(0, "/api/queues/%2F/h4j-qq", &q); err != nil {
+			t.Fatal(err)
+		}
+		return q.Members
+	}
+	if ms := qqMembers(); !slices.Contains(ms, c.Name(3)) {
+		t.Fatalf("h4j-qq members %v lack %s", ms, c.Name(3))
+	}
 	if err := testutil.UntilNil(30*time.Second, func() error {
 		var q map[string]any
 		return c.getJSON(1, "/api/queues/%2F/h4j-after", &q)
@@ -731,8 +753,11 @@ func TestProcClusterJoinForget(t *testing.T) {
 	}
 	cliFails("forget it with --offline", "cluster", "forget", c.Name(3))
 	out = cli("cluster", "forget", "--offline", c.Name(3))
-	if !strings.Contains(out, "Removed node "+c.Name(3)) {
+	if !strings.Contains(out, "Removed node "+c.Name(3)) || !strings.Contains(out, "Removed its replicas from 1 quorum queues (0 failed)") {
 		t.Fatalf("cluster forget: %q", out)
+	}
+	if ms := qqMembers(); slices.Contains(ms, c.Name(3)) || len(ms) == 0 {
+		t.Fatalf("h4j-qq members after the forget: %v", ms)
 	}
 	c.waitMembers(t, 0, 1, 2)
 	if out = cli("cluster", "status"); strings.Contains(out, c.Name(3)) {

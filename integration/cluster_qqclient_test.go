@@ -128,6 +128,7 @@ func TestQuorumClientConsumersFollowFailover(t *testing.T) {
 // passive queue.declare answers declare-ok with 0 messages and 0
 // consumers (rabbit_quorum_queue:stat's answer without a leader).
 func TestQuorumClientNoQuorum(t *testing.T) {
+	t.Parallel() // waits on timeouts and processes, not the CPU
 	c := warrentest.StartCluster(t, 3)
 	const q = "h5-qq-noquorum"
 	qqDeclare(t, c, 0, q, nil)

@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
+	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -13,6 +16,17 @@ import (
 // tests (issue 12): a server, connection, timer or shovel a test did not
 // close, or one the broker does not stop.
 func TestMain(m *testing.M) {
+	// The parallel tests of this package (the comparisons with the
+	// reference RabbitMQ's API, a few cluster tests) wait on HTTP, timers
+	// and child processes, not on the CPU: six at a time, unless
+	// -parallel says otherwise (GOMAXPROCS, go test's default, is 2 on
+	// the machines the README's timings are for).
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(6, runtime.GOMAXPROCS(0))))
+	}
 	code := m.Run()
 	if code == 0 {
 		// The tests' HTTP clients share http.DefaultTransport, which keeps

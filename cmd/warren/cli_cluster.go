@@ -6,6 +6,7 @@ package main
 // DELETE /api/cluster/members/{name}.
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -146,9 +147,32 @@ func cmdClusterForget(c *cliCtx, args []string) error {
 	if _, err := c.api.do(http.MethodDelete, path, nil); err != nil {
 		return err
 	}
+	// As rabbitmqctl forget_cluster_node: the node's quorum queue
+	// replicas go too (rabbit_quorum_queue:shrink_all), so that no queue
+	// counts a member that is gone for good.
+	var shrunk []memberResult
+	raw, err := c.api.do(http.MethodDelete, apiPath("queues", "quorum", "replicas", "on", args[0], "shrink"), nil)
+	if err == nil {
+		err = json.Unmarshal(raw, &shrunk)
+	}
+	if err != nil {
+		return fmt.Errorf("removed node %s from the cluster, but shrinking its quorum queues failed (run 'warren queues shrink %s'): %w", args[0], args[0], err)
+	}
+	failed := 0
+	for _, r := range shrunk {
+		if r.Result != "ok" {
+			failed++
+		}
+	}
 	if c.json {
-		return printValueJSON(c.stdout, map[string]any{"name": args[0], "removed": true})
+		return printValueJSON(c.stdout, map[string]any{"name": args[0], "removed": true, "quorum_queues_shrunk": shrunk})
 	}
 	fmt.Fprintf(c.stdout, "Removed node %s from the cluster.\n", args[0])
+	if len(shrunk) > 0 {
+		fmt.Fprintf(c.stdout, "Removed its replicas from %d quorum queues (%d failed).\n", len(shrunk)-failed, failed)
+	}
+	if failed > 0 {
+		return fmt.Errorf("removed node %s from the cluster, but %d of its quorum queue replicas could not be removed (run 'warren queues shrink %s')", args[0], failed, args[0])
+	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ type fakeClusterAPI struct {
 	members  []clusterMember
 	requests []string // "METHOD path body"
 	noStatus bool     // answer /api/cluster-status with 404 (RabbitMQ)
+	shrink   string   // the reply of a quorum shrink (a JSON array)
 }
 
 func (f *fakeClusterAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -51,6 +53,9 @@ func (f *fakeClusterAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.members = append(f.members, clusterMember{Name: m.Name, Address: m.Address})
 		w.WriteHeader(204)
+	case r.Method == "DELETE" && strings.HasPrefix(r.URL.Path, "/api/queues/quorum/replicas/on/") && strings.HasSuffix(r.URL.Path, "/shrink"):
+		w.WriteHeader(202)
+		io.WriteString(w, cmp.Or(f.shrink, "[]"))
 	case r.Method == "DELETE" && strings.HasPrefix(r.URL.Path, "/api/cluster/members/"):
 		name := strings.TrimPrefix(r.URL.Path, "/api/cluster/members/")
 		for i, m := range f.members {
@@ -186,13 +191,25 @@ func TestCLIClusterJoinForget(t *testing.T) {
 		t.Fatalf("invalid arguments sent requests: %v", f.requests[n:])
 	}
 
+	// issue 22: as rabbitmqctl forget_cluster_node, the node's quorum
+	// queue replicas go too (the shrink after the removal).
+	f.mu.Lock()
+	f.shrink = `[{"vhost":"/","name":"q1","size":2,"result":"ok"},{"vhost":"/","name":"q2","size":2,"result":"ok"}]`
+	f.mu.Unlock()
 	out, err = runCLIOut(t, "cluster", "forget", "--offline", "warren@c", "--url", url)
-	if err != nil || !strings.Contains(out, "Removed node warren@c") {
+	if err != nil || !strings.Contains(out, "Removed node warren@c") || !strings.Contains(out, "Removed its replicas from 2 quorum queues (0 failed)") {
 		t.Fatalf("forget: %q, %v", out, err)
 	}
-	if got := f.lastRequest(); got != "DELETE /api/cluster/members/warren@c?offline=true " {
-		t.Fatalf("forget request %q", got)
+	if got := f.requests[len(f.requests)-2:]; got[0] != "DELETE /api/cluster/members/warren@c?offline=true " ||
+		got[1] != "DELETE /api/queues/quorum/replicas/on/warren@c/shrink " {
+		t.Fatalf("forget requests %q", got)
 	}
+	f.mu.Lock()
+	f.members = append(f.members, clusterMember{Name: "warren@e", Address: "h5:7005"})
+	f.shrink = `[{"vhost":"/","name":"q1","size":1,"result":"error: the last node cannot be removed"}]`
+	f.mu.Unlock()
+	_, err = runCLIOut(t, "cluster", "forget", "--offline", "warren@e", "--url", url)
+	wantErr(t, err, "1 of its quorum queue replicas could not be removed (run 'warren queues shrink warren@e')")
 	_, err = runCLIOut(t, "cluster", "forget", "--offline", "warren@c", "--url", url)
 	wantErr(t, err, "404")
 	_, err = runCLIOut(t, "cluster", "bogus", "--url", url)
