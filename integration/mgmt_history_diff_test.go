@@ -152,7 +152,7 @@ func TestMgmtDiffHistory(t *testing.T) {
 		one := s.get("/api/queues/"+esc(vh)+"/h-q?msg_rates_age=5&msg_rates_incr=60", only("message_stats"))
 		pd, _ := dig(one, "message_stats", "publish_details").(map[string]any)
 		_, avg := pd["avg"]
-		s.value("one sample, no averages", map[string]any{"samples": len(histSamples(one, "message_stats", "publish_details")), "avg": avg})
+		s.value("one sample, no averages", map[string]any{"at most one sample": len(histSamples(one, "message_stats", "publish_details")) <= 1, "avg": avg})
 		s.get("/api/queues/"+esc(vh)+"/h-q?msg_rates_age=60&msg_rates_incr=7", only("message_stats"))
 		// Parameters that are no range: half a pair, not integers.
 		for _, p := range []string{"msg_rates_age=60", "lengths_incr=5", "msg_rates_age=abc&msg_rates_incr=5",

@@ -113,6 +113,7 @@ type Group struct {
 	installedDrop    []recPos  // streamed entries it does not list
 	snapEndID        uint64    // the stream whose MsgSnap comes (or came) last
 	snapStepID       uint64    // the stream of the MsgSnap stepped last
+	snapEndFrom      string    // the sender of stream snapEndID
 	frag             []byte    // a large live entry of a stream being received
 	fragID, fragIdx  uint64
 	streams          map[uint64]*snapStream // leader: snapshot streams by member
@@ -448,7 +449,7 @@ func (g *Group) stepItem(it *inItem) {
 			g.wake()
 		}
 		if t == pb.MsgSnap {
-			if !g.snapAllowed(m) {
+			if !g.snapAllowed(it.from, m) {
 				g.h.log.Warn("qraft: a snapshot without its stream's entries refused", "group", g.id, "from", it.from)
 				return
 			}

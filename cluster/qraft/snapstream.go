@@ -55,10 +55,7 @@ type snapStream struct {
 // (on node name), in the background.
 func (g *Group) streamSnapshot(to uint64, name string, m *pb.Message) {
 	if st := g.streams[to]; st != nil {
-		if !st.ended {
-			return // one is under way: raft waits for it
-		}
-		st.cancel()
+		st.cancel() // raft wants this one now: the older one is given up
 	}
 	if g.streams == nil {
 		g.streams = map[uint64]*snapStream{}
@@ -203,8 +200,8 @@ func (g *Group) checkSnapStreams() {
 			continue
 		}
 		pr, ok := prs[to]
-		if !ok || pr.State != tracker.StateSnapshot || pr.PendingSnapshot != st.index {
-			delete(g.streams, to) // installed (or moved on)
+		if !ok || pr.State != tracker.StateSnapshot {
+			delete(g.streams, to) // installed (raft moved on)
 			continue
 		}
 		if g.h.tickN-st.endTick >= snapAckTicks {
@@ -227,26 +224,33 @@ func (g *Group) cancelSnapStreams() {
 // receiveSnapEnd checks that every entry of stream id came (count): only
 // then may its MsgSnap, which comes next, install.
 func (g *Group) receiveSnapEnd(it *inItem) {
-	g.snapEndID = 0
-	if g.ls.incomingCount(it.id) == it.total && g.frag == nil {
-		g.snapEndID = it.id
+	key := streamKey(it.from, it.id)
+	g.snapEndID, g.snapEndFrom = 0, ""
+	if g.ls.incomingCount(key) == it.total && g.frag == nil {
+		g.snapEndID, g.snapEndFrom = key, it.from
 		return
 	}
 	g.h.log.Warn("qraft: a snapshot stream lost entries on the way; its snapshot is refused", "group", g.id,
-		"from", it.from, "want", it.total, "got", g.ls.incomingCount(it.id))
+		"from", it.from, "want", it.total, "got", g.ls.incomingCount(key))
+}
+
+// streamKey identifies a stream at its receiver: the sender's stream id
+// (a per-process counter) mixed with the sender.
+func streamKey(from string, id uint64) uint64 {
+	return id*0x9E3779B97F4A7C15 ^ NodeID(from) | 1
 }
 
 // snapAllowed says whether a MsgSnap may be stepped: one whose live
 // entries come without bodies (a stream's) only right after its stream's
 // complete end. Otherwise the stream's entries are released and the
 // leader, without an answer, streams again.
-func (g *Group) snapAllowed(m *pb.Message) bool {
+func (g *Group) snapAllowed(from string, m *pb.Message) bool {
 	sd, err := decodeSnapData(m.GetSnapshot().GetData())
 	if err != nil {
 		return false
 	}
 	for _, l := range sd.live {
-		if !l.hasData && g.snapEndID == 0 {
+		if !l.hasData && (g.snapEndID == 0 || g.snapEndFrom != from) {
 			for _, p := range g.ls.addIncoming(0, nil) {
 				g.h.store.Release(p)
 			}
@@ -260,10 +264,11 @@ func (g *Group) snapAllowed(m *pb.Message) bool {
 // writes it as a part of one entry.
 func (g *Group) receiveSnapFrag(it *inItem) {
 	e := it.ents[0]
+	key := streamKey(it.from, it.id)
 	if it.fragOff == 0 {
-		g.frag, g.fragID, g.fragIdx = make([]byte, 0, it.fragTotal), it.id, e.index
+		g.frag, g.fragID, g.fragIdx = make([]byte, 0, it.fragTotal), key, e.index
 	}
-	if g.fragID != it.id || g.fragIdx != e.index || uint64(len(g.frag)) != it.fragOff {
+	if g.fragID != key || g.fragIdx != e.index || uint64(len(g.frag)) != it.fragOff {
 		g.frag = nil // a fragment lost or out of place: the entry is left out
 		return
 	}
@@ -297,7 +302,7 @@ func (g *Group) receiveSnapPart(it *inItem) {
 	for i, e := range it.ents {
 		refs[i] = liveRef{index: e.index, term: e.term, pos: poss[i], size: uint32(len(e.data))}
 	}
-	for _, p := range g.ls.addIncoming(it.id, refs) {
+	for _, p := range g.ls.addIncoming(streamKey(it.from, it.id), refs) {
 		g.h.store.Release(p)
 	}
 }
