@@ -18,14 +18,14 @@ import (
 func TestMain(m *testing.M) {
 	// The parallel tests of this package (the comparisons with the
 	// reference RabbitMQ's API, a few cluster tests) wait on HTTP, timers
-	// and child processes, not on the CPU: six at a time, unless
+	// and child processes, not on the CPU: four at a time, unless
 	// -parallel says otherwise (GOMAXPROCS, go test's default, is 2 on
 	// the machines the README's timings are for).
 	flag.Parse()
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
 	if !explicit {
-		_ = flag.Set("test.parallel", strconv.Itoa(max(6, runtime.GOMAXPROCS(0))))
+		_ = flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0))))
 	}
 	code := m.Run()
 	if code == 0 {
