@@ -150,15 +150,17 @@ func (b *Broker) drainOutbox(p Peers, node string, o *outbox) {
 			if err == nil {
 				break
 			}
-			if !p.Up(node) {
+			if !p.Up(node) || b.closed.Load() {
+				// The node is down (see above), or this broker is closing:
+				// the links go with it.
 				o.mu.Lock()
 				o.q, o.running = nil, false
 				o.mu.Unlock()
 				return
 			}
-			if !paced {
-				time.Sleep(pause) // no way to wait for room: poll the link
-			}
+			// Without a way to wait for room (or when the wait failed at
+			// once), poll the link rather than spin.
+			time.Sleep(pause)
 		}
 	}
 }
