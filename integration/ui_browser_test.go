@@ -29,11 +29,21 @@ import (
 // uiSel selects the first element matching a CSS selector.
 type uiSel = chromedp.CSS
 
-// uiChromium finds the browser, or skips (fails under CI=true).
+// uiOne lets one browser test run at a time: they run in parallel with
+// the package's other parallel tests (which wait on the network), never
+// with each other (a browser takes a core).
+var uiOne = make(chan struct{}, 1)
+
+// uiChromium finds the browser, or skips (fails under CI=true). The test
+// runs in parallel with the package's other parallel tests, one browser
+// test at a time (uiOne).
 func uiChromium(t *testing.T) string {
 	t.Helper()
+	t.Parallel()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
+			uiOne <- struct{}{}
+			t.Cleanup(func() { <-uiOne })
 			return p
 		}
 	}
