@@ -31,6 +31,7 @@ import (
 
 	"github.com/warrenmq/warren/internal/faultproxy"
 	"github.com/warrenmq/warren/internal/testutil"
+	"github.com/warrenmq/warren/mgmt"
 )
 
 // procClusterOpts tunes startProcCluster.
@@ -77,20 +78,6 @@ type procNode struct {
 	exitErr error
 	paused  bool
 	starts  int
-}
-
-// clusterStatusReply is GET /api/cluster-status.
-type clusterStatusReply struct {
-	Node        string `json:"node"`
-	ClusterName string `json:"cluster_name"`
-	ClusterID   string `json:"cluster_id"`
-	Leader      string `json:"leader"`
-	Members     []struct {
-		Name    string `json:"name"`
-		Address string `json:"address"`
-		Running bool   `json:"running"`
-		Leader  bool   `json:"leader"`
-	} `json:"members"`
 }
 
 // errClusterNotBuilt is the text cluster.Start returns while the glue is
@@ -547,8 +534,8 @@ func (c *procCluster) getJSON(i int, path string, out any) error {
 }
 
 // clusterStatus is node i's GET /api/cluster-status.
-func (c *procCluster) clusterStatus(i int) (clusterStatusReply, error) {
-	var st clusterStatusReply
+func (c *procCluster) clusterStatus(i int) (mgmt.ClusterStatusReply, error) {
+	var st mgmt.ClusterStatusReply
 	err := c.getJSON(i, "/api/cluster-status", &st)
 	return st, err
 }

@@ -311,18 +311,18 @@ func (s *Server) clusterRoutes() {
 func (c *call) clusterStatus() error {
 	cl := c.s.cluster()
 	if cl == nil {
-		return c.ok(map[string]any{"node": c.s.node, "cluster_name": c.s.clusterName(), "cluster_id": "", "leader": c.s.node,
-			"members": []any{map[string]any{"name": c.s.node, "address": "", "running": true, "leader": true}}})
+		return c.ok(ClusterStatusReply{Node: c.s.node, ClusterName: c.s.clusterName(), Leader: c.s.node,
+			Members: []ClusterMemberReply{{Name: c.s.node, Running: true, Leader: true}}})
 	}
 	st := cl.Status()
 	nodes := cl.Nodes()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	members := []any{}
+	members := []ClusterMemberReply{}
 	for _, n := range nodes {
-		members = append(members, map[string]any{"name": n.Name, "address": n.Address, "running": n.Running, "leader": n.Leader})
+		members = append(members, ClusterMemberReply{Name: n.Name, Address: n.Address, Running: n.Running, Leader: n.Leader})
 	}
-	return c.ok(map[string]any{"node": c.s.node, "cluster_name": c.s.clusterName(), "cluster_id": st.ID, "leader": st.Leader,
-		"members": members})
+	return c.ok(ClusterStatusReply{Node: c.s.node, ClusterName: c.s.clusterName(), ClusterID: st.ID, Leader: st.Leader,
+		Members: members})
 }
 
 var errNotClustered = badRequest("this node is not a cluster member (no cluster configured)")

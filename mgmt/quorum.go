@@ -400,22 +400,13 @@ func (c *call) qqGrow() error {
 	return c.noContent()
 }
 
-// shrinkResult is one queue of shrink's answer, as rabbitmq-queues shrink
-// prints it.
-type shrinkResult struct {
-	VHost  string `json:"vhost"`
-	Name   string `json:"name"`
-	Size   int    `json:"size"`
-	Result string `json:"result"`
-}
-
 // qqShrink is rabbit_mgmt_wm_quorum_queue_replicas_shrink over
 // rabbit_quorum_queue:shrink_all/1: 202, whatever the node.
 func (c *call) qqShrink() error {
 	node := c.pv("node")
-	results := []shrinkResult{}
+	results := []QueueMemberResult{}
 	for _, info := range c.s.b.ShrinkTargets(c.s.bnode(node)) {
-		res := shrinkResult{VHost: info.VHost, Name: info.Name}
+		res := QueueMemberResult{VHost: info.VHost, Name: info.Name}
 		if r := c.memberChange(info, node, false); r.status < 300 {
 			res.Size, res.Result = len(info.Members)-1, "ok"
 		} else {

@@ -9,25 +9,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt"
 	"net/http"
 	"sort"
 )
-
-// clusterStatus is GET /api/cluster-status.
-type clusterStatus struct {
-	Node        string          `json:"node"`
-	ClusterName string          `json:"cluster_name"`
-	ClusterID   string          `json:"cluster_id"`
-	Leader      string          `json:"leader"`
-	Members     []clusterMember `json:"members"`
-}
-
-type clusterMember struct {
-	Name    string `json:"name"`
-	Address string `json:"address"`
-	Running bool   `json:"running"`
-	Leader  bool   `json:"leader"`
-}
 
 var clusterCommand = &cliCommand{name: "cluster", summary: "cluster nodes: status, join, forget", subs: []*cliCommand{
 	{name: "status", args: "", summary: "show the cluster's nodes, which are running and which leads (as rabbitmqctl cluster_status)", run: cmdClusterStatus},
@@ -42,7 +27,7 @@ func cmdClusterStatus(c *cliCtx, args []string) error {
 	if err := wantArgs(args, 0, 0, "cluster status"); err != nil {
 		return err
 	}
-	var st clusterStatus
+	var st mgmt.ClusterStatusReply
 	raw, err := c.api.getJSON(apiPath("cluster-status"), &st)
 	if isNotFound(err) {
 		// A broker without Warren's endpoint (RabbitMQ): its /api/nodes.
@@ -150,7 +135,7 @@ func cmdClusterForget(c *cliCtx, args []string) error {
 	// As rabbitmqctl forget_cluster_node: the node's quorum queue
 	// replicas go too (rabbit_quorum_queue:shrink_all), so that no queue
 	// counts a member that is gone for good.
-	var shrunk []memberResult
+	var shrunk []mgmt.QueueMemberResult
 	raw, err := c.api.do(http.MethodDelete, apiPath("queues", "quorum", "replicas", "on", args[0], "shrink"), nil)
 	if err == nil {
 		err = json.Unmarshal(raw, &shrunk)

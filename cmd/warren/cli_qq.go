@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt"
 	"net/http"
 	"regexp"
 	"slices"
@@ -107,19 +108,10 @@ func (c *cliCtx) quorumQueues() ([]qqQueue, error) {
 	return out, nil
 }
 
-// memberResult is one queue of grow's and shrink's output, as
-// rabbitmq-queues prints them.
-type memberResult struct {
-	VHost  string `json:"vhost"`
-	Name   string `json:"name"`
-	Size   int    `json:"size"`
-	Result string `json:"result"`
-}
-
-func (c *cliCtx) printResults(results []memberResult) error {
+func (c *cliCtx) printResults(results []mgmt.QueueMemberResult) error {
 	if c.json {
 		if results == nil {
-			results = []memberResult{}
+			results = []mgmt.QueueMemberResult{}
 		}
 		return printValueJSON(c.stdout, results)
 	}
@@ -168,7 +160,7 @@ func cmdQQGrow(c *cliCtx, args []string) error {
 	// A change answers once the nodes that confirmed in time applied it
 	// (broker.awaitAll), so the node asked may show it a moment later:
 	// read until every queue shows the node, for at most growSettle.
-	var results []memberResult
+	var results []mgmt.QueueMemberResult
 	for deadline := time.Now().Add(growSettle); ; time.Sleep(100 * time.Millisecond) {
 		after, err := c.quorumQueues()
 		if err != nil {
@@ -189,7 +181,7 @@ const growSettle = 5 * time.Second
 // growResults are grow's rows: the queues of before it was to add node
 // to, each ok when after shows node among its members; all reports
 // whether every one is.
-func growResults(before, after []qqQueue, node, strategy string, vre, qre *regexp.Regexp) (results []memberResult, all bool) {
+func growResults(before, after []qqQueue, node, strategy string, vre, qre *regexp.Regexp) (results []mgmt.QueueMemberResult, all bool) {
 	now := map[[2]string]qqQueue{}
 	for _, q := range after {
 		now[[2]string{q.VHost, q.Name}] = q
@@ -200,7 +192,7 @@ func growResults(before, after []qqQueue, node, strategy string, vre, qre *regex
 			!vre.MatchString(q.VHost) || !qre.MatchString(q.Name) {
 			continue
 		}
-		r := memberResult{VHost: q.VHost, Name: q.Name, Size: len(q.Members), Result: "error: not added"}
+		r := mgmt.QueueMemberResult{VHost: q.VHost, Name: q.Name, Size: len(q.Members), Result: "error: not added"}
 		if a, ok := now[[2]string{q.VHost, q.Name}]; ok && slices.Contains(a.Members, node) {
 			r.Size, r.Result = len(a.Members), "ok"
 		} else {
@@ -224,7 +216,7 @@ func cmdQQShrink(c *cliCtx, args []string) error {
 	if err != nil {
 		return err
 	}
-	var results []memberResult
+	var results []mgmt.QueueMemberResult
 	if len(strings.TrimSpace(string(raw))) > 0 {
 		if err := json.Unmarshal(raw, &results); err != nil {
 			return fmt.Errorf("queues shrink: bad JSON reply: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/warrenmq/warren/mgmt"
 	"regexp"
 	"slices"
 	"sort"
@@ -212,12 +213,12 @@ func TestGrowResults(t *testing.T) {
 	noSkip := regexp.MustCompile("^[a-c]$")
 
 	got, all := growResults(before, []qqQueue{q("a", "n1", "n2", "n3"), q("b", "n1"), q("c", "n1", "n3")}, "n3", "all", match, noSkip)
-	want := []memberResult{{"/", "a", 3, "ok"}, {"/", "b", 1, "error: not added"}}
+	want := []mgmt.QueueMemberResult{{VHost: "/", Name: "a", Size: 3, Result: "ok"}, {VHost: "/", Name: "b", Size: 1, Result: "error: not added"}}
 	if !slices.Equal(got, want) || all {
 		t.Errorf("all: %v %v, want %v false", got, all, want)
 	}
 	got, all = growResults(before, []qqQueue{q("a", "n1", "n2", "n3"), q("b", "n1")}, "n3", "even", match, noSkip)
-	if want := []memberResult{{"/", "a", 3, "ok"}}; !slices.Equal(got, want) || !all {
+	if want := []mgmt.QueueMemberResult{{VHost: "/", Name: "a", Size: 3, Result: "ok"}}; !slices.Equal(got, want) || !all {
 		t.Errorf("even: %v %v, want %v true", got, all, want)
 	}
 }
