@@ -54,6 +54,11 @@ func (n *Node) forceRecords() {
 				for name, qs := range n.qh.Forced() {
 					n.log.Info("cluster: forced start: quorum group shrunk", "group", name, "removed", qs)
 				}
+				// Only now: a start that stops before this point runs the
+				// recovery again (each step is a no-op when done).
+				if err := ClearForceBoot(n.cfg.DataDir); err != nil {
+					n.log.Error("cluster: removing the force-boot mark", "err", err)
+				}
 				return
 			}
 			n.log.Warn("cluster: forced start: changing the queue records; will retry", "err", err)
@@ -67,8 +72,9 @@ func (n *Node) forceRecords() {
 }
 
 // ForceBootFile, in a node's data directory, asks its next start to
-// recover from a lost majority (Config.ForceNewCluster); the start
-// removes it once it succeeded, so that the recovery runs once.
+// recover from a lost majority (Config.ForceNewCluster); the node removes
+// it once the queue records are shrunk too, so that the recovery runs
+// once (and again, harmlessly, after a start that stopped before).
 const ForceBootFile = "force-boot"
 
 // MarkForceBoot is warren node force-boot: it marks dataDir, the data

@@ -69,9 +69,6 @@ func TestProcForceBoot(t *testing.T) {
 		t.Fatalf("force-boot: %v\n%s", err, out)
 	}
 	c.Start(0)
-	if _, err := os.Stat(filepath.Join(c.nodes[0].dataDir, "force-boot")); !os.IsNotExist(err) {
-		t.Fatalf("the force-boot mark is still there after the start: %v", err)
-	}
 	c.waitMembers(t, 0)
 
 	if err := testutil.UntilNil(30*time.Second, func() error {
@@ -93,6 +90,15 @@ func TestProcForceBoot(t *testing.T) {
 	if err := testutil.UntilNil(10*time.Second, func() error {
 		if lg := c.Log(0); !strings.Contains(lg, "had no replica on this node") || !strings.Contains(lg, "fb-classic-on-n2") {
 			return fmt.Errorf("no report of the lost classic queue in the log")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The mark goes once the queue records are shrunk too.
+	if err := testutil.UntilNil(10*time.Second, func() error {
+		if _, err := os.Stat(filepath.Join(c.nodes[0].dataDir, "force-boot")); !os.IsNotExist(err) {
+			return fmt.Errorf("the force-boot mark is still there: %v", err)
 		}
 		return nil
 	}); err != nil {

@@ -219,11 +219,6 @@ func run(args []string, out io.Writer) error {
 			closeAll()
 			return fmt.Errorf("starting the cluster node: %w", err)
 		}
-		if ccfg.ForceNewCluster {
-			if err := cluster.ClearForceBoot(o.DataDir); err != nil {
-				log.Error("removing the force-boot mark", "err", err)
-			}
-		}
 		log.Info("cluster node started", "node", ccfg.Node, "listen", ccfg.Listen, "advertise", ccfg.Advertise,
 			"peers", peerNames(ccfg.Peers), "join", ccfg.Join, "tls", ccfg.TLS != nil)
 	}
