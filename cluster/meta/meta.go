@@ -618,23 +618,36 @@ func (g *Group) SetClusterID(id string) error {
 // then wait for no election) and waits until another node leads, or ctx
 // ends. It does nothing when this node does not lead.
 func (g *Group) TransferLeader(ctx context.Context) error {
-	g.mu.Lock()
-	lead := g.status.LeaderID
+	// A target: the running member furthest along. Right after an
+	// election, or on a loaded machine, the leader may not have heard
+	// from its followers within the last election timeout (RecentActive):
+	// it looks again until ctx ends.
 	var to uint64
-	for id := range g.voters {
-		if id == g.id || !g.voters[id] {
-			continue
+	for {
+		g.mu.Lock()
+		lead := g.status.LeaderID
+		for id := range g.voters {
+			if id == g.id || !g.voters[id] {
+				continue
+			}
+			if pr, ok := g.progress[id]; ok && pr.RecentActive && (to == 0 || pr.Match > g.progress[to].Match) {
+				to = id
+			}
 		}
-		if pr, ok := g.progress[id]; ok && pr.RecentActive && (to == 0 || pr.Match > g.progress[to].Match) {
-			to = id
+		g.mu.Unlock()
+		if lead != g.id {
+			return nil
 		}
-	}
-	g.mu.Unlock()
-	if lead != g.id {
-		return nil
-	}
-	if to == 0 {
-		return errors.New("meta: no other member is running")
+		if to != 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("meta: no other member is running")
+		case <-g.donec:
+			return g.ended()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	select {
 	case g.xferc <- to:
