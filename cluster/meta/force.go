@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 
 	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // Recovery from a lost majority (issue 22), as etcd's --force-new-cluster:
@@ -59,89 +57,43 @@ func (d *disk) forceNewCluster(l *loaded, self uint64) ([]string, error) {
 	if cs == nil {
 		cs, from = l.snap.GetMetadata().GetConfState(), l.snap.GetMetadata().GetIndex()
 	}
-	ids := map[uint64]bool{}
-	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
-		for _, id := range set {
-			ids[id] = true
-		}
-	}
-	names := map[uint64]string{}
+	conf := NewForcedConfig(cs)
+	conf.Term(max(l.hs.GetTerm(), l.snap.GetMetadata().GetTerm()))
 	for id, m := range l.members {
-		names[id] = m.Name
+		conf.Name(id, m.Name)
+	}
+	contextName := func(ctx []byte) string {
+		var info memberInfo
+		if json.Unmarshal(ctx, &info) != nil {
+			return ""
+		}
+		return info.Name
 	}
 	for _, e := range l.entries {
 		if e.GetIndex() <= from {
+			conf.Term(e.GetTerm())
 			continue
 		}
-		switch e.GetType() {
-		case pb.EntryConfChange:
-			cc := &pb.ConfChange{}
-			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-				return nil, fmt.Errorf("meta: conf change at %d: %w", e.GetIndex(), err)
-			}
-			var info memberInfo
-			if len(cc.GetContext()) > 0 && json.Unmarshal(cc.GetContext(), &info) == nil && info.Name != "" {
-				names[cc.GetNodeId()] = info.Name
-			}
-			switch cc.GetType() {
-			case pb.ConfChangeAddNode, pb.ConfChangeAddLearnerNode:
-				ids[cc.GetNodeId()] = true
-			case pb.ConfChangeRemoveNode:
-				delete(ids, cc.GetNodeId())
-			}
-		case pb.EntryConfChangeV2:
+		if e.GetType() == pb.EntryConfChangeV2 {
 			return nil, fmt.Errorf("meta: entry %d is a joint configuration change, which a forced start does not handle", e.GetIndex())
 		}
-	}
-	if !ids[self] {
-		return nil, ErrNotMember
-	}
-	others := make([]uint64, 0, len(ids))
-	for id := range ids {
-		if id != self {
-			others = append(others, id)
+		if err := conf.Apply(e, contextName); err != nil {
+			return nil, fmt.Errorf("meta: %w", err)
 		}
-	}
-	if len(others) == 0 {
-		return nil, nil
-	}
-	sort.Slice(others, func(i, j int) bool { return others[i] < others[j] })
-
-	hs := &pb.HardState{}
-	if l.hs != nil {
-		hs = proto.Clone(l.hs).(*pb.HardState)
 	}
 	last := l.snap.GetMetadata().GetIndex()
 	if n := len(l.entries); n > 0 {
 		last = l.entries[n-1].GetIndex()
 	}
-	term := max(hs.GetTerm(), l.snap.GetMetadata().GetTerm())
-	for _, e := range l.entries {
-		term = max(term, e.GetTerm())
+	ents, hs, removed, err := conf.Removals(self, last, func(id uint64) string { return fmt.Sprintf("%x", id) },
+		func(name string) []byte { return memberInfo{Name: name}.context() })
+	if err != nil || len(ents) == 0 {
+		return nil, err
 	}
-	term++
-	var ents []*pb.Entry
-	removed := make([]string, 0, len(others))
-	for _, id := range others {
-		name := names[id]
-		if name == "" {
-			name = fmt.Sprintf("%x", id)
-		}
-		removed = append(removed, name)
-		cc := &pb.ConfChange{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(id), Context: memberInfo{Name: name}.context()}
-		data, err := proto.Marshal(cc)
-		if err != nil {
-			return nil, err
-		}
-		last++
-		ents = append(ents, &pb.Entry{Type: pb.EntryConfChange.Enum(), Term: new(term), Index: new(last), Data: data})
-	}
-	hs.Term, hs.Vote, hs.Commit = new(term), new(self), new(last)
 	if err := d.saveReady(hs, ents, nil); err != nil {
 		return nil, fmt.Errorf("meta: forced start: %w", err)
 	}
 	l.hs = hs
 	l.entries = append(l.entries, ents...)
-	sort.Strings(removed)
 	return removed, nil
 }

@@ -1,10 +1,11 @@
 package qraft
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
-	pb "go.etcd.io/raft/v3/raftpb"
+	"github.com/warrenmq/warren/cluster/meta"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -57,22 +58,15 @@ func (h *Host) forceGroupAlone(id uint64, r *recovered) ([]string, error) {
 	if !ls.hasHS && !ls.hasSnap && len(ls.ents) == 1 {
 		return nil, nil // nothing of it was written yet
 	}
-	members := map[uint64]bool{}
-	cs := ls.snap.GetMetadata().GetConfState()
-	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
-		for _, m := range set {
-			members[m] = true
-		}
-	}
-	names := map[uint64]string{}
+	conf := meta.NewForcedConfig(ls.snap.GetMetadata().GetConfState())
+	conf.Term(max(ls.hs.GetTerm(), ls.snap.GetMetadata().GetTerm()))
 	for nid, n := range r.names {
-		names[nid] = n
+		conf.Name(nid, n)
 	}
-	term := max(ls.hs.GetTerm(), ls.snap.GetMetadata().GetTerm())
 	last := ls.lastLocked()
 	for i := ls.first + 1; i <= last; i++ {
 		m := ls.ents[i-ls.first]
-		term = max(term, m.term)
+		conf.Term(m.term)
 		if m.typ != recConf && m.typ != recConfV2 {
 			continue
 		}
@@ -80,62 +74,17 @@ func (h *Host) forceGroupAlone(id uint64, r *recovered) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("conf change at %d: %w", i, err)
 		}
-		var changes []*pb.ConfChangeSingle
-		if m.typ == recConf {
-			cc := &pb.ConfChange{}
-			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-				return nil, fmt.Errorf("conf change at %d: %w", i, err)
-			}
-			if len(cc.GetContext()) > 0 {
-				names[cc.GetNodeId()] = string(cc.GetContext())
-			}
-			changes = append(changes, &pb.ConfChangeSingle{Type: cc.Type, NodeId: cc.NodeId})
-		} else {
-			cc := &pb.ConfChangeV2{}
-			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-				return nil, fmt.Errorf("conf change at %d: %w", i, err)
-			}
-			changes = cc.GetChanges()
-		}
-		for _, c := range changes {
-			switch c.GetType() {
-			case pb.ConfChangeAddNode, pb.ConfChangeAddLearnerNode:
-				members[c.GetNodeId()] = true
-			case pb.ConfChangeRemoveNode:
-				delete(members, c.GetNodeId())
-			}
-		}
-	}
-	if !members[h.self] {
-		return nil, fmt.Errorf("this node is not a member of the configuration in its log")
-	}
-	others := make([]uint64, 0, len(members))
-	for m := range members {
-		if m != h.self {
-			others = append(others, m)
-		}
-	}
-	if len(others) == 0 {
-		return nil, nil
-	}
-	sort.Slice(others, func(i, j int) bool { return others[i] < others[j] })
-	term++
-	ents := make([]*pb.Entry, 0, len(others))
-	removed := make([]string, 0, len(others))
-	for _, m := range others {
-		name := names[m]
-		if name == "" {
-			name = h.nameOf(m)
-		}
-		removed = append(removed, name)
-		data, err := proto.Marshal(&pb.ConfChange{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(m), Context: []byte(name)})
-		if err != nil {
+		if err := conf.Apply(e, func(ctx []byte) string { return string(ctx) }); err != nil {
 			return nil, err
 		}
-		last++
-		ents = append(ents, &pb.Entry{Type: pb.EntryConfChange.Enum(), Term: new(term), Index: new(last), Data: data})
 	}
-	hs := &pb.HardState{Term: new(term), Vote: new(h.self), Commit: new(last)}
+	ents, hs, removed, err := conf.Removals(h.self, last, h.nameOf, func(name string) []byte { return []byte(name) })
+	if errors.Is(err, meta.ErrNotMember) {
+		return nil, fmt.Errorf("this node is not a member of the configuration in its log")
+	}
+	if err != nil || len(ents) == 0 {
+		return nil, err
+	}
 	hsData, err := proto.Marshal(hs)
 	if err != nil {
 		return nil, err
@@ -157,6 +106,5 @@ func (h *Host) forceGroupAlone(id uint64, r *recovered) ([]string, error) {
 	for _, p := range old {
 		h.store.Release(p)
 	}
-	sort.Strings(removed)
 	return removed, nil
 }
