@@ -711,8 +711,9 @@ func (q *Queue) qqSettleApplied(node string) bool {
 	req := binary.AppendUvarint(q.appendRef(nil, callQQApplied), b.remote.qqPubID())
 	d, err := q.callNode(node, req)
 	if err != nil {
-		// errQQRetry: not leading (yet), or unreachable.
-		return !errors.Is(err, errQQRetry) && !isQQNotLeader(err)
+		// errQQRetry: not leading (yet; callNode maps that answer to
+		// it), or unreachable.
+		return !errors.Is(err, errQQRetry)
 	}
 	last, known := d.uvarint(), d.bool()
 	if d.err != nil || !known {
