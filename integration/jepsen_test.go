@@ -29,9 +29,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -573,7 +574,7 @@ func (r *jepsenRun) fault(kind string) {
 	t, c := r.t, r.c
 	t.Helper()
 	if kind == "pause-expiring" {
-		for _, q := range sortedKeysOf(r.expiring) {
+		for _, q := range slices.Sorted(maps.Keys(r.expiring)) {
 			r.pauseExpiring(q)
 		}
 		r.applied[kind]++
@@ -686,9 +687,9 @@ func (r *jepsenRun) pauseExpiring(q string) {
 	t.Helper()
 	L := r.leader(q)
 	via := (L + 1 + r.rng.IntN(len(c.nodes)-1)) % len(c.nodes)
-	conn, err := amqp.DialConfig(c.URL(via), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second), Heartbeat: 2 * time.Second})
-	if err != nil {
-		t.Fatalf("pause-expiring: dial %s: %v", c.Name(via), err)
+	conn := r.dial(via, r.stopPub)
+	if conn == nil {
+		t.Fatalf("pause-expiring: dial %s: the publishers stopped", c.Name(via))
 	}
 	defer jClose(conn)
 	ch, err := conn.Channel()
@@ -736,15 +737,6 @@ func (r *jepsenRun) pauseExpiring(q string) {
 	r.rec.addFault(f)
 	t.Logf("%s: pause-expiring %s (leader of %s, %d messages expiring) for %v", r.at(), c.Name(L), q, jExpiringBatch, f.End.Sub(f.Start).Round(time.Millisecond))
 	r.c.waitClusterReady(t)
-}
-
-func sortedKeysOf(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // healAll undoes whatever fault is left: links pass, paused nodes
