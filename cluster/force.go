@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/warrenmq/warren/cluster/meta"
 )
@@ -41,34 +40,30 @@ func (n *Node) forceMeta() error {
 // forceRecords shrinks the queue records once this node leads the
 // metadata group, retrying until it could change them all.
 func (n *Node) forceRecords() {
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		if n.group().Leader() == n.cfg.Node {
-			shrunk, lost, err := n.b.ForcedAlone()
-			if len(shrunk) > 0 {
-				n.log.Warn("cluster: forced start: quorum queues now have this node as their only member", "queues", shrunk)
-			}
-			if err == nil {
-				if len(lost) > 0 {
-					n.log.Error("cluster: forced start: these queues had no replica on this node; their messages are lost with the lost nodes (delete and declare them again)", "queues", lost)
-				}
-				for name, qs := range n.qh.Forced() {
-					n.log.Info("cluster: forced start: quorum group shrunk", "group", name, "removed", qs)
-				}
-				// Only now: a start that stops before this point runs the
-				// recovery again (each step is a no-op when done).
-				if err := ClearForceBoot(n.cfg.DataDir); err != nil {
-					n.log.Error("cluster: removing the force-boot mark", "err", err)
-				}
-				return
-			}
-			n.log.Warn("cluster: forced start: changing the queue records; will retry", "err", err)
+	n.retry("forced start: changing the queue records", func() error {
+		if n.group().Leader() != n.cfg.Node {
+			return errNotYet
 		}
-		select {
-		case <-n.stop:
-			return
-		case <-time.After(delay):
+		shrunk, lost, err := n.b.ForcedAlone()
+		if len(shrunk) > 0 {
+			n.log.Warn("cluster: forced start: quorum queues now have this node as their only member", "queues", shrunk)
 		}
-	}
+		if err != nil {
+			return err
+		}
+		if len(lost) > 0 {
+			n.log.Error("cluster: forced start: these queues had no replica on this node; their messages are lost with the lost nodes (delete and declare them again)", "queues", lost)
+		}
+		for name, qs := range n.qh.Forced() {
+			n.log.Info("cluster: forced start: quorum group shrunk", "group", name, "removed", qs)
+		}
+		// Only now: a start that stops before this point runs the
+		// recovery again (each step is a no-op when done).
+		if err := ClearForceBoot(n.cfg.DataDir); err != nil {
+			n.log.Error("cluster: removing the force-boot mark", "err", err)
+		}
+		return nil
+	})
 }
 
 // ForceBootFile, in a node's data directory, asks its next start to

@@ -312,12 +312,24 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 }
 
 func (n *Node) dropStaleExclusive() {
+	n.retry("deleting the exclusive queues of this node's previous run", n.b.DropStaleExclusive)
+}
+
+// errNotYet is a retry's "nothing to log, try again later".
+var errNotYet = errors.New("not yet")
+
+// retry runs fn until it returns nil or the node closes, waiting from
+// 100 ms, doubling up to 5 s, between tries; a failure other than
+// errNotYet is logged with what.
+func (n *Node) retry(what string, fn func() error) {
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		err := n.b.DropStaleExclusive()
+		err := fn()
 		if err == nil {
 			return
 		}
-		n.log.Warn("cluster: deleting the exclusive queues of this node's previous run; will retry", "err", err)
+		if !errors.Is(err, errNotYet) {
+			n.log.Warn("cluster: "+what+"; will retry", "err", err)
+		}
 		select {
 		case <-n.stop:
 			return
