@@ -80,6 +80,14 @@ func (g *Group) sendSnapStream(ctx context.Context, name string, id uint64, m *p
 	}
 	live := sd.live
 	sort.Slice(live, func(i, j int) bool { return live[i].index < live[j].index })
+	send := func(b *batcher) error {
+		for _, buf := range b.finish() {
+			if err := g.h.cfg.SendBulk(ctx, name, buf); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var part []liveEnt
 	size := 0
 	var count uint64 // entries sent
@@ -89,10 +97,8 @@ func (g *Group) sendSnapStream(ctx context.Context, name string, id uint64, m *p
 		}
 		var b batcher
 		b.addSnapPart(g.id, id, part)
-		for _, buf := range b.finish() {
-			if err := g.h.cfg.SendBulk(ctx, name, buf); err != nil {
-				return err
-			}
+		if err := send(&b); err != nil {
+			return err
 		}
 		count += uint64(len(part))
 		clear(part)
@@ -134,10 +140,8 @@ func (g *Group) sendSnapStream(ctx context.Context, name string, id uint64, m *p
 				for off := 0; off < len(data); off += snapPartBytes {
 					var b batcher
 					b.addSnapFrag(g.id, id, l.index, l.term, uint64(len(data)), uint64(off), data[off:min(off+snapPartBytes, len(data))])
-					for _, buf := range b.finish() {
-						if err := g.h.cfg.SendBulk(ctx, name, buf); err != nil {
-							return err
-						}
+					if err := send(&b); err != nil {
+						return err
 					}
 				}
 				count++
@@ -162,12 +166,7 @@ func (g *Group) sendSnapStream(ctx context.Context, name string, id uint64, m *p
 	if err := b.addRaft(g.id, m); err != nil {
 		return err
 	}
-	for _, buf := range b.finish() {
-		if err := g.h.cfg.SendBulk(ctx, name, buf); err != nil {
-			return err
-		}
-	}
-	return nil
+	return send(&b)
 }
 
 // snapStreamEnded runs on the loop when a stream's goroutine is done.
