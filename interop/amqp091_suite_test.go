@@ -9,13 +9,16 @@ import (
 	"github.com/warrenmq/warren/internal/testutil"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,8 +80,8 @@ func patchSuite(t *testing.T, dir, port string) {
 // `go test` can run in it; its one dependency (goleak) comes through the
 // module proxy, verified by the module's own go.sum.
 //
-// It takes about 4-5 minutes (~3 of them are the allowed failures timing
-// out), so -short skips it.
+// Its tests run in four processes at once (runSuiteShards): about 50 s,
+// against 2m24s in one. -short skips it.
 func TestAmqp091Suite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("amqp091-go integration suite takes minutes; skipped with -short")
@@ -158,18 +161,10 @@ func runAmqp091Suite(t *testing.T, goBin, dir string, env []string, url, port st
 	timeout := suiteTimeout(t, 8*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	// go test's own -timeout fires first and dumps the goroutines of a hang.
-	innerTimeout := timeout - 20*time.Second
-	cmd := command(ctx, dir, append(env, "AMQP_URL="+url), goBin, "test",
-		"-tags", "integration", "-count=1", "-v", "-timeout", innerTimeout.String(), "-run", ".", "./")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
 	start := time.Now()
-	runErr := cmd.Run()
+	out, res, runErr := runSuiteShards(t, ctx, dir, env, url, port, goBin, timeout-20*time.Second)
 	elapsed := time.Since(start).Round(time.Second)
 
-	res := parseGoTestOutput(out.String())
 	var unexpected, allowed, nowPassing []string
 	for _, name := range res.failed {
 		if _, ok := amqp091AllowedFailures[name]; ok {
@@ -319,9 +314,11 @@ type goTestResult struct {
 }
 
 var (
-	resultLine  = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+) \(`)
-	runLine     = regexp.MustCompile(`^=== (RUN|CONT|PAUSE|NAME)\s+(\S+)`)
-	summaryLine = regexp.MustCompile(`^(ok|FAIL)\s+\S+\s+[0-9.]+s`)
+	resultLine = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+) \(`)
+	runLine    = regexp.MustCompile(`^=== (RUN|CONT|PAUSE|NAME)\s+(\S+)`)
+	// the last line of `go test` (ok/FAIL, package, time) or of a test
+	// binary run directly (PASS/FAIL alone)
+	summaryLine = regexp.MustCompile(`^(ok|FAIL)\s+\S+\s+[0-9.]+s|^(PASS|FAIL)$`)
 	crashLine   = regexp.MustCompile(`^(panic: |fatal error: |goleak: )`)
 )
 
@@ -381,4 +378,117 @@ func tail(s string, n int) string {
 		lines = append([]string{fmt.Sprintf("... (%d lines omitted)", len(lines)-n)}, lines[len(lines)-n:]...)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// amqp091Shards is how many processes run the suite's tests at once. Most
+// of its time is client-side waiting (recovery delays, 5 s listener
+// timeouts), so shards overlap their waits rather than their CPU: the
+// suite took 2m24s in one process and takes under a minute in four.
+const amqp091Shards = 4
+
+// amqp091Independent is the suite's file whose tests each name their own
+// connection and queues (and take 5-16 s each, 110 s of the suite): they
+// are spread over the shards after the first. Every other test runs in
+// the first shard, in the suite's order, since some rely on what an
+// earlier one left (TestIntegrationGetEmpty gets the message an earlier
+// test left in test.get-ok).
+const amqp091Independent = "recovery_test.go"
+
+// runSuiteShards compiles the suite once, lists its tests and runs them
+// in amqp091Shards concurrent processes, each with a virtual host of its
+// own (created and removed through the management API on port) so that
+// names the tests reuse cannot meet. It returns every shard's output and
+// the merged result; err is the first shard's run error.
+func runSuiteShards(t *testing.T, ctx context.Context, dir string, env []string, url, port, goBin string, innerTimeout time.Duration) (*bytes.Buffer, goTestResult, error) {
+	t.Helper()
+	bin := filepath.Join(dir, "amqp091.test")
+	if b, err := command(ctx, dir, env, goBin, "test", "-c", "-tags", "integration", "-o", bin, "./").CombinedOutput(); err != nil {
+		t.Fatalf("building amqp091-go's tests: %v\n%s", err, b)
+	}
+	listed, err := command(ctx, dir, env, bin, "-test.list", ".").Output()
+	if err != nil {
+		t.Fatalf("listing amqp091-go's tests: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(dir, amqp091Independent))
+	if err != nil {
+		t.Fatalf("amqp091-go's %s: %v (update amqp091Independent)", amqp091Independent, err)
+	}
+	independent := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^func (Test\w+)\(`).FindAllSubmatch(src, -1) {
+		independent[string(m[1])] = true
+	}
+	shards := make([][]string, amqp091Shards)
+	n, spread := 0, 0
+	for _, l := range strings.Split(string(listed), "\n") {
+		if !strings.HasPrefix(l, "Test") && !strings.HasPrefix(l, "Example") && !strings.HasPrefix(l, "Fuzz") {
+			continue
+		}
+		i := 0
+		if independent[l] {
+			i = 1 + spread%(len(shards)-1)
+			spread++
+		}
+		shards[i] = append(shards[i], regexp.QuoteMeta(l))
+		n++
+	}
+	if n < 100 || spread < 10 {
+		t.Fatalf("amqp091-go lists %d tests, %d of them in %s; want 100 and 10 or more:\n%s", n, spread, amqp091Independent, listed)
+	}
+	outs := make([]bytes.Buffer, len(shards))
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, shard := range shards {
+		vhost := fmt.Sprintf("amqp091-go-%d", i)
+		mgmtVhost(t, port, vhost)
+		cmd := command(ctx, dir, append(env, "AMQP_URL="+strings.TrimSuffix(url, "/")+"/"+vhost), bin,
+			"-test.count=1", "-test.v", "-test.timeout", innerTimeout.String(),
+			"-test.run", "^("+strings.Join(shard, "|")+")$")
+		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
+		wg.Go(func() { errs[i] = cmd.Run() })
+	}
+	wg.Wait()
+	all := &bytes.Buffer{}
+	merged := goTestResult{output: map[string]string{}, completed: true}
+	var runErr error
+	for i := range shards {
+		fmt.Fprintf(all, "##### shard %d of %d\n", i+1, len(shards))
+		all.Write(outs[i].Bytes())
+		r := parseGoTestOutput(outs[i].String())
+		merged.passed = append(merged.passed, r.passed...)
+		merged.failed = append(merged.failed, r.failed...)
+		merged.skipped = append(merged.skipped, r.skipped...)
+		maps.Copy(merged.output, r.output)
+		merged.completed = merged.completed && r.completed
+		if runErr == nil {
+			runErr = errs[i]
+		}
+	}
+	sort.Strings(merged.failed)
+	return all, merged, runErr
+}
+
+// mgmtVhost creates vhost through the management API on localhost:port,
+// gives guest every permission on it, and removes it when t ends.
+func mgmtVhost(t *testing.T, port, vhost string) {
+	t.Helper()
+	base := "http://localhost:" + port + "/api/"
+	call := func(method, path, body string) {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth("guest", "guest")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 300 && !(method == "DELETE" && resp.StatusCode == 404) {
+			t.Fatalf("%s %s: %s", method, path, resp.Status)
+		}
+	}
+	call("PUT", "vhosts/"+vhost, "{}")
+	call("PUT", "permissions/"+vhost+"/guest", `{"configure":".*","write":".*","read":".*"}`)
+	t.Cleanup(func() { call("DELETE", "vhosts/"+vhost, "") })
 }
