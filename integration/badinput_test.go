@@ -204,6 +204,7 @@ var badInputDifferences = map[string]struct{ rabbit, reason string }{
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	warren := newWarrenTarget(t)
 	h := newHealthy(t, warren.url)
 	var rabbit *target

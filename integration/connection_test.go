@@ -257,6 +257,7 @@ func TestHeartbeatKeepsIdleConnectionAlive(t *testing.T) {
 }
 
 func TestHeartbeatTimeout(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	rc := dialRaw(t, e.addr(), 1, 0)
 	start := time.Now()

@@ -609,6 +609,7 @@ func ddCompare(t *testing.T, w, r *ddObs, wPrefix, rPrefix string) {
 // TestDLXDifferential runs every scenario against Warren and RabbitMQ and
 // compares what the client saw.
 func TestDLXDifferential(t *testing.T) {
+	t.Parallel()
 	rurl := rabbitURL(t)
 	if rurl == "" {
 		t.Skip("no RabbitMQ oracle")

@@ -908,6 +908,7 @@ func (o outcome) expand(tg *target) outcome {
 }
 
 func TestErrorReplies(t *testing.T) {
+	t.Parallel()
 	warren := newWarrenTarget(t)
 	var rabbit *target
 	if u := rabbitURL(t); u != "" {
@@ -921,7 +922,8 @@ func TestErrorReplies(t *testing.T) {
 		}
 		seen[sc.name] = true
 		t.Run(sc.name, func(t *testing.T) {
-			warren.prefix = fmt.Sprintf("%s-%d", warren.base, i)
+			t.Parallel() // every name a scenario makes starts with its own prefix
+			warren := warren.scenario(fmt.Sprintf("%s-%d", warren.base, i))
 			got := sc.run(t, warren)
 			if want := sc.want.expand(warren); got != want {
 				t.Errorf("warren:\n got %v\nwant %v", got, want)
@@ -929,7 +931,7 @@ func TestErrorReplies(t *testing.T) {
 			if rabbit == nil {
 				return
 			}
-			rabbit.prefix = fmt.Sprintf("%s-%d", rabbit.base, i)
+			rabbit := rabbit.scenario(fmt.Sprintf("%s-%d", rabbit.base, i))
 			want := sc.want.expand(rabbit)
 			diff, allowed := rabbitDifferences[sc.name]
 			if allowed {

@@ -37,6 +37,7 @@ var nonFiniteValues = []struct {
 // a healthy connection keeps working, and on Warren nothing was stored
 // (after a restart the queues do not exist).
 func TestNonFiniteFloats(t *testing.T) {
+	t.Parallel()
 	warren := newWarrenTarget(t)
 	targets := []*target{warren}
 	if u := rabbitURL(t); u != "" {

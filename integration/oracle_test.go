@@ -65,20 +65,34 @@ type target struct {
 
 	warren *warrentest.Broker // nil for RabbitMQ
 
+	*targetRun // shared by every scenario's view of the target (scenario)
+}
+
+// targetRun is what a run creates on a target, shared by the views that
+// parallel scenarios take of it.
+type targetRun struct {
 	mu       sync.Mutex
 	users    map[string]bool
 	vhosts   map[string]bool
 	cleanups []func()
 }
 
+// scenario returns a view of tg whose names start with prefix, for a
+// scenario that may run alongside others.
+func (tg *target) scenario(prefix string) *target {
+	c := *tg
+	c.prefix = prefix
+	return &c
+}
+
 func newWarrenTarget(t *testing.T) *target {
 	b := warrentest.Start(t)
-	return &target{kind: "warren", url: b.URL(), addr: b.Addr(), base: "werr-" + randomSuffix(), warren: b}
+	return &target{kind: "warren", url: b.URL(), addr: b.Addr(), base: "werr-" + randomSuffix(), warren: b, targetRun: &targetRun{}}
 }
 
 func newRabbitTarget(t *testing.T, u string) *target {
 	pu, _ := url.Parse(u)
-	return &target{kind: "rabbitmq", url: u, addr: pu.Host, base: "werr-" + randomSuffix()}
+	return &target{kind: "rabbitmq", url: u, addr: pu.Host, base: "werr-" + randomSuffix(), targetRun: &targetRun{}}
 }
 
 // name returns a unique resource name for this run.

@@ -872,6 +872,7 @@ func pmDeleteVHost(t *testing.T, tg *mgmtTarget, vh string) {
 }
 
 func TestPermissionMatrix(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	res := map[string]map[string]string{}
 	start := time.Now()
