@@ -9,12 +9,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// TestUIKeyboardAndContrast: issue 15, keyboard use and readable contrast.
+// testUIKeyboardAndContrast (TestUI/KeyboardAndContrast): issue 15, keyboard use and readable contrast.
 // Signing in, moving between pages, sorting a list and opening and
 // dismissing a dialog all work from the keyboard alone; every page of
 // the top bar has its text at WCAG AA contrast in the light and the dark
 // colour scheme.
-func TestUIKeyboardAndContrast(t *testing.T) {
+func testUIKeyboardAndContrast(t *testing.T) {
 	chrome := uiChromium(t)
 	e := newEnv(t)
 	w := e.warren()

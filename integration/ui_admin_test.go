@@ -55,7 +55,7 @@ func u3Code(err error) int {
 	return 0
 }
 
-// TestUIAdmin: issue 15, the Admin pages: create a user with tags and
+// testUIAdmin (TestUI/Admin): issue 15, the Admin pages: create a user with tags and
 // give it permissions and a topic permission, in the UI, then use them
 // over AMQP (and be refused what they do not allow); update its tags
 // keeping its password; add a vhost and a max-queues limit refused over
@@ -65,7 +65,7 @@ func u3Code(err error) int {
 // file refused with the server's reason) and download; the pages at phone
 // width; the pages as a user with only the management tag; deleting the
 // user and the vhost.
-func TestUIAdmin(t *testing.T) {
+func testUIAdmin(t *testing.T) {
 	chrome := uiChromium(t)
 	w := warrentest.Start(t)
 	base := w.MgmtURL()

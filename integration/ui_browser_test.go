@@ -29,21 +29,38 @@ import (
 // uiSel selects the first element matching a CSS selector.
 type uiSel = chromedp.CSS
 
-// uiOne lets one browser test run at a time: they run in parallel with
-// the package's other parallel tests (which wait on the network), never
-// with each other (a browser takes a core).
-var uiOne = make(chan struct{}, 1)
+// TestUI runs the web UI's browser tests one after another (a browser
+// takes a core), together in parallel with the package's other parallel
+// tests, which wait on the network. As subtests of one test they hold one
+// of the package's parallel slots; as parallel tests of their own, those
+// waiting for the browser held a slot each. Run one with
+// -run 'TestUI/Queues$'.
+func TestUI(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"Browser", testUIBrowser},
+		{"BrowserClusterNodes", testUIBrowserClusterNodes},
+		{"Queues", testUIQueues},
+		{"DeadLetterTimelineAndPreview", testUIDeadLetterTimelineAndPreview},
+		{"OverviewCharts", testUIOverviewCharts},
+		{"ConnsChannels", testUIConnsChannels},
+		{"Exchanges", testUIExchanges},
+		{"Admin", testUIAdmin},
+		{"ClusterPage", testUIClusterPage},
+		{"KeyboardAndContrast", testUIKeyboardAndContrast},
+	} {
+		t.Run(c.name, c.run)
+	}
+}
 
-// uiChromium finds the browser, or skips (fails under CI=true). The test
-// runs in parallel with the package's other parallel tests, one browser
-// test at a time (uiOne).
+// uiChromium finds the browser, or skips (fails under CI=true).
 func uiChromium(t *testing.T) string {
 	t.Helper()
-	t.Parallel()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
-			uiOne <- struct{}{}
-			t.Cleanup(func() { <-uiOne })
 			return p
 		}
 	}
@@ -316,7 +333,7 @@ func (b *uiBrowser) poll(what, expr string) {
 	})
 }
 
-func TestUIBrowser(t *testing.T) {
+func testUIBrowser(t *testing.T) {
 	chrome := uiChromium(t)
 	w := warrentest.Start(t)
 	base := w.MgmtURL()
@@ -509,10 +526,10 @@ func uiWaitMessages(t *testing.T, ch *amqp.Channel, queue string, n int) {
 	}
 }
 
-// TestUIBrowserClusterNodes: issue 13, the web UI shows the cluster's
+// testUIBrowserClusterNodes (TestUI/BrowserClusterNodes): issue 13, the web UI shows the cluster's
 // nodes: the overview of one node lists every node with its state and
 // the metadata leader, and a stopped node shows as stopped.
-func TestUIBrowserClusterNodes(t *testing.T) {
+func testUIBrowserClusterNodes(t *testing.T) {
 	chrome := uiChromium(t)
 	c := warrentest.StartCluster(t, 3)
 	base := c.Node(0).MgmtURL()

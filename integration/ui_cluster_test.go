@@ -12,12 +12,12 @@ import (
 	"github.com/warrenmq/warren/warrentest"
 )
 
-// TestUIClusterPage: issue 15, the cluster page lists the nodes and the
+// testUIClusterPage (TestUI/ClusterPage): issue 15, the cluster page lists the nodes and the
 // quorum queues with their leader and members; moving a queue's leader
 // from the page moves it (the brokers agree on the new leader), a
 // refused move shows the server's reason in the dialog, and a stopped
 // member shows stopped and offline.
-func TestUIClusterPage(t *testing.T) {
+func testUIClusterPage(t *testing.T) {
 	chrome := uiChromium(t)
 	c := warrentest.StartCluster(t, 3)
 	conn, err := amqp.Dial(c.Node(0).URL())

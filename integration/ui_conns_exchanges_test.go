@@ -33,13 +33,13 @@ func jsq(s string) string {
 	return strings.TrimSpace(buf.String())
 }
 
-// TestUIConnsChannels: issue 15, the connections and channels pages. A
+// testUIConnsChannels (TestUI/ConnsChannels): issue 15, the connections and channels pages. A
 // named amqp091-go connection shows in the list and on its page with its
 // channel; its channel shows 3 unacknowledged messages and its consumer;
 // a monitoring user's close is refused with the server's reason (error
 // path) and the connection stays open; guest closes it with a reason, and
 // the client gets connection.close 320 CONNECTION_FORCED with that text.
-func TestUIConnsChannels(t *testing.T) {
+func testUIConnsChannels(t *testing.T) {
 	chrome := uiChromium(t)
 	tg := newMgmtWarren(t)
 	base := tg.url
@@ -188,7 +188,7 @@ func TestUIConnsChannels(t *testing.T) {
 	b.checkNoExceptions()
 }
 
-// TestUIExchanges: issue 15, the exchanges pages. Add an exchange with
+// testUIExchanges (TestUI/Exchanges): issue 15, the exchanges pages. Add an exchange with
 // typed arguments in the UI (checked over AMQP and the API) and an
 // x-delayed-message one, filter the list by vhost, bind the exchange to a
 // queue, publish from its page with a routing key, headers and properties
@@ -198,7 +198,7 @@ func TestUIConnsChannels(t *testing.T) {
 // Error paths: an amq. name is refused with RabbitMQ's reason, a delayed
 // exchange without x-delayed-type shows the server's reason, binding to a
 // missing queue shows the 404's reason, and deleting amq.direct is refused.
-func TestUIExchanges(t *testing.T) {
+func testUIExchanges(t *testing.T) {
 	chrome := uiChromium(t)
 	tg := newMgmtWarren(t)
 	base := tg.url

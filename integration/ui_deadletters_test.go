@@ -13,14 +13,14 @@ import (
 	"github.com/warrenmq/warren/internal/testutil"
 )
 
-// TestUIDeadLetterTimelineAndPreview: issue 15, the dead-letter page's
+// testUIDeadLetterTimelineAndPreview (TestUI/DeadLetterTimelineAndPreview): issue 15, the dead-letter page's
 // timeline shows the dead letters per minute by reason, by source queue
 // and by destination, and follows new traffic; the replay dialog previews
 // where each message would go before anything moves (following its
 // filters), and the replay then empties the DLQ as the preview said. The
 // page and the dialog work from the keyboard, at 1280 px and 390 px, with
 // readable contrast.
-func TestUIDeadLetterTimelineAndPreview(t *testing.T) {
+func testUIDeadLetterTimelineAndPreview(t *testing.T) {
 	chrome := uiChromium(t)
 	e := newEnv(t)
 	w := e.warren()

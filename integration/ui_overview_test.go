@@ -11,7 +11,7 @@ import (
 	"github.com/warrenmq/warren/internal/testutil"
 )
 
-// TestUIOverviewCharts: issue 15, the overview's charts follow the
+// testUIOverviewCharts (TestUI/OverviewCharts): issue 15, the overview's charts follow the
 // broker's history: after traffic, the message-rates chart's publish,
 // deliver and dead-lettered series rise above zero and the
 // queued-messages chart ends at the queues' depth; the node's memory is
@@ -19,7 +19,7 @@ import (
 // demand (SampleNow) rather than every 5 s, but the chart asks for
 // RabbitMQ's default range (10 minutes at 5 s), so two samples 5 s apart
 // are needed: the test takes about 10 s.
-func TestUIOverviewCharts(t *testing.T) {
+func testUIOverviewCharts(t *testing.T) {
 	chrome := uiChromium(t)
 	e := newEnv(t)
 	w := e.warren()

@@ -65,12 +65,12 @@ func u2Passive(t *testing.T, conn *amqp.Connection, queue string) (amqp.Queue, b
 	return q, false
 }
 
-// TestUIQueues: issue 15, the queues pages' main actions in a browser:
+// testUIQueues (TestUI/Queues): issue 15, the queues pages' main actions in a browser:
 // add a queue with arguments (a bad argument shows the server's reason),
 // add and remove a binding, publish a message from the queue page and get
 // it back, purge, move messages to another queue, delete (if-empty
 // refused with the reason, then deleted), and a quorum queue's members.
-func TestUIQueues(t *testing.T) {
+func testUIQueues(t *testing.T) {
 	chrome := uiChromium(t)
 	tg := newMgmtWarren(t)
 	conn, err := amqp.Dial(tg.amqpURL)
