@@ -168,9 +168,7 @@ func (b *Broker) close(clean bool) error {
 			if v := b.VHost(vn); v != nil {
 				v.dlq.release() // clients waiting on dead letters owed to other nodes
 				for _, q := range v.Queues() {
-					if q.qq != nil {
-						q.qq.newEpoch() // flushers waiting for marks give up (qqmarks.go)
-					}
+					q.typ().closing()
 				}
 			}
 		}

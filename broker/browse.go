@@ -24,9 +24,11 @@ type Browsed struct {
 // disk only (spill.go) are read from the queue's log, so the queue is
 // locked while fn runs: keep fn cheap and stop early.
 func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
-	if !q.IsLocal() {
-		return q.remoteBrowse(offset, fn)
-	}
+	return q.typ().browse(offset, fn)
+}
+
+// browseHere is Browse where the queue's machine runs.
+func (q *Queue) browseHere(offset int, fn func(Browsed) bool) (total int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	total = q.readyLocked()
@@ -42,16 +44,20 @@ func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
 			return true
 		})
 	}
-	if stop {
-		return total
+	if !stop {
+		q.backing().browsePaged(&i, offset, fn)
 	}
-	if q.qq != nil { // a quorum queue's leader: its paged-out tail (qqpage.go)
-		q.qq.browsePagedLocked(&i, offset, fn)
-		return total
-	}
+	return total
+}
+
+// browseSpilledLocked is browsePaged for a classic queue: the spilled
+// messages, from its log (spill.go).
+func (q *Queue) browseSpilledLocked(ip *int, offset int, fn func(Browsed) bool) {
+	i := *ip
+	defer func() { *ip = i }()
 	s := &q.spill
 	if !s.active || q.disk == nil || q.disk.log == nil {
-		return total
+		return
 	}
 	err := q.disk.log.ScanFrom(s.cursor, func(p store.Pos, typ byte, pl []byte) error {
 		if typ != recMessage && typ != recMovedIn {
@@ -80,7 +86,6 @@ func (q *Queue) Browse(offset int, fn func(Browsed) bool) (total int) {
 	if err != nil && !errors.Is(err, errStopScan) {
 		q.vhost.b.log.Error("message store: browsing spilled messages", "queue", q.Name, "err", err)
 	}
-	return total
 }
 
 // Return puts messages taken with Get(false) or Take back exactly as they
@@ -93,7 +98,7 @@ func (q *Queue) Return(ds []Delivery, redelivered bool) {
 	defer q.unlock()
 	for i := range ds {
 		inSpill := len(q.taken) > 0 && q.untakeLocked(&ds[i], redelivered) ||
-			q.qq != nil && q.qq.untakePagedLocked(&ds[i], redelivered)
+			q.backing().untakePaged(&ds[i], redelivered)
 		if h := ds[i].holder; h != nil {
 			q.m.Untake(h, ds[i].Seq, ds[i].ck, redelivered, inSpill)
 		}
@@ -213,9 +218,16 @@ func (q *Queue) Take(cur *TakeCursor, limit, budget int, upto uint64, match func
 			break // level 0 is walked again on every call, from cur.seq
 		}
 	}
-	if q.qq != nil { // a quorum queue's leader: its paged-out tail (qqpage.go)
-		return q.qq.takePagedLocked(cur, now, limit, budget, &examined, upto, match, ds)
-	}
+	return q.backing().takePaged(cur, now, limit, budget, &examined, upto, match, ds)
+}
+
+// takeSpilledLocked is takePaged for a classic queue: Take's walk
+// through the spilled messages, where they sit in its log (spill.go).
+func (q *Queue) takeSpilledLocked(cur *TakeCursor, now int64, limit, budget int, examinedp *int, upto uint64,
+	match func(*Message) bool, ds []Delivery) (_ []Delivery, done bool) {
+	examined := *examinedp
+	defer func() { *examinedp = examined }()
+	full := func() bool { return limit > 0 && len(ds) >= limit }
 	s := &q.spill
 	if !s.active || q.disk == nil || q.disk.log == nil {
 		return ds, true

@@ -47,26 +47,6 @@ func newRunBase(node string) uint64 {
 	return ConnIDBase(node) | uint64(binary.LittleEndian.Uint16(e[:]))<<24
 }
 
-// IsLocal reports whether q lives on this node: always for a single
-// node; in a cluster, when its home is this node; for a replicated quorum
-// queue (issue 14), when this node is its leader and has taken over.
-func (q *Queue) IsLocal() bool {
-	if q.qq != nil {
-		return q.qq.leaderHere()
-	}
-	return q.Home == "" || q.Home == q.vhost.b.node
-}
-
-// HomeNode is the node where q's messages and consumers are now: Home
-// for a classic queue, the current leader of a replicated quorum queue
-// ("" while no leader is known).
-func (q *Queue) HomeNode() string {
-	if q.qq != nil {
-		return q.qq.leaderNode()
-	}
-	return q.Home
-}
-
 // chooseHome picks the home node of a new queue in a cluster (called by
 // the declaring node before it proposes the declare): Config.PlaceQueue
 // if it answers; an exclusive queue's owner connection's node (this one);

@@ -477,7 +477,7 @@ func (v *VHost) proposeQueueDeclare(s QueueSpec) (*Queue, int, int, error) {
 	if q == nil { // deleted again at once
 		return nil, 0, 0, notFoundQueue(s.Name, v.Name)
 	}
-	if !q.IsLocal() {
+	if !q.typ().here() {
 		return q, 0, 0, nil // new: empty, unused (and on its home: awaitAll)
 	}
 	m, n := q.Counts()
@@ -540,7 +540,7 @@ func (v *VHost) dropQueue(q *Queue, why string) {
 		v.deleteQueue(q, false, false)
 		return
 	}
-	if !q.IsLocal() {
+	if !q.typ().here() {
 		return
 	}
 	c := &command{Op: opQueueDrop, VHost: v.Name, Name: q.Name}

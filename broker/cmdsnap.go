@@ -153,9 +153,7 @@ func (b *Broker) snapshot() *snapState {
 			q := v.queues[name]
 			sq := snapQueue{VHost: v.Name, Name: name, Durable: q.Durable, Exclusive: q.Exclusive,
 				AutoDelete: q.AutoDelete, Args: encodeArgs(q.Args), Owner: q.Owner, Home: q.Home}
-			if q.qq != nil {
-				sq.Members, sq.Group = slices.Clone(q.qq.members), q.qq.id
-			}
+			sq.Members, sq.Group = q.typ().replicas()
 			st.Queues = append(st.Queues, sq)
 		}
 		v.mu.RUnlock()

@@ -304,7 +304,7 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
 			continue
 		}
-		if !t.IsLocal() || t.qq != nil { // owed until its home (a quorum queue's leader) confirms (dlremote.go)
+		if t.typ().answersLater() { // owed until its home (a quorum queue's leader) confirms (dlremote.go)
 			if remote == nil {
 				remote = &remoteDL{msg: p.msg}
 			}
@@ -316,7 +316,7 @@ func (q *Queue) sendDeadLetter(r *Router, p *pendingDL) bool {
 		}
 	}
 	if remote != nil {
-		if q.qq != nil && q.atLeastOnce() && p.join == nil {
+		if q.replicated() && q.atLeastOnce() && p.join == nil {
 			// A quorum queue's leader removes the message (a replicated
 			// Remove) only once its remote targets have it too: a new
 			// leader dead-letters it again otherwise.

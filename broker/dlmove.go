@@ -59,7 +59,7 @@ func (q *Queue) planMove(r *Router, p *pendingDL) *dlMove {
 			v.b.log.Warn("dead-letter cycle: message dropped", "queue", q.Name, "target", t.Name, "vhost", v.Name)
 			continue
 		}
-		if !t.IsLocal() || t.qq != nil { // owed until its home (a quorum queue's leader) confirms
+		if t.typ().answersLater() { // owed until its home (a quorum queue's leader) confirms
 			if mv == nil {
 				mv = &dlMove{seq: p.src.seq, seg: p.src.seg, msg: p.msg}
 			}

@@ -160,19 +160,10 @@ func (q *Queue) sendRemoteDL(rd *remoteDL) {
 		v.mu.RLock()
 		t := v.queues[name]
 		v.mu.RUnlock()
-		switch {
-		case t == nil:
+		if t == nil {
 			q.remoteDLAnswer(rd, name, errRemoteNoQueue)
-		case t.qq != nil: // a replicated quorum queue: through its leader
-			q.qqForwardDL(t, rd, name)
-		case t.IsLocal(): // its home moved here
-			if t.enqueue(rd.msg, nil) == rejectedOverflow {
-				q.remoteDLAnswer(rd, name, ErrRemoteRejected)
-			} else {
-				q.remoteDLAnswer(rd, name, nil)
-			}
-		default:
-			q.forwardDL(t, rd, name)
+		} else {
+			t.typ().takeDeadLetter(q, rd, name)
 		}
 	}
 }

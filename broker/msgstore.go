@@ -722,7 +722,7 @@ func (ms *MsgStore) recover(b *Broker) error {
 	for _, vn := range b.VHosts() {
 		v := b.VHost(vn)
 		for _, q := range v.Queues() {
-			if !q.persisted() || !q.IsLocal() { // a remote queue's log is on its home
+			if !q.persisted() || !q.typ().here() { // a remote queue's log is on its home
 				continue
 			}
 			k := scopedKey(vn, q.Name)

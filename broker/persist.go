@@ -376,9 +376,7 @@ func queueOp(v *VHost, q *Queue) defOp {
 		DefQueue: DefQueue{Name: q.Name, VHost: v.Name, Type: typ, Durable: &durable, AutoDelete: q.AutoDelete,
 			Arguments: tableToJSON(q.Args)},
 		AMQPArgs: encodeArgs(q.Args), Node: q.Home, Exclusive: q.Exclusive, Owner: q.Owner}
-	if q.qq != nil {
-		rec.Members, rec.Group = q.qq.members, q.qq.id
-	}
+	rec.Members, rec.Group = q.typ().replicas()
 	return putOp(DefKindQueues, scopedKey(v.Name, q.Name), rec)
 }
 

@@ -912,7 +912,7 @@ func (q *Queue) qqAttach(c *Consumer, node string, ep uint64, added func()) (qqL
 		leg := &Consumer{Tag: c.Tag, NoAck: c.NoAck, Exclusive: c.Exclusive, Priority: c.Priority,
 			Args: c.Args, Owner: c.Owner, Prefetch: c.Prefetch}
 		leg.Sink = &qqLegSink{q: q, c: c, epoch: ep}
-		err := q.addConsumerLocal(leg, func() {
+		err := q.addConsumerHere(leg, func() {
 			setConsumerQueue(c, q)
 			if added != nil {
 				added()
@@ -1296,7 +1296,7 @@ func (q *Queue) qqGet(noAck bool) (Delivery, int, bool) {
 		q.qc.qqOriginLocked(ep, node)
 		q.qc.mu.Unlock()
 		if node == q.vhost.b.node {
-			d, n, ok := q.getLocal(noAck)
+			d, n, ok := q.getHere(noAck)
 			d.term = ep
 			return d, n, ok
 		}
@@ -1451,3 +1451,78 @@ func (q *Queue) qqForwardDL(t *Queue, rd *remoteDL, name string) {
 		w.done(errRemoteFailed)
 	}
 }
+
+// quorumType is a replicated quorum queue (kinds.go): publishes,
+// consumers and gets go through its leader, wherever it moves; the rest
+// runs on the machine here when this node leads, else on the leader's.
+type quorumType struct{ q *Queue }
+
+func (k quorumType) enqueue(m *Message, r *Router) enqueueResult { return k.q.qqPublish(m, r) }
+func (k quorumType) get(noAck bool) (Delivery, int, bool)        { return k.q.qqGet(noAck) }
+func (k quorumType) addConsumer(c *Consumer, added func()) error {
+	return k.q.qqAddConsumer(c, added)
+}
+func (k quorumType) removeConsumer(c *Consumer) { k.q.qqRemoveConsumer(c) }
+
+func (k quorumType) dispatch() {
+	if k.here() {
+		k.q.dispatchHere()
+	} else {
+		k.q.remoteDispatch()
+	}
+}
+
+// settle drops stale deliveries and sends those of other nodes' legs to
+// their leader (qqSettle); the rest are the machine's here.
+func (k quorumType) settle(ds []Delivery, kind byte) {
+	if ds = k.q.qqSettle(ds, kind); len(ds) == 0 {
+		return
+	}
+	if k.here() {
+		k.q.settleHere(ds, kind)
+	} else {
+		k.q.remoteSettle(ds, kind)
+	}
+}
+
+func (k quorumType) purge() int {
+	if k.here() {
+		return k.q.purgeHere()
+	}
+	n, _ := k.q.remotePurge()
+	return n
+}
+
+func (k quorumType) counts() (messages, consumers int) {
+	if k.here() {
+		return k.q.countsHere()
+	}
+	messages, consumers, _ = k.q.remoteCounts(false)
+	return messages, consumers
+}
+
+func (k quorumType) browse(offset int, fn func(Browsed) bool) int {
+	if k.here() {
+		return k.q.browseHere(offset, fn)
+	}
+	return k.q.remoteBrowse(offset, fn)
+}
+
+func (k quorumType) here() bool   { return k.q.qq.leaderHere() }
+func (k quorumType) home() string { return k.q.qq.leaderNode() }
+
+// takeDeadLetter: through its leader.
+func (k quorumType) takeDeadLetter(src *Queue, rd *remoteDL, name string) {
+	src.qqForwardDL(k.q, rd, name)
+}
+func (quorumType) answersLater() bool { return true }
+func (k quorumType) replicas() (members []string, group uint64) {
+	return slices.Clone(k.q.qq.members), k.q.qq.id
+}
+func (k quorumType) started(fresh bool) { k.q.qq.start(fresh) } // this node's member, if it is one
+
+// deletable: a quorum queue without a leader can be deleted (RabbitMQ
+// forces it).
+func (quorumType) deletable() error { return nil }
+func (k quorumType) deleted()       { k.q.qq.delete() }
+func (k quorumType) closing()       { k.q.qq.newEpoch() } // flushers waiting for marks give up (qqmarks.go)

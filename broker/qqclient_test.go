@@ -175,7 +175,7 @@ func qqWait(tok Durability, d time.Duration) error {
 func bodies(q *Queue) []string {
 	var out []string
 	for {
-		d, _, ok := q.getLocal(true)
+		d, _, ok := q.getHere(true)
 		if !ok {
 			return out
 		}

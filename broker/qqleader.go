@@ -860,3 +860,37 @@ func (s *qqState) notify(leader string, term uint64) {
 		}
 	}()
 }
+
+// A quorum queue leader's backing (kinds.go): the raft log.
+
+func (s *qqState) removed(seq uint64) { s.removeLocked(seq) }
+
+func (s *qqState) deadLettered(seq uint64, reason string, atLeastOnce bool) (epoch, mark uint64) {
+	if atLeastOnce {
+		s.discardLocked(seq, reason) // a new leader dead-letters it again
+	} else {
+		s.removeLocked(seq)
+	}
+	return s.markLocked()
+}
+
+func (s *qqState) returned(e *qentry, seq uint64, delayUntil int64) {
+	s.returnedLocked(e, seq, delayUntil)
+}
+func (s *qqState) leased(seq uint64) bool { return s.leasedLocked(seq) }
+func (s *qqState) purged()                { s.purgeLocked() }
+func (s *qqState) deleted()               { s.paging.reset() }
+
+func (s *qqState) pageIn(force bool)            { s.pageInLocked(force) }
+func (s *qqState) expirePaged(t machine.Timed)  { s.expirePagedLocked(t) }
+func (s *qqState) isPaged(t machine.Timed) bool { return s.isPagedLocked(t) }
+func (s *qqState) browsePaged(i *int, offset int, fn func(Browsed) bool) {
+	s.browsePagedLocked(i, offset, fn)
+}
+func (s *qqState) takePaged(cur *TakeCursor, now int64, limit, budget int, examined *int, upto uint64,
+	match func(*Message) bool, ds []Delivery) ([]Delivery, bool) {
+	return s.takePagedLocked(cur, now, limit, budget, examined, upto, match, ds)
+}
+func (s *qqState) untakePaged(d *Delivery, redelivered bool) bool {
+	return s.untakePagedLocked(d, redelivered)
+}

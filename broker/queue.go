@@ -312,11 +312,10 @@ func (q *Queue) Stats() QueueStats {
 
 // Counts returns the message and consumer counts, as queue.declare-ok
 // reports them. Delayed retries count as messages (R5.5).
-func (q *Queue) Counts() (messages, consumers int) {
-	if !q.IsLocal() { // the home's counts (0, 0 while it is down)
-		messages, consumers, _ = q.remoteCounts(false)
-		return messages, consumers
-	}
+func (q *Queue) Counts() (messages, consumers int) { return q.typ().counts() }
+
+// countsHere is Counts where the queue's machine runs.
+func (q *Queue) countsHere() (messages, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.m.Messages(), len(q.m.Consumers())
@@ -380,13 +379,10 @@ const (
 // queue's lock is released. A persistent message in a durable queue is
 // appended to the queue's log first; r (nil when nobody waits for it)
 // collects the logs that a publisher confirm must wait for.
-func (q *Queue) enqueue(m *Message, r *Router) enqueueResult {
-	if q.qq != nil { // a replicated quorum queue: through its leader (qqclient.go)
-		return q.qqPublish(m, r)
-	}
-	if !q.IsLocal() {
-		return q.forward(m, r)
-	}
+func (q *Queue) enqueue(m *Message, r *Router) enqueueResult { return q.typ().enqueue(m, r) }
+
+// enqueueHere is enqueue on a classic queue homed here.
+func (q *Queue) enqueueHere(m *Message, r *Router) enqueueResult {
 	if !q.mu.TryLock() {
 		// The queue is busy (its consumers are settling or being
 		// delivered to): the publisher backs off a little
@@ -461,16 +457,9 @@ func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
 // publish (dlflush.go).
 func (q *Queue) deadLocked(e *qentry, reason string) {
 	it := dlItem{msg: e.Msg, seq: e.Seq, seg: e.Seg, ondisk: e.OnDisk}
-	if q.qq != nil {
-		// Marked in the log first, published once that committed
-		// (qqmarks.go).
-		if q.atLeastOnce() {
-			q.qq.discardLocked(e.Seq, reason) // a new leader dead-letters it again
-		} else {
-			q.qq.removeLocked(e.Seq)
-		}
-		it.qqEpoch, it.qqSeq = q.qq.markLocked()
-	}
+	// A quorum queue's: marked in the log first, published once that
+	// committed (qqmarks.go).
+	it.qqEpoch, it.qqSeq = q.backing().deadLettered(e.Seq, reason, q.atLeastOnce())
 	q.outboxN++
 	q.vhost.dlq.n.Add(1)
 	dlx, dlrk := q.eff.DLX, q.eff.DLRK
@@ -486,9 +475,7 @@ func (q *Queue) goneLocked(e *entry) {
 	if e.ondisk && q.disk != nil {
 		q.disk.ack1(e.seq, e.seg)
 	}
-	if q.qq != nil {
-		q.qq.removeLocked(e.seq)
-	}
+	q.backing().removed(e.seq)
 }
 
 // gone is goneLocked for a machine entry.
@@ -496,9 +483,7 @@ func (q *Queue) gone(e *qentry) {
 	if e.OnDisk && q.disk != nil {
 		q.disk.ack1(e.Seq, e.Seg)
 	}
-	if q.qq != nil {
-		q.qq.removeLocked(e.Seq)
-	}
+	q.backing().removed(e.Seq)
 }
 
 // qeffects is a Queue as the executor of its machine's effects
@@ -509,8 +494,8 @@ type qeffects Queue
 // Deliver offers e to consumer c through its sink (Sink.Deliver).
 func (f *qeffects) Deliver(c *mconsumer, e qentry) bool {
 	q := (*Queue)(f)
-	if q.qq != nil && !q.qq.leasedLocked(e.Seq) {
-		return false // until the lease covers it (qqleader.go)
+	if !q.backing().leased(e.Seq) {
+		return false // until a quorum leader's lease covers it (qqleader.go)
 	}
 	k := c.Ref
 	return k.Sink.Deliver(k, q.delivery(&e, k.Tag, c, c.Next()))
@@ -531,43 +516,19 @@ func (f *qeffects) Requeued(e qentry, seq uint64, delayUntil int64) {
 	if e.OnDisk && q.disk != nil {
 		q.disk.requeue(e.Seq, seq, e.DeliveryCount, e.Acquired, delayUntil)
 	}
-	if q.qq != nil {
-		q.qq.returnedLocked(&e, seq, delayUntil)
-	}
+	q.backing().returned(&e, seq, delayUntil)
 }
 
 // PageIn reads paged-out messages back (spill.go; a quorum queue's
 // leader from its raft log, qqpage.go).
-func (f *qeffects) PageIn(force bool) {
-	q := (*Queue)(f)
-	if q.qq != nil {
-		q.qq.pageInLocked(force)
-		return
-	}
-	q.refillLocked(force)
-}
+func (f *qeffects) PageIn(force bool) { (*Queue)(f).backing().pageIn(force) }
 
 // ExpirePaged dead-letters a paged-out message whose deadline passed, if
 // it is still paged out.
-func (f *qeffects) ExpirePaged(t machine.Timed) {
-	q := (*Queue)(f)
-	if q.qq != nil {
-		q.qq.expirePagedLocked(t)
-		return
-	}
-	if q.isSpilledLocked(t) {
-		q.expireSpilledLocked(t)
-	}
-}
+func (f *qeffects) ExpirePaged(t machine.Timed) { (*Queue)(f).backing().expirePaged(t) }
 
 // IsPaged reports whether the deadline t is of a message still paged out.
-func (f *qeffects) IsPaged(t machine.Timed) bool {
-	q := (*Queue)(f)
-	if q.qq != nil {
-		return q.qq.isPagedLocked(t)
-	}
-	return q.isSpilledLocked(t)
-}
+func (f *qeffects) IsPaged(t machine.Timed) bool { return (*Queue)(f).backing().isPaged(t) }
 
 // dlBatch is dead letters of one reason, in the order they left the
 // queue, with the dead-letter exchange and routing key in force then.
@@ -592,11 +553,10 @@ type dlItem struct {
 
 // Dispatch delivers ready messages to consumers that can take them. Sinks
 // call it when they can take messages again.
-func (q *Queue) Dispatch() {
-	if !q.IsLocal() {
-		q.remoteDispatch()
-		return
-	}
+func (q *Queue) Dispatch() { q.typ().dispatch() }
+
+// dispatchHere is Dispatch where the queue's machine runs.
+func (q *Queue) dispatchHere() {
 	q.mu.Lock()
 	q.m.Dispatch(q.clockMs(nil))
 	q.armLocked()
@@ -638,18 +598,10 @@ func (s *QueueStats) Delivered() uint64 {
 
 // Get takes the head message for basic.get. ok is false when the queue is
 // empty; remaining is the count left after the take.
-func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) {
-	if q.qq != nil { // from its leader (qqclient.go)
-		return q.qqGet(noAck)
-	}
-	if !q.IsLocal() {
-		return q.remoteGet(noAck)
-	}
-	return q.getLocal(noAck)
-}
+func (q *Queue) Get(noAck bool) (d Delivery, remaining int, ok bool) { return q.typ().get(noAck) }
 
-// getLocal is Get on the queue's home.
-func (q *Queue) getLocal(noAck bool) (d Delivery, remaining int, ok bool) {
+// getHere is Get where the queue's machine runs.
+func (q *Queue) getHere(noAck bool) (d Delivery, remaining int, ok bool) {
 	q.mu.Lock()
 	defer q.unlock()
 	e, remaining, ok := q.m.Get(q.nowMs(), noAck)
@@ -661,7 +613,7 @@ func (q *Queue) getLocal(noAck bool) (d Delivery, remaining int, ok bool) {
 	}
 	h := q.m.Holder()
 	d = q.delivery(&e, "", h, h.Next()-1)
-	if q.qq != nil && !q.qq.leasedLocked(e.Seq) {
+	if b := q.backing(); !b.leased(e.Seq) {
 		// Beyond the lease (rare: it runs ahead): handed out once the
 		// lease covers it, so that a new leader knows it may have been
 		// delivered (redelivered=true). If the leadership ends first,
@@ -670,7 +622,7 @@ func (q *Queue) getLocal(noAck bool) (d Delivery, remaining int, ok bool) {
 		// no-ack get's message out (its removal is on its way) and
 		// returns the others.
 		q.mu.Unlock()
-		covered, gone := q.qq.leaseWait(e.Seq)
+		covered, gone := b.leaseWait(e.Seq)
 		if !covered && (gone || !noAck) {
 			if !noAck {
 				q.Requeue([]Delivery{d}, false)
@@ -687,7 +639,7 @@ func (q *Queue) getLocal(noAck bool) (d Delivery, remaining int, ok bool) {
 // expiry, delayed retry or x-expires.
 func (q *Queue) armLocked() {
 	next := q.m.NextDeadline()
-	if next == 0 || q.deleted || q.HomeNode() != "" && !q.IsLocal() {
+	if k := q.typ(); next == 0 || q.deleted || k.home() != "" && !k.here() {
 		return
 	}
 	if q.timer != nil && q.timerAt <= next && q.timerAt != 0 {
@@ -744,24 +696,50 @@ func (q *Queue) settledLocked(ds []Delivery) {
 }
 
 // Ack settles deliveries of this queue as done.
-func (q *Queue) Ack(ds []Delivery) {
-	if q.qq != nil { // drops stale deliveries, sends remote ones (qqclient.go)
-		if ds = q.qqSettle(ds, settleAck); len(ds) == 0 {
-			return
-		}
+func (q *Queue) Ack(ds []Delivery) { q.typ().settle(ds, settleAck) }
+
+// Reject settles deliveries as rejected without requeue: they are
+// dead-lettered with reason rejected when the queue has a DLX, else
+// discarded (R5.2).
+func (q *Queue) Reject(ds []Delivery) { q.typ().settle(ds, settleReject) }
+
+// Requeue returns deliveries to the queue, marked redelivered (R5.1).
+// failed says whether the return is a failed delivery (basic.reject with
+// requeue, channel or connection loss) rather than a plain return
+// (basic.nack with requeue, basic.recover). The machine applies the
+// delivery limit and x-delivery-count (R5.3), the position (R5.4), the
+// delayed retry (R5.5), the deadline (R2.3) and drop-head (R4.4): see
+// machine.Machine.Requeue.
+func (q *Queue) Requeue(ds []Delivery, failed bool) {
+	kind := settleRequeue
+	if failed {
+		kind = settleRequeueFailed
 	}
-	if !q.IsLocal() {
-		q.remoteSettle(ds, settleAck)
-		return
+	q.typ().settle(ds, kind)
+}
+
+// settleHere settles deliveries where the queue's machine runs.
+func (q *Queue) settleHere(ds []Delivery, kind byte) {
+	switch kind {
+	case settleAck:
+		q.ackHere(ds)
+	case settleReject:
+		q.rejectHere(ds)
+	default:
+		q.requeueHere(ds, kind == settleRequeueFailed)
 	}
+}
+
+func (q *Queue) ackHere(ds []Delivery) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.settledLocked(ds)
 	ds = q.qqOwnLocked(ds)
+	b := q.backing()
 	for i := range ds {
 		if h := ds[i].holder; h != nil {
-			if e, ok := q.m.Ack(h, ds[i].Seq, ds[i].ck); ok && q.qq != nil {
-				q.qq.removeLocked(e.Seq)
+			if e, ok := q.m.Ack(h, ds[i].Seq, ds[i].ck); ok {
+				b.removed(e.Seq)
 			}
 		}
 	}
@@ -778,19 +756,7 @@ func (q *Queue) Ack(ds []Delivery) {
 	q.ackSeqs, q.ackSegs = seqs[:0], segs[:0]
 }
 
-// Reject settles deliveries as rejected without requeue: they are
-// dead-lettered with reason rejected when the queue has a DLX, else
-// discarded (R5.2).
-func (q *Queue) Reject(ds []Delivery) {
-	if q.qq != nil {
-		if ds = q.qqSettle(ds, settleReject); len(ds) == 0 {
-			return
-		}
-	}
-	if !q.IsLocal() {
-		q.remoteSettle(ds, settleReject)
-		return
-	}
+func (q *Queue) rejectHere(ds []Delivery) {
 	q.mu.Lock()
 	q.settledLocked(ds)
 	ds = q.qqOwnLocked(ds)
@@ -802,27 +768,7 @@ func (q *Queue) Reject(ds []Delivery) {
 	q.unlockPaced()
 }
 
-// Requeue returns deliveries to the queue, marked redelivered (R5.1).
-// failed says whether the return is a failed delivery (basic.reject with
-// requeue, channel or connection loss) rather than a plain return
-// (basic.nack with requeue, basic.recover). The machine applies the
-// delivery limit and x-delivery-count (R5.3), the position (R5.4), the
-// delayed retry (R5.5), the deadline (R2.3) and drop-head (R4.4): see
-// machine.Machine.Requeue.
-func (q *Queue) Requeue(ds []Delivery, failed bool) {
-	kind := settleRequeue
-	if failed {
-		kind = settleRequeueFailed
-	}
-	if q.qq != nil {
-		if ds = q.qqSettle(ds, kind); len(ds) == 0 {
-			return
-		}
-	}
-	if !q.IsLocal() {
-		q.remoteSettle(ds, kind)
-		return
-	}
+func (q *Queue) requeueHere(ds []Delivery, failed bool) {
 	q.mu.Lock()
 	defer q.unlockPaced()
 	q.settledLocked(ds)
@@ -839,16 +785,13 @@ func (q *Queue) Requeue(ds []Delivery, failed bool) {
 
 // Purge drops all ready and delayed messages and returns how many there
 // were. Purged messages are never dead-lettered (R3.1).
-func (q *Queue) Purge() int {
-	if !q.IsLocal() {
-		n, _ := q.remotePurge()
-		return n
-	}
+func (q *Queue) Purge() int { return q.typ().purge() }
+
+// purgeHere is Purge where the queue's machine runs.
+func (q *Queue) purgeHere() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.qq != nil {
-		q.qq.purgeLocked()
-	}
+	q.backing().purged()
 	q.purgeDiskLocked()
 	q.purgeSpillLocked()
 	// RabbitMQ 4.3 purge also drops pending at-least-once dead letters.
@@ -865,17 +808,11 @@ func (q *Queue) AddConsumer(c *Consumer) error { return q.AddConsumerThen(c, nil
 // delivered to c, so that basic.consume-ok is sent only on success and
 // ahead of the first delivery. added follows the rules of Sink.Deliver.
 func (q *Queue) AddConsumerThen(c *Consumer, added func()) error {
-	if q.qq != nil { // attached to its leader, wherever it moves (qqclient.go)
-		return q.qqAddConsumer(c, added)
-	}
-	if !q.IsLocal() {
-		return q.remoteAddConsumer(c, added)
-	}
-	return q.addConsumerLocal(c, added)
+	return q.typ().addConsumer(c, added)
 }
 
-// addConsumerLocal is AddConsumerThen on the queue's home.
-func (q *Queue) addConsumerLocal(c *Consumer, added func()) error {
+// addConsumerHere is AddConsumerThen where the queue's machine runs.
+func (q *Queue) addConsumerHere(c *Consumer, added func()) error {
 	q.mu.Lock()
 	if q.deleted {
 		q.mu.Unlock()
@@ -899,15 +836,10 @@ func (q *Queue) addConsumerLocal(c *Consumer, added func()) error {
 
 // RemoveConsumer unsubscribes c. If the queue is auto-delete and c was its
 // last consumer, the queue is deleted.
-func (q *Queue) RemoveConsumer(c *Consumer) {
-	if q.qq != nil {
-		q.qqRemoveConsumer(c)
-		return
-	}
-	if !q.IsLocal() {
-		q.remoteRemoveConsumer(c)
-		return
-	}
+func (q *Queue) RemoveConsumer(c *Consumer) { q.typ().removeConsumer(c) }
+
+// removeConsumerHere is RemoveConsumer where the queue's machine runs.
+func (q *Queue) removeConsumerHere(c *Consumer) {
 	q.mu.Lock()
 	if c.m != nil && c.Queue == q {
 		q.m.RemoveConsumer(q.nowMs(), c.m)
@@ -977,9 +909,7 @@ func (q *Queue) markDeleted() (messages int, cs []*Consumer) {
 	cs = append(cs, q.consumersLocked()...)
 	messages, _ = q.m.Delete()
 	q.spill = spillState{}
-	if q.qq != nil {
-		q.qq.paging.reset()
-	}
+	q.backing().deleted()
 	q.dlxPending = nil
 	q.dropRemoteDLsLocked()
 	if q.dlxTimer != nil {

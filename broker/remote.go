@@ -1011,7 +1011,7 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
 	}
 	rs.proxies[proxyKey{from, cid}] = p
 	rs.mu.Unlock()
-	err = q.addConsumerLocal(p.c, func() {
+	err = q.addConsumerHere(p.c, func() {
 		if q.qq != nil && q.qq.here.Load() { // the machine it joins (dropQQProxies)
 			p.gen = q.qq.term
 		}
@@ -1302,7 +1302,7 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 			return appendResult(nil, err), nil
 		}
 		noAck := d.bool()
-		dv, remaining, ok := q.getLocal(noAck)
+		dv, remaining, ok := q.getHere(noAck)
 		out := appendBool(appendResult(nil, nil), ok)
 		if !ok {
 			return out, nil
@@ -1517,3 +1517,40 @@ func (b *Broker) browseForPeer(d *msgDecoder) ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(n))
 	return append(out, items...), nil
 }
+
+// remoteType is a classic queue homed on another node (kinds.go).
+type remoteType struct{ q *Queue }
+
+func (k remoteType) enqueue(m *Message, r *Router) enqueueResult { return k.q.forward(m, r) }
+func (k remoteType) get(noAck bool) (Delivery, int, bool)        { return k.q.remoteGet(noAck) }
+func (k remoteType) dispatch()                                   { k.q.remoteDispatch() }
+func (k remoteType) settle(ds []Delivery, kind byte)             { k.q.remoteSettle(ds, kind) }
+func (k remoteType) purge() int {
+	n, _ := k.q.remotePurge()
+	return n
+}
+func (k remoteType) addConsumer(c *Consumer, added func()) error {
+	return k.q.remoteAddConsumer(c, added)
+}
+func (k remoteType) removeConsumer(c *Consumer) { k.q.remoteRemoveConsumer(c) }
+
+// counts are the home's (0, 0 while it is down).
+func (k remoteType) counts() (messages, consumers int) {
+	messages, consumers, _ = k.q.remoteCounts(false)
+	return messages, consumers
+}
+func (k remoteType) browse(offset int, fn func(Browsed) bool) int {
+	return k.q.remoteBrowse(offset, fn)
+}
+func (k remoteType) here() bool   { return false }
+func (k remoteType) home() string { return k.q.Home }
+
+func (k remoteType) takeDeadLetter(src *Queue, rd *remoteDL, name string) {
+	src.forwardDL(k.q, rd, name)
+}
+func (remoteType) answersLater() bool                         { return true }
+func (remoteType) replicas() (members []string, group uint64) { return nil, 0 }
+func (remoteType) started(bool)                               {}
+func (k remoteType) deletable() error                         { return k.q.checkHome() }
+func (remoteType) deleted()                                   {}
+func (remoteType) closing()                                   {}

@@ -304,16 +304,14 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 		}
 		q = newQueue(v, s)
 		q.Home = s.Home
-		if len(s.Members) > 0 && s.Group != 0 && v.b.node != "" {
-			q.qq = newQQState(q, s.Group, s.Members)
-		}
+		q.newKind(s, v.b.node)
 		v.applyQueuePolicies(q) // existing policies apply (R1.12)
 		v.queues[s.Name] = q
 		if q.recorded() {
 			v.recordLocked(queueOp(v, q))
 		}
 		if q.persisted() {
-			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() && q.IsLocal() {
+			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() && q.typ().here() {
 				q.disk = ms.newDisk(q, 0, "")
 			}
 		}
@@ -329,9 +327,7 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 			q.disk.ensure()
 			q.mu.Unlock()
 		}
-		if q.qq != nil {
-			q.qq.start(s.newGroup) // this node's member, if it is one
-		}
+		q.typ().started(s.newGroup)
 		return q, 0, 0, nil
 	}
 	v.mu.Unlock()
@@ -404,10 +400,8 @@ func (v *VHost) DeleteQueue(name string, conn uint64, ifUnused, ifEmpty bool) (i
 		// The deletion applies on every node, the home's messages with
 		// it; a queue whose home is down cannot be deleted (RabbitMQ); a
 		// quorum queue without a leader can (RabbitMQ forces it).
-		if q.qq == nil {
-			if err := q.checkHome(); err != nil {
-				return 0, err
-			}
+		if err := q.typ().deletable(); err != nil {
+			return 0, err
 		}
 		return v.proposeQueueDelete(q, conn, ifUnused, ifEmpty)
 	}
@@ -446,9 +440,7 @@ func (v *VHost) deleteQueue(q *Queue, ifUnused, ifEmpty bool) (int, error) {
 	}
 	perr := v.unlockPersist(nil)
 	n, cs := q.markDeleted()
-	if q.qq != nil {
-		q.qq.delete()
-	}
+	q.typ().deleted()
 	for _, c := range cs {
 		c.Sink.Cancelled(c)
 	}
