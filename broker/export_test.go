@@ -13,6 +13,10 @@ func SetQQLeaseDelay(d time.Duration) (restore func()) {
 // answers to other nodes' publishes.
 func SetQQDropAnswers(drop bool) { qqDropAnswers.Store(drop) }
 
+// MessageDecodes is how many messages this process decoded from their
+// encoding (a log record, a peer's frame, a raft entry).
+func MessageDecodes() uint64 { return messageDecodes.Load() }
+
 // QQPublishFigures are a node's enqueues received from other nodes for
 // quorum queues it leads, and its pending publishes that a new leader's
 // applied mark confirmed without a resend.

@@ -59,9 +59,15 @@ type queueType interface {
 	// started: the queue was created or recovered on this node; fresh
 	// when its group is new.
 	started(fresh bool)
+	// available reports why the queue cannot be used now (a remote
+	// queue's home is down, a quorum queue has no leader), or nil.
+	available() error
 	// deletable reports why the queue cannot be deleted now (its home is
 	// down), or nil.
 	deletable() error
+	// declareCounts is queue.declare-ok's counts for a redeclare, which
+	// is a use (x-expires, R2.7).
+	declareCounts() (*Queue, int, int, error)
 	// deleted: the queue is gone from this node.
 	deleted()
 	// closing: the broker is closing; what waits for the queue gives up.
@@ -118,9 +124,15 @@ func (k classicType) takeDeadLetter(src *Queue, rd *remoteDL, name string) {
 func (classicType) answersLater() bool                         { return false }
 func (classicType) replicas() (members []string, group uint64) { return nil, 0 }
 func (classicType) started(bool)                               {}
-func (k classicType) deletable() error                         { return k.q.checkHome() }
-func (classicType) deleted()                                   {}
-func (classicType) closing()                                   {}
+func (classicType) available() error                           { return nil }
+func (classicType) deletable() error                           { return nil }
+func (k classicType) declareCounts() (*Queue, int, int, error) {
+	k.q.Touch()
+	m, c := k.q.countsHere()
+	return k.q, m, c, nil
+}
+func (classicType) deleted() {}
+func (classicType) closing() {}
 
 // newKind sets up q's kind at its creation from its definition: a
 // quorum queue with members and a group is replicated in a cluster.

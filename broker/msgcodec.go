@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
@@ -201,9 +202,14 @@ func (d *msgDecoder) count() int {
 	return int(n)
 }
 
+// messageDecodes counts decodeMessage calls, for the tests that show a
+// path decodes once (TestQuorumPublishEncodedOnce).
+var messageDecodes atomic.Uint64
+
 // decodeMessage decodes what appendMessage wrote. The message owns its
 // memory (nothing aliases b).
 func decodeMessage(b []byte) (*Message, error) {
+	messageDecodes.Add(1)
 	d := msgDecoder{b: b}
 	m := &Message{Exchange: d.str(), RoutingKey: d.str()}
 	if n := d.count(); n > 0 {

@@ -509,7 +509,7 @@ func (q *Queue) qqSendOne(node string, seq, prev uint64, m *Message) bool {
 	buf = binary.AppendUvarint(buf, prev)
 	buf = appendStr(buf, q.vhost.Name)
 	buf = appendStr(buf, q.Name)
-	buf = appendMessage(buf, m)
+	buf = appendQQEnq(buf, m) // the leader proposes it as it comes (qqEnq)
 	return sendPaced(p, node, buf) == nil
 }
 
@@ -805,19 +805,24 @@ func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 		out = binary.AppendUvarint(out, seq)
 		answerPeer(p, from, append(out, st))
 	}
-	m, err := decodeMessage(d.b)
+	enq := readQQEnq(d)
 	var q *Queue
-	if v := b.VHost(vn); v != nil && err == nil {
+	if v := b.VHost(vn); v != nil && d.err == nil {
 		q = v.Queue(qn)
 	}
 	switch {
 	case q == nil:
 		answer(enqNoQueue)
 	case q.qq != nil: // not leading: refused there, and remembered (qqGate)
-		q.qqEnqueueAtLeader(machine.PubID{Publisher: pub, Seq: seq}, prev, m, answer)
+		q.qqProposeEnqueue(machine.PubID{Publisher: pub, Seq: seq}, prev, enq, answer)
 	case q.IsLocal():
 		// Homed here but not replicated (the definitions are not yet the
 		// same everywhere, or a test's stand-in leader): a plain enqueue.
+		m, err := enq.message()
+		if err != nil {
+			answer(enqNoQueue)
+			return
+		}
 		b.enqueueAnswered(q, m, answer)
 	default:
 		answer(enqNotLeader)
@@ -1468,9 +1473,22 @@ func (k quorumType) dispatch() {
 	if k.here() {
 		k.q.dispatchHere()
 	} else {
-		k.q.remoteDispatch()
+		k.q.qqDispatch()
 	}
 }
+
+// available: waits (qqLeaderWait) for a leader.
+func (k quorumType) available() error {
+	if _, _, ok := k.q.qqAwait(time.Now().Add(qqLeaderWait)); !ok {
+		if k.q.Deleted() {
+			return notFoundQueue(k.q.Name, k.q.vhost.Name)
+		}
+		return qqNoLeader()
+	}
+	return nil
+}
+
+func (k quorumType) declareCounts() (*Queue, int, int, error) { return k.q.qqDeclareCounts() }
 
 // settle drops stale deliveries and sends those of other nodes' legs to
 // their leader (qqSettle); the rest are the machine's here.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/binary"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -136,6 +137,82 @@ func (s *qqState) leaderTerm() uint64 { return s.leader.Load().term }
 // enqNotLeader when this node is not (or stopped being) the leader, or
 // enqFailed. id.Publisher 0 means no deduplication.
 func (q *Queue) qqEnqueueAtLeader(id machine.PubID, prev uint64, m *Message, done func(status byte)) {
+	q.qqProposeEnqueue(id, prev, qqEnqOf(m), done)
+}
+
+// qqEnq is a publish as a quorum queue's leader proposes it: what its
+// checks read, and the message, encoded once (appendMessage) by the node
+// it was published on. The leader copies body into its Enqueue proposal
+// and decodes nothing; the message is decoded once more, at apply.
+type qqEnq struct {
+	ttl        int64 // the message's own TTL in ms, -1 for none
+	priority   uint8
+	persistent bool
+	size       uint32 // body bytes, as Message.Size
+	// m is the message when it was published on this node: appended
+	// into the proposal, never encoded apart. Else body holds it.
+	m    *Message
+	body []byte
+}
+
+// qqEnqOf is m as a qqEnq.
+func qqEnqOf(m *Message) qqEnq {
+	ttl := int64(-1)
+	if m.HasTTL {
+		ttl = m.TTL
+	}
+	return qqEnq{ttl: ttl, priority: m.Props.Priority, persistent: m.persistent(), size: uint32(m.Size()), m: m}
+}
+
+// appendQQEnq writes e's head for opQQEnqueue, then the message.
+func appendQQEnq(b []byte, m *Message) []byte {
+	e := qqEnqOf(m)
+	b = binary.AppendVarint(b, e.ttl)
+	b = append(b, e.priority)
+	if e.persistent {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(e.size))
+	return appendMessage(b, m)
+}
+
+// readQQEnq reads what appendQQEnq wrote; body is the rest of d.
+func readQQEnq(d *msgDecoder) qqEnq {
+	e := qqEnq{ttl: d.varint(), priority: d.byte1(), persistent: d.byte1() == 1, size: uint32(d.uvarint())}
+	e.body = d.b
+	return e
+}
+
+// message is e's message, decoded from body if need be.
+func (e *qqEnq) message() (*Message, error) {
+	if e.m == nil {
+		m, err := decodeMessage(e.body)
+		if err != nil {
+			return nil, err
+		}
+		e.m = m
+	}
+	return e.m, nil
+}
+
+// qqRejectsLocked is rejectsLocked (R4.5, R4.6) for a publish in qqEnq
+// form: the message is decoded only for reject-publish-dlx's dead letter.
+func (q *Queue) qqRejectsLocked(pub *qqEnq) bool {
+	q.m.SetDeadLettersOwed(len(q.dlxPending))
+	var m *Message
+	if q.m.Config().Overflow == machine.RejectPublishDLX {
+		var err error
+		if m, err = pub.message(); err != nil {
+			return true // undecodable: refused rather than placed
+		}
+	}
+	return q.m.Rejects(m, pub.size, pub.persistent)
+}
+
+// qqProposeEnqueue is qqEnqueueAtLeader for a publish in qqEnq form.
+func (q *Queue) qqProposeEnqueue(id machine.PubID, prev uint64, pub qqEnq, done func(status byte)) {
 	s := q.qq
 	if s == nil {
 		done(enqNotLeader)
@@ -160,7 +237,7 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, prev uint64, m *Message, don
 		q.mu.Unlock()
 		done(enqOK) // a resend of one already in the queue (its answer was lost)
 		return
-	case q.rejectsLocked(m):
+	case q.qqRejectsLocked(&pub):
 		q.mu.Unlock()
 		if s.appliedSeq(id) {
 			// A resend of a publish already in the log (its answer was
@@ -173,15 +250,21 @@ func (q *Queue) qqEnqueueAtLeader(id machine.PubID, prev uint64, m *Message, don
 		return
 	}
 	now := q.nowMs()
-	e := q.newEntryLocked(now, 1, m) // for its deadline
+	expiresAt := q.m.ExpiresAt(now, pub.ttl)
 	g := s.g
 	q.mu.Unlock()
 	if g == nil {
 		done(enqNotLeader)
 		return
 	}
-	data := qrepl.Encode(qrepl.Enqueue{Pub: id, Prev: prev, Time: now, ExpiresAt: e.ExpiresAt, Priority: m.Props.Priority,
-		Persistent: m.persistent(), Size: uint32(m.Size()), Body: appendMessage(nil, m)})
+	head := qrepl.Enqueue{Pub: id, Prev: prev, Time: now, ExpiresAt: expiresAt, Priority: pub.priority,
+		Persistent: pub.persistent, Size: pub.size}
+	var data []byte
+	if pub.body != nil {
+		data = append(head.AppendTo(make([]byte, 0, 48+len(pub.body))), pub.body...)
+	} else {
+		data = appendMessage(head.AppendTo(make([]byte, 0, 48+int(pub.size)+256)), pub.m)
+	}
 	g.Propose(data, func(index uint64, err error) {
 		if err != nil || s.tookGap(index) {
 			// Not placed: not proposed, its outcome unknown, or applied

@@ -195,21 +195,14 @@ func (q *Queue) homeDown() *amqp.Error {
 	return amqp.Errorf(amqp.NotFound, "home node '%s' of queue '%s' in vhost '%s' is down or inaccessible", q.HomeNode(), q.Name, q.vhost.Name)
 }
 
-// checkHome returns the unavailable-queue error when q is remote and its
-// home is down (nil for a local queue).
-func (q *Queue) checkHome() error {
-	if q.qq != nil { // wait for its leader (qqclient.go)
-		if _, _, ok := q.qqAwait(time.Now().Add(qqLeaderWait)); !ok {
-			if q.Deleted() {
-				return notFoundQueue(q.Name, q.vhost.Name)
-			}
-			return qqNoLeader()
-		}
-		return nil
-	}
-	if q.IsLocal() {
-		return nil
-	}
+// checkHome returns the error that makes q unusable now: a remote
+// queue's home is down, a quorum queue has no leader (nil for a local
+// queue).
+func (q *Queue) checkHome() error { return q.typ().available() }
+
+// available: the unavailable-queue error while the home is down.
+func (k remoteType) available() error {
+	q := k.q
 	p := q.vhost.b.getPeers()
 	if p == nil {
 		return nil // no data plane wired (a definitions-only broker): nothing to check
@@ -870,10 +863,6 @@ func (q *Queue) dropRemoteConsumers(match func(*rconsumer) bool) {
 }
 
 func (q *Queue) remoteDispatch() {
-	if q.qq != nil {
-		q.qqDispatch()
-		return
-	}
 	q.mu.Lock()
 	if q.rq != nil {
 		for _, rc := range q.rq.cons {
@@ -1442,23 +1431,17 @@ func (b *Broker) awaitBarrier(from string, id uint64) {
 
 // declareCounts is queue.declare-ok's counts for an existing queue, whose
 // declare is a use (x-expires); from the home for a remote queue.
-func (q *Queue) declareCounts() (*Queue, int, int, error) {
-	if q.qq != nil {
-		return q.qqDeclareCounts()
+func (q *Queue) declareCounts() (*Queue, int, int, error) { return q.typ().declareCounts() }
+
+func (k remoteType) declareCounts() (*Queue, int, int, error) {
+	if k.q.vhost.b.getPeers() == nil {
+		return k.q, 0, 0, nil // no data plane wired (a definitions-only broker)
 	}
-	if !q.IsLocal() && q.vhost.b.getPeers() == nil {
-		return q, 0, 0, nil // no data plane wired (a definitions-only broker)
+	m, c, err := k.q.remoteCounts(true)
+	if err != nil {
+		return nil, 0, 0, err
 	}
-	if !q.IsLocal() {
-		m, c, err := q.remoteCounts(true)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		return q, m, c, nil
-	}
-	q.Touch()
-	m, c := q.Counts()
-	return q, m, c, nil
+	return k.q, m, c, nil
 }
 
 // deleteAtHome deletes a remote queue on its home first (its checks and
@@ -1551,6 +1534,6 @@ func (k remoteType) takeDeadLetter(src *Queue, rd *remoteDL, name string) {
 func (remoteType) answersLater() bool                         { return true }
 func (remoteType) replicas() (members []string, group uint64) { return nil, 0 }
 func (remoteType) started(bool)                               {}
-func (k remoteType) deletable() error                         { return k.q.checkHome() }
+func (k remoteType) deletable() error                         { return k.available() }
 func (remoteType) deleted()                                   {}
 func (remoteType) closing()                                   {}

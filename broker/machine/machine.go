@@ -222,11 +222,17 @@ func (m *Machine[M, C]) NewEntry(now int64, msg M, size uint32, priority uint8, 
 
 // EntryAt is NewEntry at a sequence number reserved earlier (Reserve).
 func (m *Machine[M, C]) EntryAt(now int64, seq uint64, msg M, size uint32, priority uint8, persistent bool, msgTTL int64) Entry[M] {
-	e := Entry[M]{Seq: seq, Msg: msg, Size: size, Level: m.Level(priority), Persistent: persistent}
+	return Entry[M]{Seq: seq, Msg: msg, Size: size, Level: m.Level(priority), Persistent: persistent,
+		ExpiresAt: m.ExpiresAt(now, msgTTL)}
+}
+
+// ExpiresAt is the deadline of a message with its own TTL msgTTL (-1 for
+// none) placed at now under the queue's TTL: 0 for none.
+func (m *Machine[M, C]) ExpiresAt(now, msgTTL int64) int64 {
 	if ttl := m.cfg.ttl(msgTTL); ttl >= 0 {
-		e.ExpiresAt = now + ttl
+		return now + ttl
 	}
-	return e
+	return 0
 }
 
 // Reserve takes the next sequence number for a message that arrives
