@@ -263,7 +263,8 @@ func (q *Queue) qqProposeEnqueue(id machine.PubID, prev uint64, pub qqEnq, done 
 	if pub.body != nil {
 		data = append(head.AppendTo(make([]byte, 0, 48+len(pub.body))), pub.body...)
 	} else {
-		data = appendMessage(head.AppendTo(make([]byte, 0, 48+int(pub.size)+256)), pub.m)
+		m := pub.m // sized as the peer path's frame; headers beyond 64 bytes grow it once
+		data = appendMessage(head.AppendTo(make([]byte, 0, 112+len(m.Exchange)+len(m.RoutingKey)+len(m.Body))), m)
 	}
 	g.Propose(data, func(index uint64, err error) {
 		if err != nil || s.tookGap(index) {
