@@ -68,6 +68,16 @@ type queueType interface {
 	// declareCounts is queue.declare-ok's counts for a redeclare, which
 	// is a use (x-expires, R2.7).
 	declareCounts() (*Queue, int, int, error)
+
+	// The data plane to the node whose machine serves the queue
+	// (remote.go): callHome runs a call there; homeLost is the error when
+	// that node cannot be reached, homeAnswer what an error it answered
+	// becomes; notHere is the answer to a call that reached a node whose
+	// machine does not serve the queue.
+	callHome(req []byte) (*msgDecoder, error)
+	homeLost() error
+	homeAnswer(err error) error
+	notHere() error
 	// deleted: the queue is gone from this node.
 	deleted()
 	// closing: the broker is closing; what waits for the queue gives up.
@@ -125,6 +135,12 @@ func (classicType) answersLater() bool                         { return false }
 func (classicType) replicas() (members []string, group uint64) { return nil, 0 }
 func (classicType) started(bool)                               {}
 func (classicType) available() error                           { return nil }
+
+// The data plane is never used for a queue served here.
+func (k classicType) callHome(req []byte) (*msgDecoder, error) { return k.q.callNode(k.q.Home, req) }
+func (classicType) homeLost() error                            { return errRemoteNoQueue }
+func (classicType) homeAnswer(err error) error                 { return err }
+func (classicType) notHere() error                             { return nil }
 func (classicType) deletable() error                           { return nil }
 func (k classicType) declareCounts() (*Queue, int, int, error) {
 	k.q.Touch()

@@ -1490,6 +1490,19 @@ func (k quorumType) available() error {
 
 func (k quorumType) declareCounts() (*Queue, int, int, error) { return k.q.qqDeclareCounts() }
 
+// callHome: on its leader, waiting (qqLeaderWait) for one; an unreachable
+// node or one that no longer leads is errQQRetry: asked again at the
+// next leader.
+func (k quorumType) callHome(req []byte) (*msgDecoder, error) { return k.q.qqCall(req, qqLeaderWait) }
+func (quorumType) homeLost() error                            { return errQQRetry }
+func (quorumType) homeAnswer(err error) error {
+	if isQQNotLeader(err) {
+		return errQQRetry
+	}
+	return err
+}
+func (k quorumType) notHere() error { return k.q.qqNotLeaderErr() }
+
 // settle drops stale deliveries and sends those of other nodes' legs to
 // their leader (qqSettle); the rest are the machine's here.
 func (k quorumType) settle(ds []Delivery, kind byte) {

@@ -215,22 +215,23 @@ func (k remoteType) available() error {
 
 // call runs a call on q's home node; a transport failure is the
 // unavailable-queue error, an error the home answered keeps its code.
-func (q *Queue) call(req []byte) (*msgDecoder, error) {
-	if q.qq != nil {
-		return q.qqCall(req, qqLeaderWait)
-	}
-	return q.callNode(q.HomeNode(), req)
-}
+func (q *Queue) call(req []byte) (*msgDecoder, error) { return q.typ().callHome(req) }
+
+func (k remoteType) callHome(req []byte) (*msgDecoder, error) { return k.q.callNode(k.q.Home, req) }
+
+// homeLost: a remote queue's home is down.
+func (k remoteType) homeLost() error { return k.q.homeDown() }
+
+// homeAnswer: an error the home answered keeps its code.
+func (remoteType) homeAnswer(err error) error { return err }
 
 // callNode runs a call on node, q's home (or its leader); for a quorum
-// queue, node unreachable or not its leader is errQQRetry.
+// queue, node unreachable or not its leader is errQQRetry (homeLost,
+// homeAnswer).
 func (q *Queue) callNode(node string, req []byte) (*msgDecoder, error) {
 	p := q.vhost.b.getPeers()
 	if p == nil || !p.Up(node) {
-		if q.qq != nil {
-			return nil, errQQRetry
-		}
-		return nil, q.homeDown()
+		return nil, q.typ().homeLost()
 	}
 	// Calls and one-way messages travel separately: a barrier sent
 	// one-way ahead of the call, which the home waits for, keeps the
@@ -246,16 +247,13 @@ func (q *Queue) callNode(node string, req []byte) (*msgDecoder, error) {
 	resp, err := p.Call(ctx, node, req)
 	if err != nil {
 		q.vhost.b.log.Warn("cluster: call to a queue's home node failed", "queue", q.Name, "vhost", q.vhost.Name, "home", node, "err", err)
-		if q.qq != nil {
-			return nil, errQQRetry
-		}
-		return nil, q.homeDown()
+		return nil, q.typ().homeLost()
 	}
 	d, err := decodeResult(resp)
-	if q.qq != nil && isQQNotLeader(err) {
-		return nil, errQQRetry
+	if err != nil {
+		return nil, q.typ().homeAnswer(err)
 	}
-	return d, err
+	return d, nil
 }
 
 // --- encoding ---
@@ -346,11 +344,8 @@ func (b *Broker) lookupRef(d *msgDecoder) (*Queue, error) {
 	if q == nil {
 		return nil, notFoundQueue(qn, vn)
 	}
-	if !q.IsLocal() {
-		if q.qq != nil {
-			return nil, q.qqNotLeaderErr()
-		}
-		return nil, amqp.Errorf(amqp.NotFound, "queue '%s' in vhost '%s' is not homed on node '%s'", qn, vn, b.node)
+	if k := q.typ(); !k.here() {
+		return nil, k.notHere()
 	}
 	return q, nil
 }
@@ -1531,7 +1526,13 @@ func (k remoteType) home() string { return k.q.Home }
 func (k remoteType) takeDeadLetter(src *Queue, rd *remoteDL, name string) {
 	src.forwardDL(k.q, rd, name)
 }
-func (remoteType) answersLater() bool                         { return true }
+func (remoteType) answersLater() bool { return true }
+
+// notHere: a call for a queue homed elsewhere.
+func (k remoteType) notHere() error {
+	q := k.q
+	return amqp.Errorf(amqp.NotFound, "queue '%s' in vhost '%s' is not homed on node '%s'", q.Name, q.vhost.Name, q.vhost.b.node)
+}
 func (remoteType) replicas() (members []string, group uint64) { return nil, 0 }
 func (remoteType) started(bool)                               {}
 func (k remoteType) deletable() error                         { return k.available() }
