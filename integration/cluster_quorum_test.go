@@ -133,16 +133,21 @@ type qqConsumer struct {
 // waitAll waits until every body of bodies was delivered to qc.
 func (qc *qqConsumer) waitAll(t *testing.T, what string, bodies []string) {
 	t.Helper()
-	waitFor(t, what, func() bool {
+	var missing []string
+	if !testutil.Until(waitTimeout, func() bool {
 		qc.mu.Lock()
 		defer qc.mu.Unlock()
+		missing = missing[:0]
 		for _, b := range bodies {
 			if qc.got[b] == 0 {
-				return false
+				missing = append(missing, b)
 			}
 		}
-		return true
-	})
+		return len(missing) == 0
+	}) {
+		t.Fatalf("timed out after %v waiting for %s: %d of %d not consumed, first %v", waitTimeout, what,
+			len(missing), len(bodies), missing[:min(len(missing), 10)])
+	}
 }
 
 func qqConsume(t *testing.T, c *warrentest.Cluster, i int, queue string, prefetch int, hold bool) *qqConsumer {
