@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/internal/testutil"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
@@ -261,16 +262,11 @@ func (nw *net) shutdown() {
 	nw.wg.Wait()
 }
 
-// waitFor polls cond until it holds or d passes.
+// waitFor polls cond every 5 ms until it holds or d passes: cond often
+// ticks the nodes, so the polls keep a fixed pace.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, 5*time.Millisecond, d, what, cond)
 }
 
 func (nw *net) leader() string {

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/warrenmq/warren/internal/testutil"
 )
 
 // memNet is an in-memory network between hosts of one process: ordered
@@ -331,16 +333,11 @@ func (c *tcluster) startAll(gid uint64, members ...string) {
 	}
 }
 
-// waitFor polls cond until it holds or d passes.
+// waitFor polls cond every 5 ms until it holds or d passes: cond often
+// ticks the nodes, so the polls keep a fixed pace.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, 5*time.Millisecond, d, what, cond)
 }
 
 // leader waits until a member of gid among the given nodes is the leader

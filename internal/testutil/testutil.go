@@ -69,3 +69,19 @@ type notYet struct{}
 func (notYet) Error() string { return "condition not met" }
 
 var errNotYet error = notYet{}
+
+// EventuallyEvery is Eventually polling at a fixed interval rather than
+// with a backoff: for tests whose cond also drives what it waits for (a
+// manual raft tick per poll, cluster/qraft and cluster/meta), where a
+// growing pause would slow that down.
+func EventuallyEvery(t testing.TB, interval, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			return
+		}
+		time.Sleep(interval)
+	}
+}

@@ -64,3 +64,23 @@ func TestEventuallyNilLastError(t *testing.T) {
 		t.Fatalf("UntilNil(0) = %v, want the error of its one call", err)
 	}
 }
+
+// issue 23: EventuallyEvery polls at its fixed interval (no backoff: 100 ms
+// at 5 ms is about 20 calls, where the backoff makes about 8) and fails
+// naming what was awaited.
+func TestEventuallyEveryFixedPace(t *testing.T) {
+	n := 0
+	ft := &fakeT{}
+	EventuallyEvery(ft, 5*time.Millisecond, 100*time.Millisecond, "the tide", func() bool { n++; return false })
+	if n < 12 {
+		t.Fatalf("cond called %d times in 100 ms at a 5 ms pace, want about 20", n)
+	}
+	if !strings.Contains(ft.msg, "the tide") {
+		t.Fatalf("failure %q does not name what was awaited", ft.msg)
+	}
+	n = 0
+	EventuallyEvery(t, time.Millisecond, time.Second, "the third call", func() bool { n++; return n == 3 })
+	if n != 3 {
+		t.Fatalf("cond called %d times, want 3: it held at the third", n)
+	}
+}
