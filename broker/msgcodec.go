@@ -255,3 +255,11 @@ func decodeMessage(b []byte) (*Message, error) {
 
 // persistent reports whether m asks to survive a restart (delivery-mode 2).
 func (m *Message) persistent() bool { return m.Props.DeliveryMode == 2 }
+
+// ownTTL is m's own TTL in ms (the expiration property), -1 for none.
+func (m *Message) ownTTL() int64 {
+	if m.HasTTL {
+		return m.TTL
+	}
+	return -1
+}

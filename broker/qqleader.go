@@ -157,30 +157,21 @@ type qqEnq struct {
 
 // qqEnqOf is m as a qqEnq.
 func qqEnqOf(m *Message) qqEnq {
-	ttl := int64(-1)
-	if m.HasTTL {
-		ttl = m.TTL
-	}
-	return qqEnq{ttl: ttl, priority: m.Props.Priority, persistent: m.persistent(), size: uint32(m.Size()), m: m}
+	return qqEnq{ttl: m.ownTTL(), priority: m.Props.Priority, persistent: m.persistent(), size: uint32(m.Size()), m: m}
 }
 
 // appendQQEnq writes e's head for opQQEnqueue, then the message.
 func appendQQEnq(b []byte, m *Message) []byte {
 	e := qqEnqOf(m)
 	b = binary.AppendVarint(b, e.ttl)
-	b = append(b, e.priority)
-	if e.persistent {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
+	b = appendBool(append(b, e.priority), e.persistent)
 	b = binary.AppendUvarint(b, uint64(e.size))
 	return appendMessage(b, m)
 }
 
 // readQQEnq reads what appendQQEnq wrote; body is the rest of d.
 func readQQEnq(d *msgDecoder) qqEnq {
-	e := qqEnq{ttl: d.varint(), priority: d.byte1(), persistent: d.byte1() == 1, size: uint32(d.uvarint())}
+	e := qqEnq{ttl: d.varint(), priority: d.byte1(), persistent: d.bool(), size: uint32(d.uvarint())}
 	e.body = d.b
 	return e
 }
@@ -200,7 +191,6 @@ func (e *qqEnq) message() (*Message, error) {
 // qqRejectsLocked is rejectsLocked (R4.5, R4.6) for a publish in qqEnq
 // form: the message is decoded only for reject-publish-dlx's dead letter.
 func (q *Queue) qqRejectsLocked(pub *qqEnq) bool {
-	q.m.SetDeadLettersOwed(len(q.dlxPending))
 	var m *Message
 	if q.m.Config().Overflow == machine.RejectPublishDLX {
 		var err error
@@ -208,7 +198,7 @@ func (q *Queue) qqRejectsLocked(pub *qqEnq) bool {
 			return true // undecodable: refused rather than placed
 		}
 	}
-	return q.m.Rejects(m, pub.size, pub.persistent)
+	return q.rejectsSizedLocked(m, pub.size, pub.persistent)
 }
 
 // qqProposeEnqueue is qqEnqueueAtLeader for a publish in qqEnq form.

@@ -435,21 +435,23 @@ func (q *Queue) enqueueHere(m *Message, r *Router) enqueueResult {
 // rejectsLocked applies reject-publish(-dlx) (R4.5, R4.6): it reports
 // whether m is refused, dead-lettering it under reject-publish-dlx.
 func (q *Queue) rejectsLocked(m *Message) bool {
+	return q.rejectsSizedLocked(m, uint32(m.Size()), m.persistent())
+}
+
+// rejectsSizedLocked is rejectsLocked for a message of size bytes; m is
+// read only for reject-publish-dlx's dead letter.
+func (q *Queue) rejectsSizedLocked(m *Message, size uint32, persistent bool) bool {
 	q.m.SetDeadLettersOwed(len(q.dlxPending))
-	return q.m.Rejects(m, uint32(m.Size()), m.persistent())
+	return q.m.Rejects(m, size, persistent)
 }
 
 // newEntryLocked is m as a queue entry with sequence number seq (0: the
 // next) and its TTL deadline; a TTL of 0 has a deadline of now.
 func (q *Queue) newEntryLocked(now int64, seq uint64, m *Message) qentry {
-	ttl := int64(-1)
-	if m.HasTTL {
-		ttl = m.TTL
-	}
 	if seq == 0 {
-		return q.m.NewEntry(now, m, uint32(m.Size()), m.Props.Priority, m.persistent(), ttl)
+		return q.m.NewEntry(now, m, uint32(m.Size()), m.Props.Priority, m.persistent(), m.ownTTL())
 	}
-	return q.m.EntryAt(now, seq, m, uint32(m.Size()), m.Props.Priority, m.persistent(), ttl)
+	return q.m.EntryAt(now, seq, m, uint32(m.Size()), m.Props.Priority, m.persistent(), m.ownTTL())
 }
 
 // deadLocked queues e, which the machine dead-letters (the queue has a
