@@ -11,8 +11,8 @@ import "github.com/warrenmq/warren/broker/machine"
 //     local consumers and forwards everything else (remote.go);
 //   - quorum: a replicated quorum queue, reached through its leader
 //     wherever that is (qqclient.go). Where the leader is this node, the
-//     operation runs on the machine here, which writes through the
-//     queue's replica hooks (replicaLog) to the raft log (qqleader.go).
+//     operation runs on the machine here, which writes through its
+//     backing (below) to the raft log (qqleader.go).
 //
 // Only this file chooses the kind; the callers (the channel, routing,
 // dead-lettering, shovels, management, recovery) call Queue's methods,

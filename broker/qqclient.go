@@ -1503,41 +1503,27 @@ func (quorumType) homeAnswer(err error) error {
 }
 func (k quorumType) notHere() error { return k.q.qqNotLeaderErr() }
 
+// at is where the queue's machine runs now: here when this node leads,
+// else at the leader, reached as a remote queue's home is (its calls
+// go to the leader: callHome).
+func (k quorumType) at() queueType {
+	if k.here() {
+		return classicType(k)
+	}
+	return remoteType(k)
+}
+
 // settle drops stale deliveries and sends those of other nodes' legs to
-// their leader (qqSettle); the rest are the machine's here.
+// their leader (qqSettle); the rest are settled where the machine runs.
 func (k quorumType) settle(ds []Delivery, kind byte) {
-	if ds = k.q.qqSettle(ds, kind); len(ds) == 0 {
-		return
-	}
-	if k.here() {
-		k.q.settleHere(ds, kind)
-	} else {
-		k.q.remoteSettle(ds, kind)
+	if ds = k.q.qqSettle(ds, kind); len(ds) > 0 {
+		k.at().settle(ds, kind)
 	}
 }
 
-func (k quorumType) purge() int {
-	if k.here() {
-		return k.q.purgeHere()
-	}
-	n, _ := k.q.remotePurge()
-	return n
-}
-
-func (k quorumType) counts() (messages, consumers int) {
-	if k.here() {
-		return k.q.countsHere()
-	}
-	messages, consumers, _ = k.q.remoteCounts(false)
-	return messages, consumers
-}
-
-func (k quorumType) browse(offset int, fn func(Browsed) bool) int {
-	if k.here() {
-		return k.q.browseHere(offset, fn)
-	}
-	return k.q.remoteBrowse(offset, fn)
-}
+func (k quorumType) purge() int                                   { return k.at().purge() }
+func (k quorumType) counts() (messages, consumers int)            { return k.at().counts() }
+func (k quorumType) browse(offset int, fn func(Browsed) bool) int { return k.at().browse(offset, fn) }
 
 func (k quorumType) here() bool   { return k.q.qq.leaderHere() }
 func (k quorumType) home() string { return k.q.qq.leaderNode() }
