@@ -19,19 +19,30 @@ const (
 // calls with a backoff from 1 ms up to 50 ms. cond is called at least once,
 // and once more at the deadline. It reports whether cond held.
 func Until(timeout time.Duration, cond func() bool) bool {
-	return UntilNil(timeout, func() error {
+	return UntilNil(timeout, holds(cond)) == nil
+}
+
+// holds is cond as a poll's f: nil once cond holds.
+func holds(cond func() bool) func() error {
+	return func() error {
 		if cond() {
 			return nil
 		}
 		return errNotYet
-	}) == nil
+	}
 }
 
 // UntilNil calls f until it returns nil or timeout passes, with Until's
 // backoff, and returns nil or the last error f returned.
 func UntilNil(timeout time.Duration, f func() error) error {
+	return poll(timeout, firstPause, maxPause, f)
+}
+
+// poll calls f until it returns nil or timeout passes, pausing first
+// between calls, doubling up to most; it returns nil or f's last error.
+func poll(timeout, first, most time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
-	pause := firstPause
+	pause := first
 	for {
 		err := f()
 		if err == nil {
@@ -42,7 +53,7 @@ func UntilNil(timeout time.Duration, f func() error) error {
 			return err
 		}
 		time.Sleep(min(pause, left))
-		pause = min(2*pause, maxPause)
+		pause = min(2*pause, most)
 	}
 }
 
@@ -76,12 +87,7 @@ var errNotYet error = notYet{}
 // growing pause would slow that down.
 func EventuallyEvery(t testing.TB, interval, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-			return
-		}
-		time.Sleep(interval)
+	if poll(timeout, interval, interval, holds(cond)) != nil {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
 	}
 }
