@@ -115,15 +115,15 @@ func decodeRemoteDLRecord(pl []byte) (*remoteDL, error) {
 		return nil, errors.New("short Y record")
 	}
 	rd := &remoteDL{rseq: le64(pl), src: le64(pl[8:]), ondisk: true}
-	d := msgDecoder{b: pl[16:]}
-	n := d.uvarint()
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		rd.targets = append(rd.targets, d.str())
+	d := newDecoder(pl[16:])
+	n := d.Uvarint()
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		rd.targets = append(rd.targets, d.Str())
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
-	m, err := decodeMessage(d.b)
+	m, err := decodeMessage(d.Rest())
 	if err != nil {
 		return nil, err
 	}

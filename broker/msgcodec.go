@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/warrenmq/warren/internal/wire"
 	"sync/atomic"
 	"time"
 
@@ -119,87 +120,17 @@ func appendMessage(b []byte, m *Message) []byte {
 	return append(b, m.Body...)
 }
 
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
+func appendStr(b []byte, s string) []byte { return wire.AppendStr(b, s) }
 
-func appendBool(b []byte, v bool) []byte {
-	if v {
-		return append(b, 1)
-	}
-	return append(b, 0)
-}
+func appendBool(b []byte, v bool) []byte { return wire.AppendBool(b, v) }
 
-// msgDecoder reads what appendMessage wrote; the first error sticks.
-type msgDecoder struct {
-	b   []byte
-	err error
-}
+// msgDecoder reads what appendMessage and the link encodings wrote; the
+// first error (errBadRecord) sticks.
+type msgDecoder = wire.Reader
 
-func (d *msgDecoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errBadRecord
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *msgDecoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errBadRecord
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *msgDecoder) str() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errBadRecord
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-func (d *msgDecoder) bool() bool {
-	if d.err != nil {
-		return false
-	}
-	if len(d.b) == 0 {
-		d.err = errBadRecord
-		return false
-	}
-	v := d.b[0] == 1
-	d.b = d.b[1:]
-	return v
-}
-
-// count reads a list length, refusing one that cannot fit in what is left
-// (each item takes at least one byte), so bad input cannot make us
-// allocate much.
-func (d *msgDecoder) count() int {
-	n := d.uvarint()
-	if n > uint64(len(d.b)) {
-		d.err = errBadRecord
-		return 0
-	}
-	return int(n)
+func newDecoder(b []byte) *msgDecoder {
+	d := wire.NewReader(b, errBadRecord)
+	return &d
 }
 
 // messageDecodes counts decodeMessage calls, for the tests that show a
@@ -210,46 +141,46 @@ var messageDecodes atomic.Uint64
 // memory (nothing aliases b).
 func decodeMessage(b []byte) (*Message, error) {
 	messageDecodes.Add(1)
-	d := msgDecoder{b: b}
-	m := &Message{Exchange: d.str(), RoutingKey: d.str()}
-	if n := d.count(); n > 0 {
+	d := newDecoder(b)
+	m := &Message{Exchange: d.Str(), RoutingKey: d.Str()}
+	if n := d.Count(); n > 0 {
 		m.BCC = make([]string, n)
 		for i := range m.BCC {
-			m.BCC[i] = d.str()
+			m.BCC[i] = d.Str()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.Count(); n > 0 {
 		m.Deaths = make([]Death, n)
 		for i := range m.Deaths {
 			x := &m.Deaths[i]
-			x.Queue, x.Reason, x.Count = d.str(), d.str(), d.varint()
-			x.Time = time.UnixMilli(d.varint())
-			x.Exchange = d.str()
-			if k := d.count(); k > 0 {
+			x.Queue, x.Reason, x.Count = d.Str(), d.Str(), d.Varint()
+			x.Time = time.UnixMilli(d.Varint())
+			x.Exchange = d.Str()
+			if k := d.Count(); k > 0 {
 				x.RoutingKeys = make([]string, k)
 				for j := range x.RoutingKeys {
-					x.RoutingKeys[j] = d.str()
+					x.RoutingKeys[j] = d.Str()
 				}
 			}
-			x.OriginalExpiration, x.HasExpiration = d.str(), d.bool()
+			x.OriginalExpiration, x.HasExpiration = d.Str(), d.Bool()
 		}
 	}
-	m.HasTTL = d.bool()
-	m.TTL = d.varint()
-	if d.err != nil {
-		return nil, d.err
+	m.HasTTL = d.Bool()
+	m.TTL = d.Varint()
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
-	if len(d.b) < 4 {
+	if len(d.Rest()) < 4 {
 		return nil, errBadRecord
 	}
-	pn := binary.LittleEndian.Uint32(d.b)
-	if uint64(pn) > uint64(len(d.b)-4) {
+	pn := binary.LittleEndian.Uint32(d.Rest())
+	if uint64(pn) > uint64(len(d.Rest())-4) {
 		return nil, errBadRecord
 	}
-	if err := amqp.DecodeProperties(d.b[4:4+pn], &m.Props); err != nil {
+	if err := amqp.DecodeProperties(d.Rest()[4:4+pn], &m.Props); err != nil {
 		return nil, err
 	}
-	m.Body = append([]byte(nil), d.b[4+pn:]...)
+	m.Body = append([]byte(nil), d.Rest()[4+pn:]...)
 	return m, nil
 }
 

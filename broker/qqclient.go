@@ -715,8 +715,8 @@ func (q *Queue) qqSettleApplied(node string) bool {
 		// it), or unreachable.
 		return !errors.Is(err, errQQRetry)
 	}
-	last, known := d.uvarint(), d.bool()
-	if d.err != nil || !known {
+	last, known := d.Uvarint(), d.Bool()
+	if d.Err() != nil || !known {
 		return true
 	}
 	qc := &q.qc
@@ -790,9 +790,9 @@ func (q *Queue) qqFailPending(err error) {
 // qqEnqueueFromPeer is the leader's side of opQQEnqueue.
 func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 	b.remote.qqEnqIn.Add(1)
-	pub, seq, prev := d.uvarint(), d.uvarint(), d.uvarint()
-	vn, qn := d.str(), d.str()
-	if d.err != nil {
+	pub, seq, prev := d.Uvarint(), d.Uvarint(), d.Uvarint()
+	vn, qn := d.Str(), d.Str()
+	if d.Err() != nil {
 		return
 	}
 	p := b.getPeers()
@@ -807,7 +807,7 @@ func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 	}
 	enq := readQQEnq(d)
 	var q *Queue
-	if v := b.VHost(vn); v != nil && d.err == nil {
+	if v := b.VHost(vn); v != nil && d.Err() == nil {
 		q = v.Queue(qn)
 	}
 	switch {
@@ -831,9 +831,9 @@ func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 
 // qqEnqueuedFromPeer is a leader's answer for a publish of this node.
 func (b *Broker) qqEnqueuedFromPeer(d *msgDecoder) {
-	vn, qn := d.str(), d.str()
-	seq, st := d.uvarint(), d.byte1()
-	if d.err != nil {
+	vn, qn := d.Str(), d.Str()
+	seq, st := d.Uvarint(), d.Byte()
+	if d.Err() != nil {
 		return
 	}
 	v := b.VHost(vn)
@@ -1315,10 +1315,10 @@ func (q *Queue) qqGet(noAck bool) (Delivery, int, bool) {
 			waitChange(q.qqChanged(), qqRetryMin)
 			continue
 		}
-		if err != nil || !d.bool() {
+		if err != nil || !d.Bool() {
 			return Delivery{}, 0, false
 		}
-		remaining := int(d.uvarint())
+		remaining := int(d.Uvarint())
 		dv, err := q.decodeDelivery(d, "")
 		if err != nil {
 			return Delivery{}, 0, false

@@ -203,10 +203,10 @@ func (s *qqSeqs) tap(to string, drop func() bool) func(from, dst string, msg []b
 		if from != qqA || dst != to || msg[0] != opQQEnqueue {
 			return false
 		}
-		d := &msgDecoder{b: msg[1:]}
-		d.uvarint()
+		d := newDecoder(msg[1:])
+		d.Uvarint()
 		s.mu.Lock()
-		s.seqs = append(s.seqs, d.uvarint())
+		s.seqs = append(s.seqs, d.Uvarint())
 		s.mu.Unlock()
 		return drop()
 	}

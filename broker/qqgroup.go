@@ -206,11 +206,11 @@ func (b *Broker) HandleQuorumMessage(from string, msg []byte) {
 	if len(msg) == 0 {
 		return
 	}
-	d := &msgDecoder{b: msg[1:]}
+	d := newDecoder(msg[1:])
 	switch msg[0] {
 	case opQQAsk:
-		vn, qn, group := d.str(), d.str(), d.uvarint()
-		if d.err != nil {
+		vn, qn, group := d.Str(), d.Str(), d.Uvarint()
+		if d.Err() != nil {
 			return
 		}
 		if v := b.VHost(vn); v != nil {
@@ -221,9 +221,9 @@ func (b *Broker) HandleQuorumMessage(from string, msg []byte) {
 			}
 		}
 	case opQQLeader:
-		vn, qn := d.str(), d.str()
-		group, term, leader := d.uvarint(), d.uvarint(), d.str()
-		if d.err != nil {
+		vn, qn := d.Str(), d.Str()
+		group, term, leader := d.Uvarint(), d.Uvarint(), d.Str()
+		if d.Err() != nil {
 			return
 		}
 		v := b.VHost(vn)

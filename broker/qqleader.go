@@ -171,8 +171,8 @@ func appendQQEnq(b []byte, m *Message) []byte {
 
 // readQQEnq reads what appendQQEnq wrote; body is the rest of d.
 func readQQEnq(d *msgDecoder) qqEnq {
-	e := qqEnq{ttl: d.varint(), priority: d.byte1(), persistent: d.bool(), size: uint32(d.uvarint())}
-	e.body = d.b
+	e := qqEnq{ttl: d.Varint(), priority: d.Byte(), persistent: d.Bool(), size: uint32(d.Uvarint())}
+	e.body = d.Rest()
 	return e
 }
 

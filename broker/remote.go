@@ -283,25 +283,15 @@ func decodeResult(resp []byte) (*msgDecoder, error) {
 	if len(resp) == 0 {
 		return nil, errors.New("cluster: empty answer")
 	}
-	d := &msgDecoder{b: resp[1:]}
+	d := newDecoder(resp[1:])
 	if resp[0] == 0 {
 		return d, nil
 	}
-	code, hard, text := d.uvarint(), d.bool(), d.str()
-	if d.err != nil {
-		return nil, d.err
+	code, hard, text := d.Uvarint(), d.Bool(), d.Str()
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	return nil, &amqp.Error{Code: uint16(code), Hard: hard, Text: text}
-}
-
-func (d *msgDecoder) byte1() byte {
-	if d.err != nil || len(d.b) == 0 {
-		d.err = errBadRecord
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
 }
 
 // appendDelivery encodes a delivery's queue-side facts and its message.
@@ -316,13 +306,13 @@ func appendDelivery(b []byte, d *Delivery) []byte {
 
 func (q *Queue) decodeDelivery(d *msgDecoder, tag string) (Delivery, error) {
 	dv := Delivery{Queue: q, ConsumerTag: tag}
-	dv.Seq, dv.Redelivered = d.uvarint(), d.bool()
-	dv.DeliveryCount, dv.AcquiredCount = uint32(d.uvarint()), uint32(d.uvarint())
-	dv.ExpiresAt = d.varint()
-	if d.err != nil {
-		return Delivery{}, d.err
+	dv.Seq, dv.Redelivered = d.Uvarint(), d.Bool()
+	dv.DeliveryCount, dv.AcquiredCount = uint32(d.Uvarint()), uint32(d.Uvarint())
+	dv.ExpiresAt = d.Varint()
+	if d.Err() != nil {
+		return Delivery{}, d.Err()
 	}
-	m, err := decodeMessage(d.b)
+	m, err := decodeMessage(d.Rest())
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -332,9 +322,9 @@ func (q *Queue) decodeDelivery(d *msgDecoder, tag string) (Delivery, error) {
 
 // lookupRef finds the local queue a peer names.
 func (b *Broker) lookupRef(d *msgDecoder) (*Queue, error) {
-	vn, qn := d.str(), d.str()
-	if d.err != nil {
-		return nil, d.err
+	vn, qn := d.Str(), d.Str()
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	v := b.VHost(vn)
 	if v == nil {
@@ -526,8 +516,8 @@ func (q *Queue) forward(m *Message, r *Router) enqueueResult {
 
 // enqueuedFromHome is the home's answer for publish wait id.
 func (b *Broker) enqueuedFromHome(d *msgDecoder) {
-	id, st := d.uvarint(), d.byte1()
-	if d.err != nil {
+	id, st := d.Uvarint(), d.Byte()
+	if d.Err() != nil {
 		return
 	}
 	rs := &b.remote
@@ -553,11 +543,11 @@ func (b *Broker) enqueuedFromHome(d *msgDecoder) {
 // --- publish (home node) ---
 
 func (b *Broker) enqueueFromPeer(from string, d *msgDecoder) {
-	id := d.uvarint()
+	id := d.Uvarint()
 	q, err := b.lookupRef(d)
 	var m *Message
 	if err == nil {
-		m, err = decodeMessage(d.b)
+		m, err = decodeMessage(d.Rest())
 	}
 	p := b.getPeers()
 	answer := func(st byte) {
@@ -773,8 +763,8 @@ func (q *Queue) remoteRemoveConsumer(c *Consumer) {
 
 // deliverFromHome hands a delivery from the home to the local consumer.
 func (b *Broker) deliverFromHome(from string, d *msgDecoder) {
-	cid := d.uvarint()
-	if d.err != nil {
+	cid := d.Uvarint()
+	if d.Err() != nil {
 		return
 	}
 	rs := &b.remote
@@ -810,7 +800,7 @@ func (b *Broker) deliverFromHome(from string, d *msgDecoder) {
 
 // canceledFromHome: the home removed the consumer (its queue was deleted).
 func (b *Broker) canceledFromHome(d *msgDecoder) {
-	cid := d.uvarint()
+	cid := d.Uvarint()
 	rs := &b.remote
 	rs.mu.Lock()
 	rc := rs.cons[cid]
@@ -964,7 +954,7 @@ func (p *proxy) Cancelled(c *Consumer) {
 func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
 	var term uint64
 	if qq {
-		term = d.uvarint()
+		term = d.Uvarint()
 	}
 	q, err := b.lookupRef(d)
 	if err != nil {
@@ -973,13 +963,13 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
 	if err := q.qqCheckTerm(term); err != nil {
 		return err
 	}
-	cid, tag := d.uvarint(), d.str()
-	noAck, excl := d.bool(), d.bool()
-	prio, owner, prefetch := d.varint(), d.uvarint(), d.uvarint()
-	if d.err != nil {
-		return d.err
+	cid, tag := d.Uvarint(), d.Str()
+	noAck, excl := d.Bool(), d.Bool()
+	prio, owner, prefetch := d.Varint(), d.Uvarint(), d.Uvarint()
+	if d.Err() != nil {
+		return d.Err()
 	}
-	args, _, err := amqp.DecodeTable(d.b)
+	args, _, err := amqp.DecodeTable(d.Rest())
 	if err != nil {
 		return err
 	}
@@ -1020,7 +1010,7 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
 // staleForPeer drops a proxy consumer its node no longer knows and
 // returns what it held, redelivered.
 func (b *Broker) staleForPeer(from string, d *msgDecoder) {
-	cid := d.uvarint()
+	cid := d.Uvarint()
 	rs := &b.remote
 	rs.mu.Lock()
 	p := rs.proxies[proxyKey{from, cid}]
@@ -1056,7 +1046,7 @@ func (p *proxy) returnHeld() {
 }
 
 func (b *Broker) cancelForPeer(from string, d *msgDecoder) {
-	cid := d.uvarint()
+	cid := d.Uvarint()
 	rs := &b.remote
 	rs.mu.Lock()
 	p := rs.proxies[proxyKey{from, cid}]
@@ -1100,13 +1090,13 @@ func (b *Broker) settleForPeer(from string, d *msgDecoder) {
 	if err != nil {
 		return
 	}
-	kind := d.byte1()
-	n := d.count()
+	kind := d.Byte()
+	n := d.Count()
 	seqs := make([]uint64, 0, n)
 	for i := 0; i < n; i++ {
-		seqs = append(seqs, d.uvarint())
+		seqs = append(seqs, d.Uvarint())
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return
 	}
 	ds, ps := b.remote.takeHeld(from, q, seqs)
@@ -1213,10 +1203,10 @@ func (b *Broker) PeerState(node string, up bool) {
 func (q *Queue) remoteGet(noAck bool) (Delivery, int, bool) {
 	req := appendBool(q.appendRef(nil, callGet), noAck)
 	d, err := q.call(req)
-	if err != nil || !d.bool() {
+	if err != nil || !d.Bool() {
 		return Delivery{}, 0, false
 	}
-	remaining := int(d.uvarint())
+	remaining := int(d.Uvarint())
 	dv, err := q.decodeDelivery(d, "")
 	if err != nil {
 		return Delivery{}, 0, false
@@ -1238,8 +1228,8 @@ func (q *Queue) remoteCounts(touch bool) (int, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	m, c := d.uvarint(), d.uvarint()
-	return int(m), int(c), d.err
+	m, c := d.Uvarint(), d.Uvarint()
+	return int(m), int(c), d.Err()
 }
 
 func (q *Queue) remotePurge() (int, error) {
@@ -1247,7 +1237,7 @@ func (q *Queue) remotePurge() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return int(d.uvarint()), d.err
+	return int(d.Uvarint()), d.Err()
 }
 
 // remoteDelete deletes the queue on its home (with the if-unused and
@@ -1258,7 +1248,7 @@ func (q *Queue) remoteDelete(ifUnused, ifEmpty bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return int(d.uvarint()), d.err
+	return int(d.Uvarint()), d.Err()
 }
 
 // HandlePeerCall answers a call from node from (the transport's handler).
@@ -1266,8 +1256,8 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 	if len(req) == 0 {
 		return nil, errors.New("cluster: empty call")
 	}
-	d := &msgDecoder{b: req[1:]}
-	if bid := d.uvarint(); d.err == nil {
+	d := newDecoder(req[1:])
+	if bid := d.Uvarint(); d.Err() == nil {
 		b.awaitBarrier(from, bid)
 	}
 	switch req[0] {
@@ -1276,7 +1266,7 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 	case callGet, callQQGet:
 		var term uint64
 		if req[0] == callQQGet {
-			term = d.uvarint()
+			term = d.Uvarint()
 		}
 		q, err := b.lookupRef(d)
 		if err == nil {
@@ -1285,7 +1275,7 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		if err != nil {
 			return appendResult(nil, err), nil
 		}
-		noAck := d.bool()
+		noAck := d.Bool()
 		dv, remaining, ok := q.getHere(noAck)
 		out := appendBool(appendResult(nil, nil), ok)
 		if !ok {
@@ -1313,14 +1303,14 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		if err != nil {
 			return appendResult(nil, err), nil
 		}
-		last, known := q.qq.qqAppliedMark(d.uvarint())
+		last, known := q.qq.qqAppliedMark(d.Uvarint())
 		return appendBool(binary.AppendUvarint(appendResult(nil, nil), last), known), nil
 	case callCounts:
 		q, err := b.lookupRef(d)
 		if err != nil {
 			return appendResult(nil, err), nil
 		}
-		if d.bool() {
+		if d.Bool() {
 			q.Touch()
 		}
 		m, c := q.Counts()
@@ -1337,7 +1327,7 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 			// Already gone: deleting a missing queue succeeds with 0.
 			return binary.AppendUvarint(appendResult(nil, nil), 0), nil
 		}
-		ifUnused, ifEmpty := d.bool(), d.bool()
+		ifUnused, ifEmpty := d.Bool(), d.Bool()
 		n, err := q.vhost.deleteQueue(q, ifUnused, ifEmpty)
 		if err != nil {
 			return appendResult(nil, err), nil
@@ -1355,7 +1345,7 @@ func (b *Broker) HandlePeerMessage(from string, msg []byte) {
 	if len(msg) == 0 {
 		return
 	}
-	d := &msgDecoder{b: msg[1:]}
+	d := newDecoder(msg[1:])
 	switch msg[0] {
 	case opEnqueue:
 		b.enqueueFromPeer(from, d)
@@ -1370,7 +1360,7 @@ func (b *Broker) HandlePeerMessage(from string, msg []byte) {
 	case opCanceled:
 		b.canceledFromHome(d)
 	case opBarrier:
-		b.barrierFromPeer(from, d.uvarint())
+		b.barrierFromPeer(from, d.Uvarint())
 	case opStale:
 		b.staleForPeer(from, d)
 	case opQQEnqueue:
@@ -1459,15 +1449,14 @@ func (q *Queue) remoteBrowse(offset int, fn func(Browsed) bool) int {
 	if err != nil {
 		return 0
 	}
-	total, n := int(d.uvarint()), d.count()
-	for i := 0; i < n && d.err == nil; i++ {
-		red, exp := d.bool(), d.varint()
-		l := d.count()
-		if d.err != nil || l > len(d.b) {
+	total, n := int(d.Uvarint()), d.Count()
+	for i := 0; i < n && d.Err() == nil; i++ {
+		red, exp := d.Bool(), d.Varint()
+		item := d.Bytes()
+		if d.Err() != nil {
 			break
 		}
-		m, err := decodeMessage(d.b[:l])
-		d.b = d.b[l:]
+		m, err := decodeMessage(item)
 		if err != nil || !fn(Browsed{Msg: m, Redelivered: red, ExpiresAt: exp}) {
 			break
 		}
@@ -1480,7 +1469,7 @@ func (b *Broker) browseForPeer(d *msgDecoder) ([]byte, error) {
 	if err != nil {
 		return appendResult(nil, err), nil
 	}
-	offset := int(d.uvarint())
+	offset := int(d.Uvarint())
 	var items []byte
 	n := 0
 	total := q.Browse(offset, func(br Browsed) bool {

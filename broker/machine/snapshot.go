@@ -3,6 +3,7 @@ package machine
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/warrenmq/warren/internal/wire"
 	"slices"
 )
 
@@ -20,7 +21,7 @@ type enc struct{ b []byte }
 
 func (w *enc) u(v uint64)  { w.b = binary.AppendUvarint(w.b, v) }
 func (w *enc) i(v int64)   { w.b = binary.AppendVarint(w.b, v) }
-func (w *enc) bool(v bool) { w.u(map[bool]uint64{false: 0, true: 1}[v]) }
+func (w *enc) bool(v bool) { w.b = wire.AppendBool(w.b, v) }
 
 func encEntry[M any](w *enc, e *Entry[M], encM func([]byte, M) []byte) {
 	w.u(e.Seq)
@@ -163,76 +164,38 @@ func cmpBool(less, greater bool) int {
 	return 0
 }
 
-type dec struct {
-	b   []byte
-	err error
-}
-
-func (r *dec) u() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = ErrSnapshot
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *dec) i() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = ErrSnapshot
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *dec) bool() bool { return r.u() != 0 }
-
-// n reads a count, bounded by the bytes left (each item takes one at
-// least), so that a corrupt count cannot make a huge allocation.
-func (r *dec) n() int {
-	v := r.u()
-	if v > uint64(len(r.b)) {
-		r.err = ErrSnapshot
-		r.b = nil
-		return 0
-	}
-	return int(v)
-}
+type dec = wire.Reader
 
 func decEntry[M any](r *dec, decM func([]byte) (M, []byte, error)) Entry[M] {
 	var e Entry[M]
-	e.Seq = r.u()
-	if r.err != nil {
+	e.Seq = r.Uvarint()
+	if r.Err() != nil {
 		return e
 	}
-	m, rest, err := decM(r.b)
+	m, rest, err := decM(r.Rest())
 	if err != nil {
-		r.err, r.b = err, nil
+		r.FailWith(err)
 		return e
 	}
-	e.Msg, r.b = m, rest
-	e.ExpiresAt = r.i()
-	e.DeliveryCount = uint32(r.u())
-	e.Acquired = uint32(r.u())
-	e.Seg = uint32(r.u())
-	e.Size = uint32(r.u())
-	e.Level = uint8(r.u())
-	f := r.u()
+	e.Msg = m
+	r.Next(uint64(r.Len() - len(rest)))
+	e.ExpiresAt = r.Varint()
+	e.DeliveryCount = uint32(r.Uvarint())
+	e.Acquired = uint32(r.Uvarint())
+	e.Seg = uint32(r.Uvarint())
+	e.Size = uint32(r.Uvarint())
+	e.Level = uint8(r.Uvarint())
+	f := r.Uvarint()
 	e.Persistent, e.Redelivered, e.OnDisk = f&1 != 0, f&2 != 0, f&4 != 0
 	return e
 }
 
 func decCounts(r *dec) Counts {
 	var c Counts
-	c.All.N = int(r.u())
-	c.All.Bytes = r.i()
-	c.Persistent.N = int(r.u())
-	c.Persistent.Bytes = r.i()
+	c.All.N = int(r.Uvarint())
+	c.All.Bytes = r.Varint()
+	c.Persistent.N = int(r.Uvarint())
+	c.Persistent.Bytes = r.Varint()
 	return c
 }
 
@@ -243,41 +206,42 @@ func Decode[M, C any](b []byte, fx Effects[M, C], decM func([]byte) (M, []byte, 
 	if len(b) == 0 || b[0] != snapVersion {
 		return nil, ErrSnapshot
 	}
-	r := &dec{b: b[1:]}
+	d := wire.NewReader(b[1:], ErrSnapshot)
+	r := &d
 	var c Config
-	c.Quorum = r.bool()
-	c.Levels = int(r.u())
+	c.Quorum = r.Bool()
+	c.Levels = int(r.Uvarint())
 	if c.Levels < 1 || c.Levels > 256 {
 		return nil, ErrSnapshot
 	}
-	c.SingleActive = r.bool()
-	c.DLX = r.bool()
+	c.SingleActive = r.Bool()
+	c.DLX = r.Bool()
 	for _, p := range []*int64{&c.MessageTTL, &c.Expires, &c.MaxLength, &c.MaxLengthBytes, &c.DeliveryLimit, &c.RetryMin, &c.RetryMax} {
-		*p = r.i()
+		*p = r.Varint()
 	}
-	c.Overflow = Overflow(r.u())
-	c.CountDeliveries = r.bool()
-	c.RetryType = RetryType(r.u())
-	c.Dedup = r.bool()
+	c.Overflow = Overflow(r.Uvarint())
+	c.CountDeliveries = r.Bool()
+	c.RetryType = RetryType(r.Uvarint())
+	c.Dedup = r.Bool()
 	m := New(c, fx)
-	m.nextSeq = r.u()
-	m.rr = int(r.u())
-	m.expiresAt = r.i()
-	m.hadConsumer = r.bool()
-	m.deleted = r.bool()
-	m.dlxPending = int(r.u())
+	m.nextSeq = r.Uvarint()
+	m.rr = int(r.Uvarint())
+	m.expiresAt = r.Varint()
+	m.hadConsumer = r.Bool()
+	m.deleted = r.Bool()
+	m.dlxPending = int(r.Uvarint())
 	s := &m.stats
 	for _, p := range []*uint64{&s.Published, &s.Redelivered, &s.Deliver, &s.DeliverNoAck, &s.Get, &s.GetNoAck, &s.GetEmpty, &s.Acked, &s.Requeued, &s.Rejected} {
-		*p = r.u()
+		*p = r.Uvarint()
 	}
 	for i := range s.DeadLettered {
-		s.DeadLettered[i] = r.u()
-		s.Dropped[i] = r.u()
+		s.DeadLettered[i] = r.Uvarint()
+		s.Dropped[i] = r.Uvarint()
 	}
 	m.paged = decCounts(r)
 	for i := range m.ready.levels {
-		n := r.n()
-		for j := 0; j < n && r.err == nil; j++ {
+		n := r.Count()
+		for j := 0; j < n && r.Err() == nil; j++ {
 			e := decEntry(r, decM)
 			if int(e.Level) != i {
 				return nil, ErrSnapshot
@@ -289,30 +253,30 @@ func Decode[M, C any](b []byte, fx Effects[M, C], decM func([]byte) (M, []byte, 
 	// not a panic later.
 	badLevel := func(l uint8) bool {
 		if int(l) >= len(m.ready.levels) {
-			r.err, r.b = ErrSnapshot, nil
+			r.Fail()
 			return true
 		}
 		return false
 	}
-	n := r.n()
-	for j := 0; j < n && r.err == nil; j++ {
-		t := Timed{At: r.i(), Seq: r.u(), Pos: r.u(), Level: uint8(r.u())}
+	n := r.Count()
+	for j := 0; j < n && r.Err() == nil; j++ {
+		t := Timed{At: r.Varint(), Seq: r.Uvarint(), Pos: r.Uvarint(), Level: uint8(r.Uvarint())}
 		if !badLevel(t.Level) {
 			m.expiries = append(m.expiries, t)
 		}
 	}
-	n = r.n()
-	for j := 0; j < n && r.err == nil; j++ {
-		at := r.i()
+	n = r.Count()
+	for j := 0; j < n && r.Err() == nil; j++ {
+		at := r.Varint()
 		e := decEntry(r, decM)
 		if !badLevel(e.Level) {
 			m.delayed = append(m.delayed, delayed[M]{at: at, e: e})
 		}
 	}
 	holder := func(c *Consumer[M, C]) {
-		n := r.n()
+		n := r.Count()
 		c.sorted = true
-		for j := 0; j < n && r.err == nil; j++ {
+		for j := 0; j < n && r.Err() == nil; j++ {
 			e := decEntry(r, decM)
 			if badLevel(e.Level) {
 				return
@@ -326,35 +290,32 @@ func Decode[M, C any](b []byte, fx Effects[M, C], decM func([]byte) (M, []byte, 
 		}
 	}
 	consumer := func(removed bool) *Consumer[M, C] {
-		c := &Consumer[M, C]{ID: r.u(), Priority: int(r.i()), Exclusive: r.bool(), NoAck: r.bool(), Prefetch: int(r.u())}
-		c.blocked = r.bool()
+		c := &Consumer[M, C]{ID: r.Uvarint(), Priority: int(r.Varint()), Exclusive: r.Bool(), NoAck: r.Bool(), Prefetch: int(r.Uvarint())}
+		c.blocked = r.Bool()
 		c.removed = removed
 		c.Ref = ref(c.ID)
 		holder(c)
 		return c
 	}
-	n = r.n()
-	for j := 0; j < n && r.err == nil; j++ {
+	n = r.Count()
+	for j := 0; j < n && r.Err() == nil; j++ {
 		m.consumers = append(m.consumers, consumer(false))
 	}
-	n = r.n()
-	for j := 0; j < n && r.err == nil; j++ {
+	n = r.Count()
+	for j := 0; j < n && r.Err() == nil; j++ {
 		m.holders = append(m.holders, consumer(true))
 	}
 	holder(&m.get)
-	n = r.n()
-	for j := 0; j < n && r.err == nil; j++ {
+	n = r.Count()
+	for j := 0; j < n && r.Err() == nil; j++ {
 		if m.pubs == nil {
 			m.pubs = map[uint64]uint64{}
 		}
-		k := r.u()
-		m.pubs[k] = r.u()
+		k := r.Uvarint()
+		m.pubs[k] = r.Uvarint()
 	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	if len(r.b) != 0 {
-		return nil, ErrSnapshot
+	if err := r.Done(); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -3,6 +3,7 @@ package qrepl
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/warrenmq/warren/internal/wire"
 
 	"github.com/warrenmq/warren/broker/machine"
 )
@@ -237,83 +238,26 @@ func (r Return) AppendTo(b []byte) []byte {
 	return b
 }
 
-// dec reads a command; the first error sticks.
-type dec struct {
-	b   []byte
-	bad bool
+// dec reads a command; the first error (ErrCorrupt) sticks.
+type dec = wire.Reader
+
+func newDec(b []byte) *dec {
+	d := wire.NewReader(b, ErrCorrupt)
+	return &d
 }
 
-func (d *dec) byte() byte {
-	if len(d.b) == 0 {
-		d.bad = true
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *dec) u() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.bad = true
-		d.b = nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *dec) i() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.bad = true
-		d.b = nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *dec) u32() uint32 {
-	v := d.u()
-	if v > 1<<32-1 {
-		d.bad = true
-	}
-	return uint32(v)
-}
-
-// count reads an item count: at most limit and at most the bytes left
-// (every item takes one at least), so garbage cannot allocate much.
-func (d *dec) count(limit uint64) int {
-	n := d.u()
-	if n > limit || n > uint64(len(d.b)) {
-		d.bad = true
-		return 0
-	}
-	return int(n)
-}
-
-func (d *dec) ids() []uint64 {
-	n := d.count(1 << 62)
-	if d.bad || n == 0 {
+func readIDs(d *dec) []uint64 {
+	n := d.Count()
+	if d.Err() != nil || n == 0 {
 		return nil
 	}
 	ids := make([]uint64, n)
 	prev := uint64(0)
 	for i := range ids {
-		prev += uint64(d.i())
+		prev += uint64(d.Varint())
 		ids[i] = prev
 	}
 	return ids
-}
-
-// end reports the decode's outcome: every byte used, nothing bad.
-func (d *dec) end() error {
-	if d.bad || len(d.b) != 0 {
-		return ErrCorrupt
-	}
-	return nil
 }
 
 // Decode decodes a command. An Enqueue's Body aliases data.
@@ -321,7 +265,7 @@ func Decode(data []byte) (Command, error) {
 	if len(data) == 0 {
 		return nil, ErrCorrupt
 	}
-	d := &dec{b: data[1:]}
+	d := newDec(data[1:])
 	switch Kind(data[0]) {
 	case KindEnqueue:
 		e, err := decodeEnqueue(d)
@@ -330,26 +274,26 @@ func Decode(data []byte) (Command, error) {
 		}
 		return e, nil
 	case KindRemove:
-		c := Remove{IDs: d.ids()}
-		return c, d.end()
+		c := Remove{IDs: readIDs(d)}
+		return c, d.Done()
 	case KindPurge:
-		c := Purge{IDs: d.ids()}
-		return c, d.end()
+		c := Purge{IDs: readIDs(d)}
+		return c, d.Done()
 	case KindDiscard:
-		r := d.byte()
-		c := Discard{Reason: machine.Reason(r), IDs: d.ids()}
+		r := d.Byte()
+		c := Discard{Reason: machine.Reason(r), IDs: readIDs(d)}
 		if r > byte(machine.DeliveryLimit) {
-			d.bad = true
+			d.Fail()
 		}
-		return c, d.end()
+		return c, d.Done()
 	case KindLease:
-		c := Lease{UpTo: d.u()}
-		return c, d.end()
+		c := Lease{UpTo: d.Uvarint()}
+		return c, d.Done()
 	case KindPrune:
-		c := Prune{Now: d.i()}
-		return c, d.end()
+		c := Prune{Now: d.Varint()}
+		return c, d.Done()
 	case KindReturn:
-		n := d.count(MaxReturn)
+		n := d.CountAtMost(MaxReturn)
 		var c Return
 		if n > 0 {
 			c.Items = make([]ReturnItem, n)
@@ -357,59 +301,59 @@ func Decode(data []byte) (Command, error) {
 		prev := uint64(0)
 		for i := range c.Items {
 			it := &c.Items[i]
-			prev += uint64(d.i())
+			prev += uint64(d.Varint())
 			it.ID = prev
-			f := d.byte()
+			f := d.Byte()
 			if f&^(rtRedelivered|rtBack|rtDelay) != 0 {
-				d.bad = true
+				d.Fail()
 			}
 			it.Redelivered, it.Back = f&rtRedelivered != 0, f&rtBack != 0
-			it.DeliveryCount = d.u32()
-			it.Acquired = d.u32()
+			it.DeliveryCount = d.Uint32()
+			it.Acquired = d.Uint32()
 			if f&rtDelay != 0 {
-				if it.DelayUntil = d.i(); it.DelayUntil == 0 {
-					d.bad = true
+				if it.DelayUntil = d.Varint(); it.DelayUntil == 0 {
+					d.Fail()
 				}
 			}
-			if d.bad {
+			if d.Err() != nil {
 				break
 			}
 		}
-		return c, d.end()
+		return c, d.Done()
 	}
 	return nil, ErrCorrupt
 }
 
 func decodeEnqueue(d *dec) (Enqueue, error) {
 	var e Enqueue
-	f := d.byte()
+	f := d.Byte()
 	if f&^(eqPersistent|eqPub|eqExpires|eqPrev) != 0 || f&eqPrev != 0 && f&eqPub == 0 {
 		return e, ErrCorrupt
 	}
 	e.Persistent = f&eqPersistent != 0
 	if f&eqPub != 0 {
-		e.Pub.Publisher, e.Pub.Seq = d.u(), d.u()
+		e.Pub.Publisher, e.Pub.Seq = d.Uvarint(), d.Uvarint()
 		if e.Pub.Publisher == 0 {
-			d.bad = true
+			d.Fail()
 		}
 	}
 	if f&eqPrev != 0 {
-		if e.Prev = d.u(); e.Prev == 0 || e.Prev >= e.Pub.Seq {
-			d.bad = true
+		if e.Prev = d.Uvarint(); e.Prev == 0 || e.Prev >= e.Pub.Seq {
+			d.Fail()
 		}
 	}
-	e.Time = d.i()
+	e.Time = d.Varint()
 	if f&eqExpires != 0 {
-		if e.ExpiresAt = d.i(); e.ExpiresAt == 0 {
-			d.bad = true
+		if e.ExpiresAt = d.Varint(); e.ExpiresAt == 0 {
+			d.Fail()
 		}
 	}
-	e.Priority = d.byte()
-	e.Size = d.u32()
-	if d.bad {
+	e.Priority = d.Byte()
+	e.Size = d.Uint32()
+	if d.Err() != nil {
 		return Enqueue{}, ErrCorrupt
 	}
-	e.Body = d.b
+	e.Body = d.Rest()
 	return e, nil
 }
 
@@ -419,5 +363,5 @@ func DecodeEnqueue(data []byte) (Enqueue, error) {
 	if len(data) == 0 || Kind(data[0]) != KindEnqueue {
 		return Enqueue{}, ErrCorrupt
 	}
-	return decodeEnqueue(&dec{b: data[1:]})
+	return decodeEnqueue(newDec(data[1:]))
 }

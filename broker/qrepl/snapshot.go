@@ -95,23 +95,23 @@ func Restore(data []byte) (*State, error) {
 	if len(data) == 0 || data[0] != snapVersion {
 		return nil, ErrSnapshot
 	}
-	d := &dec{b: data[1:]}
+	d := newDec(data[1:])
 	s := &State{}
-	s.applied = d.u()
-	s.lease = d.u()
-	s.clock = d.i()
-	s.nextPrune = d.i()
+	s.applied = d.Uvarint()
+	s.lease = d.Uvarint()
+	s.clock = d.Varint()
+	s.nextPrune = d.Varint()
 	st := &s.stats
 	for _, p := range [...]*uint64{&st.Enqueued, &st.Duplicates, &st.Removed, &st.Purged, &st.Returned, &st.Discarded, &st.Corrupt} {
-		*p = d.u()
+		*p = d.Uvarint()
 	}
-	np := d.u()
-	if d.bad || np > uint64(len(d.b)) {
+	np := d.Uvarint()
+	if d.Err() != nil || np > uint64(d.Len()) {
 		return nil, ErrSnapshot
 	}
 	prev := uint64(0)
-	for k := uint64(0); k < np && !d.bad; k++ {
-		delta := d.u()
+	for k := uint64(0); k < np && d.Err() == nil; k++ {
+		delta := d.Uvarint()
 		id := prev + delta
 		if (k > 0 && delta == 0) || id < prev || id == 0 {
 			return nil, ErrSnapshot
@@ -120,27 +120,27 @@ func Restore(data []byte) (*State, error) {
 		if s.pubs == nil {
 			s.pubs = make(map[uint64]pub, np)
 		}
-		s.pubs[id] = pub{seq: d.u(), lastSeen: d.i()}
+		s.pubs[id] = pub{seq: d.Uvarint(), lastSeen: d.Varint()}
 	}
-	nm := d.u()
-	if d.bad || nm > uint64(len(d.b))/8 || s.applied > maxIndex {
+	nm := d.Uvarint()
+	if d.Err() != nil || nm > uint64(d.Len())/8 || s.applied > maxIndex {
 		return nil, ErrSnapshot
 	}
 	recs := make([]rec, 0, nm)
 	prevHi, prevTime := uint64(0), int64(0)
-	for k := uint64(0); k < nm && !d.bad; k++ {
+	for k := uint64(0); k < nm && d.Err() == nil; k++ {
 		var r rec
-		f := d.byte() // bit 0 (fDead, never stored) is sfExpires
+		f := d.Byte() // bit 0 (fDead, never stored) is sfExpires
 		r.flags = f &^ sfExpires
-		hi := prevHi + d.u()
-		lo := d.u()
+		hi := prevHi + d.Uvarint()
+		lo := d.Uvarint()
 		if hi < prevHi || hi > maxIndex || lo > 0xffff || (k > 0 && hi == prevHi && lo <= recs[len(recs)-1].key&0xffff) {
 			return nil, ErrSnapshot
 		}
 		prevHi = hi
 		r.key = hi<<16 | lo
 		if f&fMoved != 0 {
-			r.id = d.u()
+			r.id = d.Uvarint()
 			if r.id == 0 || r.id > maxIndex || r.id<<16 >= r.key {
 				// A moved message's key is from a later Return.
 				return nil, ErrSnapshot
@@ -161,19 +161,19 @@ func Restore(data []byte) (*State, error) {
 		if r.key>>16 > s.applied {
 			return nil, ErrSnapshot
 		}
-		r.time = prevTime + d.i()
+		r.time = prevTime + d.Varint()
 		prevTime = r.time
 		if f&sfExpires != 0 {
-			if r.expiresAt = d.i(); r.expiresAt == 0 {
+			if r.expiresAt = d.Varint(); r.expiresAt == 0 {
 				return nil, ErrSnapshot
 			}
 		}
-		r.size = d.u32()
-		r.dc = d.u32()
-		r.acq = d.u32()
-		r.prio = d.byte()
+		r.size = d.Uint32()
+		r.dc = d.Uint32()
+		r.acq = d.Uint32()
+		r.prio = d.Byte()
 		if f&fDelayed != 0 {
-			v := d.i()
+			v := d.Varint()
 			if v == 0 {
 				return nil, ErrSnapshot
 			}
@@ -189,7 +189,7 @@ func Restore(data []byte) (*State, error) {
 		s.live++
 		s.bytes += int64(r.size)
 	}
-	if d.end() != nil || uint64(s.live) != nm || st.Enqueued != uint64(s.live)+st.Removed+st.Purged {
+	if d.Done() != nil || uint64(s.live) != nm || st.Enqueued != uint64(s.live)+st.Removed+st.Purged {
 		return nil, ErrSnapshot // (conservation: every enqueue is live, removed or purged)
 	}
 	s.q = ring{buf: recs[:cap(recs)], n: len(recs)}

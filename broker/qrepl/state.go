@@ -155,7 +155,7 @@ func (s *State) Apply(index uint64, data []byte) (Result, error) {
 	}
 	if len(data) > 0 && Kind(data[0]) == KindEnqueue {
 		// The hot command, decoded without boxing it.
-		e, err := decodeEnqueue(&dec{b: data[1:]})
+		e, err := decodeEnqueue(newDec(data[1:]))
 		if err != nil {
 			s.stats.Corrupt++
 			return Result{}, err

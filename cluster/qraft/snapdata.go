@@ -3,6 +3,7 @@ package qraft
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/warrenmq/warren/internal/wire"
 	"sort"
 )
 
@@ -93,66 +94,31 @@ func decodeSnapData(b []byte) (*snapData, error) {
 	if b[0] != snapVersion {
 		return nil, errBadSnap
 	}
-	p := b[1:]
-	uv := func() (uint64, bool) {
-		v, n := binary.Uvarint(p)
-		if n <= 0 {
-			return 0, false
-		}
-		p = p[n:]
-		return v, true
-	}
-	bytesOf := func() ([]byte, bool) {
-		n, ok := uv()
-		if !ok || n > uint64(len(p)) {
-			return nil, false
-		}
-		v := p[:n:n]
-		p = p[n:]
-		return v, true
-	}
+	r := wire.NewReader(b[1:], errBadSnap)
 	s := &snapData{names: map[uint64]string{}}
-	var ok bool
-	if s.sm, ok = bytesOf(); !ok {
-		return nil, errBadSnap
-	}
-	nl, ok := uv()
-	if !ok || nl > uint64(len(p)) {
-		return nil, errBadSnap
-	}
+	s.sm = r.Bytes()
+	nl := r.Count()
 	s.live = make([]liveEnt, 0, nl)
-	for i := uint64(0); i < nl; i++ {
-		var l liveEnt
-		var ok1, ok2 bool
-		l.index, ok1 = uv()
-		l.term, ok2 = uv()
-		if !ok1 || !ok2 || len(p) == 0 {
-			return nil, errBadSnap
+	for range nl {
+		l := liveEnt{index: r.Uvarint(), term: r.Uvarint()}
+		if r.Byte() == 1 {
+			l.data, l.hasData = r.Bytes(), true
 		}
-		has := p[0]
-		p = p[1:]
-		if has == 1 {
-			if l.data, ok = bytesOf(); !ok {
-				return nil, errBadSnap
-			}
-			l.hasData = true
+		if r.Err() != nil {
+			return nil, r.Err()
 		}
 		s.live = append(s.live, l)
 	}
-	nn, ok := uv()
-	if !ok {
-		return nil, errBadSnap
-	}
-	for i := uint64(0); i < nn; i++ {
-		id, ok := uv()
-		if !ok {
-			return nil, errBadSnap
-		}
-		name, ok := bytesOf()
-		if !ok {
-			return nil, errBadSnap
+	nn := r.Count()
+	for range nn {
+		id, name := r.Uvarint(), r.Bytes()
+		if r.Err() != nil {
+			return nil, r.Err()
 		}
 		s.names[id] = string(name)
+	}
+	if r.Err() != nil {
+		return nil, r.Err()
 	}
 	return s, nil
 }

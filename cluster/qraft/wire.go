@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/internal/wire"
 	"sync/atomic"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -187,94 +188,59 @@ func decodeBatch(data []byte) ([]wireItem, error) {
 	if len(data) == 0 || data[0] != wireVersion {
 		return nil, errBadBatch
 	}
-	p := data[1:]
+	r := wire.NewReader(data[1:], errBadBatch)
 	var out []wireItem
-	uv := func() (uint64, bool) {
-		v, n := binary.Uvarint(p)
-		if n <= 0 {
-			return 0, false
-		}
-		p = p[n:]
-		return v, true
-	}
-	for len(p) > 0 {
-		kind := p[0]
-		p = p[1:]
-		g, ok := uv()
-		if !ok {
-			return out, errBadBatch
-		}
+	for r.Len() > 0 {
+		kind, g := r.Byte(), r.Uvarint()
+		it := wireItem{kind: kind, group: g}
 		switch kind {
 		case itemRaft:
-			n, ok := uv()
-			if !ok || n > uint64(len(p)) {
-				return out, errBadBatch
+			b := r.Bytes()
+			if r.Err() != nil {
+				return out, r.Err()
 			}
-			m := &pb.Message{}
-			if err := proto.Unmarshal(p[:n], m); err != nil {
+			it.msg = &pb.Message{}
+			if err := proto.Unmarshal(b, it.msg); err != nil {
 				return out, fmt.Errorf("%w: %v", errBadBatch, err)
 			}
-			p = p[n:]
-			out = append(out, wireItem{kind: kind, group: g, msg: m})
 		case itemQuiesce:
-			t, ok1 := uv()
-			c, ok2 := uv()
-			if !ok1 || !ok2 {
-				return out, errBadBatch
-			}
-			out = append(out, wireItem{kind: kind, group: g, term: t, commit: c})
+			it.term, it.commit = r.Uvarint(), r.Uvarint()
 		case itemChunk:
-			id, ok1 := uv()
-			seq, ok2 := uv()
-			total, ok3 := uv()
-			n, ok4 := uv()
-			if !ok1 || !ok2 || !ok3 || !ok4 || n > uint64(len(p)) || seq >= total {
-				return out, errBadBatch
+			it.id, it.seq, it.total = r.Uvarint(), r.Uvarint(), r.Uvarint()
+			it.part = r.Bytes()
+			if it.seq >= it.total {
+				r.Fail()
 			}
-			out = append(out, wireItem{kind: kind, group: g, id: id, seq: seq, total: total, part: p[:n:n]})
-			p = p[n:]
 		case itemSnapPart:
-			id, ok1 := uv()
-			n, ok2 := uv()
-			if !ok1 || !ok2 || n > uint64(len(p)) {
-				return out, errBadBatch
-			}
-			ents := make([]liveEnt, 0, n)
+			it.id = r.Uvarint()
+			n := r.Count()
+			it.ents = make([]liveEnt, 0, n)
 			for range n {
-				index, ok1 := uv()
-				term, ok2 := uv()
-				size, ok3 := uv()
-				if !ok1 || !ok2 || !ok3 || size > uint64(len(p)) || len(ents) > 0 && index <= ents[len(ents)-1].index {
+				index, term := r.Uvarint(), r.Uvarint()
+				data := r.Bytes()
+				if r.Err() != nil || len(it.ents) > 0 && index <= it.ents[len(it.ents)-1].index {
 					return out, errBadBatch
 				}
-				ents = append(ents, liveEnt{index: index, term: term, data: p[:size:size], hasData: true})
-				p = p[size:]
+				it.ents = append(it.ents, liveEnt{index: index, term: term, data: data, hasData: true})
 			}
-			out = append(out, wireItem{kind: kind, group: g, id: id, ents: ents})
 		case itemSnapFrag:
-			var v [6]uint64
-			for i := range v {
-				if v[i], ok = uv(); !ok {
-					return out, errBadBatch
-				}
+			it.id = r.Uvarint()
+			index, term := r.Uvarint(), r.Uvarint()
+			it.fragTotal, it.fragOff = r.Uvarint(), r.Uvarint()
+			data := r.Bytes()
+			if it.fragOff > it.fragTotal || uint64(len(data)) > it.fragTotal-it.fragOff {
+				r.Fail()
 			}
-			id, index, term, total, off, n := v[0], v[1], v[2], v[3], v[4], v[5]
-			if n > uint64(len(p)) || off > total || n > total-off {
-				return out, errBadBatch
-			}
-			out = append(out, wireItem{kind: kind, group: g, id: id, fragTotal: total, fragOff: off,
-				ents: []liveEnt{{index: index, term: term, data: p[:n:n], hasData: true}}})
-			p = p[n:]
+			it.ents = []liveEnt{{index: index, term: term, data: data, hasData: true}}
 		case itemSnapEnd:
-			id, ok1 := uv()
-			count, ok2 := uv()
-			if !ok1 || !ok2 {
-				return out, errBadBatch
-			}
-			out = append(out, wireItem{kind: kind, group: g, id: id, total: count})
+			it.id, it.total = r.Uvarint(), r.Uvarint()
 		default:
-			return out, errBadBatch
+			r.Fail()
 		}
+		if r.Err() != nil {
+			return out, r.Err()
+		}
+		out = append(out, it)
 	}
 	return out, nil
 }
