@@ -3,6 +3,7 @@ package wal
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/warrenmq/warren/internal/wire"
 	"hash/crc32"
 	"io"
 	"math/bits"
@@ -72,27 +73,17 @@ func decodeBody(body []byte) (r Record, flags byte, orig uint64, err error) {
 	if flags&^flagMoved != 0 {
 		return r, 0, 0, errFrame
 	}
-	p := body[2:]
-	var n int
-	if r.Group, n = binary.Uvarint(p); n <= 0 {
-		return r, 0, 0, errFrame
-	}
-	p = p[n:]
-	if r.Index, n = binary.Uvarint(p); n <= 0 {
-		return r, 0, 0, errFrame
-	}
-	p = p[n:]
-	if r.Term, n = binary.Uvarint(p); n <= 0 {
-		return r, 0, 0, errFrame
-	}
-	p = p[n:]
+	d := wire.NewReader(body[2:], errFrame)
+	r.Group, r.Index, r.Term = d.Uvarint(), d.Uvarint(), d.Uvarint()
 	if flags&flagMoved != 0 {
-		if len(p) < 8 {
-			return r, 0, 0, errFrame
+		if o := d.Next(8); o != nil {
+			orig = binary.LittleEndian.Uint64(o)
 		}
-		orig = binary.LittleEndian.Uint64(p)
-		p = p[8:]
 	}
+	if d.Err() != nil {
+		return r, 0, 0, errFrame
+	}
+	p := d.Rest()
 	r.Data = p
 	return r, flags, orig, nil
 }
