@@ -63,7 +63,7 @@ func (q *Queue) unlock() {
 // called on a flusher.
 func (q *Queue) unlockPaced() {
 	q.kickFlusherLocked()
-	busy := q.dlFlushing || len(q.rdl) > 0
+	busy := q.dlFlusher.runningLocked() || len(q.rdl) > 0
 	q.mu.Unlock()
 	if busy && q.vhost.dlq.n.Load() >= dlBacklogLimit {
 		q.vhost.dlq.wait()
@@ -80,17 +80,12 @@ func (q *Queue) dlCondLocked() *sync.Cond {
 // kickFlusherLocked starts the queue's flusher if dead letters wait and
 // none runs: one flusher per queue at a time (R3.11).
 func (q *Queue) kickFlusherLocked() {
-	if len(q.outbox) > 0 && !q.dlFlushing {
-		q.startFlusherLocked()
+	if len(q.outbox) > 0 && !q.dlFlusher.runningLocked() {
+		if ms := q.vhost.b.msgs; ms != nil {
+			ms.dlFlushers.add()
+		}
+		q.dlFlusher.startLocked(q.flush)
 	}
-}
-
-func (q *Queue) startFlusherLocked() {
-	q.dlFlushing = true
-	if ms := q.vhost.b.msgs; ms != nil {
-		ms.dlFlushers.add()
-	}
-	go q.flush()
 }
 
 // flush is the queue's flusher: it publishes the outbox, batch after
@@ -114,7 +109,7 @@ func (q *Queue) flush() {
 		q.mu.Lock()
 		q.dlInFlight = 0
 	}
-	q.dlFlushing = false
+	q.dlFlusher.stopLocked()
 	if q.dlCond != nil {
 		q.dlCond.Broadcast() // idle (waitDeadLetters)
 	}
@@ -143,7 +138,7 @@ func (q *Queue) publishOutbox(out []dlBatch) {
 // still be waiting for their syncs.
 func (q *Queue) waitDeadLetters() {
 	q.mu.Lock()
-	for q.dlFlushing || len(q.outbox) > 0 {
+	for q.dlFlusher.runningLocked() || len(q.outbox) > 0 {
 		q.kickFlusherLocked()
 		q.dlCondLocked().Wait()
 	}

@@ -105,7 +105,7 @@ type qqState struct {
 	// they committed (qqmarks.go).
 	pmu      sync.Mutex
 	pend     []pendCmd
-	flushing bool
+	proposer lazyWorker // runs flush while pend has commands
 	marks    qqMarks
 
 	// Leader changes waiting to reach qqLeaderChanged, in order (nmu).
@@ -647,10 +647,7 @@ func (s *qqState) proposeLocked(c qrepl.Command) {
 		}
 	}
 	s.pend = append(s.pend, pendCmd{c: c, seq: seq})
-	if !s.flushing {
-		s.flushing = true
-		go s.flush()
-	}
+	s.proposer.startLocked(s.flush)
 }
 
 // flush proposes the queued commands, in order.
@@ -660,7 +657,7 @@ func (s *qqState) flush() {
 		cs, epoch := s.pend, s.marks.epoch
 		s.pend = nil
 		if len(cs) == 0 {
-			s.flushing = false
+			s.proposer.stopLocked()
 			s.pmu.Unlock()
 			return
 		}

@@ -110,7 +110,7 @@ type Queue struct {
 	outbox     []dlBatch         // dead letters for the flusher to publish, in order (dlflush.go)
 	outboxN    int               // the dead letters in outbox
 	dlInFlight int               // the dead letters the flusher took and is publishing
-	dlFlushing bool              // the queue's flusher goroutine runs (dlflush.go)
+	dlFlusher  lazyWorker        // the queue's flusher (dlflush.go)
 	rdl        []*remoteDL       // dead letters owed to queues on other nodes (dlremote.go)
 	rdlTimer   clock.Timer       // retries rdl
 	rdlBackoff time.Duration     // rdlTimer's next delay

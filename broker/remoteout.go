@@ -52,9 +52,9 @@ func (m *outMsg) encode() []byte {
 
 // outbox is the ordered, lossless queue of one-way messages to one node.
 type outbox struct {
-	mu      sync.Mutex
-	q       []outMsg
-	running bool // a sender goroutine owns the queue
+	mu     sync.Mutex
+	q      []outMsg
+	sender lazyWorker // its goroutine owns the queue while it runs
 }
 
 // outboxMaxSettle bounds the sequence numbers merged into one settle.
@@ -97,14 +97,13 @@ func (b *Broker) sendOut(node string, m outMsg) {
 	o := b.remote.outboxTo(node)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.running {
+	if !o.sender.runningLocked() {
 		err := p.Send(node, m.encode())
 		if err == nil || !p.Up(node) {
 			return // sent, or the node is down (see above)
 		}
-		o.running = true
 		o.q = append(o.q, m)
-		go b.drainOutbox(p, node, o)
+		o.sender.startLocked(func() { b.drainOutbox(p, node, o) })
 		return
 	}
 	if n := len(o.q); m.q != nil && n > 0 {
@@ -128,7 +127,7 @@ func (b *Broker) drainOutbox(p Peers, node string, o *outbox) {
 	for {
 		o.mu.Lock()
 		if len(o.q) == 0 {
-			o.running = false
+			o.sender.stopLocked()
 			o.q = nil
 			o.mu.Unlock()
 			return
@@ -154,7 +153,8 @@ func (b *Broker) drainOutbox(p Peers, node string, o *outbox) {
 				// The node is down (see above), or this broker is closing:
 				// the links go with it.
 				o.mu.Lock()
-				o.q, o.running = nil, false
+				o.q = nil
+				o.sender.stopLocked()
 				o.mu.Unlock()
 				return
 			}
