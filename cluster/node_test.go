@@ -22,11 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func dial(t *testing.T, nd *warrentest.Node) (*amqp.Connection, *amqp.Channel) {
 	t.Helper()
-	conn, err := amqp.Dial(nd.URL())
-	if err != nil {
-		t.Fatalf("dial %s: %v", nd.Name(), err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := testutil.Dial(t, nd.URL())
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/internal/testutil"
 	"sync"
 	"testing"
 	"time"
@@ -130,12 +131,7 @@ func (n *testNode) url() string { return "amqp://guest:guest@" + n.srv.Addr().St
 // dial connects to the node.
 func (n *testNode) dial(t *testing.T) *amqp.Connection {
 	t.Helper()
-	conn, err := amqp.Dial(n.url())
-	if err != nil {
-		t.Fatalf("dial %s: %v", n.name, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return testutil.Dial(t, n.url())
 }
 
 // declareQueue declares queue name homed on home on every node, as the

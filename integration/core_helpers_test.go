@@ -81,12 +81,7 @@ func (e *env) dial() *amqp.Connection {
 
 func (e *env) dialConfig(cfg amqp.Config) *amqp.Connection {
 	e.t.Helper()
-	c, err := amqp.DialConfig(e.url, cfg)
-	if err != nil {
-		e.t.Fatalf("dial %s: %v", e.url, err)
-	}
-	e.t.Cleanup(func() { c.Close() })
-	return c
+	return testutil.Dial(e.t, e.url, cfg)
 }
 
 // channel opens a channel on a new connection.

@@ -326,12 +326,7 @@ func (tg *mgmtTarget) dialAs(t testing.TB, user, pass, vhost, connName string) *
 	if connName != "" {
 		cfg.Properties["connection_name"] = connName
 	}
-	c, err := amqp.DialConfig(tg.amqpURLFor(user, pass, vhost), cfg)
-	if err != nil {
-		t.Fatalf("[%s] dial vhost %q: %v", tg.kind, vhost, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testutil.Dial(t, tg.amqpURLFor(user, pass, vhost), cfg)
 }
 
 func (tg *mgmtTarget) channel(t testing.TB, vhost string) *amqp.Channel {

@@ -166,10 +166,7 @@ func dial(t *testing.T, cn *clusterNode, user, vhost string) *amqp.Connection {
 	if user == "guest" {
 		u = fmt.Sprintf("amqp://guest:guest@%s/%s", cn.w.Addr(), url.PathEscape(vhost))
 	}
-	conn, err := amqp.DialConfig(u, amqp.Config{Properties: amqp.Table{"connection_name": "h5-" + user + "@" + cn.name}})
-	must(t, err)
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return testutil.Dial(t, u, testutil.Named("h5-"+user+"@"+cn.name))
 }
 
 // publish sends n messages to queue q through conn.

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"github.com/warrenmq/warren/internal/testutil"
 	"testing"
 	"time"
 
@@ -15,12 +16,7 @@ import (
 
 func dial(t *testing.T, s *server.Server) *amqp.Connection {
 	t.Helper()
-	c, err := amqp.Dial(amqpURL(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.CloseDeadline(time.Now().Add(5 * time.Second)) })
-	return c
+	return testutil.Dial(t, amqpURL(s))
 }
 
 func channel(t *testing.T, c *amqp.Connection) *amqp.Channel {
