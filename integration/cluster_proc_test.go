@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net"
 	"net/http"
@@ -31,7 +32,6 @@ import (
 
 	"github.com/warrenmq/warren/internal/faultproxy"
 	"github.com/warrenmq/warren/internal/testutil"
-	"github.com/warrenmq/warren/mgmt"
 )
 
 // procClusterOpts tunes startProcCluster.
@@ -534,8 +534,8 @@ func (c *procCluster) getJSON(i int, path string, out any) error {
 }
 
 // clusterStatus is node i's GET /api/cluster-status.
-func (c *procCluster) clusterStatus(i int) (mgmt.ClusterStatusReply, error) {
-	var st mgmt.ClusterStatusReply
+func (c *procCluster) clusterStatus(i int) (api.ClusterStatus, error) {
+	var st api.ClusterStatus
 	err := c.getJSON(i, "/api/cluster-status", &st)
 	return st, err
 }

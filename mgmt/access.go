@@ -3,6 +3,7 @@ package mgmt
 import (
 	"encoding/base64"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"slices"
 	"strings"
 
@@ -25,7 +26,7 @@ func (s *Server) accessRoutes() {
 	s.handle("GET /api/users/{user}/permissions", lvlAdmin, (*call).userPermissions)
 
 	s.handle("GET /api/permissions", lvlAdmin, (*call).permissions)
-	s.handle("GET /api/topic-permissions", lvlAdmin, func(c *call) error { return c.list(c.topicPermissionsWhere("", "")) })
+	s.handle("GET /api/topic-permissions", lvlAdmin, func(c *call) error { return listOf(c, c.topicPermissionsWhere("", "")) })
 	s.handle("GET /api/users/{user}/topic-permissions", lvlAdmin, func(c *call) error {
 		if c.s.b.User(c.pv("user")) == nil {
 			return errNotFound
@@ -50,14 +51,14 @@ func (s *Server) accessRoutes() {
 	s.handle("DELETE /api/permissions/{vhost}/{user}", lvlAdmin, (*call).permissionDelete)
 }
 
-func (c *call) vhostJSON(v *broker.VHost) map[string]any {
+func (c *call) vhostJSON(v *broker.VHost) api.VHost {
 	var ready, unacked int
 	qs := v.Queues()
-	state := map[string]any{c.s.node: "running"}
+	state := map[string]string{c.s.node: "running"}
 	if c.clustered() {
 		// Each node's counts of the queues homed on it (overviewParts);
 		// a node that does not answer counts none.
-		state = map[string]any{}
+		state = map[string]string{}
 		for _, n := range c.s.cluster().Nodes() {
 			state[n.Name] = "running"
 			if !n.Running {
@@ -85,12 +86,11 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	if tags == nil {
 		tags = []string{}
 	}
-	m := map[string]any{"name": v.Name, "description": desc, "tags": tags, "default_queue_type": "undefined",
-		"metadata": map[string]any{"description": desc, "tags": tags}, "tracing": false,
-		"cluster_state": state}
+	m := api.VHost{Name: v.Name, Description: desc, Tags: tags, DefaultQueueType: "undefined",
+		Metadata: api.VHostMetadata{Description: desc, Tags: tags}, ClusterState: state}
 	key := vhostKey(v.Name)
 	var rows [2][][]uint64 // by family: msg_rates, data_rates
-	det := func(f string) map[string]any {
+	det := func(f string) api.Details {
 		rate := c.s.hist.rate(key, f)
 		i := kindVHost.index[f]
 		fam := kindVHost.family[i]
@@ -110,9 +110,10 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 	// a vhost without queues has none (rabbitmqadmin list vhosts shows an
 	// empty cell, not 0).
 	if len(qs) > 0 {
-		m["messages"], m["messages_details"] = ready+unacked, det("messages")
-		m["messages_ready"], m["messages_ready_details"] = ready, det("messages_ready")
-		m["messages_unacknowledged"], m["messages_unacknowledged_details"] = unacked, det("messages_unacknowledged")
+		msgs, dm, dr, du := ready+unacked, det("messages"), det("messages_ready"), det("messages_unacknowledged")
+		m.Messages, m.MessagesDetails = &msgs, &dm
+		m.MessagesReady, m.MessagesReadyDetails = &ready, &dr
+		m.MessagesUnacknowledged, m.MessagesUnacknowledgedDetails = &unacked, &du
 	}
 	// message_stats once its queues saw traffic, recv_oct and send_oct
 	// while it has connections, as RabbitMQ's (its message_stats are the
@@ -137,13 +138,13 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 		}
 	}
 	if vc["publish"]+vc["deliver_get"]+vc["get_empty"] > 0 {
-		ms := map[string]any{}
+		ms := api.MessageStats{}
 		for _, f := range kindVHost.fields {
 			if kindVHost.family[kindVHost.index[f]] == famMsgRates && !strings.HasPrefix(f, "messages") {
 				ms[f], ms[f+"_details"] = vc[f], det(f)
 			}
 		}
-		m["message_stats"] = ms
+		m.MessageStats = ms
 	}
 	var recv, send uint64
 	nconn := 0
@@ -153,8 +154,9 @@ func (c *call) vhostJSON(v *broker.VHost) map[string]any {
 		}
 	}
 	if nconn > 0 {
-		m["recv_oct"], m["recv_oct_details"] = recv, det("recv_oct")
-		m["send_oct"], m["send_oct_details"] = send, det("send_oct")
+		dr, ds := det("recv_oct"), det("send_oct")
+		m.RecvOct, m.RecvOctDetails = &recv, &dr
+		m.SendOct, m.SendOctDetails = &send, &ds
 	}
 	return m
 }
@@ -163,11 +165,11 @@ func (c *call) vhosts() error {
 	if err := c.parseHistory(true, false); err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.VHost{}
 	for _, v := range c.seenVHosts() {
 		list = append(list, c.vhostJSON(v))
 	}
-	return c.list(list)
+	return listOf(c, list)
 }
 
 func (c *call) vhostGet() error {
@@ -239,8 +241,8 @@ func (c *call) vhostDelete() error {
 	return c.noContent()
 }
 
-func permJSON(vhost, user string, p broker.Permission) map[string]any {
-	return map[string]any{"user": user, "vhost": vhost, "configure": p.Configure, "write": p.Write, "read": p.Read}
+func permJSON(vhost, user string, p broker.Permission) api.Permission {
+	return api.Permission{User: user, VHost: vhost, Configure: p.Configure, Write: p.Write, Read: p.Read}
 }
 
 // eachUserVHost calls fn for every user and vhost, or those of one vhost
@@ -259,8 +261,8 @@ func (c *call) eachUserVHost(vhost, user string, fn func(vh, u string)) {
 }
 
 // permissionsWhere lists permissions, optionally of one vhost or user.
-func (c *call) permissionsWhere(vhost, user string) []map[string]any {
-	list := []map[string]any{}
+func (c *call) permissionsWhere(vhost, user string) []api.Permission {
+	list := []api.Permission{}
 	c.eachUserVHost(vhost, user, func(vh, u string) {
 		if p, ok := c.s.b.Permissions(vh, u); ok {
 			list = append(list, permJSON(vh, u, p))
@@ -271,11 +273,11 @@ func (c *call) permissionsWhere(vhost, user string) []map[string]any {
 
 // topicPermissionsWhere lists topic permissions, optionally of one vhost
 // or user.
-func (c *call) topicPermissionsWhere(vhost, user string) []map[string]any {
-	list := []map[string]any{}
+func (c *call) topicPermissionsWhere(vhost, user string) []api.TopicPermission {
+	list := []api.TopicPermission{}
 	c.eachUserVHost(vhost, user, func(vh, u string) {
 		for _, p := range c.s.b.TopicPermissions(vh, u) {
-			list = append(list, map[string]any{"user": u, "vhost": vh, "exchange": p.Exchange, "write": p.Write, "read": p.Read})
+			list = append(list, api.TopicPermission{User: u, VHost: vh, Exchange: p.Exchange, Write: p.Write, Read: p.Read})
 		}
 	})
 	return list
@@ -338,31 +340,31 @@ func (c *call) vhostPermissions() error {
 	return c.ok(c.permissionsWhere(v.Name, ""))
 }
 
-func userJSON(u *broker.User) map[string]any {
+func userJSON(u *broker.User) api.User {
 	tags := u.Tags
 	if tags == nil {
 		tags = []string{}
 	}
-	limits := map[string]any{}
+	limits := map[string]int64{}
 	for k, n := range u.Limits {
 		limits[k] = n
 	}
-	return map[string]any{"name": u.Name, "password_hash": u.PasswordHash, "hashing_algorithm": broker.HashingSHA256,
-		"tags": tags, "limits": limits}
+	return api.User{Name: u.Name, PasswordHash: u.PasswordHash, HashingAlgorithm: broker.HashingSHA256,
+		Tags: tags, Limits: limits}
 }
 
 func (c *call) users() error {
-	list := []map[string]any{}
+	list := []api.User{}
 	for _, n := range c.s.b.Users() {
 		if u := c.s.b.User(n); u != nil {
 			list = append(list, userJSON(u))
 		}
 	}
-	return c.list(list)
+	return listOf(c, list)
 }
 
 func (c *call) usersWithoutPermissions() error {
-	list := []map[string]any{}
+	list := []api.User{}
 	for _, n := range c.s.b.Users() {
 		if u := c.s.b.User(n); u != nil && len(c.permissionsWhere("", n)) == 0 {
 			list = append(list, userJSON(u))
@@ -483,7 +485,7 @@ func (c *call) userPermissions() error {
 	return c.ok(c.permissionsWhere("", u))
 }
 
-func (c *call) permissions() error { return c.list(c.permissionsWhere("", "")) }
+func (c *call) permissions() error { return listOf(c, c.permissionsWhere("", "")) }
 
 func (c *call) permissionGet() error {
 	vh, u := c.pv("vhost"), c.pv("user")

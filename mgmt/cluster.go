@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 	"sort"
@@ -243,10 +244,10 @@ func (c *call) fanOut(method, path string, body []byte) []nodeReply {
 // ok200 reports whether a reply answered 200.
 func (r nodeReply) ok200() bool { return r.err == nil && r.status == http.StatusOK }
 
-// remoteList returns the items the other nodes list for this path (their
-// replies that answered 200), and which nodes answered.
-func (c *call) remoteList() ([]map[string]any, map[string]bool) {
-	var items []map[string]any
+// remoteListOf returns the items the other nodes list for this path
+// (their replies that answered 200), and which nodes answered.
+func remoteListOf[T any](c *call) ([]T, map[string]bool) {
+	var items []T
 	answered := map[string]bool{}
 	// The range parameters go along: each node serves its objects'
 	// history (issue 15).
@@ -257,7 +258,7 @@ func (c *call) remoteList() ([]map[string]any, map[string]bool) {
 			}
 			continue
 		}
-		var l []map[string]any
+		var l []T
 		if err := json.Unmarshal(r.body, &l); err != nil {
 			c.s.log.Warn("management API: a node's list is not JSON", "node", r.node, "err", err)
 			continue
@@ -268,18 +269,19 @@ func (c *call) remoteList() ([]map[string]any, map[string]bool) {
 	return items, answered
 }
 
-// remoteItem asks the other nodes for the object at path and returns the
-// first 200 answer, decoded, with the node that gave it.
-func (c *call) remoteItem(path string) (string, map[string]any, bool) {
+// remoteItemOf asks the other nodes for the object at path and returns
+// the first 200 answer, decoded, with the node that gave it.
+func remoteItemOf[T any](c *call, path string) (string, T, bool) {
 	for _, r := range c.fanOut(http.MethodGet, path, nil) {
 		if r.ok200() {
-			var m map[string]any
+			var m T
 			if json.Unmarshal(r.body, &m) == nil {
 				return r.node, m, true
 			}
 		}
 	}
-	return "", nil, false
+	var zero T
+	return "", zero, false
 }
 
 // clusterName is the cluster's name: the node's own on a single node; in
@@ -311,17 +313,17 @@ func (s *Server) clusterRoutes() {
 func (c *call) clusterStatus() error {
 	cl := c.s.cluster()
 	if cl == nil {
-		return c.ok(ClusterStatusReply{Node: c.s.node, ClusterName: c.s.clusterName(), Leader: c.s.node,
-			Members: []ClusterMemberReply{{Name: c.s.node, Running: true, Leader: true}}})
+		return c.ok(api.ClusterStatus{Node: c.s.node, ClusterName: c.s.clusterName(), Leader: c.s.node,
+			Members: []api.ClusterMember{{Name: c.s.node, Running: true, Leader: true}}})
 	}
 	st := cl.Status()
 	nodes := cl.Nodes()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	members := []ClusterMemberReply{}
+	members := []api.ClusterMember{}
 	for _, n := range nodes {
-		members = append(members, ClusterMemberReply{Name: n.Name, Address: n.Address, Running: n.Running, Leader: n.Leader})
+		members = append(members, api.ClusterMember{Name: n.Name, Address: n.Address, Running: n.Running, Leader: n.Leader})
 	}
-	return c.ok(ClusterStatusReply{Node: c.s.node, ClusterName: c.s.clusterName(), ClusterID: st.ID, Leader: st.Leader,
+	return c.ok(api.ClusterStatus{Node: c.s.node, ClusterName: c.s.clusterName(), ClusterID: st.ID, Leader: st.Leader,
 		Members: members})
 }
 

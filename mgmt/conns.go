@@ -3,6 +3,7 @@ package mgmt
 import (
 	"context"
 	"encoding/json"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 
@@ -41,32 +42,29 @@ func (s *Server) connRoutes() {
 // as RabbitMQ.
 func (c *call) seesUser(user string) bool { return c.monitor() || user == c.user.Name }
 
-func (c *call) connJSON(ci server.ConnectionInfo) map[string]any {
+func (c *call) connJSON(ci server.ConnectionInfo) api.Connection {
 	props := map[string]any{}
 	if ci.ClientProperties != nil {
 		props = broker.TableJSON(ci.ClientProperties)
 	}
 	upn, _ := ci.ClientProperties["connection_name"].(string)
-	var uprov any
-	if upn != "" {
-		uprov = upn
+	state := "running"
+	if ci.Blocked {
+		state = "blocked"
 	}
-	proto := "AMQP 0-9-1"
 	key := connKey(ci.Name)
-	return map[string]any{
-		"name": ci.Name, "node": c.s.node, "vhost": ci.VHost, "user": ci.User, "user_who_performed_action": ci.User,
-		"state": map[bool]string{true: "blocked", false: "running"}[ci.Blocked], "type": "network", "protocol": proto,
-		"auth_mechanism": ci.AuthMechanism, "ssl": ci.TLS, "ssl_protocol": nil, "ssl_key_exchange": nil, "ssl_cipher": nil, "ssl_hash": nil,
-		"peer_cert_issuer": nil, "peer_cert_subject": nil, "peer_cert_validity": nil,
-		"host": ci.Host, "port": ci.Port, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort,
-		"channels": ci.Channels, "channel_max": ci.ChannelMax, "frame_max": ci.FrameMax, "timeout": int(ci.Heartbeat.Seconds()),
-		"client_properties": props, "user_provided_name": uprov,
-		"connected_at": ci.ConnectedAt.UnixMilli(),
-		"recv_oct":     ci.RecvOct, "recv_oct_details": c.det(key, kindConn, "recv_oct"),
-		"send_oct": ci.SendOct, "send_oct_details": c.det(key, kindConn, "send_oct"),
-		"recv_cnt": ci.RecvCnt, "send_cnt": ci.SendCnt, "send_pend": ci.SendPend,
-		"garbage_collection": map[string]any{},
-		"reductions":         0, "reductions_details": details(0),
+	return api.Connection{
+		Name: ci.Name, Node: c.s.node, VHost: ci.VHost, User: ci.User, UserWhoPerformedAction: ci.User,
+		State: state, Type: "network", Protocol: "AMQP 0-9-1",
+		AuthMechanism: ci.AuthMechanism, SSL: ci.TLS,
+		Host: ci.Host, Port: ci.Port, PeerHost: ci.PeerHost, PeerPort: ci.PeerPort,
+		Channels: ci.Channels, ChannelMax: ci.ChannelMax, FrameMax: ci.FrameMax, Timeout: int(ci.Heartbeat.Seconds()),
+		ClientProperties: props, UserProvidedName: nilIfEmpty(upn),
+		ConnectedAt: ci.ConnectedAt.UnixMilli(),
+		RecvOct:     ci.RecvOct, RecvOctDetails: c.det(key, kindConn, "recv_oct"),
+		SendOct: ci.SendOct, SendOctDetails: c.det(key, kindConn, "send_oct"),
+		RecvCnt: ci.RecvCnt, SendCnt: ci.SendCnt, SendPend: ci.SendPend,
+		GarbageCollection: map[string]any{}, ReductionsDetails: details(0),
 	}
 }
 
@@ -92,20 +90,20 @@ func (c *call) connections() error {
 	if err := c.parseHistory(false, true); err != nil {
 		return err
 	}
-	list := make([]map[string]any, 0, len(cs))
+	list := make([]api.Connection, 0, len(cs))
 	for _, ci := range cs {
 		list = append(list, c.connJSON(ci))
 	}
 	if c.clustered() {
-		list = append(list, c.remoteVisible(func(m map[string]any) bool { return c.seesUser(str(m["user"])) })...)
+		list = append(list, remoteVisible(c, func(m api.Connection) bool { return c.seesUser(m.User) })...)
 	}
-	return c.list(list)
+	return listOf(c, list)
 }
 
 // remoteVisible is the other nodes' list for this path, without what
 // keep refuses (what the user may not see).
-func (c *call) remoteVisible(keep func(map[string]any) bool) []map[string]any {
-	items, _ := c.remoteList()
+func remoteVisible[T any](c *call, keep func(T) bool) []T {
+	items, _ := remoteListOf[T](c)
 	out := items[:0]
 	for _, m := range items {
 		if keep(m) {
@@ -117,13 +115,13 @@ func (c *call) remoteVisible(keep func(map[string]any) bool) []map[string]any {
 
 // remoteConn finds a connection on another node: the node and the
 // connection as that node shows it, if the user may see it.
-func (c *call) remoteConn() (string, map[string]any, error) {
+func (c *call) remoteConn() (string, api.Connection, error) {
 	if !c.clustered() {
-		return "", nil, errNotFound
+		return "", api.Connection{}, errNotFound
 	}
-	node, m, ok := c.remoteItem("/api/connections/" + url.PathEscape(c.pv("name")) + c.rangeQuery())
-	if !ok || !c.seesUser(str(m["user"])) {
-		return "", nil, errNotFound
+	node, m, ok := remoteItemOf[api.Connection](c, "/api/connections/"+url.PathEscape(c.pv("name"))+c.rangeQuery())
+	if !ok || !c.seesUser(m.User) {
+		return "", api.Connection{}, errNotFound
 	}
 	return node, m, nil
 }
@@ -168,7 +166,7 @@ func (c *call) connectionDelete() error {
 		if err != nil {
 			return err
 		}
-		if !c.admin() && str(m["user"]) != c.user.Name {
+		if !c.admin() && m.User != c.user.Name {
 			return notAuthorised("Not administrator user")
 		}
 		body, _ := json.Marshal(map[string]string{"reason": reason})
@@ -238,12 +236,12 @@ func (c *call) userConnections(name string) error {
 	if err != nil {
 		return err
 	}
-	list := make([]map[string]any, 0, len(cs))
+	list := make([]api.TrackedConnection, 0, len(cs))
 	for _, ci := range cs {
-		list = append(list, map[string]any{"name": ci.Name, "vhost": ci.VHost, "user": ci.User, "node": c.s.node})
+		list = append(list, api.TrackedConnection{Name: ci.Name, VHost: ci.VHost, User: ci.User, Node: c.s.node})
 	}
 	if c.clustered() {
-		items, _ := c.remoteList()
+		items, _ := remoteListOf[api.TrackedConnection](c)
 		list = append(list, items...)
 	}
 	return c.ok(list)
@@ -267,27 +265,27 @@ func (c *call) userConnectionsDelete(name string) error {
 	return c.noContent()
 }
 
-func (c *call) chanJSON(ch server.ChannelInfo) map[string]any {
+func (c *call) chanJSON(ch server.ChannelInfo) api.Channel {
 	key := chanKey(ch.Name)
 	ms := c.statsWithRates(key, kindChannel, channelCounters(ch), channelStatFields...)
-	m := map[string]any{
-		"name": ch.Name, "node": c.s.node, "number": ch.Number, "vhost": ch.VHost, "user": ch.User,
-		"user_who_performed_action": ch.User, "state": "running",
-		"connection_details": map[string]any{"name": ch.Connection, "peer_host": ch.PeerHost, "peer_port": ch.PeerPort},
-		"confirm":            ch.Confirm, "transactional": ch.Tx, "consumer_count": ch.Consumers,
-		"prefetch_count": ch.Prefetch, "global_prefetch_count": ch.GlobalPrefetch,
-		"messages_unacknowledged": ch.Unacked, "messages_unconfirmed": ch.Unconfirmed, "messages_uncommitted": ch.TxPublishes,
-		"acks_uncommitted": ch.TxAcks, "pending_raft_commands": 0, "message_stats": ms,
-		"garbage_collection": map[string]any{}, "reductions": 0, "reductions_details": details(0),
+	m := api.Channel{
+		Name: ch.Name, Node: c.s.node, Number: ch.Number, VHost: ch.VHost, User: ch.User,
+		UserWhoPerformedAction: ch.User, State: "running",
+		ConnectionDetails: api.ConnectionDetails{Name: ch.Connection, PeerHost: ch.PeerHost, PeerPort: ch.PeerPort},
+		Confirm:           ch.Confirm, Transactional: ch.Tx, ConsumerCount: ch.Consumers,
+		PrefetchCount: ch.Prefetch, GlobalPrefetchCount: ch.GlobalPrefetch,
+		MessagesUnacknowledged: ch.Unacked, MessagesUnconfirmed: ch.Unconfirmed, MessagesUncommitted: ch.TxPublishes,
+		AcksUncommitted: ch.TxAcks, MessageStats: ms,
+		GarbageCollection: map[string]any{}, ReductionsDetails: details(0),
 	}
 	if at, idle := c.s.hist.idleSince(key, channelCounters(ch)); idle {
-		m["idle_since"] = idleJSON(at)
+		m.IdleSince = idleJSON(at)
 	}
 	return m
 }
 
-func (c *call) channelsOf(filter func(server.ChannelInfo) bool) []map[string]any {
-	list := []map[string]any{}
+func (c *call) channelsOf(filter func(server.ChannelInfo) bool) []api.Channel {
+	list := []api.Channel{}
 	for _, ch := range c.s.srv.Channels() {
 		if c.seesUser(ch.User) && filter(ch) {
 			list = append(list, c.chanJSON(ch))
@@ -306,9 +304,9 @@ func (c *call) channels() error {
 	}
 	list := c.channelsOf(func(ch server.ChannelInfo) bool { return vhost == "" || ch.VHost == vhost })
 	if c.clustered() {
-		list = append(list, c.remoteVisible(func(m map[string]any) bool { return c.seesUser(str(m["user"])) })...)
+		list = append(list, remoteVisible(c, func(m api.Channel) bool { return c.seesUser(m.User) })...)
 	}
-	return c.list(list)
+	return listOf(c, list)
 }
 
 func (c *call) connectionChannels() error {
@@ -341,21 +339,18 @@ func (c *call) channelGet() error {
 	}
 	name := c.pv("name")
 	for _, ch := range c.channelsOf(func(server.ChannelInfo) bool { return true }) {
-		if ch["name"] == name {
-			cons := []any{}
+		if ch.Name == name {
+			d := api.ChannelDetail{Channel: ch, ConsumerDetails: []api.Consumer{}, Deliveries: []any{}, Publishes: []any{}}
 			for _, cs := range c.s.srv.Consumers() {
 				if cs.Channel == name {
-					cons = append(cons, consumerJSON(c.s.node, cs))
+					d.ConsumerDetails = append(d.ConsumerDetails, consumerJSON(c.s.node, cs))
 				}
 			}
-			// deliveries and publishes are per-queue/exchange rates,
-			// empty in the "basic" rates mode, as RabbitMQ's.
-			ch["consumer_details"], ch["deliveries"], ch["publishes"] = cons, []any{}, []any{}
-			return c.ok(ch)
+			return c.ok(d)
 		}
 	}
 	if c.clustered() {
-		if _, m, ok := c.remoteItem(c.escapedPath() + c.rangeQuery()); ok && c.seesUser(str(m["user"])) {
+		if _, m, ok := remoteItemOf[api.ChannelDetail](c, c.escapedPath()+c.rangeQuery()); ok && c.seesUser(m.User) {
 			return c.ok(m)
 		}
 	}
@@ -367,7 +362,7 @@ func (c *call) consumers() error {
 	if err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.Consumer{}
 	for _, cs := range c.s.srv.Consumers() {
 		if vhost != "" && cs.VHost != vhost || !c.canSee(cs.VHost) {
 			continue
@@ -375,24 +370,21 @@ func (c *call) consumers() error {
 		list = append(list, consumerJSON(c.s.node, cs))
 	}
 	if c.clustered() {
-		list = append(list, c.remoteVisible(func(m map[string]any) bool {
-			q, _ := m["queue"].(map[string]any)
-			return c.canSee(str(q["vhost"]))
-		})...)
+		list = append(list, remoteVisible(c, func(m api.Consumer) bool { return c.canSee(m.Queue.VHost) })...)
 	}
 	return c.ok(list)
 }
 
-func consumerJSON(node string, cs server.ConsumerInfo) map[string]any {
+func consumerJSON(node string, cs server.ConsumerInfo) api.Consumer {
 	args := map[string]any{}
 	if cs.Args != nil {
 		args = broker.TableJSON(cs.Args)
 	}
-	return map[string]any{
-		"consumer_tag": cs.Tag, "exclusive": cs.Exclusive, "ack_required": cs.AckRequired,
-		"prefetch_count": cs.Prefetch, "active": cs.Active, "activity_status": "up", "arguments": args,
-		"queue": map[string]any{"name": cs.Queue, "vhost": cs.VHost},
-		"channel_details": map[string]any{"name": cs.Channel, "connection_name": cs.Connection, "number": cs.ChannelNumber,
-			"node": node, "peer_host": cs.PeerHost, "peer_port": cs.PeerPort, "user": cs.User},
+	return api.Consumer{
+		ConsumerTag: cs.Tag, Exclusive: cs.Exclusive, AckRequired: cs.AckRequired,
+		PrefetchCount: cs.Prefetch, Active: cs.Active, ActivityStatus: "up", Arguments: args,
+		Queue: api.QueueRef{Name: cs.Queue, VHost: cs.VHost},
+		ChannelDetails: api.ChannelDetails{Name: cs.Channel, ConnectionName: cs.Connection, Number: cs.ChannelNumber,
+			Node: node, PeerHost: cs.PeerHost, PeerPort: cs.PeerPort, User: cs.User},
 	}
 }

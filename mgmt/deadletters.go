@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"slices"
 	"strconv"
@@ -117,7 +118,7 @@ func (c *call) deadLetterMessages() error {
 		}
 	}
 	f := broker.DeadFilter{Reason: qp.Get("reason"), SourceQueue: qp.Get("source_queue")}
-	msgs := []map[string]any{}
+	msgs := []api.Browsed{}
 	pos := offset
 	scanned := 0
 	total := q.Browse(offset, func(b broker.Browsed) bool {
@@ -152,21 +153,18 @@ func (c *call) deadLetterMessages() error {
 	return c.ok(reply)
 }
 
-func browsedJSON(pos int, b broker.Browsed) map[string]any {
+func browsedJSON(pos int, b broker.Browsed) api.Browsed {
 	m := b.Msg
 	payload, enc := payloadJSON(m.Body, "auto", 0)
-	deaths := make([]any, 0, len(m.Deaths))
+	deaths := make([]api.Death, 0, len(m.Deaths))
 	for _, d := range m.Deaths {
 		deaths = append(deaths, deathJSON(d))
 	}
-	out := map[string]any{"position": pos, "payload": payload, "payload_encoding": enc, "payload_bytes": len(m.Body),
-		"exchange": m.Exchange, "routing_key": m.RoutingKey, "redelivered": b.Redelivered,
-		"properties": propsJSON(&m.Props), "x_death": deaths}
+	out := api.Browsed{Message: api.Message{Payload: payload, PayloadEncoding: enc, PayloadBytes: len(m.Body),
+		Exchange: m.Exchange, RoutingKey: m.RoutingKey, Redelivered: b.Redelivered,
+		Properties: propsJSON(&m.Props)}, Position: pos, XDeath: deaths, ExpiresAt: b.ExpiresAt}
 	if d, ok := m.FirstDeath(); ok {
-		out["first_death"] = map[string]any{"reason": d.Reason, "queue": d.Queue, "exchange": d.Exchange, "routing-keys": orEmptyStrings(d.RoutingKeys)}
-	}
-	if b.ExpiresAt != 0 {
-		out["expires_at"] = b.ExpiresAt
+		out.FirstDeath = &api.FirstDeath{Reason: d.Reason, Queue: d.Queue, Exchange: d.Exchange, RoutingKeys: orEmptyStrings(d.RoutingKeys)}
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -43,20 +44,20 @@ func exchangeName(n string) string {
 	return n
 }
 
-func (c *call) exchangeJSON(v *broker.VHost, x *broker.Exchange) map[string]any {
+func (c *call) exchangeJSON(v *broker.VHost, x *broker.Exchange) api.Exchange {
 	args := map[string]any{}
 	if x.Args != nil {
 		args = broker.TableJSON(x.Args)
 	}
-	m := map[string]any{"name": x.Name, "vhost": v.Name, "type": x.Kind, "durable": x.Durable, "auto_delete": x.AutoDelete,
-		"internal": x.Internal, "arguments": args, "user_who_performed_action": "rmq-internal"}
+	m := api.Exchange{Name: x.Name, VHost: v.Name, Type: x.Kind, Durable: x.Durable, AutoDelete: x.AutoDelete,
+		Internal: x.Internal, Arguments: args, UserWhoPerformedAction: "rmq-internal"}
 	if xc, ok := c.exchangeCounts()[[2]string{v.Name, x.Name}]; ok {
 		// As RabbitMQ: message_stats once something was published to it.
 		key := exchangeKey(v.Name, x.Name)
-		m["message_stats"] = c.statsWithRates(key, kindExchange, counters{"publish_in": xc.In, "publish_out": xc.Out}, "publish_in", "publish_out")
+		m.MessageStats = c.statsWithRates(key, kindExchange, counters{"publish_in": xc.In, "publish_out": xc.Out}, "publish_in", "publish_out")
 	}
 	if pol, _ := v.ExchangePolicy(x.Name); pol != "" {
-		m["policy"] = pol
+		m.Policy = pol
 	}
 	return m
 }
@@ -69,13 +70,13 @@ func (c *call) exchanges() error {
 	if err := c.parseHistory(true, false); err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.Exchange{}
 	for _, v := range vs {
 		for _, x := range v.Exchanges() {
 			list = append(list, c.exchangeJSON(v, x))
 		}
 	}
-	return c.list(list)
+	return listOf(c, list)
 }
 
 func (c *call) exchange() (*broker.VHost, *broker.Exchange, error) {
@@ -98,9 +99,7 @@ func (c *call) exchangeGet() error {
 	if err := c.parseHistory(false, false); err != nil {
 		return err
 	}
-	m := c.exchangeJSON(v, x)
-	m["incoming"], m["outgoing"] = []any{}, []any{}
-	return c.ok(m)
+	return c.ok(api.ExchangeDetail{Exchange: c.exchangeJSON(v, x), Incoming: []any{}, Outgoing: []any{}})
 }
 
 type exchangeBody struct {
@@ -269,7 +268,7 @@ func (s *Server) publish(ctx context.Context, v *broker.VHost, exchange, key str
 }
 
 // bindingJSON renders a binding as RabbitMQ does.
-func bindingJSON(vhost string, b broker.BindingInfo) map[string]any {
+func bindingJSON(vhost string, b broker.BindingInfo) api.Binding {
 	args := map[string]any{}
 	if b.Args != nil {
 		args = broker.TableJSON(b.Args)
@@ -278,8 +277,8 @@ func bindingJSON(vhost string, b broker.BindingInfo) map[string]any {
 	if b.DestinationIsQueue {
 		dt = "queue"
 	}
-	return map[string]any{"source": b.Source, "vhost": vhost, "destination": b.Destination, "destination_type": dt,
-		"routing_key": b.RoutingKey, "arguments": args, "properties_key": propertiesKey(b.RoutingKey, b.Args)}
+	return api.Binding{Source: b.Source, VHost: vhost, Destination: b.Destination, DestinationType: dt,
+		RoutingKey: b.RoutingKey, Arguments: args, PropertiesKey: propertiesKey(b.RoutingKey, b.Args)}
 }
 
 // propertiesKey identifies a binding among those between the same ends,
@@ -300,13 +299,13 @@ func (c *call) bindings() error {
 	if err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.Binding{}
 	for _, v := range vs {
 		for _, b := range v.Bindings() {
 			list = append(list, bindingJSON(v.Name, b))
 		}
 	}
-	return c.list(list)
+	return listOf(c, list)
 }
 
 func (c *call) bindingsWhere(keep func(broker.BindingInfo) bool) error {
@@ -314,7 +313,7 @@ func (c *call) bindingsWhere(keep func(broker.BindingInfo) bool) error {
 	if err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.Binding{}
 	for _, b := range v.Bindings() {
 		if keep(b) {
 			list = append(list, bindingJSON(v.Name, b))

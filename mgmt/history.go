@@ -3,6 +3,7 @@ package mgmt
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"math/bits"
 	"net/url"
 	"strconv"
@@ -429,16 +430,15 @@ func parseRanges(q url.Values, now int64, ceilLengths bool) ([numFamilies]*histR
 // from the two newest when the newest is within interval of the range's
 // end; avg_rate over the whole range and avg of the samples when there
 // are two or more.
-func histDetails(r *histRange, grid []int64, col func(i int) uint64, interval int64) map[string]any {
+func histDetails(r *histRange, grid []int64, col func(i int) uint64, interval int64) api.Details {
 	n := len(grid)
-	samples := make([]any, n)
+	d := api.Details{Samples: make([]api.Sample, n)}
 	var sum float64
 	for i := range grid {
 		v := col(i)
 		sum += float64(v)
-		samples[n-1-i] = map[string]any{"sample": v, "timestamp": grid[i]}
+		d.Samples[n-1-i] = api.Sample{Sample: v, Timestamp: grid[i]}
 	}
-	m := map[string]any{"samples": samples, "rate": 0.0}
 	if n >= 2 {
 		diff := func(a, b int) float64 { // (v_a - v_b) per second
 			va, vb := col(a), col(b)
@@ -449,12 +449,12 @@ func histDetails(r *histRange, grid []int64, col func(i int) uint64, interval in
 			return d * 1000 / float64(grid[a]-grid[b])
 		}
 		if grid[n-1] >= r.last-interval {
-			m["rate"] = diff(n-1, n-2)
+			d.Rate = diff(n-1, n-2)
 		}
-		m["avg_rate"] = diff(n-1, 0)
-		m["avg"] = sum / float64(n)
+		avgRate, avg := diff(n-1, 0), sum/float64(n)
+		d.AvgRate, d.Avg = &avgRate, &avg
 	}
-	return m
+	return d
 }
 
 // histReq is a request's ranges and the histories it has read.
@@ -529,7 +529,7 @@ func (c *call) histRows(key string, f histFamily) [][]uint64 {
 
 // det renders field's <stat>_details for the object under key: its rate,
 // or with a range for the field's family, its history.
-func (c *call) det(key string, k *histKind, field string) map[string]any {
+func (c *call) det(key string, k *histKind, field string) api.Details {
 	i, ok := k.index[field]
 	if !ok || c.hist == nil || c.hist.r[k.family[i]] == nil {
 		return details(c.s.hist.rate(key, field))
@@ -546,7 +546,7 @@ func (c *call) det(key string, k *histKind, field string) map[string]any {
 
 // detFromRows renders a <stat>_details for family f from a column of
 // values on its grid.
-func (c *call) detFromRows(f histFamily, col func(j int) uint64) map[string]any {
+func (c *call) detFromRows(f histFamily, col func(j int) uint64) api.Details {
 	return histDetails(c.hist.r[f], c.hist.grids[f], col, c.s.cfg.SampleInterval.Milliseconds())
 }
 
@@ -600,7 +600,7 @@ func (c *call) sumRows(keys []string, f histFamily, nf int) [][]uint64 {
 }
 
 // detSum renders field's <stat>_details from summed rows of kind k.
-func (c *call) detSum(rows [][]uint64, k *histKind, field string, rate float64) map[string]any {
+func (c *call) detSum(rows [][]uint64, k *histKind, field string, rate float64) api.Details {
 	i := k.index[field]
 	f := k.family[i]
 	return c.detFromRows(f, func(j int) uint64 { return rows[j][i] })

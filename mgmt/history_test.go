@@ -1,6 +1,7 @@
 package mgmt
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -182,7 +183,7 @@ func TestHistoryParseRanges(t *testing.T) {
 func TestHistoryDetails(t *testing.T) {
 	r := &histRange{first: 10000, last: 30000, incr: 5000}
 	vals := []uint64{0, 10, 10, 40, 65}
-	d := histDetails(r, r.grid(), func(i int) uint64 { return vals[i] }, 5000)
+	d := asJSON(t, histDetails(r, r.grid(), func(i int) uint64 { return vals[i] }, 5000))
 	if got := fmt.Sprint(d["samples"]); got != "[map[sample:65 timestamp:30000] map[sample:40 timestamp:25000] map[sample:10 timestamp:20000] map[sample:10 timestamp:15000] map[sample:0 timestamp:10000]]" {
 		t.Fatalf("samples %s", got)
 	}
@@ -191,12 +192,12 @@ func TestHistoryDetails(t *testing.T) {
 	}
 	down := []uint64{9, 3}
 	r2 := &histRange{first: 0, last: 2000, incr: 2000}
-	d = histDetails(r2, r2.grid(), func(i int) uint64 { return down[i] }, 5000)
+	d = asJSON(t, histDetails(r2, r2.grid(), func(i int) uint64 { return down[i] }, 5000))
 	if d["rate"] != -3.0 || d["avg_rate"] != -3.0 || d["avg"] != 6.0 {
 		t.Fatalf("falling: %v", d)
 	}
 	one := &histRange{first: 25000, last: 30000, incr: 60000}
-	d = histDetails(one, one.grid(), func(int) uint64 { return 7 }, 5000)
+	d = asJSON(t, histDetails(one, one.grid(), func(int) uint64 { return 7 }, 5000))
 	if _, ok := d["avg"]; ok || d["rate"] != 0.0 || len(d["samples"].([]any)) != 1 {
 		t.Fatalf("one sample: %v", d)
 	}
@@ -204,12 +205,26 @@ func TestHistoryDetails(t *testing.T) {
 	// the 5 s interval: a rate; with a 3 s interval, none.
 	odd := &histRange{first: 0, last: 60000, incr: 7000}
 	g := odd.grid()
-	if d := histDetails(odd, g, func(i int) uint64 { return uint64(i * 7) }, 5000); d["rate"] != 1.0 {
+	if d := asJSON(t, histDetails(odd, g, func(i int) uint64 { return uint64(i * 7) }, 5000)); d["rate"] != 1.0 {
 		t.Fatalf("rate %v, want 1", d["rate"])
 	}
-	if d := histDetails(odd, g, func(i int) uint64 { return uint64(i * 7) }, 3000); d["rate"] != 0.0 {
+	if d := asJSON(t, histDetails(odd, g, func(i int) uint64 { return uint64(i * 7) }, 3000)); d["rate"] != 0.0 {
 		t.Fatalf("rate %v, want 0", d["rate"])
 	}
+}
+
+// asJSON is v as the API sends it, decoded.
+func asJSON(t *testing.T, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // historyOf10kQueues fills a history with the default retention (121

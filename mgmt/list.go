@@ -1,12 +1,47 @@
 package mgmt
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 )
+
+// listOf replies with typed items as list does. Only a request with list
+// parameters has them turned into maps (the parameters name fields by
+// their JSON names).
+func listOf[T any](c *call, items []T) error {
+	q := c.r.URL.Query()
+	if q.Get("sort") == "" && q.Get("sort_reverse") == "" && q.Get("name") == "" && q.Get("columns") == "" && q.Get("page") == "" {
+		if items == nil {
+			items = []T{}
+		}
+		return c.ok(items)
+	}
+	maps, err := asMaps(items)
+	if err != nil {
+		return err
+	}
+	return c.list(maps)
+}
+
+// asMaps is items as JSON objects.
+func asMaps[T any](items []T) ([]map[string]any, error) {
+	b, err := json.Marshal(items)
+	if err != nil {
+		return nil, err
+	}
+	maps := []map[string]any{}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&maps); err != nil {
+		return nil, err
+	}
+	return maps, nil
+}
 
 // list replies with items, applying RabbitMQ's list query parameters:
 // sort and sort_reverse, name (with use_regex), columns, and pagination
@@ -134,6 +169,9 @@ func num(v any) (float64, bool) {
 		return float64(x), true
 	case float64:
 		return x, true
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
 	}
 	return 0, false
 }

@@ -3,6 +3,7 @@ package mgmt
 import (
 	"encoding/base64"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -130,15 +131,15 @@ func payloadJSON(body []byte, encoding string, truncate int) (string, string) {
 }
 
 // deathJSON renders one x-death entry as RabbitMQ writes it.
-func deathJSON(d broker.Death) map[string]any {
+func deathJSON(d broker.Death) api.Death {
 	keys := d.RoutingKeys
 	if keys == nil {
 		keys = []string{}
 	}
-	m := map[string]any{"count": d.Count, "reason": d.Reason, "queue": d.Queue, "time": d.Time.Unix(),
-		"exchange": d.Exchange, "routing-keys": keys}
+	m := api.Death{Count: d.Count, Reason: d.Reason, Queue: d.Queue, Time: d.Time.Unix(),
+		Exchange: d.Exchange, RoutingKeys: keys}
 	if d.HasExpiration {
-		m["original-expiration"] = d.OriginalExpiration
+		m.OriginalExpiration = &d.OriginalExpiration
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net"
 	"net/http"
 	"net/url"
@@ -67,8 +68,8 @@ func (c *call) clusterName() error { return c.ok(map[string]any{"name": c.s.clus
 
 // statsWithRates renders counters as RabbitMQ's message_stats: each
 // counter and its _details rate, and history when asked (issue 15).
-func (c *call) statsWithRates(key string, k *histKind, cs counters, fields ...string) map[string]any {
-	m := make(map[string]any, 2*len(fields))
+func (c *call) statsWithRates(key string, k *histKind, cs counters, fields ...string) api.MessageStats {
+	m := make(api.MessageStats, 2*len(fields))
 	for _, f := range fields {
 		m[f] = cs[f]
 		m[f+"_details"] = c.det(key, k, f)
@@ -237,7 +238,7 @@ func (c *call) overview() error {
 	for _, v := range seen {
 		vkeys = append(vkeys, vhostKey(v.Name))
 	}
-	det := func(rows *[][]uint64, keys []string, k *histKind, f string, rate float64) map[string]any {
+	det := func(rows *[][]uint64, keys []string, k *histKind, f string, rate float64) api.Details {
 		i, ok := k.index[f]
 		if !ok || !c.hasRange(k.family[i]) {
 			return details(rate)
@@ -248,7 +249,7 @@ func (c *call) overview() error {
 		return c.detSum(*rows, k, f, rate)
 	}
 	var qrows, orows, vrows [][]uint64
-	qdet := func(f string) map[string]any {
+	qdet := func(f string) api.Details {
 		if !c.hasRange(famLengths) {
 			return details(rates["queue."+f])
 		}
@@ -316,8 +317,8 @@ func portOf(a net.Addr) string {
 	return p
 }
 
-func exchangeTypes() []any {
-	var out []any
+func exchangeTypes() []api.Plugin {
+	var out []api.Plugin
 	for _, t := range []struct{ name, desc string }{
 		{"direct", "AMQP direct exchange, as per the AMQP specification"},
 		{"fanout", "AMQP fanout exchange, as per the AMQP specification"},
@@ -325,47 +326,47 @@ func exchangeTypes() []any {
 		{"topic", "AMQP topic exchange, as per the AMQP specification"},
 		{"x-delayed-message", "Delayed Message Exchange"},
 	} {
-		out = append(out, map[string]any{"name": t.name, "description": t.desc, "enabled": true})
+		out = append(out, api.Plugin{Name: t.name, Description: t.desc, Enabled: true})
 	}
 	return out
 }
 
-func (s *Server) node1() map[string]any {
+func (s *Server) node1() api.Node {
 	cfg := s.srv.Config()
 	has := s.srv.AlarmRaised
 	free, _ := s.srv.DiskFree()
-	uptime := time.Since(s.started).Milliseconds()
-	m := map[string]any{
-		"name": s.node, "type": "disc", "running": true, "os_pid": strconv.Itoa(os.Getpid()),
-		"mem_used": server.MemoryUsed(), "mem_limit": cfg.MemoryHighWatermark, "mem_alarm": has("memory"),
-		"mem_calculation_strategy": "rss",
-		"disk_free":                free, "disk_free_limit": cfg.DiskFreeLimit, "disk_free_alarm": has("disk"),
-		"fd_used": openFDs(), "fd_total": 1048576, "sockets_used": len(s.srv.Connections()), "sockets_total": 943629,
-		"proc_used": runtime.NumGoroutine(), "proc_total": 1048576, "run_queue": 0, "processors": runtime.NumCPU(),
-		"uptime": uptime, "rates_mode": "basic", "net_ticktime": 60, "partitions": []any{}, "being_drained": s.srv.Suspended(),
-		"exchange_types": exchangeTypes(), "auth_mechanisms": []any{
-			map[string]any{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
-			map[string]any{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
-		},
-		"applications":    []any{map[string]any{"name": "warren", "description": "Warren message broker", "version": Version}},
-		"enabled_plugins": []string{"rabbitmq_management"}, "db_dir": cfg.DataDir, "config_files": []any{}, "log_files": []any{},
-		"contexts": []any{map[string]any{"description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
-	}
-	for _, f := range []string{"mem_used", "disk_free", "sockets_used", "proc_used", "fd_used"} {
-		m[f+"_details"] = details(s.hist.rate("node", f))
-	}
-	return m
+	rate := func(f string) api.Details { return details(s.hist.rate("node", f)) }
+	return api.Node{Name: s.node, Type: "disc", Running: true, Partitions: []any{}, BeingDrained: s.srv.Suspended(),
+		NodeLive: &api.NodeLive{
+			OSPid:   strconv.Itoa(os.Getpid()),
+			MemUsed: server.MemoryUsed(), MemUsedDetails: rate("mem_used"), MemLimit: cfg.MemoryHighWatermark, MemAlarm: has("memory"),
+			MemCalculationStrategy: "rss",
+			DiskFree:               free, DiskFreeDetails: rate("disk_free"), DiskFreeLimit: cfg.DiskFreeLimit, DiskFreeAlarm: has("disk"),
+			FDUsed: openFDs(), FDUsedDetails: rate("fd_used"), FDTotal: 1048576,
+			SocketsUsed: len(s.srv.Connections()), SocketsUsedDetails: rate("sockets_used"), SocketsTotal: 943629,
+			ProcUsed: runtime.NumGoroutine(), ProcUsedDetails: rate("proc_used"), ProcTotal: 1048576, Processors: runtime.NumCPU(),
+			Uptime: time.Since(s.started).Milliseconds(), RatesMode: "basic", NetTicktime: 60,
+			ExchangeTypes: exchangeTypes(), AuthMechanisms: []api.Plugin{
+				{Name: "PLAIN", Description: "SASL PLAIN authentication mechanism", Enabled: true},
+				{Name: "AMQPLAIN", Description: "QPid AMQPLAIN mechanism", Enabled: true},
+			},
+			Applications:   []api.App{{Name: "warren", Description: "Warren message broker", Version: Version}},
+			EnabledPlugins: []string{"rabbitmq_management"}, DBDir: cfg.DataDir, ConfigFiles: []string{}, LogFiles: []string{},
+			Contexts: []api.Context{{Description: "Warren Management", Path: "/", Port: portOf(s.Addr())}},
+		}}
 }
 
 // nodeHist sets this node's <stat>_details with their history, when
 // asked (node_stats_age and node_stats_incr, issue 15).
-func (c *call) nodeHist(m map[string]any) map[string]any {
-	if c.hasRange(famNodeStats) {
-		for _, f := range kindNode.fields {
-			m[f+"_details"] = c.det("node", kindNode, f)
+func (c *call) nodeHist(n api.Node) api.Node {
+	if c.hasRange(famNodeStats) && n.NodeLive != nil {
+		l := n.NodeLive
+		for f, d := range map[string]*api.Details{"mem_used": &l.MemUsedDetails, "disk_free": &l.DiskFreeDetails,
+			"sockets_used": &l.SocketsUsedDetails, "proc_used": &l.ProcUsedDetails, "fd_used": &l.FDUsedDetails} {
+			*d = c.det("node", kindNode, f)
 		}
 	}
-	return m
+	return n
 }
 
 func (c *call) nodes() error {
@@ -373,11 +374,11 @@ func (c *call) nodes() error {
 		return err
 	}
 	if !c.clustered() {
-		return c.ok([]any{c.nodeHist(c.s.node1())})
+		return c.ok([]api.Node{c.nodeHist(c.s.node1())})
 	}
 	nodes := c.s.cluster().Nodes()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	out := make([]any, len(nodes))
+	out := make([]api.Node, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Add(1)
@@ -413,10 +414,10 @@ func (c *call) nodeGet() error {
 
 // nodeSelf is this node as /api/nodes shows it: node1, and in a cluster
 // the quorum queues' raft host counters (issue 14).
-func (s *Server) nodeSelf() map[string]any {
+func (s *Server) nodeSelf() api.Node {
 	m := s.node1()
 	if qs, ok := s.cluster().(QuorumStatser); ok {
-		m["quorum_queues_raft"] = qs.QuorumStats()
+		m.QuorumQueuesRaft = qs.QuorumStats()
 	}
 	return m
 }
@@ -424,23 +425,21 @@ func (s *Server) nodeSelf() map[string]any {
 // clusterNode is a member as /api/nodes shows it: what the node reports
 // about itself, or, when it does not answer, its name with running false.
 // Warren adds "leader" (it leads the metadata group) and "address".
-func (c *call) clusterNode(n NodeInfo) map[string]any {
-	var m map[string]any
+func (c *call) clusterNode(n NodeInfo) api.Node {
+	var m api.Node
+	ok := false
 	if n.Name == c.s.node {
-		m = c.nodeHist(c.s.nodeSelf())
+		m, ok = c.nodeHist(c.s.nodeSelf()), true
 	} else if n.Running {
 		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
 		st, body, err := c.s.cluster().Fetch(ctx, n.Name, http.MethodGet, "/api/nodes/"+url.PathEscape(n.Name)+c.rangeQuery(), nil)
 		cancel()
-		if err == nil && st == http.StatusOK && json.Unmarshal(body, &m) != nil {
-			m = nil
-		}
+		ok = err == nil && st == http.StatusOK && json.Unmarshal(body, &m) == nil
 	}
-	if m == nil {
-		m = map[string]any{"name": n.Name, "type": "disc", "running": false, "partitions": []any{},
-			"being_drained": false}
+	if !ok {
+		m = api.Node{Name: n.Name, Type: "disc", Partitions: []any{}}
 	}
-	m["leader"], m["address"] = n.Leader, n.Address
+	m.Leader, m.Address = &n.Leader, n.Address
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net/http"
 	"strings"
@@ -33,13 +34,13 @@ func (s *Server) policyRoutes() {
 	s.handle("GET /api/parameters", lvlPolicymaker, (*call).parameters)
 }
 
-func policyJSON(p broker.Policy) map[string]any {
+func policyJSON(p broker.Policy) api.Policy {
 	def := p.Definition
 	if def == nil {
 		def = map[string]any{}
 	}
-	return map[string]any{"vhost": p.VHost, "name": p.Name, "pattern": p.Pattern, "apply-to": p.ApplyTo,
-		"definition": def, "priority": p.Priority}
+	return api.Policy{VHost: p.VHost, Name: p.Name,
+		PolicyValue: api.PolicyValue{Pattern: p.Pattern, ApplyTo: p.ApplyTo, Definition: def, Priority: p.Priority}}
 }
 
 func vhostPolicies(v *broker.VHost, op bool) []broker.Policy {
@@ -55,13 +56,13 @@ func policyList(op bool) handler {
 		if err != nil {
 			return err
 		}
-		list := []map[string]any{}
+		list := []api.Policy{}
 		for _, v := range vs {
 			for _, p := range vhostPolicies(v, op) {
 				list = append(list, policyJSON(p))
 			}
 		}
-		return c.list(list)
+		return listOf(c, list)
 	}
 }
 
@@ -315,7 +316,7 @@ func (c *call) definitionsPost() error {
 // (shovel), and, as RabbitMQ keeps them as parameters too, each vhost's
 // limits (vhost-limits "limits") and operator policies.
 func (c *call) parameters() error {
-	list := []map[string]any{}
+	list := []api.Parameter{}
 	for _, sh := range c.s.b.Shovels("") {
 		list = append(list, shovelParamJSON(sh))
 	}
@@ -325,14 +326,11 @@ func (c *call) parameters() error {
 	}
 	for _, v := range vs {
 		if l, _ := c.s.b.VHostLimits(v.Name); len(l) > 0 {
-			list = append(list, map[string]any{"vhost": v.Name, "component": "vhost-limits", "name": "limits", "value": l})
+			list = append(list, api.Parameter{VHost: v.Name, Component: "vhost-limits", Name: "limits", Value: l})
 		}
 		for _, p := range v.OperatorPolicies() {
-			val := policyJSON(p)
-			delete(val, "vhost")
-			delete(val, "name")
-			list = append(list, map[string]any{"vhost": v.Name, "component": "operator_policy", "name": p.Name, "value": val})
+			list = append(list, api.Parameter{VHost: v.Name, Component: "operator_policy", Name: p.Name, Value: policyJSON(p).PolicyValue})
 		}
 	}
-	return c.list(list)
+	return listOf(c, list)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 	"sync"
@@ -39,10 +40,10 @@ func (c *call) queueRaft() error {
 	return c.ok(raftJSON(info.Status))
 }
 
-func raftJSON(st broker.QuorumStatus) map[string]any {
-	return map[string]any{"term": st.Term, "commit_index": st.Commit, "last_applied": st.Applied, "last_index": st.LastIndex,
-		"snapshot_index": st.SnapshotIndex, "log_bytes": st.LogBytes, "log_entries": st.LogEntries,
-		"quiesced": st.Quiesced, "leader": st.Leader}
+func raftJSON(st broker.QuorumStatus) api.Raft {
+	return api.Raft{Term: st.Term, CommitIndex: st.Commit, LastApplied: st.Applied, LastIndex: st.LastIndex,
+		SnapshotIndex: st.SnapshotIndex, LogBytes: st.LogBytes, LogEntries: st.LogEntries,
+		Quiesced: st.Quiesced, Leader: st.Leader}
 }
 
 // queueActions takes RabbitMQ's classic mirrored queue actions: sync and
@@ -65,17 +66,16 @@ func (c *call) queueActions() error {
 	return badRequestList("unknown", b.Action)
 }
 
-func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
-	st := q.Stats()
-	s := c.s
-	key := queueKey(v.Name, q.Name)
-	pol, opPol := v.QueuePolicy(q)
-	nilIfEmpty := func(s string) any {
-		if s == "" {
-			return nil
-		}
-		return s
+// nilIfEmpty is s, or RabbitMQ's null for none.
+func nilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
 	}
+	return &s
+}
+
+// queueHead is what a queue's record says of it, on any node.
+func queueHead(v *broker.VHost, q *broker.Queue, node, state string) api.Queue {
 	args := map[string]any{}
 	if q.Args != nil {
 		args = broker.TableJSON(q.Args)
@@ -84,61 +84,69 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 	if typ == "" {
 		typ = "classic"
 	}
+	pol, opPol := v.QueuePolicy(q)
+	return api.Queue{Name: q.Name, VHost: v.Name, Node: node, Type: typ, State: state,
+		Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive, Arguments: args,
+		Policy: nilIfEmpty(pol), OperatorPolicy: nilIfEmpty(opPol),
+		EffectivePolicyDefinition: v.EffectivePolicyDefinition(q)}
+}
+
+func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) api.Queue {
+	st := q.Stats()
+	s := c.s
+	key := queueKey(v.Name, q.Name)
+	m := queueHead(v, q, s.node, "running")
 	msgs := st.Ready + st.Unacked
 	qc := queueCounters(st)
 	ms := c.statsWithRates(key, kindQueue, qc, "publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "ack", "redeliver")
 	// Warren's own: the messages the queue dead-lettered (issue 15).
 	ms["dead_lettered"] = qc["dead_lettered"]
 	ms["dead_lettered_details"] = c.det(key, kindQueue, "dead_lettered")
-	dead := map[string]any{}
+	dead := map[string]uint64{}
 	for r, n := range st.DeadLettered {
 		dead[r] = n
 	}
-	consumerDetails := []any{}
+	consumerDetails := []api.Consumer{}
 	for _, cs := range c.queueConsumers()[[2]string{v.Name, q.Name}] {
 		consumerDetails = append(consumerDetails, consumerJSON(s.node, cs))
 	}
-	var owner any
+	var owner *string
 	if q.Exclusive {
-		owner = ""
+		owner = new(string)
 	}
-	m := map[string]any{
-		"name": q.Name, "vhost": v.Name, "node": s.node, "type": typ, "state": "running",
-		"durable": q.Durable, "auto_delete": q.AutoDelete, "exclusive": q.Exclusive, "exclusive_consumer_tag": nil,
-		"owner_pid_details": owner, "arguments": args,
-		"policy": nilIfEmpty(pol), "operator_policy": nilIfEmpty(opPol),
-		"effective_policy_definition": v.EffectivePolicyDefinition(q),
-		"consumers":                   st.Consumers, "consumer_capacity": boolRate(st.Consumers > 0), "consumer_utilisation": boolRate(st.Consumers > 0),
-		"consumer_details": consumerDetails, "single_active_consumer_tag": nil,
-		"messages": msgs, "messages_details": c.det(key, kindQueue, "messages"),
-		"messages_ready": st.Ready, "messages_ready_details": c.det(key, kindQueue, "messages_ready"),
-		"messages_unacknowledged": st.Unacked, "messages_unacknowledged_details": c.det(key, kindQueue, "messages_unacknowledged"),
-		"messages_ram": st.Ready - st.PagedOut + st.Unacked, "messages_ready_ram": st.Ready - st.PagedOut, "messages_unacknowledged_ram": st.Unacked,
-		"messages_persistent": st.Persistent, "message_bytes_persistent": st.PersistentBytes, "messages_paged_out": st.PagedOut,
-		"message_bytes": st.ReadyBytes + st.UnackedBytes, "message_bytes_ready": st.ReadyBytes,
-		"message_bytes_unacknowledged": st.UnackedBytes,
-		"message_bytes_ram":            st.ReadyBytes - st.PagedOutBytes + st.UnackedBytes, "message_bytes_paged_out": st.PagedOutBytes,
+	live := &api.QueueLive{
+		OwnerPidDetails: owner,
+		Consumers:       st.Consumers, ConsumerCapacity: boolRate(st.Consumers > 0), ConsumerUtilisation: boolRate(st.Consumers > 0),
+		ConsumerDetails: consumerDetails,
+		Messages:        msgs, MessagesDetails: c.det(key, kindQueue, "messages"),
+		MessagesReady: st.Ready, MessagesReadyDetails: c.det(key, kindQueue, "messages_ready"),
+		MessagesUnacknowledged: st.Unacked, MessagesUnackedDetails: c.det(key, kindQueue, "messages_unacknowledged"),
+		MessagesRAM: st.Ready - st.PagedOut + st.Unacked, MessagesReadyRAM: st.Ready - st.PagedOut, MessagesUnacknowledgedRAM: st.Unacked,
+		MessagesPersistent: st.Persistent, MessageBytesPersistent: st.PersistentBytes, MessagesPagedOut: st.PagedOut,
+		MessageBytes: st.ReadyBytes + st.UnackedBytes, MessageBytesReady: st.ReadyBytes,
+		MessageBytesUnacknowledged: st.UnackedBytes,
+		MessageBytesRAM:            st.ReadyBytes - st.PagedOutBytes + st.UnackedBytes, MessageBytesPagedOut: st.PagedOutBytes,
+		MessageStats: ms,
 		// memory: an estimate, the bodies in memory and ~256 bytes of
 		// bookkeeping per message held in memory.
-		"message_stats": ms, "head_message_timestamp": nil,
-		"memory":             st.ReadyBytes - st.PagedOutBytes + 256*int64(st.Ready-st.PagedOut+st.Unacked),
-		"recoverable_slaves": nil, "reductions": 0, "reductions_details": details(0),
-		"garbage_collection": map[string]any{},
+		Memory:            st.ReadyBytes - st.PagedOutBytes + 256*int64(st.Ready-st.PagedOut+st.Unacked),
+		ReductionsDetails: details(0),
+		GarbageCollection: map[string]any{},
 		// Warren's own: dead letters by reason, and returns to the queue
 		// (a requeue loop shows here).
-		"messages_dead_lettered": dead, "messages_requeued": st.Requeued,
-		"messages_delayed": st.Delayed,
+		MessagesDeadLettered: dead, MessagesRequeued: st.Requeued,
+		MessagesDelayed: st.Delayed,
 	}
 	if at, idle := s.hist.idleSince(key, qc); idle {
-		m["idle_since"] = idleJSON(at)
+		live.IdleSince = idleJSON(at)
 	}
-	if typ == "quorum" {
+	m.QueueLive = live
+	if m.Type == "quorum" {
 		// A one-node "cluster": this node leads and is the only member.
-		m["leader"], m["members"], m["online"] = s.node, []string{s.node}, []string{s.node}
-		m["messages_dlx"], m["message_bytes_dlx"] = st.DeadLetterPending, 0
-		m["open_files"] = map[string]any{s.node: 0}
-		m["single_active_consumer_ctag"] = nil
-		c.quorumFields(m, q)
+		dlx, dlxBytes := st.DeadLetterPending, int64(0)
+		m.QueueQuorum = &api.QueueQuorum{Leader: &s.node, Members: []string{s.node}, Online: []string{s.node},
+			MessagesDLX: &dlx, MessageBytesDLX: &dlxBytes, OpenFiles: map[string]int{s.node: 0}}
+		c.quorumFields(&m, q)
 	}
 	return m
 }
@@ -146,7 +154,7 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
 // quorumFields sets a replicated quorum queue's group fields (issue 14):
 // RabbitMQ's leader, members and online, and Warren's raft, the local
 // member's Raft metrics by node. Nothing for other queues.
-func (c *call) quorumFields(m map[string]any, q *broker.Queue) {
+func (c *call) quorumFields(m *api.Queue, q *broker.Queue) {
 	up := func(string) bool { return true }
 	if cl := c.s.cluster(); cl != nil {
 		running := map[string]bool{}
@@ -159,37 +167,38 @@ func (c *call) quorumFields(m map[string]any, q *broker.Queue) {
 	if !ok {
 		return
 	}
-	online := info.Online
-	if online == nil {
-		online = []string{}
+	if m.QueueQuorum == nil {
+		m.QueueQuorum = &api.QueueQuorum{}
 	}
-	m["members"], m["online"] = info.Members, online
+	g := m.QueueQuorum
+	g.Members, g.Online = info.Members, info.Online
+	if g.Online == nil {
+		g.Online = []string{}
+	}
+	g.Leader = nilIfEmpty(info.Leader)
 	if info.Leader != "" {
-		m["leader"], m["node"] = info.Leader, info.Leader
-	} else {
-		m["leader"] = nil
+		m.Node = info.Leader
 	}
-	open := map[string]any{}
-	for _, n := range online {
-		open[n] = 0
+	g.OpenFiles = map[string]int{}
+	for _, n := range g.Online {
+		g.OpenFiles[n] = 0
 	}
-	m["open_files"] = open
 	if info.Member {
-		m["raft"] = map[string]any{c.s.node: raftJSON(info.Status)}
+		g.Raft = map[string]api.Raft{c.s.node: raftJSON(info.Status)}
 	}
 }
 
 // raftOfMembers adds the other online members' Raft metrics to a quorum
 // queue's "raft" (one queue's GET, not the lists: a call per member).
-func (c *call) raftOfMembers(m map[string]any, v *broker.VHost, q *broker.Queue) {
-	r, _ := m["raft"].(map[string]any)
+func (c *call) raftOfMembers(m *api.Queue, v *broker.VHost, q *broker.Queue) {
 	cl := c.s.cluster()
-	if r == nil || cl == nil {
+	if m.QueueQuorum == nil || m.Raft == nil || cl == nil {
 		return
 	}
+	r := m.Raft
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, n := range strListOf(m["online"]) {
+	for _, n := range m.Online {
 		if n == c.s.node {
 			continue
 		}
@@ -199,7 +208,7 @@ func (c *call) raftOfMembers(m map[string]any, v *broker.VHost, q *broker.Queue)
 			ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
 			defer cancel()
 			st, body, err := cl.Fetch(ctx, n, http.MethodGet, "/api/queues/"+url.PathEscape(v.Name)+"/"+url.PathEscape(q.Name)+"/raft", nil)
-			var one map[string]any
+			var one api.Raft
 			if err != nil || st != http.StatusOK || json.Unmarshal(body, &one) != nil {
 				return
 			}
@@ -209,11 +218,6 @@ func (c *call) raftOfMembers(m map[string]any, v *broker.VHost, q *broker.Queue)
 		}()
 	}
 	wg.Wait()
-}
-
-func strListOf(v any) []string {
-	l, _ := v.([]string)
-	return l
 }
 
 func boolRate(b bool) float64 {
@@ -231,7 +235,7 @@ func (c *call) queues() error {
 	if err := c.parseHistory(true, true); err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.Queue{}
 	if !c.clustered() {
 		for _, v := range vs {
 			for _, q := range v.Queues() {
@@ -241,11 +245,11 @@ func (c *call) queues() error {
 				list = append(list, c.queueJSON(v, q))
 			}
 		}
-		return c.list(list)
+		return listOf(c, list)
 	}
 	// Each queue from its home node; one whose home did not answer from
 	// the record here, "down".
-	remote, answered := c.remoteList()
+	remote, answered := remoteListOf[api.Queue](c)
 	for _, v := range vs {
 		for _, q := range v.Queues() {
 			switch {
@@ -261,37 +265,19 @@ func (c *call) queues() error {
 		visible[v.Name] = true
 	}
 	for _, m := range remote {
-		if visible[str(m["vhost"])] {
+		if visible[m.VHost] {
 			list = append(list, m)
 		}
 	}
-	return c.list(list)
+	return listOf(c, list)
 }
 
 // downQueueJSON is a queue whose home node is not answering, from its
 // record, as RabbitMQ lists a queue on a node that is down.
-func (c *call) downQueueJSON(v *broker.VHost, q *broker.Queue) map[string]any {
-	args := map[string]any{}
-	if q.Args != nil {
-		args = broker.TableJSON(q.Args)
-	}
-	typ := q.Effective().Type
-	if typ == "" {
-		typ = "classic"
-	}
-	pol, opPol := v.QueuePolicy(q)
-	nilIfEmpty := func(s string) any {
-		if s == "" {
-			return nil
-		}
-		return s
-	}
-	m := map[string]any{"name": q.Name, "vhost": v.Name, "node": q.Home, "type": typ, "state": "down",
-		"durable": q.Durable, "auto_delete": q.AutoDelete, "exclusive": q.Exclusive, "arguments": args,
-		"policy": nilIfEmpty(pol), "operator_policy": nilIfEmpty(opPol),
-		"effective_policy_definition": v.EffectivePolicyDefinition(q)}
-	if typ == "quorum" {
-		c.quorumFields(m, q) // no leader: RabbitMQ's "down" quorum queue
+func (c *call) downQueueJSON(v *broker.VHost, q *broker.Queue) api.Queue {
+	m := queueHead(v, q, q.Home, "down")
+	if m.Type == "quorum" {
+		c.quorumFields(&m, q) // no leader: RabbitMQ's "down" quorum queue
 	}
 	return m
 }
@@ -331,11 +317,8 @@ func (c *call) queueGet() error {
 		}
 		return c.ok(c.downQueueJSON(v, q))
 	}
-	m := c.queueJSON(v, q)
-	c.raftOfMembers(m, v, q)
-	// Per-exchange and per-channel rates: empty in the "basic" rates
-	// mode, as RabbitMQ's.
-	m["deliveries"], m["incoming"] = []any{}, []any{}
+	m := api.QueueDetail{Queue: c.queueJSON(v, q), Deliveries: []any{}, Incoming: []any{}}
+	c.raftOfMembers(&m.Queue, v, q)
 	return c.ok(m)
 }
 
@@ -479,7 +462,7 @@ func (c *call) queueGetMessages() error {
 		return err
 	}
 	var ds []broker.Delivery
-	out := []map[string]any{}
+	out := []api.Message{}
 	for range count {
 		d, remaining, ok := q.Get(false)
 		if !ok {
@@ -488,14 +471,10 @@ func (c *call) queueGetMessages() error {
 		ds = append(ds, d)
 		payload, enc := payloadJSON(d.Msg.Body, b.Encoding, int(truncate))
 		// No properties are [], as RabbitMQ (an empty Erlang proplist);
-		// rabbitmqadmin's get shows the column only then.
-		var props any = propsJSON(&d.Msg.Props)
-		if len(props.(map[string]any)) == 0 {
-			props = []any{}
-		}
-		out = append(out, map[string]any{"payload_bytes": len(d.Msg.Body), "redelivered": d.Redelivered,
-			"exchange": d.Msg.Exchange, "routing_key": d.Msg.RoutingKey, "message_count": remaining,
-			"properties": props, "payload": payload, "payload_encoding": enc})
+		// rabbitmqadmin's get shows the column only then (api.Properties).
+		out = append(out, api.Message{PayloadBytes: len(d.Msg.Body), Redelivered: d.Redelivered,
+			Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey, MessageCount: &remaining,
+			Properties: propsJSON(&d.Msg.Props), Payload: payload, PayloadEncoding: enc})
 	}
 	// The reply is encoded before the messages are settled: a reply that
 	// cannot be sent must not have acked (lost) them.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net/http"
 	"net/url"
@@ -404,9 +405,9 @@ func (c *call) qqGrow() error {
 // rabbit_quorum_queue:shrink_all/1: 202, whatever the node.
 func (c *call) qqShrink() error {
 	node := c.pv("node")
-	results := []QueueMemberResult{}
+	results := []api.QueueMemberResult{}
 	for _, info := range c.s.b.ShrinkTargets(c.s.bnode(node)) {
-		res := QueueMemberResult{VHost: info.VHost, Name: info.Name}
+		res := api.QueueMemberResult{VHost: info.VHost, Name: info.Name}
 		if r := c.memberChange(info, node, false); r.status < 300 {
 			res.Size, res.Result = len(info.Members)-1, "ok"
 		} else {
@@ -468,13 +469,12 @@ func (c *call) qqRebalance() error {
 
 // statusRow is one member of the quorum status: RabbitMQ 4.x's keys, and
 // Warren's log size.
-func (s *Server) statusRow(st broker.QuorumMemberStatus) map[string]any {
-	st.Node = s.shown(st.Node)
-	return map[string]any{
-		"Node Name": st.Node, "Raft State": st.RaftState, "Membership": st.Membership,
-		"Last Log Index": st.LastLogIndex, "Last Written": st.LastWritten, "Last Applied": st.LastApplied,
-		"Commit Index": st.CommitIndex, "Snapshot Index": st.SnapshotIndex, "Term": st.Term,
-		"Machine Version": st.MachineVersion, "Log Bytes": st.LogBytes, "Log Entries": st.LogEntries,
+func (s *Server) statusRow(st broker.QuorumMemberStatus) api.QuorumMember {
+	return api.QuorumMember{
+		Node: s.shown(st.Node), RaftState: st.RaftState, Membership: st.Membership,
+		LastLogIndex: st.LastLogIndex, LastWritten: st.LastWritten, LastApplied: st.LastApplied,
+		CommitIndex: st.CommitIndex, SnapshotIndex: st.SnapshotIndex, Term: st.Term,
+		MachineVersion: st.MachineVersion, LogBytes: st.LogBytes, LogEntries: st.LogEntries,
 	}
 }
 
@@ -501,14 +501,14 @@ func (c *call) qqStatus() error {
 		}
 		return err
 	}
-	own := func() (map[string]any, error) {
+	own := func() (api.QuorumMember, error) {
 		st, err := c.s.b.QuorumLocalStatus(vhost, name)
 		if err != nil {
-			return nil, err
+			return api.QuorumMember{}, err
 		}
 		return c.s.statusRow(st), nil
 	}
-	rows := []any{}
+	rows := []api.QuorumMember{}
 	if c.local || c.s.cluster() == nil {
 		row, err := own()
 		if err != nil {
@@ -518,7 +518,7 @@ func (c *call) qqStatus() error {
 	}
 	members := append([]string(nil), info.Members...)
 	sort.Strings(members)
-	out := make([]any, len(members))
+	out := make([]api.QuorumMember, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
 		if m == c.s.node {
@@ -536,7 +536,7 @@ func (c *call) qqStatus() error {
 			ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
 			defer cancel()
 			st, body, err := c.s.cluster().Fetch(ctx, m, http.MethodGet, qqPath(vhost, name, "status"), nil)
-			var l []map[string]any
+			var l []api.QuorumMember
 			if err != nil || st != http.StatusOK || json.Unmarshal(body, &l) != nil || len(l) != 1 {
 				out[i] = down
 				return

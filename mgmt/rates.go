@@ -1,6 +1,7 @@
 package mgmt
 
 import (
+	"github.com/warrenmq/warren/mgmt/api"
 	"os"
 	"runtime"
 	"time"
@@ -185,7 +186,7 @@ func openFDs() int {
 }
 
 // details returns RabbitMQ's {"rate": r}.
-func details(r float64) map[string]any { return map[string]any{"rate": r} }
+func details(r float64) api.Details { return api.Details{Rate: r} }
 
 // SampleNow takes a sample round at once, as the sampler does every
 // SampleInterval: the rates and the history (issue 15) without waiting

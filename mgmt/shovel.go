@@ -1,7 +1,7 @@
 package mgmt
 
 import (
-	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"sort"
 
 	"github.com/warrenmq/warren/broker"
@@ -23,8 +23,8 @@ func (s *Server) shovelRoutes() {
 	s.handle("GET /api/shovels/{vhost}", lvlManagement, (*call).shovelStatus)
 }
 
-func shovelParamJSON(sh broker.ShovelStatus) map[string]any {
-	return map[string]any{"vhost": sh.VHost, "component": broker.ShovelComponent, "name": sh.Spec.Name, "value": sh.Spec.Value}
+func shovelParamJSON(sh broker.ShovelStatus) api.Parameter {
+	return api.Parameter{VHost: sh.VHost, Component: broker.ShovelComponent, Name: sh.Spec.Name, Value: sh.Spec.Value}
 }
 
 func (c *call) shovelParams() error {
@@ -32,7 +32,7 @@ func (c *call) shovelParams() error {
 	if err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.Parameter{}
 	for _, sh := range c.s.b.Shovels(vh) {
 		if c.canSee(sh.VHost) {
 			list = append(list, shovelParamJSON(sh))
@@ -57,25 +57,21 @@ func (c *call) shovelStatus() error {
 	if err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.Shovel{}
 	for _, sh := range c.s.b.Shovels(vh) {
 		if !c.canSee(sh.VHost) {
 			continue
 		}
-		m := map[string]any{"node": c.s.node, "name": sh.Spec.Name, "vhost": sh.VHost, "type": "dynamic", "state": sh.State,
-			"timestamp": sh.Started.Format("2006-01-02 15:04:05"), "src_protocol": "amqp091", "dest_protocol": "amqp091",
-			"src_uri": sh.Spec.Value["src-uri"], "dest_uri": sh.Spec.Value["dest-uri"], "src_queue": sh.Spec.SrcQueue, "messages_moved": sh.Moved}
-		if sh.Spec.To.Queue != "" {
-			m["dest_queue"] = sh.Spec.To.Queue
-		} else {
-			m["dest_exchange"] = sh.Spec.To.Exchange
-		}
-		if sh.LastError != "" {
-			m["reason"] = sh.LastError
+		m := api.Shovel{Node: c.s.node, Name: sh.Spec.Name, VHost: sh.VHost, Type: "dynamic", State: sh.State,
+			Timestamp: sh.Started.Format("2006-01-02 15:04:05"), SrcProtocol: "amqp091", DestProtocol: "amqp091",
+			SrcURI: sh.Spec.Value["src-uri"], DestURI: sh.Spec.Value["dest-uri"], SrcQueue: sh.Spec.SrcQueue, MessagesMoved: sh.Moved,
+			DestQueue: sh.Spec.To.Queue, Reason: sh.LastError}
+		if sh.Spec.To.Queue == "" {
+			m.DestExchange = sh.Spec.To.Exchange
 		}
 		list = append(list, m)
 	}
-	sort.Slice(list, func(i, j int) bool { return fmt.Sprint(list[i]["name"]) < fmt.Sprint(list[j]["name"]) })
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 	return c.ok(list)
 }
 

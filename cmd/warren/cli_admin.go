@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net/http"
 	"os"
@@ -68,10 +69,11 @@ func cmdDefsImport(c *cliCtx, args []string) error {
 }
 
 func cmdPoliciesList(c *cliCtx, args []string) error {
-	return c.listTable("policies", "policies list [--vhost V]", args,
+	return listTable(c, "policies", "policies list [--vhost V]", args,
 		[]string{"NAME", "PATTERN", "APPLY-TO", "PRIORITY", "DEFINITION"},
-		func(p map[string]any) []string {
-			return []string{str(p["name"]), str(p["pattern"]), str(p["apply-to"]), num(p["priority"]), compactJSON(p["definition"])}
+		func(p api.Policy) string { return p.VHost },
+		func(p api.Policy) []string {
+			return []string{p.Name, p.Pattern, p.ApplyTo, fmt.Sprint(p.Priority), compactJSON(p.Definition)}
 		})
 }
 

@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"sort"
 )
@@ -27,7 +27,7 @@ func cmdClusterStatus(c *cliCtx, args []string) error {
 	if err := wantArgs(args, 0, 0, "cluster status"); err != nil {
 		return err
 	}
-	var st mgmt.ClusterStatusReply
+	var st api.ClusterStatus
 	raw, err := c.api.getJSON(apiPath("cluster-status"), &st)
 	if isNotFound(err) {
 		// A broker without Warren's endpoint (RabbitMQ): its /api/nodes.
@@ -65,7 +65,7 @@ func cmdClusterStatus(c *cliCtx, args []string) error {
 
 // nodesStatus prints the status from GET /api/nodes (RabbitMQ's).
 func (c *cliCtx) nodesStatus() error {
-	var nodes []map[string]any
+	var nodes []api.Node
 	raw, err := c.api.getJSON(apiPath("nodes"), &nodes)
 	if err != nil {
 		return err
@@ -78,16 +78,16 @@ func (c *cliCtx) nodesStatus() error {
 		ClusterName string `json:"cluster_name"`
 	}
 	c.api.getJSON(apiPath("overview"), &overview)
-	sort.Slice(nodes, func(i, j int) bool { return str(nodes[i]["name"]) < str(nodes[j]["name"]) })
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	w := c.stdout
 	fmt.Fprintf(w, "Cluster status of node %s ...\n\nBasics\n\nCluster name: %s\n\nDisk Nodes\n\n", overview.Node, orDefault(overview.ClusterName, "(none)"))
 	for _, n := range nodes {
-		fmt.Fprintln(w, str(n["name"]))
+		fmt.Fprintln(w, n.Name)
 	}
 	fmt.Fprintf(w, "\nRunning Nodes\n\n")
 	for _, n := range nodes {
-		if r, _ := n["running"].(bool); r {
-			fmt.Fprintln(w, str(n["name"]))
+		if n.Running {
+			fmt.Fprintln(w, n.Name)
 		}
 	}
 	return nil
@@ -135,7 +135,7 @@ func cmdClusterForget(c *cliCtx, args []string) error {
 	// As rabbitmqctl forget_cluster_node: the node's quorum queue
 	// replicas go too (rabbit_quorum_queue:shrink_all), so that no queue
 	// counts a member that is gone for good.
-	var shrunk []mgmt.QueueMemberResult
+	var shrunk []api.QueueMemberResult
 	raw, err := c.api.do(http.MethodDelete, apiPath("queues", "quorum", "replicas", "on", args[0], "shrink"), nil)
 	if err == nil {
 		err = json.Unmarshal(raw, &shrunk)

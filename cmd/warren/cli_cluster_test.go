@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"github.com/warrenmq/warren/mgmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +17,7 @@ import (
 // the real ones in mgmt): a test of the CLI's client code, not of the API.
 type fakeClusterAPI struct {
 	mu       sync.Mutex
-	members  []mgmt.ClusterMemberReply
+	members  []api.ClusterMember
 	requests []string // "METHOD path body"
 	noStatus bool     // answer /api/cluster-status with 404 (RabbitMQ)
 	shrink   string   // the reply of a quorum shrink (a JSON array)
@@ -36,7 +36,7 @@ func (f *fakeClusterAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.Method == "GET" && r.URL.Path == "/api/cluster-status" && !f.noStatus:
-		json.NewEncoder(w).Encode(mgmt.ClusterStatusReply{Node: "warren@a", ClusterName: "warren@a", ClusterID: "c1d2", Leader: "warren@b", Members: f.members})
+		json.NewEncoder(w).Encode(api.ClusterStatus{Node: "warren@a", ClusterName: "warren@a", ClusterID: "c1d2", Leader: "warren@b", Members: f.members})
 	case r.Method == "GET" && r.URL.Path == "/api/nodes":
 		var nodes []map[string]any
 		for _, m := range f.members {
@@ -46,13 +46,13 @@ func (f *fakeClusterAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && r.URL.Path == "/api/overview":
 		io.WriteString(w, `{"node":"rabbit@a","cluster_name":"rabbit@a"}`)
 	case r.Method == "POST" && r.URL.Path == "/api/cluster/members":
-		var m mgmt.ClusterMemberReply
+		var m api.ClusterMember
 		if err := json.Unmarshal(body, &m); err != nil || m.Name == "" || m.Address == "" {
 			w.WriteHeader(400)
 			io.WriteString(w, `{"error":"bad_request","reason":"want name and address"}`)
 			return
 		}
-		f.members = append(f.members, mgmt.ClusterMemberReply{Name: m.Name, Address: m.Address})
+		f.members = append(f.members, api.ClusterMember{Name: m.Name, Address: m.Address})
 		w.WriteHeader(204)
 	case r.Method == "DELETE" && strings.HasPrefix(r.URL.Path, "/api/queues/quorum/replicas/on/") && strings.HasSuffix(r.URL.Path, "/shrink"):
 		w.WriteHeader(202)
@@ -81,7 +81,7 @@ func (f *fakeClusterAPI) lastRequest() string {
 }
 
 func newFakeCluster(t *testing.T) (*fakeClusterAPI, string) {
-	f := &fakeClusterAPI{members: []mgmt.ClusterMemberReply{
+	f := &fakeClusterAPI{members: []api.ClusterMember{
 		{Name: "warren@c", Address: "h3:7003", Running: false},
 		{Name: "warren@a", Address: "h1:7001", Running: true},
 		{Name: "warren@b", Address: "h2:7002", Running: true, Leader: true},
@@ -130,7 +130,7 @@ func TestCLIClusterStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st mgmt.ClusterStatusReply
+	var st api.ClusterStatus
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Leader != "warren@b" || len(st.Members) != 3 {
 		t.Fatalf("--json: %+v, %v\n%s", st, err, out)
 	}
@@ -206,7 +206,7 @@ func TestCLIClusterJoinForget(t *testing.T) {
 		t.Fatalf("forget requests %q", got)
 	}
 	f.mu.Lock()
-	f.members = append(f.members, mgmt.ClusterMemberReply{Name: "warren@e", Address: "h5:7005"})
+	f.members = append(f.members, api.ClusterMember{Name: "warren@e", Address: "h5:7005"})
 	f.shrink = `[{"vhost":"/","name":"q1","size":1,"result":"error: the last node cannot be removed"}]`
 	f.mu.Unlock()
 	_, err = runCLIOut(t, "cluster", "forget", "--offline", "warren@e", "--url", url)

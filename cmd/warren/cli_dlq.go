@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net/http"
 	"net/url"
@@ -82,9 +83,9 @@ func countsString(m map[string]int) string {
 
 // dlPage is a reply of GET /api/dead-letters/{vhost}/{queue}/messages.
 type dlPage struct {
-	Total    int          `json:"total"`
-	Offset   int          `json:"offset"`
-	Messages []apiMessage `json:"messages"`
+	Total    int           `json:"total"`
+	Offset   int           `json:"offset"`
+	Messages []api.Browsed `json:"messages"`
 }
 
 // dlMessages browses a page of the DLQ. Filters are applied here rather
@@ -103,11 +104,11 @@ func (c *cliCtx) dlMessages(vhost, queue string, offset, limit int) (*dlPage, er
 
 // matches applies --reason and --source-queue to the most recent death,
 // as the API's replay does.
-func (c *cliCtx) matches(m *apiMessage) bool {
+func (c *cliCtx) matches(m *api.Browsed) bool {
 	if c.reason == "" && c.sourceQ == "" {
 		return true
 	}
-	ds := m.deaths()
+	ds := msgDeaths(m)
 	return len(ds) > 0 && (c.reason == "" || ds[0].Reason == c.reason) && (c.sourceQ == "" || ds[0].Queue == c.sourceQ)
 }
 
@@ -159,8 +160,8 @@ func cmdDLQInspect(c *cliCtx, args []string) error {
 			}
 			res.Matched++
 			reason, source := "(none)", ""
-			var d xDeath
-			if ds := m.deaths(); len(ds) > 0 {
+			var d api.Death
+			if ds := msgDeaths(m); len(ds) > 0 {
 				d = ds[0]
 				reason, source = d.Reason, d.Queue
 			}
@@ -171,8 +172,8 @@ func cmdDLQInspect(c *cliCtx, args []string) error {
 				res.Groups = append(res.Groups, g)
 			}
 			g.Messages++
-			g.Deaths += max(d.Count, 1)
-			if t, ok := d.when(); ok {
+			g.Deaths += int(max(d.Count, 1))
+			if t, ok := deathWhen(d); ok {
 				if g.FirstDeath.IsZero() || t.Before(g.FirstDeath) {
 					g.FirstDeath = t
 				}

@@ -13,7 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"regexp"
 	"slices"
@@ -77,26 +77,27 @@ func cmdQQDeleteMember(c *cliCtx, args []string) error {
 	return nil
 }
 
-// qqQueue is a quorum queue of /api/queues.
+// qqQueue is a quorum queue of /api/queues: its names and group.
 type qqQueue struct {
-	VHost   string   `json:"vhost"`
-	Name    string   `json:"name"`
-	Type    string   `json:"type"`
-	Leader  string   `json:"leader"`
-	Members []string `json:"members"`
-	Online  []string `json:"online"`
+	VHost, Name     string
+	Leader          string
+	Members, Online []string
 }
 
 // quorumQueues lists the quorum queues of every vhost.
 func (c *cliCtx) quorumQueues() ([]qqQueue, error) {
-	var all []qqQueue
+	var all []api.Queue
 	if _, err := c.api.getJSON(apiPath("queues")+"?columns=vhost,name,type,leader,members,online", &all); err != nil {
 		return nil, err
 	}
 	var out []qqQueue
 	for _, q := range all {
-		if q.Type == "quorum" {
-			out = append(out, q)
+		if q.Type == "quorum" && q.QueueQuorum != nil {
+			g := qqQueue{VHost: q.VHost, Name: q.Name, Members: q.Members, Online: q.Online}
+			if q.Leader != nil {
+				g.Leader = *q.Leader
+			}
+			out = append(out, g)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -108,10 +109,10 @@ func (c *cliCtx) quorumQueues() ([]qqQueue, error) {
 	return out, nil
 }
 
-func (c *cliCtx) printResults(results []mgmt.QueueMemberResult) error {
+func (c *cliCtx) printResults(results []api.QueueMemberResult) error {
 	if c.json {
 		if results == nil {
-			results = []mgmt.QueueMemberResult{}
+			results = []api.QueueMemberResult{}
 		}
 		return printValueJSON(c.stdout, results)
 	}
@@ -160,7 +161,7 @@ func cmdQQGrow(c *cliCtx, args []string) error {
 	// A change answers once the nodes that confirmed in time applied it
 	// (broker.awaitAll), so the node asked may show it a moment later:
 	// read until every queue shows the node, for at most growSettle.
-	var results []mgmt.QueueMemberResult
+	var results []api.QueueMemberResult
 	for deadline := time.Now().Add(growSettle); ; time.Sleep(100 * time.Millisecond) {
 		after, err := c.quorumQueues()
 		if err != nil {
@@ -181,7 +182,7 @@ const growSettle = 5 * time.Second
 // growResults are grow's rows: the queues of before it was to add node
 // to, each ok when after shows node among its members; all reports
 // whether every one is.
-func growResults(before, after []qqQueue, node, strategy string, vre, qre *regexp.Regexp) (results []mgmt.QueueMemberResult, all bool) {
+func growResults(before, after []qqQueue, node, strategy string, vre, qre *regexp.Regexp) (results []api.QueueMemberResult, all bool) {
 	now := map[[2]string]qqQueue{}
 	for _, q := range after {
 		now[[2]string{q.VHost, q.Name}] = q
@@ -192,7 +193,7 @@ func growResults(before, after []qqQueue, node, strategy string, vre, qre *regex
 			!vre.MatchString(q.VHost) || !qre.MatchString(q.Name) {
 			continue
 		}
-		r := mgmt.QueueMemberResult{VHost: q.VHost, Name: q.Name, Size: len(q.Members), Result: "error: not added"}
+		r := api.QueueMemberResult{VHost: q.VHost, Name: q.Name, Size: len(q.Members), Result: "error: not added"}
 		if a, ok := now[[2]string{q.VHost, q.Name}]; ok && slices.Contains(a.Members, node) {
 			r.Size, r.Result = len(a.Members), "ok"
 		} else {
@@ -216,7 +217,7 @@ func cmdQQShrink(c *cliCtx, args []string) error {
 	if err != nil {
 		return err
 	}
-	var results []mgmt.QueueMemberResult
+	var results []api.QueueMemberResult
 	if len(strings.TrimSpace(string(raw))) > 0 {
 		if err := json.Unmarshal(raw, &results); err != nil {
 			return fmt.Errorf("queues shrink: bad JSON reply: %w", err)
@@ -255,14 +256,14 @@ func cmdQQRebalance(c *cliCtx, args []string) error {
 	if err != nil {
 		return err
 	}
-	var nodes []map[string]any
+	var nodes []api.Node
 	if _, err := c.api.getJSON(apiPath("nodes")+"?columns=name,running", &nodes); err != nil {
 		return err
 	}
 	leaders := map[string]int{}
 	for _, n := range nodes {
-		if r, _ := n["running"].(bool); r {
-			leaders[str(n["name"])] += 0
+		if n.Running {
+			leaders[n.Name] += 0
 		}
 	}
 	for _, q := range qs {
@@ -292,7 +293,7 @@ func cmdQQStatus(c *cliCtx, args []string) error {
 	if err := wantArgs(args, 1, 1, "queues quorum_status QUEUE [--vhost V]"); err != nil {
 		return err
 	}
-	var rows []map[string]any
+	var rows []api.QuorumMember
 	raw, err := c.api.getJSON(qqAPIPath(c.oneVhost(), args[0], "status"), &rows)
 	if err != nil {
 		return err
@@ -303,15 +304,9 @@ func cmdQQStatus(c *cliCtx, args []string) error {
 	fmt.Fprintf(c.stdout, "Status of quorum queue %s ...\n", args[0])
 	t := newTable(c.stdout, statusColumns...)
 	for _, r := range rows {
-		cells := make([]string, len(statusColumns))
-		for i, col := range statusColumns {
-			if col == "Node Name" || col == "Raft State" || col == "Membership" {
-				cells[i] = str(r[col])
-			} else {
-				cells[i] = num(r[col])
-			}
-		}
-		t.row(cells...)
+		t.row(r.Node, r.RaftState, r.Membership, fmt.Sprint(r.LastLogIndex), fmt.Sprint(r.LastWritten),
+			fmt.Sprint(r.LastApplied), fmt.Sprint(r.CommitIndex), fmt.Sprint(r.SnapshotIndex), fmt.Sprint(r.Term),
+			fmt.Sprint(r.MachineVersion))
 	}
 	return t.flush()
 }

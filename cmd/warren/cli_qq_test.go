@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"github.com/warrenmq/warren/mgmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"regexp"
 	"slices"
 	"sort"
@@ -206,19 +206,19 @@ func regexpMatch(re, s string) (bool, error) { return regexp.MatchString(re, s) 
 // not, which is what grow waits on.
 func TestGrowResults(t *testing.T) {
 	q := func(name string, members ...string) qqQueue {
-		return qqQueue{VHost: "/", Name: name, Type: "quorum", Members: members}
+		return qqQueue{VHost: "/", Name: name, Members: members}
 	}
 	before := []qqQueue{q("a", "n1", "n2"), q("b", "n1"), q("c", "n1", "n3"), q("skip-d", "n1", "n2")}
 	match := regexp.MustCompile(".*")
 	noSkip := regexp.MustCompile("^[a-c]$")
 
 	got, all := growResults(before, []qqQueue{q("a", "n1", "n2", "n3"), q("b", "n1"), q("c", "n1", "n3")}, "n3", "all", match, noSkip)
-	want := []mgmt.QueueMemberResult{{VHost: "/", Name: "a", Size: 3, Result: "ok"}, {VHost: "/", Name: "b", Size: 1, Result: "error: not added"}}
+	want := []api.QueueMemberResult{{VHost: "/", Name: "a", Size: 3, Result: "ok"}, {VHost: "/", Name: "b", Size: 1, Result: "error: not added"}}
 	if !slices.Equal(got, want) || all {
 		t.Errorf("all: %v %v, want %v false", got, all, want)
 	}
 	got, all = growResults(before, []qqQueue{q("a", "n1", "n2", "n3"), q("b", "n1")}, "n3", "even", match, noSkip)
-	if want := []mgmt.QueueMemberResult{{VHost: "/", Name: "a", Size: 3, Result: "ok"}}; !slices.Equal(got, want) || !all {
+	if want := []api.QueueMemberResult{{VHost: "/", Name: "a", Size: 3, Result: "ok"}}; !slices.Equal(got, want) || !all {
 		t.Errorf("even: %v %v, want %v true", got, all, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 	"strings"
@@ -19,30 +20,20 @@ func (c *cliCtx) listPath(kind string) string {
 	return apiPath(kind, c.vhost)
 }
 
-// list GETs a list endpoint. With --json it prints the reply and returns
-// nil rows.
-func (c *cliCtx) list(kind string) ([]map[string]any, error) {
-	var rows []map[string]any
-	raw, err := c.api.getJSON(c.listPath(kind), &rows)
-	if err != nil {
-		return nil, err
-	}
-	if c.json {
-		return nil, printJSON(c.stdout, raw)
-	}
-	return rows, nil
-}
-
 // listTable runs a list command: it GETs the API's list of kind and prints
 // it as a table of header and cells, with a VHOST column first when no
 // --vhost narrows the list (or the API's JSON with --json).
-func (c *cliCtx) listTable(kind, usage string, args []string, header []string, cells func(map[string]any) []string) error {
+func listTable[T any](c *cliCtx, kind, usage string, args []string, header []string, vhost func(T) string, cells func(T) []string) error {
 	if err := wantArgs(args, 0, 0, usage); err != nil {
 		return err
 	}
-	rows, err := c.list(kind)
-	if err != nil || rows == nil {
+	var rows []T
+	raw, err := c.api.getJSON(c.listPath(kind), &rows)
+	if err != nil {
 		return err
+	}
+	if c.json {
+		return printJSON(c.stdout, raw)
 	}
 	if c.vhost == "" {
 		header = append([]string{"VHOST"}, header...)
@@ -51,7 +42,7 @@ func (c *cliCtx) listTable(kind, usage string, args []string, header []string, c
 	for _, r := range rows {
 		cs := cells(r)
 		if c.vhost == "" {
-			cs = append([]string{str(r["vhost"])}, cs...)
+			cs = append([]string{vhost(r)}, cs...)
 		}
 		t.row(cs...)
 	}
@@ -59,76 +50,55 @@ func (c *cliCtx) listTable(kind, usage string, args []string, header []string, c
 }
 
 func cmdQueues(c *cliCtx, args []string) error {
-	return c.listTable("queues", "queues [--vhost V]", args,
+	return listTable(c, "queues", "queues [--vhost V]", args,
 		[]string{"NAME", "TYPE", "MESSAGES", "READY", "UNACKED", "CONSUMERS", "STATE"},
-		func(q map[string]any) []string {
-			return []string{str(q["name"]), str(q["type"]), num(q["messages"]), num(q["messages_ready"]),
-				num(q["messages_unacknowledged"]), num(q["consumers"]), str(q["state"])}
+		func(q api.Queue) string { return q.VHost },
+		func(q api.Queue) []string {
+			counts := []string{"", "", "", ""} // a queue whose node is down has none
+			if l := q.QueueLive; l != nil {
+				counts = []string{fmt.Sprint(l.Messages), fmt.Sprint(l.MessagesReady), fmt.Sprint(l.MessagesUnacknowledged), fmt.Sprint(l.Consumers)}
+			}
+			return append(append([]string{q.Name, q.Type}, counts...), q.State)
 		})
 }
 
 func cmdExchanges(c *cliCtx, args []string) error {
-	return c.listTable("exchanges", "exchanges [--vhost V]", args,
+	return listTable(c, "exchanges", "exchanges [--vhost V]", args,
 		[]string{"NAME", "TYPE", "DURABLE", "AUTO_DELETE", "INTERNAL", "ARGUMENTS"},
-		func(x map[string]any) []string {
-			return []string{exchangeName(str(x["name"])), str(x["type"]), str(x["durable"]), str(x["auto_delete"]),
-				str(x["internal"]), compactJSON(x["arguments"])}
+		func(x api.Exchange) string { return x.VHost },
+		func(x api.Exchange) []string {
+			return []string{exchangeName(x.Name), x.Type, fmt.Sprint(x.Durable), fmt.Sprint(x.AutoDelete),
+				fmt.Sprint(x.Internal), compactJSON(x.Arguments)}
 		})
 }
 
 func cmdBindings(c *cliCtx, args []string) error {
-	return c.listTable("bindings", "bindings [--vhost V]", args,
+	return listTable(c, "bindings", "bindings [--vhost V]", args,
 		[]string{"SOURCE", "DESTINATION", "DESTINATION_TYPE", "ROUTING_KEY", "ARGUMENTS"},
-		func(b map[string]any) []string {
-			return []string{exchangeName(str(b["source"])), str(b["destination"]), str(b["destination_type"]),
-				str(b["routing_key"]), compactJSON(b["arguments"])}
+		func(b api.Binding) string { return b.VHost },
+		func(b api.Binding) []string {
+			return []string{exchangeName(b.Source), b.Destination, b.DestinationType, b.RoutingKey, compactJSON(b.Arguments)}
 		})
 }
 
-// apiMessage is a message as the API returns it from a queue get or a
-// dead-letter browse.
-type apiMessage struct {
-	Position        *int           `json:"position,omitempty"`
-	Payload         string         `json:"payload"`
-	PayloadEncoding string         `json:"payload_encoding"`
-	PayloadBytes    int            `json:"payload_bytes"`
-	Exchange        string         `json:"exchange"`
-	RoutingKey      string         `json:"routing_key"`
-	Redelivered     bool           `json:"redelivered"`
-	MessageCount    *int           `json:"message_count,omitempty"`
-	Properties      map[string]any `json:"properties"`
-	XDeath          []xDeath       `json:"x_death,omitempty"`
-}
-
-// headers returns the message's headers table, or nil.
-func (m *apiMessage) headers() map[string]any {
+// msgHeaders returns the message's headers table, or nil.
+func msgHeaders(m *api.Browsed) map[string]any {
 	h, _ := m.Properties["headers"].(map[string]any)
 	return h
 }
 
-// deaths returns the decoded x-death history, most recent first: the
+// msgDeaths returns the decoded x-death history, most recent first: the
 // API's x_death field when present, else the x-death header.
-func (m *apiMessage) deaths() []xDeath {
+func msgDeaths(m *api.Browsed) []api.Death {
 	if len(m.XDeath) > 0 {
 		return m.XDeath
 	}
-	return decodeXDeath(m.headers()["x-death"])
+	return decodeXDeath(msgHeaders(m)["x-death"])
 }
 
-// xDeath is one entry of the x-death header.
-type xDeath struct {
-	Count       int      `json:"count"`
-	Reason      string   `json:"reason"`
-	Queue       string   `json:"queue"`
-	Exchange    string   `json:"exchange"`
-	RoutingKeys []string `json:"routing-keys"`
-	Time        any      `json:"time"`
-	Expiration  string   `json:"original-expiration,omitempty"`
-}
-
-// when decodes the entry's time: seconds since the epoch (RabbitMQ's API
-// renders AMQP timestamps as numbers) or a date string.
-func (d xDeath) when() (time.Time, bool) {
+// deathWhen decodes an x-death entry's time: seconds since the epoch
+// (RabbitMQ's API renders AMQP timestamps as numbers) or a date string.
+func deathWhen(d api.Death) (time.Time, bool) {
 	switch v := d.Time.(type) {
 	case float64:
 		return time.Unix(int64(v), 0).UTC(), true
@@ -147,21 +117,23 @@ func (d xDeath) when() (time.Time, bool) {
 }
 
 // decodeXDeath turns the x-death header as JSON (a list of tables) into entries.
-func decodeXDeath(v any) []xDeath {
+func decodeXDeath(v any) []api.Death {
 	list, ok := v.([]any)
 	if !ok {
 		return nil
 	}
-	var out []xDeath
+	var out []api.Death
 	for _, e := range list {
 		t, ok := e.(map[string]any)
 		if !ok {
 			continue
 		}
-		d := xDeath{Reason: str(t["reason"]), Queue: str(t["queue"]), Exchange: str(t["exchange"]),
-			Time: t["time"], Expiration: str(t["original-expiration"])}
+		d := api.Death{Reason: str(t["reason"]), Queue: str(t["queue"]), Exchange: str(t["exchange"]), Time: t["time"]}
+		if exp, ok := t["original-expiration"].(string); ok {
+			d.OriginalExpiration = &exp
+		}
 		if n, ok := t["count"].(float64); ok {
-			d.Count = int(n)
+			d.Count = int64(n)
 		}
 		if keys, ok := t["routing-keys"].([]any); ok {
 			for _, k := range keys {
@@ -173,7 +145,8 @@ func decodeXDeath(v any) []xDeath {
 	return out
 }
 
-func (d xDeath) String() string {
+// deathString is an x-death entry in a line.
+func deathString(d api.Death) string {
 	s := fmt.Sprintf("%s from queue %q", d.Reason, d.Queue)
 	if d.Count > 1 {
 		s += fmt.Sprintf(" %d times", d.Count)
@@ -182,11 +155,11 @@ func (d xDeath) String() string {
 	if len(d.RoutingKeys) > 0 {
 		s += ", routing keys " + strings.Join(d.RoutingKeys, ",")
 	}
-	if t, ok := d.when(); ok {
+	if t, ok := deathWhen(d); ok {
 		s += ", at " + t.Format(time.RFC3339)
 	}
-	if d.Expiration != "" {
-		s += ", original expiration " + d.Expiration + " ms"
+	if d.OriginalExpiration != nil && *d.OriginalExpiration != "" {
+		s += ", original expiration " + *d.OriginalExpiration + " ms"
 	}
 	return s
 }
@@ -221,7 +194,7 @@ func cmdGet(c *cliCtx, args []string) error {
 	if c.json {
 		return printJSON(c.stdout, raw)
 	}
-	var msgs []apiMessage
+	var msgs []api.Browsed
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return fmt.Errorf("get: bad JSON reply: %w", err)
 	}
@@ -240,7 +213,7 @@ func cmdGet(c *cliCtx, args []string) error {
 }
 
 // printMessage writes one message as indented "Field: value" lines.
-func printMessage(c *cliCtx, m *apiMessage) {
+func printMessage(c *cliCtx, m *api.Browsed) {
 	w := newTable(c.stdout)
 	field := func(k, v string) { w.row("  "+k+":", v) }
 	field("Exchange", exchangeName(m.Exchange))
@@ -258,19 +231,20 @@ func printMessage(c *cliCtx, m *apiMessage) {
 	if len(props) > 0 {
 		field("Properties", strings.Join(props, " "))
 	}
-	h := m.headers()
+	h := msgHeaders(m)
 	for _, k := range sortedKeys(h) {
 		if k == "x-death" {
 			continue
 		}
 		field("Header "+k, propString(h[k]))
 	}
-	for i, d := range m.deaths() {
+	deaths := msgDeaths(m)
+	for i, d := range deaths {
 		label := "Death"
-		if len(m.deaths()) > 1 {
+		if len(deaths) > 1 {
 			label = fmt.Sprintf("Death %d", i+1)
 		}
-		field(label, d.String())
+		field(label, deathString(d))
 	}
 	field("Payload", fmt.Sprintf("%d bytes, %s", m.PayloadBytes, m.PayloadEncoding))
 	w.flush()
@@ -409,13 +383,13 @@ func cmdMove(c *cliCtx, args []string) error {
 
 // shovelState looks the shovel up in /api/shovels/{vhost}.
 func (c *cliCtx) shovelState(vhost, name string) (state, reason string) {
-	var rows []map[string]any
+	var rows []api.Shovel
 	if _, err := c.api.getJSON(apiPath("shovels", vhost), &rows); err != nil {
 		return "", ""
 	}
 	for _, r := range rows {
-		if str(r["name"]) == name {
-			return str(r["state"]), str(r["reason"])
+		if r.Name == name {
+			return r.State, r.Reason
 		}
 	}
 	return "", ""

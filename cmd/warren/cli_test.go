@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 	"os"
@@ -388,9 +389,9 @@ func TestCLIGet(t *testing.T) {
 	}
 
 	// --json is the API's reply.
-	var msgs []apiMessage
+	var msgs []api.Browsed
 	e.cliJSON(&msgs, "get", "cli.work")
-	if len(msgs) != 1 || msgs[0].Payload != "hello\nworld" || msgs[0].RoutingKey != "cli.work" || msgs[0].headers()["tenant"] != "acme" {
+	if len(msgs) != 1 || msgs[0].Payload != "hello\nworld" || msgs[0].RoutingKey != "cli.work" || msgHeaders(&msgs[0])["tenant"] != "acme" {
 		t.Fatalf("get --json: %+v", msgs)
 	}
 
