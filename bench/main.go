@@ -134,6 +134,7 @@ type options struct {
 	verbose    bool
 	remote     bool
 	quorum     bool
+	pprofPort  int // when set, cluster node i serves pprof on 127.0.0.1:pprofPort+i
 }
 
 type sample struct {
@@ -177,6 +178,7 @@ func main() {
 	flag.StringVar(&o.warrenAddr, "warren-addr", "127.0.0.1:5690", "address for the Warren processes")
 	flag.BoolVar(&o.verbose, "v", false, "print warren-perf's progress")
 	flag.BoolVar(&o.remote, "remote", false, "measure a queue reached through another node of a 2-node Warren cluster against direct (issue 13); no RabbitMQ")
+	flag.IntVar(&o.pprofPort, "warren-pprof", 0, "serve the cluster nodes' pprof on 127.0.0.1:PORT, PORT+1, ... (profiling a run; off by default)")
 	flag.BoolVar(&o.quorum, "quorum", false, "quorum queues on a 3-node Warren cluster against a 3-node RabbitMQ cluster the bench starts (issue 14): scenarios qq-publish, qq-latency, qq-fsync, qq-rss, qq-idle-cpu, qq-failover")
 	var q quorumOptions
 	flag.IntVar(&q.nodes, "qq-nodes", 3, "-quorum: nodes per cluster")

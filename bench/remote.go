@@ -88,6 +88,9 @@ func (r *runner) startCluster(n int) (*clusterProcs, error) {
 		cmd := exec.Command(filepath.Join(r.bin, "warren"), "--amqp-addr", addr, "--http-addr", strings.TrimPrefix(c.mgmt[i], "http://"),
 			"--data-dir", dir, "--log-level", "warn", "--node-name", c.names[i], "--cluster-listen", caddrs[i],
 			"--cluster-peers", strings.Join(peers, ","), "--cluster-secret", "bench-secret")
+		if r.o.pprofPort > 0 {
+			cmd.Args = append(cmd.Args, "--pprof-addr", fmt.Sprintf("127.0.0.1:%d", r.o.pprofPort+i))
+		}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {

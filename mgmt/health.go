@@ -184,7 +184,7 @@ func (c *call) healthCertificates() error {
 	}
 	l := listener(c.s.node, "amqp/ssl", addr)
 	return c.healthUnavailable(map[string]any{"reason": "Certificates expiring", "expired": []any{map[string]any{
-		"node": c.s.node, "protocol": "amqp/ssl", "interface": l["ip_address"], "port": l["port"],
+		"node": c.s.node, "protocol": "amqp/ssl", "interface": l.IPAddress, "port": l.Port,
 		"certfile": cfg.TLSCertFile, "cacertfile": nil,
 		"certfile_expires_on": expiring, "cacertfile_expires_on": []any{},
 	}}})

@@ -92,7 +92,7 @@ type overviewParts struct {
 	Users  map[string]*overviewUser  `json:"users"`  // by user
 	// Listeners are the node's, as the overview lists them (every node's
 	// in a cluster, as RabbitMQ's).
-	Listeners []any `json:"listeners"`
+	Listeners []api.Listener `json:"listeners"`
 	// Hist is the node's overview and vhost history on the request's
 	// grids, by object key and family (see histPart), when asked.
 	Hist map[string][][]uint64 `json:"hist,omitempty"`
@@ -117,7 +117,7 @@ var visibleQueueStatFields = []string{"publish", "deliver_get", "ack", "redelive
 // overviewParts gathers this node's part of the overview.
 func (s *Server) overviewParts() *overviewParts {
 	p := &overviewParts{Stats: serverCounters(s.srv.MessageStats()), Rates: map[string]float64{},
-		VHosts: map[string]*overviewVHost{}, Users: map[string]*overviewUser{}, Listeners: []any{}}
+		VHosts: map[string]*overviewVHost{}, Users: map[string]*overviewUser{}, Listeners: []api.Listener{}}
 	for _, l := range s.listeners() {
 		p.Listeners = append(p.Listeners, listener(s.node, l.proto, l.addr))
 	}
@@ -259,19 +259,19 @@ func (c *call) overview() error {
 		i := kindVHost.index[f]
 		return c.detFromRows(famLengths, func(j int) uint64 { return qrows[j][i] })
 	}
-	qt := map[string]any{
-		"messages": ready + unacked, "messages_details": qdet("messages"),
-		"messages_ready": ready, "messages_ready_details": qdet("messages_ready"),
-		"messages_unacknowledged": unacked, "messages_unacknowledged_details": qdet("messages_unacknowledged"),
+	qt := api.QueueTotals{
+		Messages: ready + unacked, MessagesDetails: qdet("messages"),
+		MessagesReady: ready, MessagesReadyDetails: qdet("messages_ready"),
+		MessagesUnacknowledged: unacked, MessagesUnacknowledgedDetails: qdet("messages_unacknowledged"),
 	}
-	msgStats := make(map[string]any, 2*len(overviewStatFields))
+	msgStats := make(api.MessageStats, 2*len(overviewStatFields))
 	for _, f := range overviewStatFields {
 		msgStats[f], msgStats[f+"_details"] = stats[f], det(&orows, []string{"overview"}, kindOverview, f, rates[f])
 	}
 	if !c.monitor() {
 		// A user who may not see everything sees the message counts of
 		// the queues in its vhosts only, as RabbitMQ.
-		msgStats = map[string]any{}
+		msgStats = api.MessageStats{}
 		for _, f := range visibleQueueStatFields {
 			msgStats[f], msgStats[f+"_details"] = vstats[f], det(&vrows, vkeys, kindVHost, f, vrates[f])
 		}
@@ -279,34 +279,34 @@ func (c *call) overview() error {
 	// Warren's own: messages dead-lettered by every queue.
 	msgStats["dead_lettered"] = dead
 	msgStats["dead_lettered_details"] = det(&orows, []string{"overview"}, kindOverview, "dead_lettered", rates["queue.dead_lettered"])
-	listeners := []any{}
+	listeners := []api.Listener{}
 	for _, p := range parts {
 		listeners = append(listeners, p.Listeners...)
 	}
-	return c.ok(map[string]any{
-		"management_version": Version, "rates_mode": "basic",
-		"sample_retention_policies": map[string]any{"global": []int{600, 3600, 28800, 86400}, "basic": []int{600, 3600}, "detailed": []int{600}},
-		"exchange_types":            exchangeTypes(),
-		"product_version":           server.Version, "product_name": "Warren", "rabbitmq_version": Version,
-		"cluster_name": s.clusterName(), "erlang_version": runtime.Version(), "erlang_full_version": runtime.Version(),
-		"release_series_support_status": "supported", "disable_stats": false, "enable_queue_totals": false,
-		"message_stats":             msgStats,
-		"churn_rates":               map[string]any{},
-		"queue_totals":              qt,
-		"object_totals":             map[string]any{"channels": nch, "connections": nconn, "consumers": consumers, "exchanges": exchanges, "queues": queues},
-		"statistics_db_event_queue": 0, "node": s.node,
-		"listeners": listeners,
-		"contexts":  []any{map[string]any{"node": s.node, "description": "Warren Management", "path": "/", "port": portOf(s.Addr())}},
+	return c.ok(api.Overview{
+		ManagementVersion: Version, RatesMode: "basic",
+		SampleRetentionPolicies: map[string][]int{"global": {600, 3600, 28800, 86400}, "basic": {600, 3600}, "detailed": {600}},
+		ExchangeTypes:           exchangeTypes(),
+		ProductVersion:          server.Version, ProductName: "Warren", RabbitMQVersion: Version,
+		ClusterName: s.clusterName(), ErlangVersion: runtime.Version(), ErlangFullVersion: runtime.Version(),
+		ReleaseSeriesSupportStatus: "supported",
+		MessageStats:               msgStats,
+		ChurnRates:                 map[string]any{},
+		QueueTotals:                qt,
+		ObjectTotals:               api.ObjectTotals{Channels: nch, Connections: nconn, Consumers: consumers, Exchanges: exchanges, Queues: queues},
+		Node:                       s.node,
+		Listeners:                  listeners,
+		Contexts:                   []api.Context{{Node: s.node, Description: "Warren Management", Path: "/", Port: portOf(s.Addr())}},
 	})
 }
 
-func listener(node, proto string, a net.Addr) map[string]any {
+func listener(node, proto string, a net.Addr) api.Listener {
 	host, port, _ := net.SplitHostPort(a.String())
 	p, _ := strconv.Atoi(port)
 	if host == "" || host == "0.0.0.0" {
 		host = "::"
 	}
-	return map[string]any{"node": node, "protocol": proto, "ip_address": host, "port": p, "socket_opts": []any{}}
+	return api.Listener{Node: node, Protocol: proto, IPAddress: host, Port: p, SocketOpts: []any{}}
 }
 
 func portOf(a net.Addr) string {

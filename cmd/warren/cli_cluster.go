@@ -73,10 +73,7 @@ func (c *cliCtx) nodesStatus() error {
 	if c.json {
 		return printJSON(c.stdout, raw)
 	}
-	var overview struct {
-		Node        string `json:"node"`
-		ClusterName string `json:"cluster_name"`
-	}
+	var overview api.Overview
 	c.api.getJSON(apiPath("overview"), &overview)
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	w := c.stdout

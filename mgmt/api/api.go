@@ -576,3 +576,56 @@ type FirstDeath struct {
 	Exchange    string   `json:"exchange"`
 	RoutingKeys []string `json:"routing-keys"`
 }
+
+// Overview is GET /api/overview.
+type Overview struct {
+	ManagementVersion          string           `json:"management_version"`
+	RatesMode                  string           `json:"rates_mode"`
+	SampleRetentionPolicies    map[string][]int `json:"sample_retention_policies"`
+	ExchangeTypes              []Plugin         `json:"exchange_types"`
+	ProductVersion             string           `json:"product_version"`
+	ProductName                string           `json:"product_name"`
+	RabbitMQVersion            string           `json:"rabbitmq_version"`
+	ClusterName                string           `json:"cluster_name"`
+	ErlangVersion              string           `json:"erlang_version"`
+	ErlangFullVersion          string           `json:"erlang_full_version"`
+	ReleaseSeriesSupportStatus string           `json:"release_series_support_status"`
+	DisableStats               bool             `json:"disable_stats"`
+	EnableQueueTotals          bool             `json:"enable_queue_totals"`
+	MessageStats               MessageStats     `json:"message_stats"`
+	ChurnRates                 map[string]any   `json:"churn_rates"`
+	QueueTotals                QueueTotals      `json:"queue_totals"`
+	ObjectTotals               ObjectTotals     `json:"object_totals"`
+	StatisticsDBEventQueue     int              `json:"statistics_db_event_queue"`
+	Node                       string           `json:"node"`
+	Listeners                  []Listener       `json:"listeners"`
+	Contexts                   []Context        `json:"contexts"`
+}
+
+// QueueTotals are the overview's message counts over every queue.
+type QueueTotals struct {
+	Messages                      int     `json:"messages"`
+	MessagesDetails               Details `json:"messages_details"`
+	MessagesReady                 int     `json:"messages_ready"`
+	MessagesReadyDetails          Details `json:"messages_ready_details"`
+	MessagesUnacknowledged        int     `json:"messages_unacknowledged"`
+	MessagesUnacknowledgedDetails Details `json:"messages_unacknowledged_details"`
+}
+
+// ObjectTotals are the overview's object counts.
+type ObjectTotals struct {
+	Channels    int `json:"channels"`
+	Connections int `json:"connections"`
+	Consumers   int `json:"consumers"`
+	Exchanges   int `json:"exchanges"`
+	Queues      int `json:"queues"`
+}
+
+// Listener is a protocol listener of a node.
+type Listener struct {
+	Node       string `json:"node"`
+	Protocol   string `json:"protocol"`
+	IPAddress  string `json:"ip_address"`
+	Port       int    `json:"port"`
+	SocketOpts []any  `json:"socket_opts"`
+}
