@@ -41,7 +41,7 @@ import (
 // twice: remote dead-lettering is at least once, not exactly once.
 //
 // Local targets keep the move of dlmove.go unchanged; a remote target
-// costs the local path one IsLocal test.
+// costs the local path one typ() test.
 
 const (
 	dlRemoteRetryMin = 50 * time.Millisecond

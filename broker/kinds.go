@@ -78,6 +78,25 @@ type queueType interface {
 	homeLost() error
 	homeAnswer(err error) error
 	notHere() error
+	// The consumer legs and proxies of the data plane (remote.go). A
+	// consumer here of a queue served elsewhere is a leg to the serving
+	// node, where a proxy consumer stands for it. legCanceled: the home
+	// cancelled leg rc; it reports whether the kind took care of it (a
+	// quorum queue's leg is attached again to its next leader).
+	// legHomeDown: node went down; whether leg rc ends, and whether its
+	// queue's local consumers are dropped. returnUnseen gives deliveries
+	// no client saw back. proxyGen is the generation of a proxy added
+	// here (a quorum leader's term), if any. heldFailed: whether a
+	// proxy's deliveries returned when its node went away count as
+	// failed deliveries (redelivered). countsCall asks the home for the
+	// counts (touch: a declare's, a use of the queue).
+	legCanceled(rc *rconsumer) bool
+	legHomeDown(rc *rconsumer, node string) (ends, drop bool)
+	returnUnseen(ds []Delivery)
+	proxyGen() (gen uint64, ok bool)
+	heldFailed() bool
+	countsCall(req []byte, touch bool) (*msgDecoder, error)
+
 	// deleted: the queue is gone from this node.
 	deleted()
 	// closing: the broker is closing; what waits for the queue gives up.
@@ -96,9 +115,11 @@ func (q *Queue) typ() queueType {
 	return classicType{q}
 }
 
-// IsLocal reports whether q's machine (its messages and consumers) runs
-// on this node: a classic queue homed here, the leader of a quorum queue.
-func (q *Queue) IsLocal() bool { return q.typ().here() }
+// ServedHere reports whether q's machine (its messages and consumers)
+// runs on this node: a classic queue homed here, the leader of a quorum
+// queue. It is a question of where, not of what kind: the management API
+// asks it to know which node reports a queue's statistics.
+func (q *Queue) ServedHere() bool { return q.typ().here() }
 
 // HomeNode is the node where q's messages and consumers are now: Home
 // for a classic queue, the current leader of a replicated quorum queue
@@ -148,6 +169,18 @@ func (k classicType) declareCounts() (*Queue, int, int, error) {
 	return k.q, m, c, nil
 }
 func (classicType) deleted() {}
+
+// A classic queue's legs are a remote queue's (its home may move).
+func (k classicType) legCanceled(rc *rconsumer) bool { return remoteType(k).legCanceled(rc) }
+func (k classicType) legHomeDown(rc *rconsumer, node string) (bool, bool) {
+	return remoteType(k).legHomeDown(rc, node)
+}
+func (k classicType) returnUnseen(ds []Delivery) { remoteType(k).returnUnseen(ds) }
+func (k classicType) proxyGen() (uint64, bool)   { return remoteType(k).proxyGen() }
+func (k classicType) heldFailed() bool           { return remoteType(k).heldFailed() }
+func (k classicType) countsCall(req []byte, touch bool) (*msgDecoder, error) {
+	return remoteType(k).countsCall(req, touch)
+}
 func (classicType) closing() {}
 
 // newKind sets up q's kind at its creation from its definition: a

@@ -89,7 +89,7 @@ const (
 	qqRetryMin = 20 * time.Millisecond
 	qqRetryMax = time.Second
 	// qqPoll bounds a wait for a leader between two looks (a leader's
-	// takeover is seen through IsLocal, which notifies nothing).
+	// takeover is seen through typ().here(), which notifies nothing).
 	qqPoll = 50 * time.Millisecond
 	// qqMaxPending and qqMaxPendingBytes bound a queue's pending
 	// publishes on this node.
@@ -264,7 +264,7 @@ func (q *Queue) qqTargetLocked() (string, bool) {
 		return "", false
 	}
 	if leader == q.vhost.b.node {
-		return leader, q.IsLocal()
+		return leader, q.ServedHere()
 	}
 	return leader, q.vhost.b.getPeers() != nil
 }
@@ -815,7 +815,7 @@ func (b *Broker) qqEnqueueFromPeer(from string, d *msgDecoder) {
 		answer(enqNoQueue)
 	case q.qq != nil: // not leading: refused there, and remembered (qqGate)
 		q.qqProposeEnqueue(machine.PubID{Publisher: pub, Seq: seq}, prev, enq, answer)
-	case q.IsLocal():
+	case q.ServedHere():
 		// Homed here but not replicated (the definitions are not yet the
 		// same everywhere, or a test's stand-in leader): a plain enqueue.
 		m, err := enq.message()
@@ -1227,7 +1227,7 @@ func (q *Queue) qqSettle(ds []Delivery, kind byte) []Delivery {
 			// unknown (an epoch too old, or none attached): the machine
 			// that made it is long gone
 		case self:
-			if q.IsLocal() {
+			if q.ServedHere() {
 				mine = append(mine, ds[i])
 			}
 		default:
@@ -1543,3 +1543,52 @@ func (k quorumType) started(fresh bool) { k.q.qq.start(fresh) } // this node's m
 func (quorumType) deletable() error { return nil }
 func (k quorumType) deleted()       { k.q.qq.delete() }
 func (k quorumType) closing()       { k.q.qq.newEpoch() } // flushers waiting for marks give up (qqmarks.go)
+
+// A quorum queue's leg outlives its leader: attached again to the next
+// one (or cancelled if the queue is gone); what it held goes back to the
+// machine that made it, by epoch, not as failed deliveries.
+func (k quorumType) legCanceled(rc *rconsumer) bool {
+	q := k.q
+	q.mu.Lock()
+	rc.gone = true
+	buf := rc.buf
+	rc.buf = nil
+	q.mu.Unlock()
+	q.qqLegLost(func(l qqLeg) bool { return l.rc == rc })
+	if len(buf) > 0 { // back to the machine that made them (if it runs)
+		q.Requeue(buf, false)
+	}
+	return true
+}
+func (quorumType) legHomeDown(rc *rconsumer, node string) (bool, bool) { return rc.node == node, false }
+func (k quorumType) returnUnseen(ds []Delivery)                        { k.q.Requeue(ds, false) }
+func (k quorumType) proxyGen() (uint64, bool) {
+	if k.q.qq.here.Load() {
+		return k.q.qq.term, true
+	}
+	return 0, false
+}
+func (quorumType) heldFailed() bool { return false }
+
+// countsCall waits for a leader to report counts, except for a declare's
+// (qqDeclareCounts waited already).
+func (k quorumType) countsCall(req []byte, touch bool) (*msgDecoder, error) {
+	if touch {
+		return k.q.call(req)
+	}
+	return k.q.qqCall(req, qqStatWait)
+}
+
+// serveQQApplied answers callQQApplied: how far this leader applied a
+// publisher's publishes.
+func (b *Broker) serveQQApplied(d *msgDecoder) []byte {
+	q, err := b.lookupRef(d)
+	if err == nil && q.qq == nil {
+		err = amqp.Errorf(amqp.NotFound, "queue '%s' in vhost '%s' is not a replicated quorum queue", q.Name, q.vhost.Name)
+	}
+	if err != nil {
+		return appendResult(nil, err)
+	}
+	last, known := q.qq.qqAppliedMark(d.Uvarint())
+	return appendBool(binary.AppendUvarint(appendResult(nil, nil), last), known)
+}

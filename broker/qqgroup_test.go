@@ -101,7 +101,7 @@ func TestQuorumMembersChoice(t *testing.T) {
 			t.Fatalf("snapshot: %+v", sq)
 		}
 	}
-	if q := v.Queue("b"); q == nil || q.HomeNode() != "" || q.IsLocal() {
-		t.Fatalf("b before a leader is known: home %q local %v", q.HomeNode(), q.IsLocal())
+	if q := v.Queue("b"); q == nil || q.HomeNode() != "" || q.ServedHere() {
+		t.Fatalf("b before a leader is known: home %q local %v", q.HomeNode(), q.ServedHere())
 	}
 }

@@ -714,12 +714,8 @@ func (rc *rconsumer) flushLocked() {
 
 // returnDeliveries gives deliveries no client saw back to the home.
 func (q *Queue) returnDeliveries(ds []Delivery) {
-	if len(ds) > 0 && q.qq != nil { // by epoch (qqclient.go)
-		q.Requeue(ds, false)
-		return
-	}
 	if len(ds) > 0 {
-		q.remoteSettle(ds, settleRequeue)
+		q.typ().returnUnseen(ds)
 	}
 }
 
@@ -809,16 +805,7 @@ func (b *Broker) canceledFromHome(d *msgDecoder) {
 	if rc == nil {
 		return
 	}
-	if q := rc.q; q.qq != nil { // a leg: attached again, or cancelled if the queue is gone
-		q.mu.Lock()
-		rc.gone = true
-		buf := rc.buf
-		rc.buf = nil
-		q.mu.Unlock()
-		q.qqLegLost(func(l qqLeg) bool { return l.rc == rc })
-		if len(buf) > 0 { // back to the machine that made them (if it runs)
-			q.Requeue(buf, false)
-		}
+	if rc.q.typ().legCanceled(rc) {
 		return
 	}
 	// Either the answer to our cancel (rc is gone already: its stream
@@ -986,8 +973,8 @@ func (b *Broker) consumeForPeer(from string, d *msgDecoder, qq bool) error {
 	rs.proxies[proxyKey{from, cid}] = p
 	rs.mu.Unlock()
 	err = q.addConsumerHere(p.c, func() {
-		if q.qq != nil && q.qq.here.Load() { // the machine it joins (dropQQProxies)
-			p.gen = q.qq.term
+		if gen, ok := q.typ().proxyGen(); ok { // the machine it joins (dropQQProxies)
+			p.gen = gen
 		}
 	})
 	if err != nil {
@@ -1042,7 +1029,7 @@ func (p *proxy) returnHeld() {
 		}
 	}
 	rs.mu.Unlock()
-	q.Requeue(ds, q.qq == nil)
+	q.Requeue(ds, q.typ().heldFailed())
 }
 
 func (b *Broker) cancelForPeer(from string, d *msgDecoder) {
@@ -1161,14 +1148,11 @@ func (b *Broker) PeerState(node string, up bool) {
 	delete(rs.barriers, node) // a restarted node counts from 0 again
 	var rqs []*Queue
 	for id, rc := range rs.cons {
-		if rc.q.qq != nil { // a quorum queue's leg: attached again elsewhere
-			if rc.node == node {
-				delete(rs.cons, id)
-			}
-			continue
-		}
-		if rc.q.HomeNode() == node {
+		ends, drop := rc.q.typ().legHomeDown(rc, node)
+		if ends {
 			delete(rs.cons, id)
+		}
+		if drop {
 			rqs = append(rqs, rc.q)
 		}
 	}
@@ -1218,13 +1202,7 @@ func (q *Queue) remoteGet(noAck bool) (Delivery, int, bool) {
 // the call is a use of the queue (x-expires) there.
 func (q *Queue) remoteCounts(touch bool) (int, int, error) {
 	req := appendBool(q.appendRef(nil, callCounts), touch)
-	var d *msgDecoder
-	var err error
-	if q.qq != nil && !touch { // not a declare's (qqDeclareCounts waited)
-		d, err = q.qqCall(req, qqStatWait)
-	} else {
-		d, err = q.call(req)
-	}
+	d, err := q.typ().countsCall(req, touch)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -1296,15 +1274,7 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 		out = binary.AppendUvarint(out, uint64(remaining))
 		return appendDelivery(out, &dv), nil
 	case callQQApplied:
-		q, err := b.lookupRef(d)
-		if err == nil && q.qq == nil {
-			err = amqp.Errorf(amqp.NotFound, "queue '%s' in vhost '%s' is not a replicated quorum queue", q.Name, q.vhost.Name)
-		}
-		if err != nil {
-			return appendResult(nil, err), nil
-		}
-		last, known := q.qq.qqAppliedMark(d.Uvarint())
-		return appendBool(binary.AppendUvarint(appendResult(nil, nil), last), known), nil
+		return b.serveQQApplied(d), nil
 	case callCounts:
 		q, err := b.lookupRef(d)
 		if err != nil {
@@ -1432,7 +1402,7 @@ func (k remoteType) declareCounts() (*Queue, int, int, error) {
 // deleteAtHome deletes a remote queue on its home first (its checks and
 // its message count are there); nothing to do for a local queue.
 func (q *Queue) deleteAtHome(ifUnused, ifEmpty bool) (int, error) {
-	if q.IsLocal() || q.vhost.b.getPeers() == nil {
+	if q.typ().here() || q.vhost.b.getPeers() == nil {
 		return 0, nil
 	}
 	return q.remoteDelete(ifUnused, ifEmpty)
@@ -1527,3 +1497,18 @@ func (remoteType) started(bool)                               {}
 func (k remoteType) deletable() error                         { return k.available() }
 func (remoteType) deleted()                                   {}
 func (remoteType) closing()                                   {}
+
+// A classic queue's legs end with its home (dropped when the home goes
+// down; answered by a basic.cancel when the home cancels), and what they
+// held goes back to the home as requeued.
+func (remoteType) legCanceled(*rconsumer) bool { return false }
+func (k remoteType) legHomeDown(rc *rconsumer, node string) (bool, bool) {
+	d := k.q.HomeNode() == node
+	return d, d
+}
+func (k remoteType) returnUnseen(ds []Delivery) { k.q.remoteSettle(ds, settleRequeue) }
+func (remoteType) proxyGen() (uint64, bool)     { return 0, false }
+func (remoteType) heldFailed() bool             { return true }
+func (k remoteType) countsCall(req []byte, _ bool) (*msgDecoder, error) {
+	return k.q.call(req)
+}

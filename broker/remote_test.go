@@ -18,7 +18,7 @@ func TestLocalPublishAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !q.IsLocal() {
+		if !q.ServedHere() {
 			t.Fatalf("node %q: queue homed here is not local", node)
 		}
 		var r Router

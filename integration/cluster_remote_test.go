@@ -535,7 +535,7 @@ func TestClusterRemoteReplicated(t *testing.T) {
 	if _, err := ch.QueueDeclare("h6-r", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if q := c.homeQueue(nodeA, "h6-r"); q == nil || q.Home != nodeB || q.IsLocal() {
+	if q := c.homeQueue(nodeA, "h6-r"); q == nil || q.Home != nodeB || q.ServedHere() {
 		t.Fatalf("queue on A: %+v; want a remote queue homed on B", q)
 	}
 	if err := ch.ExchangeDeclare("h6-rx", "direct", true, false, false, false, nil); err != nil {
@@ -633,7 +633,7 @@ func TestClusterRemoteOverTransport(t *testing.T) {
 	if _, err := ch.QueueDeclare("h6-t", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if q := c.Node(0).Broker().VHost("/").Queue("h6-t"); q == nil || q.IsLocal() {
+	if q := c.Node(0).Broker().VHost("/").Queue("h6-t"); q == nil || q.ServedHere() {
 		t.Fatalf("queue on node 1: %+v; want remote", q)
 	}
 	if acked, nacked := confirmAll(t, conn, "", "h6-t", 200); acked != 200 || nacked != 0 {

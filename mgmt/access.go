@@ -122,7 +122,7 @@ func (c *call) vhostJSON(v *broker.VHost) api.VHost {
 	// when asked (issue 15).
 	vc := counters{}
 	for _, q := range qs {
-		if q.IsLocal() {
+		if q.ServedHere() {
 			for f, n := range queueCounters(q.Stats()) {
 				vc[f] += n
 			}

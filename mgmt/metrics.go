@@ -267,7 +267,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, q := range v.Queues() {
-			if !q.IsLocal() {
+			if !q.ServedHere() {
 				continue // as RabbitMQ's per-node scrape: a queue is its home node's
 			}
 			rows = append(rows, queueRow{vhost: vn, name: q.Name, q: q, st: q.Stats()})

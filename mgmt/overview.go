@@ -135,7 +135,7 @@ func (s *Server) overviewParts() *overviewParts {
 		ov := &overviewVHost{Stats: counters{}, Rates: map[string]float64{}}
 		p.VHosts[vn] = ov
 		for _, q := range v.Queues() {
-			if !q.IsLocal() {
+			if !q.ServedHere() {
 				continue
 			}
 			st := q.Stats()

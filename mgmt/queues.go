@@ -239,7 +239,7 @@ func (c *call) queues() error {
 	if !c.clustered() {
 		for _, v := range vs {
 			for _, q := range v.Queues() {
-				if c.local && !q.IsLocal() {
+				if c.local && !q.ServedHere() {
 					continue // another node's: its home node lists it
 				}
 				list = append(list, c.queueJSON(v, q))
@@ -253,7 +253,7 @@ func (c *call) queues() error {
 	for _, v := range vs {
 		for _, q := range v.Queues() {
 			switch {
-			case q.IsLocal():
+			case q.ServedHere():
 				list = append(list, c.queueJSON(v, q))
 			case !answered[q.HomeNode()]:
 				list = append(list, c.downQueueJSON(v, q))
@@ -300,13 +300,13 @@ func (c *call) queueGet() error {
 	if err != nil {
 		return err
 	}
-	if c.local && !q.IsLocal() {
+	if c.local && !q.ServedHere() {
 		return errNotFound // not homed here (the asking node's record is ahead of ours)
 	}
 	if err := c.parseHistory(false, true); err != nil {
 		return err
 	}
-	if c.clustered() && !q.IsLocal() {
+	if c.clustered() && !q.ServedHere() {
 		// Its stats are its home node's.
 		ctx, cancel := context.WithTimeout(c.r.Context(), fetchTimeout)
 		defer cancel()

@@ -96,7 +96,7 @@ func (s *Server) sample() {
 		vc := make([]uint64, len(kindVHost.fields))
 		vtot[vn] = vc
 		for _, q := range v.Queues() {
-			if !q.IsLocal() {
+			if !q.ServedHere() {
 				continue // sampled on its home node
 			}
 			if len(flat) < nq {
