@@ -49,8 +49,8 @@ func TestRing(t *testing.T) {
 				}
 			}
 		}
-		if q.n != len(model) || q.n > len(q.buf) {
-			t.Fatalf("step %d: n %d, model %d, cap %d", step, q.n, len(model), len(q.buf))
+		if q.n != len(model) || q.head+q.n > q.capacity() || q.capacity() > q.head+q.n+ringBlock {
+			t.Fatalf("step %d: n %d, model %d, head %d, cap %d", step, q.n, len(model), q.head, q.capacity())
 		}
 		if step%97 == 0 {
 			for i := range model {

@@ -192,7 +192,7 @@ func Restore(data []byte) (*State, error) {
 	if d.Done() != nil || uint64(s.live) != nm || st.Enqueued != uint64(s.live)+st.Removed+st.Purged {
 		return nil, ErrSnapshot // (conservation: every enqueue is live, removed or purged)
 	}
-	s.q = ring{buf: recs[:cap(recs)], n: len(recs)}
+	s.q = ringOf(recs)
 	// A moved message must not also sit under its own key.
 	for id := range s.moved {
 		if i, ok := s.q.search(id << 16); ok && s.q.at(i).id == id {

@@ -270,7 +270,7 @@ func (s *State) prune() {
 }
 
 func (s *State) push(r rec) {
-	if s.q.n == len(s.q.buf) && s.dead > s.q.n/8 {
+	if s.q.full() && s.dead > s.q.n/8 {
 		s.compact() // tombstones enough: reuse their room rather than grow
 	}
 	s.q.push(r)
@@ -397,7 +397,7 @@ func (s *State) tidy() {
 		s.dead = 0
 	case s.dead > s.tidyAt() && s.dead > s.live/4:
 		s.compact()
-	case len(s.q.buf) > 4*s.live+1024:
+	case s.q.capacity() > 4*s.live+1024:
 		s.compact() // mostly room: shrink
 	}
 }

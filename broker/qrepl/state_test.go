@@ -219,13 +219,13 @@ func TestRestoreRefuses(t *testing.T) {
 	}
 	// Hand-made: a moved id whose own key is also present.
 	w := New()
-	w.q = ring{buf: []rec{{key: 1 << 16, id: 1}, {key: 2 << 16, id: 2}, {key: 3 << 16, id: 1, flags: fMoved}}, n: 3}
+	w.q = ringOf([]rec{{key: 1 << 16, id: 1}, {key: 2 << 16, id: 2}, {key: 3 << 16, id: 1, flags: fMoved}})
 	w.moved = map[uint64]uint64{1: 3 << 16}
 	w.live, w.applied, w.stats.Enqueued = 3, 3, 3
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("duplicate id restored")
 	}
-	w.q.buf[2].id, w.moved = 3, map[uint64]uint64{3: 3 << 16}
+	w.q.at(2).id, w.moved = 3, map[uint64]uint64{3: 3 << 16}
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("moved message under its own key restored")
 	}
@@ -263,8 +263,8 @@ func TestMemory1M(t *testing.T) {
 			ids = ids[:0]
 		}
 	}
-	if s.Len() != 1000 || len(s.q.buf) > 1<<16 {
-		t.Fatalf("len %d cap %d after removing", s.Len(), len(s.q.buf))
+	if s.Len() != 1000 || s.q.capacity() > 1<<16 {
+		t.Fatalf("len %d cap %d after removing", s.Len(), s.q.capacity())
 	}
 	runtime.KeepAlive(s)
 }
