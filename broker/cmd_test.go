@@ -2,10 +2,10 @@ package broker
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warrenmq/warren/internal/loopnet"
 	"math/rand"
 	"strings"
 	"sync"
@@ -15,111 +15,23 @@ import (
 	"github.com/warrenmq/warren/amqp"
 )
 
-// loopback is a test metadata group: it sequences proposals (a mutex and
-// an index) and applies each command to every broker in the same order,
-// answering the proposer with its own apply's result.
-type loopback struct {
-	mu    sync.Mutex
-	index uint64
-	nodes []*Broker
-	fail  error // when set, every proposal fails with it, nothing applied
-	log   [][]byte
-	// failed counts the proposals refused for fail.
-	failed int
-}
-
-func (l *loopback) setFail(err error) { l.mu.Lock(); l.fail = err; l.mu.Unlock() }
-
-func (l *loopback) failures() int { l.mu.Lock(); defer l.mu.Unlock(); return l.failed }
-
-type loopMember struct {
-	l    *loopback
-	self int
-}
-
-func (m loopMember) Propose(_ context.Context, cmd []byte) error {
-	l := m.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.fail != nil {
-		l.failed++
-		return l.fail
-	}
-	l.index++
-	l.log = append(l.log, cmd)
-	var res error
-	for i, b := range l.nodes {
-		if err := b.ApplyCommand(l.index, cmd); i == m.self {
-			res = err
-		}
-	}
-	return res
-}
-
 var clusterNames = []string{"warren@a", "warren@b", "warren@c"}
-
-// loopPeers is the inter-node link of the test brokers, in process: a
-// call runs the other broker's HandlePeerCall, messages go through one
-// ordered queue per sender and receiver.
-type loopPeers struct {
-	self  string
-	nodes map[string]*Broker
-	mu    sync.Mutex
-	out   map[string]chan []byte
-}
-
-func (p *loopPeers) Call(_ context.Context, node string, req []byte) ([]byte, error) {
-	b := p.nodes[node]
-	if b == nil {
-		return nil, fmt.Errorf("no node %s", node)
-	}
-	return b.HandlePeerCall(p.self, req)
-}
-
-func (p *loopPeers) Send(node string, msg []byte) error {
-	b := p.nodes[node]
-	if b == nil {
-		return fmt.Errorf("no node %s", node)
-	}
-	p.mu.Lock()
-	ch := p.out[node]
-	if ch == nil {
-		ch = make(chan []byte, 1024)
-		p.out[node] = ch
-		go func() {
-			for m := range ch {
-				b.HandlePeerMessage(p.self, m)
-			}
-		}()
-	}
-	p.mu.Unlock()
-	ch <- msg
-	return nil
-}
-
-func (p *loopPeers) Up(node string) bool { return p.nodes[node] != nil }
-
-func (p *loopPeers) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, ch := range p.out {
-		close(ch)
-	}
-	p.out = map[string]chan []byte{}
-}
 
 // newCluster opens three brokers (each with its own data directory and
 // node name) joined by a loopback replicator.
-func newCluster(t *testing.T, place func(vhost, name string) string) (*loopback, []*Broker) {
+func newCluster(t *testing.T, place func(vhost, name string) string) (*loopnet.Repl, []*Broker) {
 	t.Helper()
 	return newClusterOn(t, place, true)
 }
 
 // newClusterOn is newCluster with brokers in memory unless disk.
-func newClusterOn(t *testing.T, place func(vhost, name string) string, disk bool) (*loopback, []*Broker) {
+func newClusterOn(t *testing.T, place func(vhost, name string) string, disk bool) (*loopnet.Repl, []*Broker) {
 	t.Helper()
-	l := &loopback{}
-	for i, name := range clusterNames {
+	l := &loopnet.Repl{}
+	net := loopnet.New(ErrLinkFull)
+	t.Cleanup(net.Close)
+	var bs []*Broker
+	for _, name := range clusterNames {
 		dir := ""
 		if disk {
 			dir = t.TempDir()
@@ -129,20 +41,13 @@ func newClusterOn(t *testing.T, place func(vhost, name string) string, disk bool
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() })
-		b.SetReplicator(loopMember{l, i})
+		b.SetReplicator(l.Join(b))
 		b.SetNodes(func() []string { return clusterNames })
-		l.nodes = append(l.nodes, b)
+		net.Add(name, b)
+		b.SetPeers(net.Peers(name))
+		bs = append(bs, b)
 	}
-	byName := map[string]*Broker{}
-	for _, b := range l.nodes {
-		byName[b.Node()] = b
-	}
-	for _, b := range l.nodes {
-		p := &loopPeers{self: b.Node(), nodes: byName, out: map[string]chan []byte{}}
-		b.SetPeers(p)
-		t.Cleanup(p.close)
-	}
-	return l, l.nodes
+	return l, bs
 }
 
 func snap(t *testing.T, b *Broker) []byte {
@@ -278,7 +183,7 @@ func TestClusterCommandsReplicate(t *testing.T) {
 	if x := a.VHost("v1").Exchange("x2"); x != nil {
 		t.Fatal("auto-delete exchange x2 survived the deletion of its last binding")
 	}
-	reapplyLastEntry(t, l.log)
+	reapplyLastEntry(t, l.Log())
 }
 
 // reapplyLastEntry checks that every prefix of log, with its last entry
@@ -313,7 +218,7 @@ func TestClusterErrorsAsSingleNode(t *testing.T) {
 		must(t, err)
 	}
 	before := sameEverywhere(t, bs)
-	entries := len(l.log)
+	entries := len(l.Log())
 	ownerB := ConnIDBase("warren@b") + 7
 	cases := []struct {
 		name string
@@ -377,7 +282,7 @@ func TestClusterErrorsAsSingleNode(t *testing.T) {
 	if after := sameEverywhere(t, bs); !bytes.Equal(after, before) {
 		t.Fatalf("a refused change was applied:\n%s\n%s", after, before)
 	}
-	t.Logf("%d refused commands went through the log, %d answered locally", len(l.log)-entries, 2*len(cases)-(len(l.log)-entries))
+	t.Logf("%d refused commands went through the log, %d answered locally", len(l.Log())-entries, 2*len(cases)-(len(l.Log())-entries))
 }
 
 // TestClusterStorm: issue 13: a seeded storm of declares, deletes and
@@ -506,7 +411,7 @@ func TestClusterSnapshotRestore(t *testing.T) {
 func TestClusterNoQuorum(t *testing.T) {
 	l, bs := newCluster(t, nil)
 	before := sameEverywhere(t, bs)
-	l.fail = fmt.Errorf("%w: timed out after 5s", ErrNoQuorum)
+	l.SetFail(fmt.Errorf("%w: timed out after 5s", ErrNoQuorum))
 	_, _, _, err := bs[1].VHost("/").DeclareQueue(QueueSpec{Name: "q", Durable: true}, false)
 	if !errors.Is(err, ErrNoQuorum) {
 		t.Fatalf("DeclareQueue: %v, want ErrNoQuorum", err)
@@ -524,13 +429,13 @@ func TestClusterNoQuorum(t *testing.T) {
 		t.Fatalf("QuorumError %+v", qe)
 	}
 	// An outcome the cluster could not confirm is not called "not applied".
-	l.setFail(fmt.Errorf("%w: timed out after 5s (%w)", ErrNoQuorum, ErrOutcomeUnknown))
+	l.SetFail(fmt.Errorf("%w: timed out after 5s (%w)", ErrNoQuorum, ErrOutcomeUnknown))
 	_, _, _, err = bs[1].VHost("/").DeclareQueue(QueueSpec{Name: "q", Durable: true}, false)
 	if !errors.As(err, &ae) || !strings.HasPrefix(ae.Text, "INTERNAL_ERROR - cluster has no quorum: declare of queue 'q' in vhost '/' not confirmed (") {
 		t.Fatalf("unknown outcome: %v", err)
 	}
 	// The group's own error wrapped by the Replicator: one "no quorum".
-	l.setFail(fmt.Errorf("%w: %w", ErrNoQuorum, errors.New("cluster has no quorum: no leader, proposal 7 was not applied")))
+	l.SetFail(fmt.Errorf("%w: %w", ErrNoQuorum, errors.New("cluster has no quorum: no leader, proposal 7 was not applied")))
 	_, err = bs[0].DeleteVHostE("/")
 	if !errors.Is(err, ErrNoQuorum) || err.Error() != "INTERNAL_ERROR - cluster has no quorum: deletion of vhost '/' not applied (no leader, proposal 7 was not applied)" {
 		t.Fatalf("DeleteVHostE: %v", err)
@@ -542,10 +447,10 @@ func TestClusterNoQuorum(t *testing.T) {
 		t.Fatal("a change was applied without a quorum")
 	}
 	// Reads and redeclares of what exists need no quorum.
-	l.fail = nil
+	l.SetFail(nil)
 	_, _, _, err = bs[1].VHost("/").DeclareQueue(QueueSpec{Name: "q", Durable: true}, false)
 	must(t, err)
-	l.fail = fmt.Errorf("%w: no leader", ErrNoQuorum)
+	l.SetFail(fmt.Errorf("%w: no leader", ErrNoQuorum))
 	if _, _, _, err := bs[2].VHost("/").DeclareQueue(QueueSpec{Name: "q", Durable: true}, false); err != nil {
 		t.Fatalf("an equivalent redeclare needed a quorum: %v", err)
 	}
@@ -658,8 +563,8 @@ func TestClusterRestartKeepsHome(t *testing.T) {
 	dir := t.TempDir()
 	b, err := Open(Config{Node: "warren@b", DataDir: dir})
 	must(t, err)
-	l := &loopback{nodes: []*Broker{b}}
-	b.SetReplicator(loopMember{l, 0})
+	l := &loopnet.Repl{}
+	b.SetReplicator(l.Join(b))
 	v := b.VHost("/")
 	_, _, _, err = v.DeclareQueue(QueueSpec{Name: "q", Durable: true, Home: "warren@a"}, false)
 	must(t, err)
@@ -688,15 +593,15 @@ func TestClusterRestartKeepsHome(t *testing.T) {
 	// The applied index came back with the definitions: the entries up to
 	// it are not applied again (the metadata group may replay its last
 	// batch), a later one is.
-	if got := b.AppliedIndex(); got != l.index {
-		t.Fatalf("applied index %d after a restart, want %d", got, l.index)
+	if got := b.AppliedIndex(); got != l.Index() {
+		t.Fatalf("applied index %d after a restart, want %d", got, l.Index())
 	}
 	del, _ := json.Marshal(&command{Op: opQueueDelete, VHost: "/", Name: "transient"})
-	must(t, b.ApplyCommand(l.index, del))
+	must(t, b.ApplyCommand(l.Index(), del))
 	if b.VHost("/").Queue("transient") == nil {
 		t.Fatal("an entry at the applied index was applied again")
 	}
-	must(t, b.ApplyCommand(l.index+1, del))
+	must(t, b.ApplyCommand(l.Index()+1, del))
 	if b.VHost("/").Queue("transient") != nil {
 		t.Fatal("the entry after the applied index was not applied")
 	}
@@ -709,9 +614,9 @@ func TestClusterExpiryRetried(t *testing.T) {
 	l, bs := newCluster(t, nil)
 	_, _, _, err := bs[1].VHost("/").DeclareQueue(QueueSpec{Name: "exp", Args: amqp.Table{"x-expires": int32(30)}}, false)
 	must(t, err)
-	l.setFail(fmt.Errorf("%w: no leader", ErrNoQuorum))
+	l.SetFail(fmt.Errorf("%w: no leader", ErrNoQuorum))
 	deadline := time.Now().Add(5 * time.Second)
-	for l.failures() < 2 {
+	for l.Failures() < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the expiry was not proposed again after a failure")
 		}
@@ -722,7 +627,7 @@ func TestClusterExpiryRetried(t *testing.T) {
 			t.Fatalf("%s: deleted without a quorum", x.Node())
 		}
 	}
-	l.setFail(nil)
+	l.SetFail(nil)
 	for _, x := range bs {
 		for x.VHost("/").Queue("exp") != nil {
 			if time.Now().After(deadline) {

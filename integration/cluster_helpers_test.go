@@ -2,10 +2,8 @@ package integration
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"github.com/warrenmq/warren/internal/loopnet"
 	"github.com/warrenmq/warren/internal/testutil"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,21 +22,11 @@ import (
 // replicated definitions would make them. cut and heal simulate a node
 // becoming unreachable (PeerState on both sides).
 
-// testCluster is a set of in-process nodes.
+// testCluster is a set of in-process nodes on a loopnet network.
 type testCluster struct {
 	t     *testing.T
-	mu    sync.Mutex
 	nodes map[string]*testNode
-	cut   map[[2]string]bool // unreachable links, both orders
-	links map[[2]string]*loopLink
-	wg    sync.WaitGroup
-	// linkCap bounds the one-way messages a link queues (Send fails
-	// beyond it, as the transport's does); 0: 65536. Links take the
-	// value in force when they are first used.
-	linkCap int
-	// closed: close has begun; Send makes no new link (its goroutine
-	// would never end) and fails as an unreachable node does.
-	closed bool
+	net   *loopnet.Net
 }
 
 // testNode is one node of a testCluster.
@@ -47,11 +35,6 @@ type testNode struct {
 	b    *broker.Broker
 	srv  *server.Server
 	c    *testCluster
-}
-
-// loopLink carries one-way messages from one node to another, in order.
-type loopLink struct {
-	ch chan []byte
 }
 
 // startCluster starts one node per name ("warren@a", ...); definitions
@@ -72,7 +55,7 @@ func startReplicatedCluster(t *testing.T, place func(vhost, name string) string,
 
 func startClusterWith(t *testing.T, repl *loopRepl, names ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, nodes: map[string]*testNode{}, cut: map[[2]string]bool{}, links: map[[2]string]*loopLink{}}
+	c := &testCluster{t: t, nodes: map[string]*testNode{}, net: loopnet.New(broker.ErrLinkFull)}
 	for _, n := range names {
 		cfg := broker.Config{DataDir: t.TempDir(), Node: n}
 		if repl != nil {
@@ -83,10 +66,10 @@ func startClusterWith(t *testing.T, repl *loopRepl, names ...string) *testCluste
 			t.Fatalf("node %s: %v", n, err)
 		}
 		nd := &testNode{name: n, b: b, c: c}
-		b.SetPeers(&loopPeers{self: n, c: c})
+		c.net.Add(n, b)
+		b.SetPeers(c.net.Peers(n))
 		if repl != nil {
-			repl.nodes = append(repl.nodes, b)
-			b.SetReplicator(loopMember{repl, len(repl.nodes) - 1})
+			b.SetReplicator(repl.Join(b))
 			b.SetNodes(func() []string { return names })
 		}
 		srv, err := server.New(server.Config{AMQPAddr: "127.0.0.1:0", Broker: b})
@@ -109,14 +92,7 @@ func (c *testCluster) close() {
 		_ = nd.srv.Shutdown(ctx)
 		cancel()
 	}
-	c.mu.Lock()
-	c.closed = true
-	for k, l := range c.links {
-		close(l.ch)
-		delete(c.links, k)
-	}
-	c.mu.Unlock()
-	c.wg.Wait()
+	c.net.Close()
 	for _, nd := range c.nodes {
 		nd.b.Close()
 	}
@@ -173,100 +149,9 @@ func (c *testCluster) homeQueue(home, name string) *broker.Queue {
 // setCut makes the link between a and b unreachable (or reachable again)
 // and tells both nodes.
 func (c *testCluster) setCut(a, b string, cut bool) {
-	c.mu.Lock()
-	c.cut[[2]string{a, b}], c.cut[[2]string{b, a}] = cut, cut
-	c.mu.Unlock()
+	c.net.SetCut(a, b, cut)
 	c.nodes[a].b.PeerState(b, !cut)
 	c.nodes[b].b.PeerState(a, !cut)
-}
-
-func (c *testCluster) reachable(from, to string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nodes[to] != nil && !c.cut[[2]string{from, to}]
-}
-
-var errLoopUnreachable = errors.New("loopback: node unreachable")
-
-// loopPeers is broker.Peers over direct calls.
-type loopPeers struct {
-	self string
-	c    *testCluster
-}
-
-func (p *loopPeers) Up(node string) bool { return p.c.reachable(p.self, node) }
-
-func (p *loopPeers) Call(ctx context.Context, node string, req []byte) ([]byte, error) {
-	if !p.c.reachable(p.self, node) {
-		return nil, fmt.Errorf("%s: %w", node, errLoopUnreachable)
-	}
-	type answer struct {
-		b   []byte
-		err error
-	}
-	done := make(chan answer, 1)
-	req = append([]byte(nil), req...)
-	go func() {
-		b, err := p.c.nodes[node].b.HandlePeerCall(p.self, req)
-		done <- answer{b, err}
-	}()
-	select {
-	case a := <-done:
-		return a.b, a.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (p *loopPeers) Send(node string, msg []byte) error {
-	c := p.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || c.nodes[node] == nil || c.cut[[2]string{p.self, node}] {
-		return fmt.Errorf("%s: %w", node, errLoopUnreachable)
-	}
-	k := [2]string{p.self, node}
-	l := c.links[k]
-	if l == nil {
-		n := c.linkCap
-		if n == 0 {
-			n = 1 << 16
-		}
-		l = &loopLink{ch: make(chan []byte, n)}
-		c.links[k] = l
-		to, from := c.nodes[node].b, p.self
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			for m := range l.ch {
-				if c.reachable(from, node) {
-					to.HandlePeerMessage(from, m)
-				}
-			}
-		}()
-	}
-	select {
-	case l.ch <- msg:
-		return nil
-	default:
-		return fmt.Errorf("%s: %w", node, broker.ErrLinkFull)
-	}
-}
-
-// SendWait is Send that waits while the link is full (broker.PacedPeers,
-// as the cluster glue's), polling it.
-func (p *loopPeers) SendWait(ctx context.Context, node string, msg []byte) error {
-	for {
-		err := p.Send(node, msg)
-		if err == nil || !errors.Is(err, broker.ErrLinkFull) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(50 * time.Microsecond):
-		}
-	}
 }
 
 // toWireTable converts an amqp091 table to Warren's.
@@ -288,31 +173,9 @@ func toWireTable(t amqp.Table) map[string]any {
 	return out
 }
 
-// loopRepl is a loopback metadata group: it sequences proposals and
-// applies each command on every node in the same order, answering the
-// proposer with its own apply's result.
+// loopRepl is a loopback metadata group (loopnet.Repl) and where it
+// places new queues.
 type loopRepl struct {
-	mu    sync.Mutex
-	index uint64
-	nodes []*broker.Broker
+	loopnet.Repl
 	place func(vhost, name string) string
-}
-
-type loopMember struct {
-	l    *loopRepl
-	self int
-}
-
-func (m loopMember) Propose(_ context.Context, cmd []byte) error {
-	l := m.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.index++
-	var res error
-	for i, b := range l.nodes {
-		if err := b.ApplyCommand(l.index, cmd); i == m.self {
-			res = err
-		}
-	}
-	return res
 }

@@ -34,9 +34,7 @@ func consumeUnderLoad(t *testing.T, cancelFirst bool) {
 		payload = "0123456789abcdef"
 	)
 	c := startCluster(t, nodeA, nodeB)
-	c.mu.Lock()
-	c.linkCap = 64 // small: the publisher keeps the link from A to B full
-	c.mu.Unlock()
+	c.net.SetLinkCap(64) // small: the publisher keeps the link from A to B full
 	c.declareQueue(qname, nodeB, false, nil)
 	hq := c.homeQueue(nodeB, qname)
 	pconn := c.node(nodeA).dial(t)

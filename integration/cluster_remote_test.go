@@ -589,9 +589,7 @@ func TestClusterRemoteFullLink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.mu.Lock()
-	c.linkCap = 2
-	c.mu.Unlock()
+	c.net.SetLinkCap(2)
 	conn := c.node(nodeA).dial(t)
 	ch, err := conn.Channel()
 	if err != nil {
