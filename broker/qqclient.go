@@ -154,6 +154,14 @@ type qqClient struct {
 	cons      map[*Consumer]*qqCons
 	attaching bool // qqReattachLoop runs
 
+	// This node's leader's answers to publishes made here, handed off
+	// the raft loop (where they are known, at apply): the answerer calls
+	// qqAnswer for each, in order, so that the publishers' waiters and
+	// the server's confirms never run on the raft loop (amu).
+	amu      sync.Mutex
+	answers  []qqAns
+	answerer lazyWorker
+
 	// sendMu orders the sends to the leader (ids in increasing order).
 	sendMu sync.Mutex
 	// sentTo and sentEpoch: every pending publish was sent, in order, to
@@ -495,7 +503,7 @@ func (q *Queue) qqRoom() bool {
 func (q *Queue) qqSendOne(node string, seq, prev uint64, m *Message) bool {
 	b := q.vhost.b
 	if node == b.node {
-		q.qqEnqueueAtLeader(machine.PubID{Publisher: b.remote.qqPubID(), Seq: seq}, prev, m, func(st byte) { q.qqAnswer(seq, st) })
+		q.qqEnqueueAtLeader(machine.PubID{Publisher: b.remote.qqPubID(), Seq: seq}, prev, m, func(st byte) { q.qqAnswerLater(seq, st) })
 		return true
 	}
 	p := b.getPeers()
@@ -511,6 +519,41 @@ func (q *Queue) qqSendOne(node string, seq, prev uint64, m *Message) bool {
 	buf = appendStr(buf, q.Name)
 	buf = appendQQEnq(buf, m) // the leader proposes it as it comes (qqEnq)
 	return sendPaced(p, node, buf) == nil
+}
+
+// qqAns is an answer waiting for the answerer.
+type qqAns struct {
+	seq uint64
+	st  byte
+}
+
+// qqAnswerLater is qqAnswer on the queue's answerer, not the caller's
+// goroutine (the raft loop, applying).
+func (q *Queue) qqAnswerLater(seq uint64, st byte) {
+	qc := &q.qc
+	qc.amu.Lock()
+	qc.answers = append(qc.answers, qqAns{seq, st})
+	qc.answerer.startLocked(q.qqAnswerAll)
+	qc.amu.Unlock()
+}
+
+// qqAnswerAll is the answerer: it answers in order until none is left.
+func (q *Queue) qqAnswerAll() {
+	qc := &q.qc
+	for {
+		qc.amu.Lock()
+		as := qc.answers
+		qc.answers = nil
+		if len(as) == 0 {
+			qc.answerer.stopLocked()
+			qc.amu.Unlock()
+			return
+		}
+		qc.amu.Unlock()
+		for _, a := range as {
+			q.qqAnswer(a.seq, a.st)
+		}
+	}
 }
 
 // qqAnswer takes the leader's answer for publish seq.
