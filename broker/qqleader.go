@@ -800,7 +800,7 @@ func (s *qqState) takeoverLocked(term uint64) {
 			wants = append(wants, want{e: e, id: msg.ID, kind: kDead, why: msg.Reason})
 		case msg.DelayUntil != 0:
 			wants = append(wants, want{e: e, id: msg.ID, kind: kDelayed, delay: msg.DelayUntil})
-		case pageable && (pg.head < len(pg.list) || readyN >= wm || readyBytes >= wb):
+		case pageable && (pg.len() > 0 || readyN >= wm || readyBytes >= wb):
 			p := qqPaged{seq: seq, id: msg.ID, expiresAt: msg.ExpiresAt, size: msg.Size, dc: msg.DeliveryCount, acq: msg.Acquired}
 			if msg.Persistent {
 				p.flags |= qpPersistent

@@ -1,7 +1,7 @@
 package broker
 
 import (
-	"sort"
+	"github.com/warrenmq/warren/internal/deque"
 
 	"github.com/warrenmq/warren/broker/machine"
 	"github.com/warrenmq/warren/broker/qrepl"
@@ -51,8 +51,7 @@ const (
 // is sequence order (a message is paged out only behind every ready one).
 // Guarded by q.mu.
 type qqPaging struct {
-	list []qqPaged // list[head:] is the tail; tombstones among them
-	head int
+	d deque.Deque[qqPaged] // the tail; tombstones among them (a deque: it grows without copying)
 }
 
 // entry is p as a machine entry without its body.
@@ -61,16 +60,27 @@ func (p *qqPaged) entry() qentry {
 		DeliveryCount: p.dc, Acquired: p.acq, Redelivered: p.flags&qpRedelivered != 0}
 }
 
-func (pg *qqPaging) push(p qqPaged) { pg.list = append(pg.list, p) }
+func (pg *qqPaging) push(p qqPaged) { pg.d.Push(p) }
 
-// tail returns the headers not yet paged in (tombstones among them).
-func (pg *qqPaging) tail() []qqPaged { return pg.list[pg.head:] }
+// len is the number of headers not yet paged in (tombstones among them).
+func (pg *qqPaging) len() int { return pg.d.Len() }
+
+// at is the tail's header i.
+func (pg *qqPaging) at(i int) *qqPaged { return pg.d.At(i) }
+
+// after is the tail's index of the first header with a sequence number
+// above seq (or at it, if at), len if none.
+func (pg *qqPaging) after(seq uint64, at bool) int {
+	if at {
+		return pg.d.Search(func(p *qqPaged) bool { return p.seq >= seq })
+	}
+	return pg.d.Search(func(p *qqPaged) bool { return p.seq > seq })
+}
 
 // find returns the tail's index of seq, or -1.
 func (pg *qqPaging) find(seq uint64) int {
-	t := pg.tail()
-	i := sort.Search(len(t), func(i int) bool { return t[i].seq >= seq })
-	if i < len(t) && t[i].seq == seq && t[i].flags&qpGone == 0 {
+	i := pg.after(seq, true)
+	if i < pg.len() && pg.at(i).seq == seq && pg.at(i).flags&qpGone == 0 {
 		return i
 	}
 	return -1
@@ -79,23 +89,13 @@ func (pg *qqPaging) find(seq uint64) int {
 // drop removes the first n of the tail (paged in), with the tombstones
 // that follow them.
 func (pg *qqPaging) drop(n int) {
-	pg.head += n
-	for pg.head < len(pg.list) && pg.list[pg.head].flags&qpGone != 0 {
-		pg.head++
-	}
-	switch {
-	case pg.head == len(pg.list):
-		pg.list, pg.head = pg.list[:0], 0
-		if cap(pg.list) > 4096 {
-			pg.list = nil
-		}
-	case pg.head > 1024 && pg.head > len(pg.list)/2:
-		pg.list = append(pg.list[:0:0], pg.list[pg.head:]...)
-		pg.head = 0
+	pg.d.DropFront(n)
+	for pg.d.Len() > 0 && pg.d.At(0).flags&qpGone != 0 {
+		pg.d.PopFront()
 	}
 }
 
-func (pg *qqPaging) reset() { *pg = qqPaging{} }
+func (pg *qqPaging) reset() { pg.d.Reset() }
 
 // pageableLocked reports whether the queue pages at all.
 func (s *qqState) pageableLocked() bool { return s.q.m.Levels() <= 1 }
@@ -158,7 +158,7 @@ func (s *qqState) expirePagedLocked(t machine.Timed) {
 	if i < 0 {
 		return
 	}
-	p := &s.paging.tail()[i]
+	p := s.paging.at(i)
 	p.flags |= qpGone
 	e := p.entry()
 	id := p.id
@@ -238,29 +238,28 @@ func (s *qqState) pageInLocked(force bool) {
 	}
 	want := max(wm-q.m.ReadyN(), 1)
 	room := wb - q.m.ReadyBytes()
-	t := s.paging.tail()
+	pg := &s.paging
 	n, k := 0, 0 // headers taken, live among them
 	var bytes int64
-	for n < len(t) && k < want && (k == 0 || bytes+int64(t[n].size) <= room) {
-		if t[n].flags&qpGone == 0 {
+	for n < pg.len() && k < want && (k == 0 || bytes+int64(pg.at(n).size) <= room) {
+		if pg.at(n).flags&qpGone == 0 {
 			k++
-			bytes += int64(t[n].size)
+			bytes += int64(pg.at(n).size)
 		}
 		n++
 	}
-	batch := t[:n]
 	ids := make([]uint64, 0, k)
-	for i := range batch {
-		if batch[i].flags&qpGone == 0 {
-			ids = append(ids, batch[i].id)
+	for i := range n {
+		if p := pg.at(i); p.flags&qpGone == 0 {
+			ids = append(ids, p.id)
 		}
 	}
 	bodies, errs := s.readBodies(ids)
 	var top uint64
 	var lost []qentry
 	j := 0
-	for i := range batch {
-		p := &batch[i]
+	for i := range n {
+		p := pg.at(i)
 		if p.flags&qpGone != 0 {
 			continue
 		}
@@ -290,8 +289,8 @@ func (s *qqState) pageInLocked(force bool) {
 // purgePagedLocked lists the paged-out messages' ids for a Purge and
 // forgets them (the machine's Purge counts them out).
 func (s *qqState) purgePagedLocked(ids []uint64) []uint64 {
-	for _, p := range s.paging.tail() {
-		if p.flags&qpGone == 0 {
+	for i := range s.paging.len() {
+		if p := s.paging.at(i); p.flags&qpGone == 0 {
 			ids = append(ids, p.id)
 		}
 	}
@@ -325,12 +324,12 @@ func (s *qqState) browsePagedLocked(i *int, offset int, fn func(Browsed) bool) {
 	if !s.here.Load() || s.lg == nil {
 		return
 	}
-	t := s.paging.tail()
-	for k := 0; k < len(t); {
+	pg := &s.paging
+	for k := 0; k < pg.len(); {
 		var ps []*qqPaged
 		var ids []uint64
-		for ; k < len(t) && len(ids) < qqPageChunk; k++ {
-			p := &t[k]
+		for ; k < pg.len() && len(ids) < qqPageChunk; k++ {
+			p := pg.at(k)
 			if p.flags&qpGone != 0 {
 				continue
 			}
@@ -364,13 +363,13 @@ func (s *qqState) takePagedLocked(cur *TakeCursor, now int64, limit, budget int,
 	if !s.here.Load() || s.lg == nil {
 		return ds, true
 	}
-	t := s.paging.tail()
-	k := sort.Search(len(t), func(k int) bool { return t[k].seq > cur.seq })
-	for k < len(t) {
+	pg := &s.paging
+	k := pg.after(cur.seq, false)
+	for k < pg.len() {
 		var ks []int
 		var ids []uint64
-		for ; k < len(t) && len(ids) < qqPageChunk; k++ {
-			p := &t[k]
+		for ; k < pg.len() && len(ids) < qqPageChunk; k++ {
+			p := pg.at(k)
 			if p.flags&qpGone != 0 || p.seq > upto {
 				continue
 			}
@@ -387,7 +386,7 @@ func (s *qqState) takePagedLocked(cur *TakeCursor, now int64, limit, budget int,
 		}
 		bodies, _ := s.readBodies(ids)
 		for j, x := range ks {
-			p := &t[x]
+			p := pg.at(x)
 			if bodies[j] == nil || !match(bodies[j]) {
 				cur.Skipped++
 				continue
@@ -416,14 +415,15 @@ func (s *qqState) untakePagedLocked(d *Delivery, redelivered bool) bool {
 	if !s.here.Load() {
 		return false
 	}
-	t := s.paging.tail()
-	k := sort.Search(len(t), func(k int) bool { return t[k].seq >= d.Seq })
-	if k == 0 || k >= len(t) || t[k].seq != d.Seq || t[k].flags&qpGone == 0 {
+	pg := &s.paging
+	k := pg.after(d.Seq, true)
+	if k == 0 || k >= pg.len() || pg.at(k).seq != d.Seq || pg.at(k).flags&qpGone == 0 {
 		return false // k == 0: nothing older is paged out
 	}
-	t[k].flags &^= qpGone
+	p := pg.at(k)
+	p.flags &^= qpGone
 	if redelivered {
-		t[k].flags |= qpRedelivered
+		p.flags |= qpRedelivered
 	}
 	delete(s.ids, d.Seq)
 	return true

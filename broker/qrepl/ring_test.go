@@ -1,6 +1,7 @@
 package qrepl
 
 import (
+	"github.com/warrenmq/warren/internal/deque"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -30,13 +31,7 @@ func TestRing(t *testing.T) {
 			q.at(i).flags |= fDead
 			model[i].flags |= fDead
 		case x < 97:
-			live := 0
-			for _, m := range model {
-				if m.flags&fDead == 0 {
-					live++
-				}
-			}
-			q.compact(live)
+			q.compact()
 			model = slices.DeleteFunc(model, func(m rec) bool { return m.flags&fDead != 0 })
 		default:
 			if len(model) > 0 {
@@ -44,13 +39,13 @@ func TestRing(t *testing.T) {
 				if i, ok := q.search(want); !ok || q.at(i).key != want {
 					t.Fatalf("step %d: search %d: %d %v", step, want, i, ok)
 				}
-				if i, ok := q.search(want + 1<<40); ok || i != q.n {
+				if i, ok := q.search(want + 1<<40); ok || i != q.len() {
 					t.Fatalf("step %d: search beyond: %d %v", step, i, ok)
 				}
 			}
 		}
-		if q.n != len(model) || q.head+q.n > q.capacity() || q.capacity() > q.head+q.n+ringBlock {
-			t.Fatalf("step %d: n %d, model %d, head %d, cap %d", step, q.n, len(model), q.head, q.capacity())
+		if q.len() != len(model) || q.len() > q.capacity() || q.capacity() > q.len()+2*deque.Block {
+			t.Fatalf("step %d: n %d, model %d, cap %d", step, q.len(), len(model), q.capacity())
 		}
 		if step%97 == 0 {
 			for i := range model {

@@ -56,7 +56,7 @@ func (s *State) AppendSnapshot(dst []byte) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(s.live))
 	prevHi, prevTime := uint64(0), int64(0)
-	for i := 0; i < s.q.n; i++ {
+	for i := 0; i < s.q.len(); i++ {
 		r := s.q.at(i)
 		if r.flags&fDead != 0 {
 			continue

@@ -270,7 +270,7 @@ func (s *State) prune() {
 }
 
 func (s *State) push(r rec) {
-	if s.q.full() && s.dead > s.q.n/8 {
+	if s.q.full() && s.dead > s.q.len()/8 {
 		s.compact() // tombstones enough: reuse their room rather than grow
 	}
 	s.q.push(r)
@@ -293,7 +293,7 @@ func (s *State) find(id uint64) int {
 	// (A key also names the id: a Return's keys index<<16|i are not
 	// the keys of the ids they hold, and the id index may be asked for.)
 	i := 0
-	if s.q.n == 0 || s.q.at(0).key != key {
+	if s.q.len() == 0 || s.q.at(0).key != key {
 		var ok bool
 		if i, ok = s.q.search(key); !ok {
 			return -1
@@ -383,11 +383,11 @@ func (s *State) ret(index uint64, items []ReturnItem) int {
 
 // tidy drops tombstones at both ends and compacts when they are many.
 func (s *State) tidy() {
-	for s.q.n > 0 && s.q.at(0).flags&fDead != 0 {
+	for s.q.len() > 0 && s.q.at(0).flags&fDead != 0 {
 		s.q.popFront()
 		s.dead--
 	}
-	for s.q.n > 0 && s.q.at(s.q.n-1).flags&fDead != 0 {
+	for s.q.len() > 0 && s.q.at(s.q.len()-1).flags&fDead != 0 {
 		s.q.popBack()
 		s.dead--
 	}
@@ -404,7 +404,7 @@ func (s *State) tidy() {
 
 // compact drops every tombstone.
 func (s *State) compact() {
-	s.q.compact(s.live)
+	s.q.compact()
 	s.dead = 0
 }
 
@@ -450,7 +450,7 @@ func (s *State) Publishers() int { return len(s.pubs) }
 // leader rebuilding its machine from Messages continues its sequence
 // numbers above it.
 func (s *State) LastOrder() uint64 {
-	for i := s.q.n - 1; i >= 0; i-- {
+	for i := s.q.len() - 1; i >= 0; i-- {
 		if r := s.q.at(i); r.flags&fDead == 0 {
 			return r.key
 		}
@@ -478,7 +478,7 @@ func (s *State) delayOf(r *rec) int64 {
 // Messages calls fn for every live message in queue order until fn
 // returns false. fn must not change the state.
 func (s *State) Messages(fn func(Msg) bool) {
-	for i := 0; i < s.q.n; i++ {
+	for i := 0; i < s.q.len(); i++ {
 		r := s.q.at(i)
 		if r.flags&fDead == 0 && !fn(r.msg(s.delayOf(r))) {
 			return
@@ -503,7 +503,7 @@ func (s *State) AppendLive(dst []uint64) []uint64 {
 		slices.Sort(moved)
 	}
 	j := 0
-	for i := 0; i < s.q.n; i++ {
+	for i := 0; i < s.q.len(); i++ {
 		r := s.q.at(i)
 		if r.flags&(fDead|fMoved) != 0 {
 			continue
@@ -533,14 +533,14 @@ func (s *State) Equal(o *State) bool {
 	}
 	i, j := 0, 0
 	for {
-		for i < s.q.n && s.q.at(i).flags&fDead != 0 {
+		for i < s.q.len() && s.q.at(i).flags&fDead != 0 {
 			i++
 		}
-		for j < o.q.n && o.q.at(j).flags&fDead != 0 {
+		for j < o.q.len() && o.q.at(j).flags&fDead != 0 {
 			j++
 		}
-		if i == s.q.n || j == o.q.n {
-			return i == s.q.n && j == o.q.n
+		if i == s.q.len() || j == o.q.len() {
+			return i == s.q.len() && j == o.q.len()
 		}
 		a, b := s.q.at(i), o.q.at(j)
 		if *a != *b || s.delayOf(a) != o.delayOf(b) {

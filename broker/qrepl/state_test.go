@@ -229,7 +229,7 @@ func TestRestoreRefuses(t *testing.T) {
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("moved message under its own key restored")
 	}
-	w.q.n = 2
+	w.q.popBack()
 	w.moved, w.live = nil, 2
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("enqueued 3, live 2, none removed: restored")
