@@ -300,6 +300,13 @@ func (s *logStorage) append(ents []*pb.Entry, poss []recPos) (old []recPos) {
 	// Entries copies the metadata it hands out, so the slice may be
 	// appended to (and a conflicting tail overwritten) in place.
 	s.ents = s.ents[:off]
+	if need := len(s.ents) + len(ents); need > cap(s.ents) {
+		// Double: append's growth by a quarter for long slices copied
+		// each entry's metadata about four times as a log grew.
+		grown := make([]entMeta, len(s.ents), max(2*cap(s.ents), need))
+		copy(grown, s.ents)
+		s.ents = grown
+	}
 	for i, e := range ents {
 		s.ents = append(s.ents, entMeta{term: e.GetTerm(), pos: poss[i], size: uint32(len(e.GetData())), typ: recOfEntry(0, e).Kind, ent: e})
 	}
