@@ -154,14 +154,6 @@ type qqClient struct {
 	cons      map[*Consumer]*qqCons
 	attaching bool // qqReattachLoop runs
 
-	// This node's leader's answers to publishes made here, handed off
-	// the raft loop (where they are known, at apply): the answerer calls
-	// qqAnswer for each, in order, so that the publishers' waiters and
-	// the server's confirms never run on the raft loop (amu).
-	amu      sync.Mutex
-	answers  []qqAns
-	answerer lazyWorker
-
 	// sendMu orders the sends to the leader (ids in increasing order).
 	sendMu sync.Mutex
 	// sentTo and sentEpoch: every pending publish was sent, in order, to
@@ -530,26 +522,26 @@ type qqAns struct {
 // qqAnswerLater is qqAnswer on the queue's answerer, not the caller's
 // goroutine (the raft loop, applying).
 func (q *Queue) qqAnswerLater(seq uint64, st byte) {
-	qc := &q.qc
-	qc.amu.Lock()
-	qc.answers = append(qc.answers, qqAns{seq, st})
-	qc.answerer.startLocked(q.qqAnswerAll)
-	qc.amu.Unlock()
+	s := q.qq
+	s.amu.Lock()
+	s.answers = append(s.answers, qqAns{seq, st})
+	s.answerer.startLocked(q.qqAnswerAll)
+	s.amu.Unlock()
 }
 
 // qqAnswerAll is the answerer: it answers in order until none is left.
 func (q *Queue) qqAnswerAll() {
-	qc := &q.qc
+	s := q.qq
 	for {
-		qc.amu.Lock()
-		as := qc.answers
-		qc.answers = nil
+		s.amu.Lock()
+		as := s.answers
+		s.answers = nil
 		if len(as) == 0 {
-			qc.answerer.stopLocked()
-			qc.amu.Unlock()
+			s.answerer.stopLocked()
+			s.amu.Unlock()
 			return
 		}
-		qc.amu.Unlock()
+		s.amu.Unlock()
 		for _, a := range as {
 			q.qqAnswer(a.seq, a.st)
 		}

@@ -108,6 +108,14 @@ type qqState struct {
 	proposer lazyWorker // runs flush while pend has commands
 	marks    qqMarks
 
+	// This node's answers to the publishes made here, handed off the raft
+	// loop (where they are known, at apply): the answerer calls qqAnswer
+	// for each, in order, so that the publishers' waiters and the
+	// server's confirms never run on the raft loop (amu; qqclient.go).
+	amu      sync.Mutex
+	answers  []qqAns
+	answerer lazyWorker
+
 	// Leader changes waiting to reach qqLeaderChanged, in order (nmu).
 	nmu       sync.Mutex
 	notes     []qqLeader

@@ -60,7 +60,7 @@ func (c *call) deadLetterQueues() error {
 	if err != nil {
 		return err
 	}
-	list := []map[string]any{}
+	list := []api.DeadLetterQueue{}
 	for _, v := range vs {
 		targets := v.DeadLetterTargets()
 		for _, q := range v.Queues() {
@@ -88,13 +88,13 @@ func (c *call) deadLetterQueues() error {
 				srcs = []string{}
 			}
 			st := q.Stats()
-			list = append(list, map[string]any{"vhost": v.Name, "name": q.Name,
-				"messages": st.Ready + st.Unacked, "messages_ready": st.Ready, "messages_unacknowledged": st.Unacked,
-				"consumers": st.Consumers, "sources": srcs, "by_reason": sum.byReason, "by_source": sum.bySource,
-				"sampled": sum.sampled})
+			list = append(list, api.DeadLetterQueue{VHost: v.Name, Name: q.Name,
+				Messages: st.Ready + st.Unacked, MessagesReady: st.Ready, MessagesUnacknowledged: st.Unacked,
+				Consumers: st.Consumers, Sources: srcs, ByReason: sum.byReason, BySource: sum.bySource,
+				Sampled: sum.sampled})
 		}
 	}
-	return c.list(list)
+	return listOf(c, list)
 }
 
 func (c *call) deadLetterMessages() error {
@@ -132,14 +132,14 @@ func (c *call) deadLetterMessages() error {
 		pos++
 		return len(msgs) < limit
 	})
-	reply := map[string]any{"total": total, "offset": offset, "messages": msgs}
+	reply := api.DeadLetterPage{Total: total, Offset: offset, Messages: msgs}
 	if f.Reason != "" || f.SourceQueue != "" {
 		// total counts the messages the filter matches (of the first
 		// inspectLimit; truncated says when there were more).
 		matched, seen := 0, 0
 		q.Browse(0, func(b broker.Browsed) bool {
 			if seen >= inspectLimit {
-				reply["truncated"] = true
+				reply.Truncated = true
 				return false
 			}
 			seen++
@@ -148,7 +148,7 @@ func (c *call) deadLetterMessages() error {
 			}
 			return true
 		})
-		reply["total"] = matched
+		reply.Total = matched
 	}
 	return c.ok(reply)
 }
@@ -216,9 +216,9 @@ func (c *call) deadLetterReplay() error {
 		return moveError(err)
 	}
 	st := q.Stats()
-	reply := map[string]any{"replayed": res.Moved, "skipped": res.Skipped, "failed": res.Failed, "remaining": st.Ready + st.Unacked}
+	reply := api.ReplayResult{Replayed: res.Moved, Skipped: res.Skipped, Failed: res.Failed, Remaining: st.Ready + st.Unacked}
 	if res.Err != nil {
-		reply["error"] = res.Err.Error()
+		reply.Error = res.Err.Error()
 	}
 	c.s.writeJSON(c.w, http.StatusOK, reply)
 	return nil

@@ -23,18 +23,7 @@ func cmdDLQList(c *cliCtx, args []string) error {
 	if err := wantArgs(args, 0, 0, "dlq list [--vhost V]"); err != nil {
 		return err
 	}
-	var rows []struct {
-		Vhost     string         `json:"vhost"`
-		Name      string         `json:"name"`
-		Messages  int            `json:"messages"`
-		Ready     int            `json:"messages_ready"`
-		Unacked   int            `json:"messages_unacknowledged"`
-		Consumers int            `json:"consumers"`
-		Sources   []string       `json:"sources"`
-		ByReason  map[string]int `json:"by_reason"`
-		BySource  map[string]int `json:"by_source"`
-		Sampled   bool           `json:"sampled"`
-	}
+	var rows []api.DeadLetterQueue
 	raw, err := c.api.getJSON(c.listPath("dead-letters"), &rows)
 	if err != nil {
 		if isNotFound(err) && c.vhost == "" {
@@ -56,10 +45,10 @@ func cmdDLQList(c *cliCtx, args []string) error {
 		if r.Sampled {
 			mark, sampled = " *", true
 		}
-		cells := []string{r.Name, strconv.Itoa(r.Messages), strconv.Itoa(r.Ready), strconv.Itoa(r.Unacked),
+		cells := []string{r.Name, strconv.Itoa(r.Messages), strconv.Itoa(r.MessagesReady), strconv.Itoa(r.MessagesUnacknowledged),
 			strconv.Itoa(r.Consumers), strings.Join(r.Sources, ","), countsString(r.ByReason) + mark, countsString(r.BySource) + mark}
 		if c.vhost == "" {
-			cells = append([]string{r.Vhost}, cells...)
+			cells = append([]string{r.VHost}, cells...)
 		}
 		t.row(cells...)
 	}
@@ -82,11 +71,7 @@ func countsString(m map[string]int) string {
 }
 
 // dlPage is a reply of GET /api/dead-letters/{vhost}/{queue}/messages.
-type dlPage struct {
-	Total    int           `json:"total"`
-	Offset   int           `json:"offset"`
-	Messages []api.Browsed `json:"messages"`
-}
+type dlPage = api.DeadLetterPage
 
 // dlMessages browses a page of the DLQ. Filters are applied here rather
 // than by the API: the API's offset is a position in the queue, so pages
@@ -243,15 +228,6 @@ func timeString(t time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
-// replayReply is the reply of POST /api/dead-letters/{vhost}/{queue}/replay.
-type replayReply struct {
-	Replayed  int    `json:"replayed"`
-	Skipped   int    `json:"skipped"`
-	Failed    int    `json:"failed"`
-	Remaining int    `json:"remaining"`
-	Error     string `json:"error,omitempty"`
-}
-
 // cmdDLQReplay replays in batches (--batch per request) so that a long
 // replay shows progress, until --count messages are replayed, a batch
 // replays fewer than it asked for, or a message fails.
@@ -278,7 +254,7 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 	}
 	prog := newProgress(c.stderr, "replaying", min(limit, c.matching(vhost, queue, p.Total)))
 	defer prog.done()
-	var total replayReply
+	var total api.ReplayResult
 	total.Remaining = p.Total
 	path := apiPath("dead-letters", vhost, queue, "replay")
 	for total.Replayed < limit {
@@ -298,7 +274,7 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 			}
 			return err
 		}
-		var r replayReply
+		var r api.ReplayResult
 		if err := json.Unmarshal(raw, &r); err != nil {
 			return fmt.Errorf("dlq replay: bad JSON reply: %w", err)
 		}
@@ -347,11 +323,7 @@ func (c *cliCtx) matching(vhost, queue string, all int) int {
 	if c.reason == "" && c.sourceQ == "" {
 		return all
 	}
-	var rows []struct {
-		Name     string         `json:"name"`
-		ByReason map[string]int `json:"by_reason"`
-		BySource map[string]int `json:"by_source"`
-	}
+	var rows []api.DeadLetterQueue
 	if _, err := c.api.getJSON(apiPath("dead-letters", vhost), &rows); err != nil {
 		return all
 	}

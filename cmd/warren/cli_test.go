@@ -608,7 +608,7 @@ func TestCLIDLQReplay(t *testing.T) {
 	}
 
 	// --count 1 --keep-history, JSON: the payments message, history kept.
-	var r replayReply
+	var r api.ReplayResult
 	e.cliJSON(&r, "dlq", "replay", "cli.dlq", "--count", "1", "--source-queue", "payments", "--keep-history")
 	if r.Replayed != 1 || r.Failed != 0 || r.Remaining != 2 {
 		t.Fatalf("dlq replay --count 1: %+v", r)

@@ -629,3 +629,41 @@ type Listener struct {
 	Port       int    `json:"port"`
 	SocketOpts []any  `json:"socket_opts"`
 }
+
+// DeadLetterQueue is one of /api/dead-letters (Warren's): a queue that
+// dead-letter exchanges route to, or whose head holds a dead letter, with
+// its dead letters counted by reason and by source queue (of the first
+// ones, sampled, on a long queue).
+type DeadLetterQueue struct {
+	VHost                  string         `json:"vhost"`
+	Name                   string         `json:"name"`
+	Messages               int            `json:"messages"`
+	MessagesReady          int            `json:"messages_ready"`
+	MessagesUnacknowledged int            `json:"messages_unacknowledged"`
+	Consumers              int            `json:"consumers"`
+	Sources                []string       `json:"sources"`
+	ByReason               map[string]int `json:"by_reason"`
+	BySource               map[string]int `json:"by_source"`
+	Sampled                bool           `json:"sampled"`
+}
+
+// DeadLetterPage is a page of a dead-letter browse
+// (/api/dead-letters/{vhost}/{queue}/messages). With a filter, Total
+// counts the matching messages among the first ones inspected, and
+// Truncated says there were more.
+type DeadLetterPage struct {
+	Total     int       `json:"total"`
+	Offset    int       `json:"offset"`
+	Messages  []Browsed `json:"messages"`
+	Truncated bool      `json:"truncated,omitempty"`
+}
+
+// ReplayResult is a replay's answer (POST
+// /api/dead-letters/{vhost}/{queue}/replay).
+type ReplayResult struct {
+	Replayed  int    `json:"replayed"`
+	Skipped   int    `json:"skipped"`
+	Failed    int    `json:"failed"`
+	Remaining int    `json:"remaining"`
+	Error     string `json:"error,omitempty"`
+}
