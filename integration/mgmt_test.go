@@ -1204,6 +1204,9 @@ func TestMgmtDeadLetters(t *testing.T) {
 		t.Fatalf("orders.dlq holds %d messages, want the 2 rejected from orders", tg.amqpCount(t, vh, "orders.dlq"))
 	}
 	tg.apiGet(vh, "orders2", map[string]any{"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
+	if !eventually(func() bool { return tg.amqpCount(t, vh, "orders.dlq") == 3 }) {
+		t.Fatalf("orders.dlq holds %d messages, want 3 rejected", tg.amqpCount(t, vh, "orders.dlq"))
+	}
 	publish(t, ch, "orders-x", "new", amqp.Publishing{Body: []byte("e1"), Expiration: "1"})
 	if !eventually(func() bool { return tg.amqpCount(t, vh, "orders.dlq") == 4 }) {
 		t.Fatalf("orders.dlq holds %d messages, want 4 (3 rejected, 1 expired)", tg.amqpCount(t, vh, "orders.dlq"))
