@@ -80,11 +80,11 @@ func (q *Queue) dlCondLocked() *sync.Cond {
 // kickFlusherLocked starts the queue's flusher if dead letters wait and
 // none runs: one flusher per queue at a time (R3.11).
 func (q *Queue) kickFlusherLocked() {
-	if len(q.outbox) > 0 && !q.dlFlusher.runningLocked() {
+	if len(q.outbox) > 0 && q.dlFlusher.startingLocked() {
 		if ms := q.vhost.b.msgs; ms != nil {
 			ms.dlFlushers.add()
 		}
-		q.dlFlusher.startLocked(q.flush)
+		go q.flush()
 	}
 }
 

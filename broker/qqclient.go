@@ -495,7 +495,8 @@ func (q *Queue) qqRoom() bool {
 func (q *Queue) qqSendOne(node string, seq, prev uint64, m *Message) bool {
 	b := q.vhost.b
 	if node == b.node {
-		q.qqEnqueueAtLeader(machine.PubID{Publisher: b.remote.qqPubID(), Seq: seq}, prev, m, func(st byte) { q.qqAnswerLater(seq, st) })
+		s := q.qq
+		q.qqEnqueueAtLeader(machine.PubID{Publisher: b.remote.qqPubID(), Seq: seq}, prev, m, func(st byte) { s.answers.add(qqAns{seq, st}) })
 		return true
 	}
 	p := b.getPeers()
@@ -513,39 +514,11 @@ func (q *Queue) qqSendOne(node string, seq, prev uint64, m *Message) bool {
 	return sendPaced(p, node, buf) == nil
 }
 
-// qqAns is an answer waiting for the answerer.
+// qqAns is a local leader's answer on its way to qqAnswer
+// (qqState.answers), off the raft loop.
 type qqAns struct {
 	seq uint64
 	st  byte
-}
-
-// qqAnswerLater is qqAnswer on the queue's answerer, not the caller's
-// goroutine (the raft loop, applying).
-func (q *Queue) qqAnswerLater(seq uint64, st byte) {
-	s := q.qq
-	s.amu.Lock()
-	s.answers = append(s.answers, qqAns{seq, st})
-	s.answerer.startLocked(q.qqAnswerAll)
-	s.amu.Unlock()
-}
-
-// qqAnswerAll is the answerer: it answers in order until none is left.
-func (q *Queue) qqAnswerAll() {
-	s := q.qq
-	for {
-		s.amu.Lock()
-		as := s.answers
-		s.answers = nil
-		if len(as) == 0 {
-			s.answerer.stopLocked()
-			s.amu.Unlock()
-			return
-		}
-		s.amu.Unlock()
-		for _, a := range as {
-			q.qqAnswer(a.seq, a.st)
-		}
-	}
 }
 
 // qqAnswer takes the leader's answer for publish seq.

@@ -109,22 +109,20 @@ type qqState struct {
 	marks    qqMarks
 
 	// This node's answers to the publishes made here, handed off the raft
-	// loop (where they are known, at apply): the answerer calls qqAnswer
-	// for each, in order, so that the publishers' waiters and the
-	// server's confirms never run on the raft loop (amu; qqclient.go).
-	amu      sync.Mutex
-	answers  []qqAns
-	answerer lazyWorker
-
-	// Leader changes waiting to reach qqLeaderChanged, in order (nmu).
-	nmu       sync.Mutex
-	notes     []qqLeader
-	notifying bool
+	// loop (where they are known, at apply) to qqAnswer, in order, so that
+	// the publishers' waiters and the server's confirms never run on the
+	// raft loop (qqclient.go).
+	answers inOrder[qqAns]
+	// Leader changes on their way to qqLeaderChanged, in order: it may
+	// call other nodes.
+	notes inOrder[qqLeader]
 }
 
 func newQQState(q *Queue, id uint64, members []string) *qqState {
 	s := &qqState{q: q, id: id, members: slices.Clone(members)}
 	s.leader.Store(&qqLeader{})
+	s.answers.handle = func(a qqAns) { q.qqAnswer(a.seq, a.st) }
+	s.notes.handle = func(n qqLeader) { q.qqLeaderChanged(n.node, n.term) }
 	return s
 }
 
@@ -655,7 +653,9 @@ func (s *qqState) proposeLocked(c qrepl.Command) {
 		}
 	}
 	s.pend = append(s.pend, pendCmd{c: c, seq: seq})
-	s.proposer.startLocked(s.flush)
+	if s.proposer.startingLocked() {
+		go s.flush()
+	}
 }
 
 // flush proposes the queued commands, in order.
@@ -915,30 +915,7 @@ func (s *qqState) stepDownLocked() {
 
 // notify hands a leader change to the client side (qqLeaderChanged), in
 // order, on a goroutine of its own: it may call other nodes.
-func (s *qqState) notify(leader string, term uint64) {
-	s.nmu.Lock()
-	s.notes = append(s.notes, qqLeader{node: leader, term: term})
-	if s.notifying {
-		s.nmu.Unlock()
-		return
-	}
-	s.notifying = true
-	s.nmu.Unlock()
-	go func() {
-		for {
-			s.nmu.Lock()
-			if len(s.notes) == 0 {
-				s.notifying = false
-				s.nmu.Unlock()
-				return
-			}
-			n := s.notes[0]
-			s.notes = s.notes[1:]
-			s.nmu.Unlock()
-			s.q.qqLeaderChanged(n.node, n.term)
-		}
-	}()
-}
+func (s *qqState) notify(leader string, term uint64) { s.notes.add(qqLeader{node: leader, term: term}) }
 
 // A quorum queue leader's backing (kinds.go): the raft log.
 

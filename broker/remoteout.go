@@ -103,7 +103,8 @@ func (b *Broker) sendOut(node string, m outMsg) {
 			return // sent, or the node is down (see above)
 		}
 		o.q = append(o.q, m)
-		o.sender.startLocked(func() { b.drainOutbox(p, node, o) })
+		o.sender.startingLocked() // true: it was not running
+		go b.drainOutbox(p, node, o)
 		return
 	}
 	if n := len(o.q); m.q != nil && n > 0 {
