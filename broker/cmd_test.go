@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/warrenmq/warren/internal/loopnet"
 	"math/rand"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/loopnet"
 )
 
 var clusterNames = []string{"warren@a", "warren@b", "warren@c"}

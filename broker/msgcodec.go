@@ -3,11 +3,11 @@ package broker
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/warrenmq/warren/internal/wire"
 	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/internal/wire"
 )
 
 // Record types of a queue's message log (msgstore.go).

@@ -2,14 +2,14 @@ package integration
 
 import (
 	"context"
-	"github.com/warrenmq/warren/internal/loopnet"
-	"github.com/warrenmq/warren/internal/testutil"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/internal/loopnet"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
 )
 

@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net"
 	"net/http"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/warrenmq/warren/internal/faultproxy"
 	"github.com/warrenmq/warren/internal/testutil"
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 // procClusterOpts tunes startProcCluster.

@@ -3,11 +3,11 @@ package mgmt
 import (
 	"encoding/base64"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"slices"
 	"strings"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 func (s *Server) accessRoutes() {

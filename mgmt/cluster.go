@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 	"sort"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 // A cluster-aware management API (issue 13). Without SetCluster (a single

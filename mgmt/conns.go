@@ -3,11 +3,11 @@ package mgmt
 import (
 	"context"
 	"encoding/json"
-	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 	"github.com/warrenmq/warren/server"
 )
 

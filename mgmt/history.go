@@ -3,12 +3,13 @@ package mgmt
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"math/bits"
 	"net/url"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 // Rate and depth history (issue 15): the sampler keeps, per object, the

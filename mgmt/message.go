@@ -3,13 +3,13 @@ package mgmt
 import (
 	"encoding/base64"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 // Messages as RabbitMQ's HTTP API shows and takes them.

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net/http"
 	"strings"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 	"github.com/warrenmq/warren/server"
 )
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 	"sync"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 func (s *Server) queueRoutes() {

@@ -1,12 +1,12 @@
 package mgmt
 
 import (
-	"github.com/warrenmq/warren/mgmt/api"
 	"os"
 	"runtime"
 	"time"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 	"github.com/warrenmq/warren/server"
 )
 

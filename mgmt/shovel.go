@@ -1,10 +1,10 @@
 package mgmt
 
 import (
-	"github.com/warrenmq/warren/mgmt/api"
 	"sort"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 // Moving messages with the dynamic shovel parameter that RabbitMQ's UI

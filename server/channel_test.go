@@ -3,11 +3,11 @@ package server_test
 import (
 	"context"
 	"errors"
-	"github.com/warrenmq/warren/internal/testutil"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/server"
 )
 

@@ -3,8 +3,9 @@ package machine
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/warrenmq/warren/internal/wire"
 	"slices"
+
+	"github.com/warrenmq/warren/internal/wire"
 )
 
 // Snapshot encoding. The bytes are a function of the state alone: heaps

@@ -3,9 +3,9 @@ package qrepl
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/warrenmq/warren/internal/wire"
 
 	"github.com/warrenmq/warren/broker/machine"
+	"github.com/warrenmq/warren/internal/wire"
 )
 
 // PubID identifies a publish for deduplication: the publisher (a node's

@@ -1,10 +1,11 @@
 package qrepl
 
 import (
-	"github.com/warrenmq/warren/internal/deque"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/warrenmq/warren/internal/deque"
 )
 
 // TestRing: issue 14: the state's ring buffer against a slice: pushes,

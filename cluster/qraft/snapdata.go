@@ -3,8 +3,9 @@ package qraft
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/warrenmq/warren/internal/wire"
 	"sort"
+
+	"github.com/warrenmq/warren/internal/wire"
 )
 
 // snapData is the Data of a raft snapshot taken by the host: the state

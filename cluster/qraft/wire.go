@@ -4,11 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/warrenmq/warren/internal/wire"
 	"sync/atomic"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/warrenmq/warren/internal/wire"
 )
 
 // The wire format of one transport message between two hosts: a batch of

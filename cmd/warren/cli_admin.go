@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net/http"
 	"os"
 	"strconv"
+
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 func (c *cliCtx) definitionsPath() string {

@@ -9,9 +9,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"sort"
+
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 var clusterCommand = &cliCommand{name: "cluster", summary: "cluster nodes: status, join, forget", subs: []*cliCommand{

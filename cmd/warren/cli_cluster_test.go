@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"github.com/warrenmq/warren/mgmt/api"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 // fakeClusterAPI serves the shapes of the cluster endpoints (H5 builds

@@ -13,13 +13,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 var quorumSubcommands = []*cliCommand{

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"regexp"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/internal/testutil"
+	"github.com/warrenmq/warren/mgmt/api"
 	"github.com/warrenmq/warren/warrentest"
 )
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/warrenmq/warren/mgmt/api"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/warrenmq/warren/internal/testutil"
+	"github.com/warrenmq/warren/mgmt/api"
 	"github.com/warrenmq/warren/warrentest"
 )
 

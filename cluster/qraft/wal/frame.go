@@ -3,10 +3,11 @@ package wal
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/warrenmq/warren/internal/wire"
 	"hash/crc32"
 	"io"
 	"math/bits"
+
+	"github.com/warrenmq/warren/internal/wire"
 )
 
 // On-disk layout (see the package doc).
