@@ -808,7 +808,7 @@ func (s *qqState) takeoverLocked(term uint64) {
 			wants = append(wants, want{e: e, id: msg.ID, kind: kDead, why: msg.Reason})
 		case msg.DelayUntil != 0:
 			wants = append(wants, want{e: e, id: msg.ID, kind: kDelayed, delay: msg.DelayUntil})
-		case pageable && (pg.len() > 0 || readyN >= wm || readyBytes >= wb):
+		case pageable && (pg.Len() > 0 || readyN >= wm || readyBytes >= wb):
 			p := qqPaged{seq: seq, id: msg.ID, expiresAt: msg.ExpiresAt, size: msg.Size, dc: msg.DeliveryCount, acq: msg.Acquired}
 			if msg.Persistent {
 				p.flags |= qpPersistent
@@ -818,7 +818,7 @@ func (s *qqState) takeoverLocked(term uint64) {
 			if e.Redelivered {
 				p.flags |= qpRedelivered
 			}
-			pg.push(p)
+			pg.Push(p)
 			paged.All.N++
 			paged.All.Bytes += int64(msg.Size)
 			if msg.ExpiresAt != 0 {
@@ -897,7 +897,7 @@ func (s *qqState) stepDownLocked() {
 	q.m.Restore(nil, nil, nil, machine.Counts{}, nil, old.LastSeq())
 	s.ids, s.lease, s.leaseReq, s.maxID = nil, 0, 0, 0
 	s.lg = nil
-	s.paging.reset()
+	s.paging.Reset()
 	if q.timer != nil {
 		q.timer.Stop()
 		q.timer, q.timerAt = nil, 0
@@ -935,7 +935,7 @@ func (s *qqState) returned(e *qentry, seq uint64, delayUntil int64) {
 }
 func (s *qqState) leased(seq uint64) bool { return s.leasedLocked(seq) }
 func (s *qqState) purged()                { s.purgeLocked() }
-func (s *qqState) deleted()               { s.paging.reset() }
+func (s *qqState) deleted()               { s.paging.Reset() }
 
 func (s *qqState) pageIn(force bool)            { s.pageInLocked(force) }
 func (s *qqState) expirePaged(t machine.Timed)  { s.expirePagedLocked(t) }

@@ -1,10 +1,9 @@
 package broker
 
 import (
-	"github.com/warrenmq/warren/internal/deque"
-
 	"github.com/warrenmq/warren/broker/machine"
 	"github.com/warrenmq/warren/broker/qrepl"
+	"github.com/warrenmq/warren/internal/deque"
 )
 
 // Bounded memory for replicated quorum queues (issue 14, "message bodies
@@ -51,7 +50,7 @@ const (
 // is sequence order (a message is paged out only behind every ready one).
 // Guarded by q.mu.
 type qqPaging struct {
-	d deque.Deque[qqPaged] // the tail; tombstones among them (a deque: it grows without copying)
+	deque.Deque[qqPaged] // tombstones among them; it grows without copying
 }
 
 // entry is p as a machine entry without its body.
@@ -60,27 +59,16 @@ func (p *qqPaged) entry() qentry {
 		DeliveryCount: p.dc, Acquired: p.acq, Redelivered: p.flags&qpRedelivered != 0}
 }
 
-func (pg *qqPaging) push(p qqPaged) { pg.d.Push(p) }
-
-// len is the number of headers not yet paged in (tombstones among them).
-func (pg *qqPaging) len() int { return pg.d.Len() }
-
-// at is the tail's header i.
-func (pg *qqPaging) at(i int) *qqPaged { return pg.d.At(i) }
-
-// after is the tail's index of the first header with a sequence number
-// above seq (or at it, if at), len if none.
-func (pg *qqPaging) after(seq uint64, at bool) int {
-	if at {
-		return pg.d.Search(func(p *qqPaged) bool { return p.seq >= seq })
-	}
-	return pg.d.Search(func(p *qqPaged) bool { return p.seq > seq })
+// from is the tail's index of the first header at seq or after, Len if
+// none.
+func (pg *qqPaging) from(seq uint64) int {
+	return pg.Search(func(p *qqPaged) bool { return p.seq >= seq })
 }
 
 // find returns the tail's index of seq, or -1.
 func (pg *qqPaging) find(seq uint64) int {
-	i := pg.after(seq, true)
-	if i < pg.len() && pg.at(i).seq == seq && pg.at(i).flags&qpGone == 0 {
+	i := pg.from(seq)
+	if i < pg.Len() && pg.At(i).seq == seq && pg.At(i).flags&qpGone == 0 {
 		return i
 	}
 	return -1
@@ -89,13 +77,11 @@ func (pg *qqPaging) find(seq uint64) int {
 // drop removes the first n of the tail (paged in), with the tombstones
 // that follow them.
 func (pg *qqPaging) drop(n int) {
-	pg.d.DropFront(n)
-	for pg.d.Len() > 0 && pg.d.At(0).flags&qpGone != 0 {
-		pg.d.PopFront()
+	pg.DropFront(n)
+	for pg.Len() > 0 && pg.At(0).flags&qpGone != 0 {
+		pg.PopFront()
 	}
 }
-
-func (pg *qqPaging) reset() { pg.d.Reset() }
 
 // pageableLocked reports whether the queue pages at all.
 func (s *qqState) pageableLocked() bool { return s.q.m.Levels() <= 1 }
@@ -122,7 +108,7 @@ func (s *qqState) pageOutNewLocked(id uint64, c *qrepl.Enqueue) {
 	if c.Persistent {
 		p.flags |= qpPersistent
 	}
-	s.paging.push(p)
+	s.paging.Push(p)
 	q.m.PageOut(e, id)
 }
 
@@ -142,7 +128,7 @@ func (s *qqState) pageOutReturnLocked(e *qentry, seq, id uint64) {
 	if e.Persistent {
 		p.flags |= qpPersistent
 	}
-	s.paging.push(p)
+	s.paging.Push(p)
 }
 
 // isPagedLocked reports whether the deadline t is of a message still
@@ -158,7 +144,7 @@ func (s *qqState) expirePagedLocked(t machine.Timed) {
 	if i < 0 {
 		return
 	}
-	p := s.paging.at(i)
+	p := s.paging.At(i)
 	p.flags |= qpGone
 	e := p.entry()
 	id := p.id
@@ -241,16 +227,16 @@ func (s *qqState) pageInLocked(force bool) {
 	pg := &s.paging
 	n, k := 0, 0 // headers taken, live among them
 	var bytes int64
-	for n < pg.len() && k < want && (k == 0 || bytes+int64(pg.at(n).size) <= room) {
-		if pg.at(n).flags&qpGone == 0 {
+	for n < pg.Len() && k < want && (k == 0 || bytes+int64(pg.At(n).size) <= room) {
+		if pg.At(n).flags&qpGone == 0 {
 			k++
-			bytes += int64(pg.at(n).size)
+			bytes += int64(pg.At(n).size)
 		}
 		n++
 	}
 	ids := make([]uint64, 0, k)
 	for i := range n {
-		if p := pg.at(i); p.flags&qpGone == 0 {
+		if p := pg.At(i); p.flags&qpGone == 0 {
 			ids = append(ids, p.id)
 		}
 	}
@@ -259,7 +245,7 @@ func (s *qqState) pageInLocked(force bool) {
 	var lost []qentry
 	j := 0
 	for i := range n {
-		p := pg.at(i)
+		p := pg.At(i)
 		if p.flags&qpGone != 0 {
 			continue
 		}
@@ -289,12 +275,12 @@ func (s *qqState) pageInLocked(force bool) {
 // purgePagedLocked lists the paged-out messages' ids for a Purge and
 // forgets them (the machine's Purge counts them out).
 func (s *qqState) purgePagedLocked(ids []uint64) []uint64 {
-	for i := range s.paging.len() {
-		if p := s.paging.at(i); p.flags&qpGone == 0 {
+	for i := range s.paging.Len() {
+		if p := s.paging.At(i); p.flags&qpGone == 0 {
 			ids = append(ids, p.id)
 		}
 	}
-	s.paging.reset()
+	s.paging.Reset()
 	return ids
 }
 
@@ -325,11 +311,11 @@ func (s *qqState) browsePagedLocked(i *int, offset int, fn func(Browsed) bool) {
 		return
 	}
 	pg := &s.paging
-	for k := 0; k < pg.len(); {
+	for k := 0; k < pg.Len(); {
 		var ps []*qqPaged
 		var ids []uint64
-		for ; k < pg.len() && len(ids) < qqPageChunk; k++ {
-			p := pg.at(k)
+		for ; k < pg.Len() && len(ids) < qqPageChunk; k++ {
+			p := pg.At(k)
 			if p.flags&qpGone != 0 {
 				continue
 			}
@@ -364,12 +350,12 @@ func (s *qqState) takePagedLocked(cur *TakeCursor, now int64, limit, budget int,
 		return ds, true
 	}
 	pg := &s.paging
-	k := pg.after(cur.seq, false)
-	for k < pg.len() {
+	k := pg.from(cur.seq + 1)
+	for k < pg.Len() {
 		var ks []int
 		var ids []uint64
-		for ; k < pg.len() && len(ids) < qqPageChunk; k++ {
-			p := pg.at(k)
+		for ; k < pg.Len() && len(ids) < qqPageChunk; k++ {
+			p := pg.At(k)
 			if p.flags&qpGone != 0 || p.seq > upto {
 				continue
 			}
@@ -386,7 +372,7 @@ func (s *qqState) takePagedLocked(cur *TakeCursor, now int64, limit, budget int,
 		}
 		bodies, _ := s.readBodies(ids)
 		for j, x := range ks {
-			p := pg.at(x)
+			p := pg.At(x)
 			if bodies[j] == nil || !match(bodies[j]) {
 				cur.Skipped++
 				continue
@@ -416,11 +402,11 @@ func (s *qqState) untakePagedLocked(d *Delivery, redelivered bool) bool {
 		return false
 	}
 	pg := &s.paging
-	k := pg.after(d.Seq, true)
-	if k == 0 || k >= pg.len() || pg.at(k).seq != d.Seq || pg.at(k).flags&qpGone == 0 {
+	k := pg.from(d.Seq)
+	if k == 0 || k >= pg.Len() || pg.At(k).seq != d.Seq || pg.At(k).flags&qpGone == 0 {
 		return false // k == 0: nothing older is paged out
 	}
-	p := pg.at(k)
+	p := pg.At(k)
 	p.flags &^= qpGone
 	if redelivered {
 		p.flags |= qpRedelivered

@@ -19,17 +19,17 @@ func TestRing(t *testing.T) {
 		switch x := r.IntN(100); {
 		case x < 45:
 			key += 1 + uint64(r.IntN(3))
-			q.push(rec{key: key, id: key})
+			q.Push(rec{key: key, id: key})
 			model = append(model, rec{key: key, id: key})
 		case x < 75 && len(model) > 0:
-			q.popFront()
+			q.PopFront()
 			model = model[1:]
 		case x < 80 && len(model) > 0:
-			q.popBack()
+			q.PopBack()
 			model = model[:len(model)-1]
 		case x < 95 && len(model) > 0:
 			i := r.IntN(len(model))
-			q.at(i).flags |= fDead
+			q.At(i).flags |= fDead
 			model[i].flags |= fDead
 		case x < 97:
 			q.compact()
@@ -37,21 +37,21 @@ func TestRing(t *testing.T) {
 		default:
 			if len(model) > 0 {
 				want := model[r.IntN(len(model))].key
-				if i, ok := q.search(want); !ok || q.at(i).key != want {
+				if i, ok := q.search(want); !ok || q.At(i).key != want {
 					t.Fatalf("step %d: search %d: %d %v", step, want, i, ok)
 				}
-				if i, ok := q.search(want + 1<<40); ok || i != q.len() {
+				if i, ok := q.search(want + 1<<40); ok || i != q.Len() {
 					t.Fatalf("step %d: search beyond: %d %v", step, i, ok)
 				}
 			}
 		}
-		if q.len() != len(model) || q.len() > q.capacity() || q.capacity() > q.len()+2*deque.Block {
-			t.Fatalf("step %d: n %d, model %d, cap %d", step, q.len(), len(model), q.capacity())
+		if q.Len() != len(model) || q.Len() > q.Cap() || q.Cap() > q.Len()+2*deque.Block {
+			t.Fatalf("step %d: n %d, model %d, cap %d", step, q.Len(), len(model), q.Cap())
 		}
 		if step%97 == 0 {
 			for i := range model {
-				if *q.at(i) != model[i] {
-					t.Fatalf("step %d: at(%d) = %+v, want %+v", step, i, *q.at(i), model[i])
+				if *q.At(i) != model[i] {
+					t.Fatalf("step %d: at(%d) = %+v, want %+v", step, i, *q.At(i), model[i])
 				}
 			}
 		}

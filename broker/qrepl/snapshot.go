@@ -56,8 +56,8 @@ func (s *State) AppendSnapshot(dst []byte) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(s.live))
 	prevHi, prevTime := uint64(0), int64(0)
-	for i := 0; i < s.q.len(); i++ {
-		r := s.q.at(i)
+	for i := 0; i < s.q.Len(); i++ {
+		r := s.q.At(i)
 		if r.flags&fDead != 0 {
 			continue
 		}
@@ -195,7 +195,7 @@ func Restore(data []byte) (*State, error) {
 	s.q = ringOf(recs)
 	// A moved message must not also sit under its own key.
 	for id := range s.moved {
-		if i, ok := s.q.search(id << 16); ok && s.q.at(i).id == id {
+		if i, ok := s.q.search(id << 16); ok && s.q.At(i).id == id {
 			return nil, ErrSnapshot
 		}
 	}

@@ -205,7 +205,7 @@ func (s *State) apply(index uint64, c Command) Result {
 	case Discard:
 		for _, id := range c.IDs {
 			if i := s.find(id); i >= 0 {
-				r := s.q.at(i)
+				r := s.q.At(i)
 				r.flags = r.flags&^(3<<fReasonShift) | fDLX | uint8(c.Reason&3)<<fReasonShift
 				res.N++
 			}
@@ -270,10 +270,10 @@ func (s *State) prune() {
 }
 
 func (s *State) push(r rec) {
-	if s.q.full() && s.dead > s.q.len()/8 {
+	if s.q.Full() && s.dead > s.q.Len()/8 {
 		s.compact() // tombstones enough: reuse their room rather than grow
 	}
-	s.q.push(r)
+	s.q.Push(r)
 	s.live++
 	s.bytes += int64(r.size)
 }
@@ -293,13 +293,13 @@ func (s *State) find(id uint64) int {
 	// (A key also names the id: a Return's keys index<<16|i are not
 	// the keys of the ids they hold, and the id index may be asked for.)
 	i := 0
-	if s.q.len() == 0 || s.q.at(0).key != key {
+	if s.q.Len() == 0 || s.q.At(0).key != key {
 		var ok bool
 		if i, ok = s.q.search(key); !ok {
 			return -1
 		}
 	}
-	if r := s.q.at(i); r.flags&fDead != 0 || r.id != id {
+	if r := s.q.At(i); r.flags&fDead != 0 || r.id != id {
 		return -1
 	}
 	return i
@@ -307,7 +307,7 @@ func (s *State) find(id uint64) int {
 
 // kill tombstones the live message at i (leaving maps to the caller).
 func (s *State) kill(i int) {
-	r := s.q.at(i)
+	r := s.q.At(i)
 	r.flags |= fDead
 	s.live--
 	s.dead++
@@ -328,7 +328,7 @@ func (s *State) removeIDs(ids []uint64, counter *uint64) int {
 	n := 0
 	for _, id := range ids {
 		if i := s.find(id); i >= 0 {
-			s.forget(s.q.at(i))
+			s.forget(s.q.At(i))
 			s.kill(i)
 			n++
 		}
@@ -346,7 +346,7 @@ func (s *State) ret(index uint64, items []ReturnItem) int {
 			continue
 		}
 		n++
-		r := s.q.at(i)
+		r := s.q.At(i)
 		r.dc, r.acq = it.DeliveryCount, it.Acquired
 		r.flags &^= fDLX | 3<<fReasonShift
 		if it.Redelivered {
@@ -383,21 +383,21 @@ func (s *State) ret(index uint64, items []ReturnItem) int {
 
 // tidy drops tombstones at both ends and compacts when they are many.
 func (s *State) tidy() {
-	for s.q.len() > 0 && s.q.at(0).flags&fDead != 0 {
-		s.q.popFront()
+	for s.q.Len() > 0 && s.q.At(0).flags&fDead != 0 {
+		s.q.PopFront()
 		s.dead--
 	}
-	for s.q.len() > 0 && s.q.at(s.q.len()-1).flags&fDead != 0 {
-		s.q.popBack()
+	for s.q.Len() > 0 && s.q.At(s.q.Len()-1).flags&fDead != 0 {
+		s.q.PopBack()
 		s.dead--
 	}
 	switch {
 	case s.live == 0:
-		s.q.reset()
+		s.q.Reset()
 		s.dead = 0
 	case s.dead > s.tidyAt() && s.dead > s.live/4:
 		s.compact()
-	case s.q.capacity() > 4*s.live+1024:
+	case s.q.Cap() > 4*s.live+1024:
 		s.compact() // mostly room: shrink
 	}
 }
@@ -450,8 +450,8 @@ func (s *State) Publishers() int { return len(s.pubs) }
 // leader rebuilding its machine from Messages continues its sequence
 // numbers above it.
 func (s *State) LastOrder() uint64 {
-	for i := s.q.len() - 1; i >= 0; i-- {
-		if r := s.q.at(i); r.flags&fDead == 0 {
+	for i := s.q.Len() - 1; i >= 0; i-- {
+		if r := s.q.At(i); r.flags&fDead == 0 {
 			return r.key
 		}
 	}
@@ -464,7 +464,7 @@ func (s *State) Get(id uint64) (Msg, bool) {
 	if i < 0 {
 		return Msg{}, false
 	}
-	r := s.q.at(i)
+	r := s.q.At(i)
 	return r.msg(s.delayOf(r)), true
 }
 
@@ -478,8 +478,8 @@ func (s *State) delayOf(r *rec) int64 {
 // Messages calls fn for every live message in queue order until fn
 // returns false. fn must not change the state.
 func (s *State) Messages(fn func(Msg) bool) {
-	for i := 0; i < s.q.len(); i++ {
-		r := s.q.at(i)
+	for i := 0; i < s.q.Len(); i++ {
+		r := s.q.At(i)
 		if r.flags&fDead == 0 && !fn(r.msg(s.delayOf(r))) {
 			return
 		}
@@ -503,8 +503,8 @@ func (s *State) AppendLive(dst []uint64) []uint64 {
 		slices.Sort(moved)
 	}
 	j := 0
-	for i := 0; i < s.q.len(); i++ {
-		r := s.q.at(i)
+	for i := 0; i < s.q.Len(); i++ {
+		r := s.q.At(i)
 		if r.flags&(fDead|fMoved) != 0 {
 			continue
 		}
@@ -533,16 +533,16 @@ func (s *State) Equal(o *State) bool {
 	}
 	i, j := 0, 0
 	for {
-		for i < s.q.len() && s.q.at(i).flags&fDead != 0 {
+		for i < s.q.Len() && s.q.At(i).flags&fDead != 0 {
 			i++
 		}
-		for j < o.q.len() && o.q.at(j).flags&fDead != 0 {
+		for j < o.q.Len() && o.q.At(j).flags&fDead != 0 {
 			j++
 		}
-		if i == s.q.len() || j == o.q.len() {
-			return i == s.q.len() && j == o.q.len()
+		if i == s.q.Len() || j == o.q.Len() {
+			return i == s.q.Len() && j == o.q.Len()
 		}
-		a, b := s.q.at(i), o.q.at(j)
+		a, b := s.q.At(i), o.q.At(j)
 		if *a != *b || s.delayOf(a) != o.delayOf(b) {
 			return false
 		}

@@ -225,11 +225,11 @@ func TestRestoreRefuses(t *testing.T) {
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("duplicate id restored")
 	}
-	w.q.at(2).id, w.moved = 3, map[uint64]uint64{3: 3 << 16}
+	w.q.At(2).id, w.moved = 3, map[uint64]uint64{3: 3 << 16}
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("moved message under its own key restored")
 	}
-	w.q.popBack()
+	w.q.PopBack()
 	w.moved, w.live = nil, 2
 	if _, err := Restore(w.Snapshot()); err == nil {
 		t.Fatal("enqueued 3, live 2, none removed: restored")
@@ -263,8 +263,8 @@ func TestMemory1M(t *testing.T) {
 			ids = ids[:0]
 		}
 	}
-	if s.Len() != 1000 || s.q.capacity() > 1<<16 {
-		t.Fatalf("len %d cap %d after removing", s.Len(), s.q.capacity())
+	if s.Len() != 1000 || s.q.Cap() > 1<<16 {
+		t.Fatalf("len %d cap %d after removing", s.Len(), s.q.Cap())
 	}
 	runtime.KeepAlive(s)
 }
