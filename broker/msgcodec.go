@@ -167,20 +167,17 @@ func decodeMessage(b []byte) (*Message, error) {
 	}
 	m.HasTTL = d.Bool()
 	m.TTL = d.Varint()
+	var props []byte
+	if pn := d.Next(4); pn != nil {
+		props = d.Next(uint64(binary.LittleEndian.Uint32(pn)))
+	}
 	if d.Err() != nil {
 		return nil, d.Err()
 	}
-	if len(d.Rest()) < 4 {
-		return nil, errBadRecord
-	}
-	pn := binary.LittleEndian.Uint32(d.Rest())
-	if uint64(pn) > uint64(len(d.Rest())-4) {
-		return nil, errBadRecord
-	}
-	if err := amqp.DecodeProperties(d.Rest()[4:4+pn], &m.Props); err != nil {
+	if err := amqp.DecodeProperties(props, &m.Props); err != nil {
 		return nil, err
 	}
-	m.Body = append([]byte(nil), d.Rest()[4+pn:]...)
+	m.Body = append([]byte(nil), d.Rest()...)
 	return m, nil
 }
 

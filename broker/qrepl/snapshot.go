@@ -105,12 +105,12 @@ func Restore(data []byte) (*State, error) {
 	for _, p := range [...]*uint64{&st.Enqueued, &st.Duplicates, &st.Removed, &st.Purged, &st.Returned, &st.Discarded, &st.Corrupt} {
 		*p = d.Uvarint()
 	}
-	np := d.Uvarint()
-	if d.Err() != nil || np > uint64(d.Len()) {
+	np := d.Count()
+	if d.Err() != nil {
 		return nil, ErrSnapshot
 	}
 	prev := uint64(0)
-	for k := uint64(0); k < np && d.Err() == nil; k++ {
+	for k := 0; k < np && d.Err() == nil; k++ {
 		delta := d.Uvarint()
 		id := prev + delta
 		if (k > 0 && delta == 0) || id < prev || id == 0 {
