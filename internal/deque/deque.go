@@ -113,6 +113,8 @@ func (d *Deque[T]) Reset() { d.Truncate(0) }
 // being false and then true along the deque (sort.Search's contract);
 // Len if there is none.
 func (d *Deque[T]) Search(f func(*T) bool) int {
+	// Not sort.Search: its closure around f costs a third more on the
+	// state's removes (BenchmarkApplyRemoveHead).
 	lo, hi := 0, d.n
 	for lo < hi {
 		h := int(uint(lo+hi) >> 1)
@@ -138,9 +140,6 @@ func (d *Deque[T]) trim() {
 		d.head = 0
 	}
 	used := (d.head + d.n + Block - 1) / Block
-	if d.n == 0 {
-		used = 0
-	}
 	for i := used; i < len(d.blocks); i++ {
 		d.keep(d.blocks[i])
 		d.blocks[i] = nil

@@ -78,6 +78,10 @@ func (n *Net) SetCut(a, b string, cut bool) {
 func (n *Net) Reachable(from, to string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.reachableLocked(from, to)
+}
+
+func (n *Net) reachableLocked(from, to string) bool {
 	return n.nodes[to] != nil && !n.cut[[2]string{from, to}] && !n.closed
 }
 
@@ -105,12 +109,12 @@ func (p *Peers) Up(node string) bool { return p.n.Reachable(p.self, node) }
 // Call runs req on node and returns its answer, or ctx's error if it
 // ends first.
 func (p *Peers) Call(ctx context.Context, node string, req []byte) ([]byte, error) {
-	if !p.n.Reachable(p.self, node) {
+	p.n.mu.Lock()
+	ok, to := p.n.reachableLocked(p.self, node), p.n.nodes[node]
+	p.n.mu.Unlock()
+	if !ok {
 		return nil, fmt.Errorf("%s: %w", node, ErrUnreachable)
 	}
-	p.n.mu.Lock()
-	to := p.n.nodes[node]
-	p.n.mu.Unlock()
 	type answer struct {
 		b   []byte
 		err error
@@ -135,10 +139,10 @@ func (p *Peers) Send(node string, msg []byte) error {
 	n := p.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	k := [2]string{p.self, node}
-	if n.closed || n.nodes[node] == nil || n.cut[k] {
+	if !n.reachableLocked(p.self, node) {
 		return fmt.Errorf("%s: %w", node, ErrUnreachable)
 	}
+	k := [2]string{p.self, node}
 	ch := n.links[k]
 	if ch == nil {
 		c := n.linkCap
