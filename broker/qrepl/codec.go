@@ -27,6 +27,10 @@ const (
 	KindLease   Kind = 0x15
 	KindPurge   Kind = 0x16
 	KindPrune   Kind = 0x17
+	// KindEnqueueBatch is several Enqueues in one entry (EnqueueBatch). A
+	// node older than it would skip the entry: a leader proposes it only
+	// once every node of the cluster says it decodes it.
+	KindEnqueueBatch Kind = 0x18
 )
 
 func (k Kind) String() string {
@@ -45,6 +49,8 @@ func (k Kind) String() string {
 		return "purge"
 	case KindPrune:
 		return "prune"
+	case KindEnqueueBatch:
+		return "enqueue batch"
 	}
 	return "unknown"
 }
@@ -131,13 +137,72 @@ type Purge struct{ IDs []uint64 }
 // Enqueue.Time, is the leader's clock and advances the state's clock).
 type Prune struct{ Now int64 }
 
-func (Enqueue) Kind() Kind { return KindEnqueue }
-func (Remove) Kind() Kind  { return KindRemove }
-func (Return) Kind() Kind  { return KindReturn }
-func (Discard) Kind() Kind { return KindDiscard }
-func (Lease) Kind() Kind   { return KindLease }
-func (Purge) Kind() Kind   { return KindPurge }
-func (Prune) Kind() Kind   { return KindPrune }
+// EnqueueBatch is several publishes in one entry, placed in item order
+// as Enqueues at the entry's index would be: item j's id is
+// BatchID(index, j). One entry for many publishes is what makes a busy
+// queue's log cheap: the raft library's costs are per entry.
+type EnqueueBatch struct{ Items []Enqueue }
+
+// MaxBatchItems bounds an EnqueueBatch: an item's id keeps j in 16 bits.
+const MaxBatchItems = 1 << 16
+
+// batchBit marks the id of item j > 0 of an EnqueueBatch at index i:
+// batchBit | i<<16 | j. Item 0's id is i, the id a lone Enqueue at i
+// would have; every id's order key (keyOf) is i<<16 | j.
+const batchBit = 1 << 63
+
+// maxBatchIndex bounds the index of an EnqueueBatch, so that its ids
+// keep clear of batchBit (2^47 entries: years at a million a second).
+const maxBatchIndex = 1<<47 - 1
+
+// BatchID is the id of item j of the EnqueueBatch at index.
+func BatchID(index uint64, j int) uint64 {
+	if j == 0 {
+		return index
+	}
+	return batchBit | index<<16 | uint64(j)
+}
+
+// EntryOf is the index of the entry that holds message id's body.
+func EntryOf(id uint64) uint64 {
+	if id&batchBit != 0 {
+		return (id &^ batchBit) >> 16
+	}
+	return id
+}
+
+// ItemOf is message id's item in its entry (0 for a lone Enqueue).
+func ItemOf(id uint64) int {
+	if id&batchBit != 0 {
+		return int(id & 0xffff)
+	}
+	return 0
+}
+
+// keyOf is the order key of a message never moved.
+func keyOf(id uint64) uint64 {
+	if id&batchBit != 0 {
+		return id &^ batchBit
+	}
+	return id << 16
+}
+
+// validID reports whether id can name a message.
+func validID(id uint64) bool {
+	if id&batchBit != 0 {
+		return id&0xffff != 0 && (id&^batchBit)>>16 != 0 // item 0 has its lone id
+	}
+	return id != 0 && id <= maxIndex
+}
+
+func (Enqueue) Kind() Kind      { return KindEnqueue }
+func (EnqueueBatch) Kind() Kind { return KindEnqueueBatch }
+func (Remove) Kind() Kind       { return KindRemove }
+func (Return) Kind() Kind       { return KindReturn }
+func (Discard) Kind() Kind      { return KindDiscard }
+func (Lease) Kind() Kind        { return KindLease }
+func (Purge) Kind() Kind        { return KindPurge }
+func (Prune) Kind() Kind        { return KindPrune }
 
 // Encode returns c's encoding.
 func Encode(c Command) []byte { return c.AppendTo(nil) }
@@ -152,6 +217,42 @@ const (
 // AppendTo encodes e: kind, flags, [publisher, seq], time, [expiry],
 // priority, size, then the body to the end.
 func (e Enqueue) AppendTo(b []byte) []byte {
+	return append(e.appendHead(append(b, byte(KindEnqueue))), e.Body...)
+}
+
+// AppendTo encodes c: kind, the item count, then each item as an
+// Enqueue's head, the body's length (u32, little-endian) and the body.
+func (c EnqueueBatch) AppendTo(b []byte) []byte {
+	b = AppendBatchHead(b, len(c.Items))
+	for i := range c.Items {
+		var at int
+		b, at = AppendItemHead(b, &c.Items[i])
+		b = EndItem(append(b, c.Items[i].Body...), at)
+	}
+	return b
+}
+
+// AppendBatchHead starts an EnqueueBatch of n items (1 to MaxBatchItems);
+// each follows as AppendItemHead, its body, EndItem.
+func AppendBatchHead(b []byte, n int) []byte {
+	return binary.AppendUvarint(append(b, byte(KindEnqueueBatch)), uint64(n))
+}
+
+// AppendItemHead appends e's head as a batch item (e.Body is not read):
+// append the body, then EndItem(b, at).
+func AppendItemHead(b []byte, e *Enqueue) ([]byte, int) {
+	b = append(e.appendHead(b), 0, 0, 0, 0)
+	return b, len(b)
+}
+
+// EndItem writes the length of the body appended since at.
+func EndItem(b []byte, at int) []byte {
+	binary.LittleEndian.PutUint32(b[at-4:at], uint32(len(b)-at))
+	return b
+}
+
+// appendHead appends e's fields but the kind and the body.
+func (e *Enqueue) appendHead(b []byte) []byte {
 	var f byte
 	if e.Persistent {
 		f |= eqPersistent
@@ -165,7 +266,7 @@ func (e Enqueue) AppendTo(b []byte) []byte {
 	if e.Prev != 0 && e.Pub.Publisher != 0 {
 		f |= eqPrev
 	}
-	b = append(b, byte(KindEnqueue), f)
+	b = append(b, f)
 	if f&eqPub != 0 {
 		b = binary.AppendUvarint(b, e.Pub.Publisher)
 		b = binary.AppendUvarint(b, e.Pub.Seq)
@@ -178,8 +279,7 @@ func (e Enqueue) AppendTo(b []byte) []byte {
 		b = binary.AppendVarint(b, e.ExpiresAt)
 	}
 	b = append(b, e.Priority)
-	b = binary.AppendUvarint(b, uint64(e.Size))
-	return append(b, e.Body...)
+	return binary.AppendUvarint(b, uint64(e.Size))
 }
 
 // appendIDs writes a count and the ids, each as the zigzag difference
@@ -273,6 +373,12 @@ func Decode(data []byte) (Command, error) {
 			return nil, err
 		}
 		return e, nil
+	case KindEnqueueBatch:
+		c, err := decodeBatch(d)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
 	case KindRemove:
 		c := Remove{IDs: readIDs(d)}
 		return c, d.Done()
@@ -324,11 +430,52 @@ func Decode(data []byte) (Command, error) {
 	return nil, ErrCorrupt
 }
 
+// decodeBatch reads an EnqueueBatch after its kind byte; the bodies
+// alias the data.
+func decodeBatch(d *dec) (EnqueueBatch, error) {
+	n := d.Count()
+	if d.Err() != nil || n == 0 || n > MaxBatchItems {
+		return EnqueueBatch{}, ErrCorrupt
+	}
+	c := EnqueueBatch{Items: make([]Enqueue, n)}
+	for i := range c.Items {
+		if err := decodeItem(d, &c.Items[i]); err != nil {
+			return EnqueueBatch{}, err
+		}
+	}
+	if d.Done() != nil {
+		return EnqueueBatch{}, ErrCorrupt
+	}
+	return c, nil
+}
+
+// decodeItem reads one item of an EnqueueBatch.
+func decodeItem(d *dec, e *Enqueue) error {
+	if err := decodeHead(d, e); err != nil {
+		return err
+	}
+	e.Body = d.Next(uint64(d.Fixed32()))
+	if d.Err() != nil {
+		return ErrCorrupt
+	}
+	return nil
+}
+
 func decodeEnqueue(d *dec) (Enqueue, error) {
 	var e Enqueue
+	if err := decodeHead(d, &e); err != nil {
+		return Enqueue{}, err
+	}
+	e.Body = d.Rest()
+	return e, nil
+}
+
+// decodeHead reads an Enqueue's fields but the kind and the body.
+func decodeHead(d *dec, e *Enqueue) error {
+	*e = Enqueue{}
 	f := d.Byte()
 	if f&^(eqPersistent|eqPub|eqExpires|eqPrev) != 0 || f&eqPrev != 0 && f&eqPub == 0 {
-		return e, ErrCorrupt
+		return ErrCorrupt
 	}
 	e.Persistent = f&eqPersistent != 0
 	if f&eqPub != 0 {
@@ -351,10 +498,9 @@ func decodeEnqueue(d *dec) (Enqueue, error) {
 	e.Priority = d.Byte()
 	e.Size = d.Uint32()
 	if d.Err() != nil {
-		return Enqueue{}, ErrCorrupt
+		return ErrCorrupt
 	}
-	e.Body = d.Rest()
-	return e, nil
+	return nil
 }
 
 // DecodeEnqueue decodes an Enqueue entry (a body read back from the log
@@ -364,4 +510,34 @@ func DecodeEnqueue(data []byte) (Enqueue, error) {
 		return Enqueue{}, ErrCorrupt
 	}
 	return decodeEnqueue(newDec(data[1:]))
+}
+
+// DecodeMessage decodes message id's Enqueue from data, the entry
+// EntryOf(id) read back from the log: a lone Enqueue, or the item of
+// an EnqueueBatch. Body aliases data.
+func DecodeMessage(data []byte, id uint64) (Enqueue, error) {
+	if len(data) == 0 {
+		return Enqueue{}, ErrCorrupt
+	}
+	switch Kind(data[0]) {
+	case KindEnqueue:
+		if ItemOf(id) != 0 {
+			return Enqueue{}, ErrCorrupt
+		}
+		return decodeEnqueue(newDec(data[1:]))
+	case KindEnqueueBatch:
+		d := newDec(data[1:])
+		n, j := d.Count(), ItemOf(id)
+		if d.Err() != nil || j >= n {
+			return Enqueue{}, ErrCorrupt
+		}
+		var e Enqueue
+		for range j + 1 {
+			if err := decodeItem(d, &e); err != nil {
+				return Enqueue{}, err
+			}
+		}
+		return e, nil
+	}
+	return Enqueue{}, ErrCorrupt
 }

@@ -3,8 +3,9 @@
 // and the deterministic state every member builds by applying them.
 //
 // The state is small: the live messages' headers in queue order (no
-// bodies: a message's id is the index of its Enqueue entry, which keeps
-// the body in the log), publisher deduplication, the delivery lease and
+// bodies: a message's id names the log entry that keeps its body, the
+// index of its Enqueue, or BatchID(index, j) for item j of an
+// EnqueueBatch; EntryOf gives the index back), publisher deduplication, the delivery lease and
 // the dead-letter marks. It does no I/O, reads no clock, draws no random
 // number and starts no goroutine; the time travels in the commands. The
 // same entries applied in the same order give Equal states on every
@@ -18,8 +19,8 @@
 // with several, each level's subsequence), provided the leader's machine
 // takes enqueues and returns in the order they are applied. Messages
 // walks the live messages in that order; Msg.Order is the sort key
-// (index<<16 for an enqueue, index<<16 | i for the i'th item of a
-// Return), usable as the machine's sequence number.
+// (index<<16 for an enqueue, index<<16 | i for the i'th item of an
+// EnqueueBatch or a Return), usable as the machine's sequence number.
 //
 // Memory: a live message costs one 48-byte record in a ring buffer
 // (plus a quarter of growth room and tombstones, compacted lazily: about
@@ -35,7 +36,10 @@
 // Proposing: Enqueue{Pub, Time: now ms, ExpiresAt, Priority, Persistent,
 // Size, Body: the encoded message}; the message's id is the index the
 // entry commits at (Apply's index; Result.Duplicate when its publisher's
-// seq was seen: the message is in the queue already, answer ok). Acks,
+// seq was seen: the message is in the queue already, answer ok). Several
+// publishes at once: EnqueueBatch{Items}, item j's id BatchID(index, j)
+// and its outcome Result.Batch[j] (once every member decodes it: an
+// older node would skip the entry). Acks,
 // drops, expiries and finished dead letters: Remove{IDs} in batches.
 // Requeues: Return{Items} with the machine's new counts, Back when the
 // machine gave the message a new sequence number (Requeued(e, seq, _)
@@ -51,10 +55,11 @@
 // returned message here.
 //
 // Taking over: Messages in order; for each, the body from the log
-// (DecodeEnqueue(ReadEntry(m.ID)).Body); Order as the machine's sequence
+// (DecodeMessage(ReadEntry(EntryOf(m.ID)), m.ID).Body); Order as the machine's sequence
 // number (Restore with lastSeq LastOrder()); DelayUntil != 0 goes to the
 // delayed retries; DLX marks are dead-lettered again (Reason); messages
-// with ID <= Lease() may have been delivered: mark them redelivered.
+// with EntryOf(ID) <= Lease() may have been delivered: mark them
+// redelivered.
 //
 // Snapshots (the raft host's StateMachine): Snapshot() and Live() (the
 // entries whose bodies must stay), Restore(data) for one received or

@@ -25,7 +25,8 @@ func seedState() *State {
 func FuzzApply(f *testing.F) {
 	for _, c := range []Command{Enqueue{Pub: PubID{Publisher: 3, Seq: 9}, Body: []byte("x")}, Remove{IDs: []uint64{1, 2, 7}},
 		Return{Items: []ReturnItem{{ID: 3, Back: true}, {ID: 2, DelayUntil: 9}}}, Discard{IDs: []uint64{6}},
-		Lease{UpTo: 5}, Purge{IDs: []uint64{1, 4}}, Prune{Now: 1 << 40}} {
+		Lease{UpTo: 5}, Purge{IDs: []uint64{1, 4}}, Prune{Now: 1 << 40},
+		EnqueueBatch{Items: []Enqueue{{Pub: PubID{Publisher: 3, Seq: 10}, Body: []byte("y")}, {Size: 2, Body: []byte("zz")}}}} {
 		f.Add(Encode(c))
 	}
 	f.Add([]byte{})
@@ -56,6 +57,10 @@ func FuzzApply(f *testing.F) {
 // accepts snapshots to the same bytes.
 func FuzzRestore(f *testing.F) {
 	f.Add(seedState().Snapshot())
+	batched := seedState()
+	batched.Apply(9, Encode(EnqueueBatch{Items: []Enqueue{{Time: 9, Size: 1}, {Time: 9, Size: 2}}}))
+	batched.Apply(10, Encode(Return{Items: []ReturnItem{{ID: BatchID(9, 1), Back: true}}}))
+	f.Add(batched.Snapshot())
 	f.Add(New().Snapshot())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Restore(data)
@@ -66,7 +71,7 @@ func FuzzRestore(f *testing.F) {
 		if err != nil || !again.Equal(s) {
 			t.Fatalf("restored %x does not round-trip: %v", data, err)
 		}
-		s.Apply(s.Applied()+1, Encode(Remove{IDs: s.Live()}))
+		s.Apply(s.Applied()+1, Encode(Remove{IDs: liveIDs(s)}))
 		if s.Len() != 0 {
 			t.Fatalf("len %d after removing every live id", s.Len())
 		}

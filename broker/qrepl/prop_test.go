@@ -71,22 +71,20 @@ func (m *model) apply(index uint64, data []byte) Result {
 	res := Result{Kind: c.Kind()}
 	switch c := c.(type) {
 	case Enqueue:
-		if p, ok := m.pubs[c.Pub.Publisher]; ok && c.Pub.Publisher != 0 && c.Pub.Seq <= p.seq {
-			m.st.Duplicates++
-			res.Duplicate = true
-			return res
+		if res.Duplicate = !m.enqueue(index, index<<16, c); !res.Duplicate {
+			res.N = 1
 		}
-		m.clock = max(m.clock, c.Time)
-		if c.Pub.Publisher != 0 {
-			m.pubs[c.Pub.Publisher] = pub{c.Pub.Seq, m.clock}
+	case EnqueueBatch:
+		if index > maxBatchIndex {
+			m.st.Corrupt++
+			break
 		}
-		if m.clock >= m.nextPrune {
-			m.prune()
+		res.Batch = make([]EnqResult, len(c.Items))
+		for j, e := range c.Items {
+			if res.Batch[j].Duplicate = !m.enqueue(BatchID(index, j), index<<16|uint64(j), e); !res.Batch[j].Duplicate {
+				res.N++
+			}
 		}
-		m.msgs = append(m.msgs, Msg{ID: index, Order: index << 16, Time: c.Time, ExpiresAt: c.ExpiresAt, Size: c.Size,
-			Priority: c.Priority, Persistent: c.Persistent})
-		m.st.Enqueued++
-		res.N = 1
 	case Remove, Purge:
 		var ids []uint64
 		ctr := &m.st.Removed
@@ -138,6 +136,25 @@ func (m *model) apply(index uint64, data []byte) Result {
 	return res
 }
 
+// enqueue places c as message id (false: a duplicate).
+func (m *model) enqueue(id, order uint64, c Enqueue) bool {
+	if p, ok := m.pubs[c.Pub.Publisher]; ok && c.Pub.Publisher != 0 && c.Pub.Seq <= p.seq {
+		m.st.Duplicates++
+		return false
+	}
+	m.clock = max(m.clock, c.Time)
+	if c.Pub.Publisher != 0 {
+		m.pubs[c.Pub.Publisher] = pub{c.Pub.Seq, m.clock}
+	}
+	if m.clock >= m.nextPrune {
+		m.prune()
+	}
+	m.msgs = append(m.msgs, Msg{ID: id, Order: order, Time: c.Time, ExpiresAt: c.ExpiresAt, Size: c.Size,
+		Priority: c.Priority, Persistent: c.Persistent})
+	m.st.Enqueued++
+	return true
+}
+
 // gen produces a random log against a model of the state so far.
 type gen struct {
 	r     *rand.Rand
@@ -164,8 +181,10 @@ func (g *gen) someIDs(max int) []uint64 {
 			ids = append(ids, live[g.r.IntN(min(len(live), 8))].ID)
 		case len(live) > 0 && x < 9:
 			ids = append(ids, live[g.r.IntN(len(live))].ID)
-		default:
+		case x < 9 || g.index < 2:
 			ids = append(ids, g.r.Uint64N(g.index+2))
+		default: // an item id, maybe never enqueued
+			ids = append(ids, BatchID(1+g.r.Uint64N(g.index), g.r.IntN(4)))
 		}
 	}
 	return ids
@@ -183,25 +202,14 @@ func (g *gen) next() entry {
 	}
 	var c Command
 	switch x := g.r.IntN(100); {
+	case x < 28:
+		c = g.enqueue()
 	case x < 40:
-		e := Enqueue{Time: g.now, Priority: uint8(g.r.IntN(10)), Persistent: g.r.IntN(2) == 0,
-			Size: uint32(g.r.IntN(5000)), Body: make([]byte, g.r.IntN(8))}
-		if g.r.IntN(4) == 0 {
-			e.ExpiresAt = g.now + int64(g.r.IntN(10000))
+		items := make([]Enqueue, 1+g.r.IntN(5))
+		for j := range items {
+			items[j] = g.enqueue()
 		}
-		if p := g.r.IntN(len(g.seqs)); p > 0 {
-			e.Pub.Publisher = uint64(p) << 40
-			switch y := g.r.IntN(10); {
-			case y < 7:
-				g.seqs[p] += 1 + uint64(g.r.IntN(3))
-			case y < 9 && g.seqs[p] > 0:
-				// a resend: at or below the last
-			default:
-				g.seqs[p] = 0 // a restarted publisher (after expiry)
-			}
-			e.Pub.Seq = g.seqs[p] - min(g.seqs[p], uint64(g.r.IntN(2)))
-		}
-		c = e
+		c = EnqueueBatch{Items: items}
 	case x < 62:
 		c = Remove{IDs: g.someIDs(12)}
 	case x < 74:
@@ -243,6 +251,28 @@ func (g *gen) next() entry {
 	return e
 }
 
+// enqueue is a random publish.
+func (g *gen) enqueue() Enqueue {
+	e := Enqueue{Time: g.now, Priority: uint8(g.r.IntN(10)), Persistent: g.r.IntN(2) == 0,
+		Size: uint32(g.r.IntN(5000)), Body: make([]byte, g.r.IntN(8))}
+	if g.r.IntN(4) == 0 {
+		e.ExpiresAt = g.now + int64(g.r.IntN(10000))
+	}
+	if p := g.r.IntN(len(g.seqs)); p > 0 {
+		e.Pub.Publisher = uint64(p) << 40
+		switch y := g.r.IntN(10); {
+		case y < 7:
+			g.seqs[p] += 1 + uint64(g.r.IntN(3))
+		case y < 9 && g.seqs[p] > 0:
+			// a resend: at or below the last
+		default:
+			g.seqs[p] = 0 // a restarted publisher (after expiry)
+		}
+		e.Pub.Seq = g.seqs[p] - min(g.seqs[p], uint64(g.r.IntN(2)))
+	}
+	return e
+}
+
 // check compares s with the model.
 func (m *model) check(t *testing.T, s *State, at uint64) {
 	t.Helper()
@@ -262,12 +292,13 @@ func (m *model) check(t *testing.T, s *State, at uint64) {
 	ids := make([]uint64, 0, len(m.msgs))
 	for _, x := range m.msgs {
 		bytes += int64(x.Size)
-		ids = append(ids, x.ID)
+		ids = append(ids, EntryOf(x.ID))
 		if g, ok := s.Get(x.ID); !ok || g != x {
 			t.Fatalf("at %d: Get(%d) = %+v, %v; want %+v", at, x.ID, g, ok, x)
 		}
 	}
 	slices.Sort(ids)
+	ids = slices.Compact(ids)
 	if live := s.Live(); !slices.Equal(live, ids) {
 		t.Fatalf("at %d: Live %v, want %v", at, live, ids)
 	}

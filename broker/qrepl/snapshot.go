@@ -15,6 +15,11 @@ import (
 //	| npubs | (publisher delta, seq, lastSeen)*
 //	| nmsgs | (flags | key>>16 delta | key&0xffff | [id if moved] | time delta
 //	           | [expiresAt] | size | dc | acq | prio | [delayUntil])*
+//
+// A message never moved has its id in its key: key>>16 for a lone
+// Enqueue (key&0xffff is 0), BatchID's item key&0xffff of the
+// EnqueueBatch at key>>16 otherwise. A state without batched messages
+// encodes as it did before EnqueueBatch existed.
 const snapVersion = 1
 
 // ErrSnapshot is a snapshot that cannot be decoded.
@@ -141,7 +146,7 @@ func Restore(data []byte) (*State, error) {
 		r.key = hi<<16 | lo
 		if f&fMoved != 0 {
 			r.id = d.Uvarint()
-			if r.id == 0 || r.id > maxIndex || r.id<<16 >= r.key {
+			if !validID(r.id) || keyOf(r.id) >= r.key {
 				// A moved message's key is from a later Return.
 				return nil, ErrSnapshot
 			}
@@ -153,10 +158,16 @@ func Restore(data []byte) (*State, error) {
 			}
 			s.moved[r.id] = r.key
 		} else {
-			if lo != 0 || hi == 0 {
+			switch {
+			case hi == 0:
 				return nil, ErrSnapshot
+			case lo == 0:
+				r.id = hi
+			case hi > maxBatchIndex:
+				return nil, ErrSnapshot
+			default:
+				r.id = batchBit | r.key // item lo of the EnqueueBatch at hi
 			}
-			r.id = hi
 		}
 		if r.key>>16 > s.applied {
 			return nil, ErrSnapshot
@@ -195,7 +206,7 @@ func Restore(data []byte) (*State, error) {
 	s.q = ringOf(recs)
 	// A moved message must not also sit under its own key.
 	for id := range s.moved {
-		if i, ok := s.q.search(id << 16); ok && s.q.At(i).id == id {
+		if i, ok := s.q.search(keyOf(id)); ok && s.q.At(i).id == id {
 			return nil, ErrSnapshot
 		}
 	}

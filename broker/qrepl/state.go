@@ -27,8 +27,8 @@ var ErrIndex = errors.New("qrepl: entry index out of range")
 
 // rec is a message header; 48 bytes.
 type rec struct {
-	key       uint64 // order key: id<<16 unless moved
-	id        uint64 // the index of the Enqueue entry
+	key       uint64 // order key: keyOf(id) unless moved
+	id        uint64 // the message's id (EntryOf: its entry's index)
 	expiresAt int64
 	time      int64
 	size      uint32
@@ -43,7 +43,7 @@ const (
 	fRedelivered
 	fPersistent
 	fDLX
-	fMoved           // key != id<<16: in State.moved
+	fMoved           // key != keyOf(id): in State.moved
 	fDelayed         // in State.delays
 	fReasonShift = 6 // two bits: the Discard reason
 )
@@ -52,7 +52,7 @@ func (r *rec) reason() machine.Reason { return machine.Reason(r.flags >> fReason
 
 // Msg is a live message's header.
 type Msg struct {
-	ID            uint64 // the Enqueue entry's index (its body's record)
+	ID            uint64 // its id; EntryOf(ID) is the index of the entry with its body
 	Order         uint64 // sort key of the queue order
 	Time          int64  // the leader's clock at enqueue
 	ExpiresAt     int64  // 0 = never
@@ -137,7 +137,14 @@ type Result struct {
 	// N is the number of messages placed, removed, returned or marked
 	// (ids not live are not counted).
 	N int
+	// Batch is an EnqueueBatch's outcome, item by item (nil for an
+	// EnqueueBatch skipped whole: its index beyond maxBatchIndex).
+	Batch []EnqResult
 }
+
+// EnqResult is the outcome of one item of an EnqueueBatch: Duplicate
+// and Gap as in Result.
+type EnqResult struct{ Duplicate, Gap bool }
 
 // Apply applies the committed entry at index. Indices must increase
 // (gaps are fine: empty entries and conf changes are not passed); an
@@ -161,7 +168,7 @@ func (s *State) Apply(index uint64, data []byte) (Result, error) {
 			return Result{}, err
 		}
 		res := Result{Kind: KindEnqueue}
-		if res.Duplicate, res.Gap = s.enqueue(index, &e); !res.Duplicate && !res.Gap {
+		if res.Duplicate, res.Gap = s.enqueue(index, index<<16, &e); !res.Duplicate && !res.Gap {
 			res.N = 1
 		}
 		return res, nil
@@ -191,8 +198,20 @@ func (s *State) apply(index uint64, c Command) Result {
 	res := Result{Kind: c.Kind()}
 	switch c := c.(type) {
 	case Enqueue:
-		if res.Duplicate, res.Gap = s.enqueue(index, &c); !res.Duplicate && !res.Gap {
+		if res.Duplicate, res.Gap = s.enqueue(index, index<<16, &c); !res.Duplicate && !res.Gap {
 			res.N = 1
+		}
+	case EnqueueBatch:
+		if index > maxBatchIndex || len(c.Items) == 0 || len(c.Items) > MaxBatchItems {
+			s.stats.Corrupt++ // (alike on every member)
+			break
+		}
+		res.Batch = make([]EnqResult, len(c.Items))
+		for j := range c.Items {
+			r := &res.Batch[j]
+			if r.Duplicate, r.Gap = s.enqueue(BatchID(index, j), index<<16|uint64(j), &c.Items[j]); !r.Duplicate && !r.Gap {
+				res.N++
+			}
 		}
 	case Remove:
 		res.N = s.removeIDs(c.IDs, &s.stats.Removed)
@@ -220,10 +239,10 @@ func (s *State) apply(index uint64, c Command) Result {
 	return res
 }
 
-// enqueue places e at index unless it is a duplicate (its seq is not
-// above its publisher's last) or out of order (its Prev is set and is not
-// its publisher's last).
-func (s *State) enqueue(index uint64, e *Enqueue) (dup, gap bool) {
+// enqueue places e as message id under order key key unless it is a
+// duplicate (its seq is not above its publisher's last) or out of order
+// (its Prev is set and is not its publisher's last).
+func (s *State) enqueue(id, key uint64, e *Enqueue) (dup, gap bool) {
 	if e.Pub.Publisher != 0 {
 		p, ok := s.pubs[e.Pub.Publisher]
 		if ok && e.Pub.Seq <= p.seq {
@@ -247,7 +266,7 @@ func (s *State) enqueue(index uint64, e *Enqueue) (dup, gap bool) {
 	if s.clock >= s.nextPrune {
 		s.prune()
 	}
-	r := rec{key: index << 16, id: index, expiresAt: e.ExpiresAt, time: e.Time, size: e.Size, prio: e.Priority}
+	r := rec{key: key, id: id, expiresAt: e.ExpiresAt, time: e.Time, size: e.Size, prio: e.Priority}
 	if e.Persistent {
 		r.flags |= fPersistent
 	}
@@ -280,10 +299,10 @@ func (s *State) push(r rec) {
 
 // find returns the logical index in q of the live message id, or -1.
 func (s *State) find(id uint64) int {
-	if id == 0 || id > maxIndex {
+	if !validID(id) {
 		return -1
 	}
-	key := id << 16
+	key := keyOf(id)
 	if len(s.moved) > 0 {
 		if k, ok := s.moved[id]; ok {
 			key = k
@@ -486,21 +505,28 @@ func (s *State) Messages(fn func(Msg) bool) {
 	}
 }
 
-// Live returns the ids of the live messages (the log entries still
-// needed for their bodies), ascending.
+// Live returns the indices of the log entries that hold live messages'
+// bodies (the entries a snapshot must keep), ascending, each once.
 func (s *State) Live() []uint64 { return s.AppendLive(make([]uint64, 0, s.live)) }
 
-// AppendLive appends the live ids, ascending, to dst.
+// AppendLive appends Live's entries to dst.
 func (s *State) AppendLive(dst []uint64) []uint64 {
-	// Messages never moved are in id order already; merge the moved
+	// Messages never moved are in entry order already; merge the moved
 	// ones (few) in.
 	var moved []uint64
 	if len(s.moved) > 0 {
 		moved = make([]uint64, 0, len(s.moved))
 		for id := range s.moved {
-			moved = append(moved, id)
+			moved = append(moved, EntryOf(id))
 		}
 		slices.Sort(moved)
+	}
+	start, last := len(dst), uint64(0)
+	add := func(e uint64) {
+		if len(dst) == start || e != last {
+			dst = append(dst, e)
+			last = e
+		}
 	}
 	j := 0
 	for i := 0; i < s.q.Len(); i++ {
@@ -508,13 +534,17 @@ func (s *State) AppendLive(dst []uint64) []uint64 {
 		if r.flags&(fDead|fMoved) != 0 {
 			continue
 		}
-		for j < len(moved) && moved[j] < r.id {
-			dst = append(dst, moved[j])
+		e := EntryOf(r.id)
+		for j < len(moved) && moved[j] < e {
+			add(moved[j])
 			j++
 		}
-		dst = append(dst, r.id)
+		add(e)
 	}
-	return append(dst, moved[j:]...)
+	for ; j < len(moved); j++ {
+		add(moved[j])
+	}
+	return dst
 }
 
 // Equal reports whether s and o are the same state: same messages in the

@@ -18,6 +18,10 @@ func TestCodecRoundTrip(t *testing.T) {
 		Enqueue{Pub: PubID{Publisher: 1 << 40, Seq: 99}, Time: 1_700_000_000_123, ExpiresAt: 1_700_000_060_000,
 			Priority: 7, Persistent: true, Size: 12345, Body: []byte("the broker's encoded message")},
 		Enqueue{Time: -5, Body: []byte{}},
+		EnqueueBatch{Items: []Enqueue{
+			{Pub: PubID{Publisher: 1 << 40, Seq: 100}, Prev: 99, Time: 1_700_000_000_124, Size: 3, Body: []byte("one")},
+			{Time: 1_700_000_000_125, ExpiresAt: 9, Priority: 2, Persistent: true, Body: nil},
+			{Pub: PubID{Publisher: 2, Seq: 1}, Time: 1_700_000_000_126, Size: 5, Body: []byte("three")}}},
 		Remove{IDs: []uint64{5, 3, 1 << 47, 4}},
 		Remove{},
 		Return{Items: []ReturnItem{{ID: 9, DeliveryCount: 2, Acquired: 3, Redelivered: true, Back: true},
@@ -49,6 +53,17 @@ func TestCodecRoundTrip(t *testing.T) {
 		for n := 0; n < hdr; n++ {
 			if _, err := Decode(b[:n]); err == nil {
 				t.Fatalf("%T: prefix %d of %d decoded", c, n, len(b))
+			}
+		}
+		if bc, ok := c.(EnqueueBatch); ok {
+			for j, e := range bc.Items {
+				got, err := DecodeMessage(b, BatchID(77, j))
+				if err != nil || !reflect.DeepEqual(norm(got), norm(e)) {
+					t.Fatalf("DecodeMessage item %d: %+v %v", j, got, err)
+				}
+			}
+			if _, err := DecodeMessage(b, BatchID(77, len(bc.Items))); err == nil {
+				t.Fatal("DecodeMessage read an item past the batch")
 			}
 		}
 		if _, ok := c.(Enqueue); !ok {
@@ -89,8 +104,61 @@ func norm(c Command) Command {
 			c.IDs = nil
 		}
 		return c
+	case EnqueueBatch:
+		items := make([]Enqueue, len(c.Items))
+		for i := range items {
+			items[i] = norm(c.Items[i]).(Enqueue)
+		}
+		return EnqueueBatch{Items: items}
 	}
 	return c
+}
+
+// liveIDs lists s's live ids in queue order.
+func liveIDs(s *State) []uint64 {
+	var ids []uint64
+	s.Messages(func(m Msg) bool { ids = append(ids, m.ID); return true })
+	return ids
+}
+
+// TestBatchIDs: item j of the EnqueueBatch at index i is message
+// BatchID(i, j): item 0 takes the id a lone Enqueue at i would, each
+// names its entry (EntryOf) and sorts in log order; acks, returns and
+// snapshots find them; Live lists each entry once.
+func TestBatchIDs(t *testing.T) {
+	s := New()
+	s.Apply(1, Encode(Enqueue{Time: 1, Size: 1}))
+	s.Apply(2, Encode(EnqueueBatch{Items: []Enqueue{{Time: 2, Size: 2}, {Time: 3, Size: 3}, {Time: 4, Size: 4}}}))
+	s.Apply(3, Encode(Enqueue{Time: 5, Size: 5}))
+	want := []uint64{1, 2, BatchID(2, 1), BatchID(2, 2), 3}
+	if got := liveIDs(s); !slices.Equal(got, want) {
+		t.Fatalf("ids %x, want %x", got, want)
+	}
+	for _, id := range want {
+		if m, ok := s.Get(id); !ok || m.Order != EntryOf(id)<<16|uint64(ItemOf(id)) {
+			t.Fatalf("Get(%x) = %+v %v", id, m, ok)
+		}
+	}
+	if got := s.Live(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("live entries %v", got)
+	}
+	// Item 2 back to the end, item 1 acked: entry 2 stays live for item 2.
+	s.Apply(4, Encode(Return{Items: []ReturnItem{{ID: BatchID(2, 2), Back: true}}}))
+	s.Apply(5, Encode(Remove{IDs: []uint64{2, BatchID(2, 1), BatchID(2, 7), BatchID(9, 1)}}))
+	if got := liveIDs(s); !slices.Equal(got, []uint64{1, 3, BatchID(2, 2)}) {
+		t.Fatalf("after return and remove: %x", got)
+	}
+	if got := s.Live(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("live entries %v", got)
+	}
+	r, err := Restore(s.Snapshot())
+	if err != nil || !r.Equal(s) {
+		t.Fatalf("restore: %v", err)
+	}
+	// A batch at an index whose ids would reach batchBit is skipped whole.
+	if res, _ := s.Apply(maxBatchIndex+1, Encode(EnqueueBatch{Items: []Enqueue{{Time: 9}}})); res.Batch != nil || s.Stats().Corrupt != 1 {
+		t.Fatalf("batch beyond maxBatchIndex: %+v %+v", res, s.Stats())
+	}
 }
 
 // TestQueueOrder: issue 14: the order a quorum queue's machine holds

@@ -98,6 +98,18 @@ func (r *Reader) Uint32() uint32 {
 	return uint32(v)
 }
 
+// Fixed32 reads a 32-bit little-endian integer (a length written after
+// what it measures, in room kept for it).
+func (r *Reader) Fixed32() uint32 {
+	if len(r.b) < 4 {
+		r.Fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
 // Byte reads one byte.
 func (r *Reader) Byte() byte {
 	if len(r.b) == 0 {
