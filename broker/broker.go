@@ -79,6 +79,10 @@ type Broker struct {
 	applied    atomic.Uint64 // the last replicated command applied (cmd.go)
 	remote     remoteState   // remote queues (remote.go)
 	qq         qqBroker      // replicated quorum queues (qqhost.go)
+	// qqBatching: every node of the cluster decodes qrepl.EnqueueBatch,
+	// so quorum leaders propose the publishes that arrive together as
+	// one entry (SetQuorumBatching).
+	qqBatching atomic.Bool
 
 	mu     sync.RWMutex
 	vhosts map[string]*VHost

@@ -23,3 +23,7 @@ func MessageDecodes() uint64 { return messageDecodes.Load() }
 func QQPublishFigures(b *Broker) (enqueuesIn, settledByMark uint64) {
 	return b.remote.qqEnqIn.Load(), b.remote.qqSettledByMark.Load()
 }
+
+// QuorumBatching reports whether b's quorum leaders batch publishes
+// (every node of the cluster decodes qrepl.EnqueueBatch).
+func QuorumBatching(b *Broker) bool { return b.qqBatching.Load() }

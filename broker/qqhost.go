@@ -110,6 +110,13 @@ func (b *Broker) SetQuorumHost(h QuorumHost) {
 	}
 }
 
+// SetQuorumBatching says whether every node of the cluster decodes
+// qrepl.EnqueueBatch (cluster mode: the node learns it from its peers).
+// While on, a quorum leader proposes the publishes that arrive together
+// as one entry; an older node would skip such an entry, so it stays off
+// until every node has said it decodes them.
+func (b *Broker) SetQuorumBatching(on bool) { b.qqBatching.Store(on) }
+
 // quorumHost returns the raft host, nil on a single node.
 func (b *Broker) quorumHost() QuorumHost {
 	b.qq.mu.Lock()

@@ -84,7 +84,7 @@ type qqState struct {
 	lease    uint64            // the applied lease
 	leaseC   chan struct{}     // closed when the applied lease rises
 	leaseReq uint64            // the lease proposed, not yet applied
-	maxID    uint64            // the newest id placed
+	maxID    uint64            // the newest entry placed (EntryOf)
 	term     uint64            // the term this node leads in
 	lg       QuorumGroup       // the group, while leading (bodies: qqpage.go)
 	paging   qqPaging          // the paged-out tail (qqpage.go)
@@ -100,6 +100,12 @@ type qqState struct {
 	// applied is answered at once, not appended to the log again.
 	pubMu   sync.Mutex
 	pubLast map[uint64]uint64
+
+	// Publishes waiting for the enqueue proposer, in order (emu), when
+	// the cluster takes batches (Broker.qqBatching).
+	emu      sync.Mutex
+	enqs     []qqPendEnq
+	enqueuer lazyWorker // runs proposeEnqueues while enqs has publishes
 
 	// Proposals waiting for the flusher, in order (pmu), and how far
 	// they committed (qqmarks.go).
@@ -253,26 +259,125 @@ func (q *Queue) qqProposeEnqueue(id machine.PubID, prev uint64, pub qqEnq, done 
 		done(enqNotLeader)
 		return
 	}
-	head := qrepl.Enqueue{Pub: id, Prev: prev, Time: now, ExpiresAt: expiresAt, Priority: pub.priority,
-		Persistent: pub.persistent, Size: pub.size}
-	var data []byte
-	if pub.body != nil {
-		data = append(head.AppendTo(make([]byte, 0, 48+len(pub.body))), pub.body...)
-	} else {
-		m := pub.m // sized as the peer path's frame; headers beyond 64 bytes grow it once
-		data = appendMessage(head.AppendTo(make([]byte, 0, 112+len(m.Exchange)+len(m.RoutingKey)+len(m.Body))), m)
+	p := qqPendEnq{head: qrepl.Enqueue{Pub: id, Prev: prev, Time: now, ExpiresAt: expiresAt, Priority: pub.priority,
+		Persistent: pub.persistent, Size: pub.size}, pub: pub, done: done}
+	if q.vhost.b.qqBatching.Load() {
+		s.emu.Lock()
+		s.enqs = append(s.enqs, p)
+		start := s.enqueuer.startingLocked()
+		s.emu.Unlock()
+		if start {
+			go s.proposeEnqueues()
+		}
+		return
 	}
-	g.Propose(data, func(index uint64, err error) {
-		if err != nil || s.tookGap(index) {
-			// Not placed: not proposed, its outcome unknown, or applied
-			// out of order (an earlier publish of its publisher is
-			// missing): the publisher sends it again, after that one.
-			s.gate.refused(id)
-			done(enqNotLeader)
+	g.Propose(p.appendTo(make([]byte, 0, p.sizeHint())), func(index uint64, err error) { s.answer(&p, index, err) })
+}
+
+// qqPendEnq is a publish on its way into the log.
+type qqPendEnq struct {
+	head qrepl.Enqueue // Body unset: pub has the message
+	pub  qqEnq
+	done func(status byte)
+}
+
+// sizeHint is about the bytes of p's entry: the peer path's frame, or
+// the message encoded here (headers beyond 64 bytes grow it once).
+func (p *qqPendEnq) sizeHint() int {
+	if p.pub.body != nil {
+		return 48 + len(p.pub.body)
+	}
+	m := p.pub.m
+	return 112 + len(m.Exchange) + len(m.RoutingKey) + len(m.Body)
+}
+
+// appendTo appends p as a lone Enqueue.
+func (p *qqPendEnq) appendTo(b []byte) []byte {
+	b = p.head.AppendTo(b)
+	if p.pub.body != nil {
+		return append(b, p.pub.body...)
+	}
+	return appendMessage(b, p.pub.m)
+}
+
+// appendItem appends p as an item of an EnqueueBatch.
+func (p *qqPendEnq) appendItem(b []byte) []byte {
+	b, at := qrepl.AppendItemHead(b, &p.head)
+	if p.pub.body != nil {
+		b = append(b, p.pub.body...)
+	} else {
+		b = appendMessage(b, p.pub.m)
+	}
+	return qrepl.EndItem(b, at)
+}
+
+// answer answers the publish p, message id (its entry's outcome err).
+func (s *qqState) answer(p *qqPendEnq, id uint64, err error) {
+	if err != nil || s.tookGap(id) {
+		// Not placed: not proposed, its outcome unknown, or applied
+		// out of order (an earlier publish of its publisher is
+		// missing): the publisher sends it again, after that one.
+		s.gate.refused(p.head.Pub)
+		p.done(enqNotLeader)
+		return
+	}
+	p.done(enqOK)
+}
+
+// Bounds of one EnqueueBatch: its items and (but for a lone large
+// message) its bytes, well inside the group's 1 MiB messages.
+const (
+	qqBatchItems = 1024
+	qqBatchBytes = 256 << 10
+)
+
+// proposeEnqueues proposes the waiting publishes, in order, as few
+// entries as their bounds allow: the publishes that arrive while an
+// entry is being proposed share the next one.
+func (s *qqState) proposeEnqueues() {
+	for {
+		s.emu.Lock()
+		ps := s.enqs
+		s.enqs = nil
+		if len(ps) == 0 {
+			s.enqueuer.stopLocked()
+			s.emu.Unlock()
 			return
 		}
-		done(enqOK)
-	})
+		s.emu.Unlock()
+		s.smu.Lock()
+		g := s.g
+		s.smu.Unlock()
+		if g == nil || !s.here.Load() {
+			for i := range ps {
+				s.answer(&ps[i], 0, errQQRetry)
+			}
+			continue
+		}
+		for len(ps) > 0 {
+			n, size := 1, ps[0].sizeHint()
+			for n < len(ps) && n < qqBatchItems && size+ps[n].sizeHint() <= qqBatchBytes {
+				size += ps[n].sizeHint()
+				n++
+			}
+			items := ps[:n:n]
+			ps = ps[n:]
+			var data []byte
+			if n == 1 {
+				data = items[0].appendTo(make([]byte, 0, size))
+			} else {
+				data = qrepl.AppendBatchHead(make([]byte, 0, size+8*n), n)
+				for i := range items {
+					data = items[i].appendItem(data)
+				}
+			}
+			g.Propose(data, func(index uint64, err error) {
+				for j := range items {
+					s.answer(&items[j], qrepl.BatchID(index, j), err)
+				}
+			})
+		}
+	}
 }
 
 // appliedSeq reports whether this leader applied publish id (or a later
@@ -458,6 +563,24 @@ func (s *qqState) apply(ents []QuorumEntry) {
 					s.noteApplied(c.Pub.Publisher, c.Pub.Seq)
 				}
 			}
+		case qrepl.EnqueueBatch:
+			for j := range c.Items {
+				id, item := qrepl.BatchID(e.Index, j), &c.Items[j]
+				switch {
+				case res.Batch == nil || res.Batch[j].Gap:
+					// Out of order, or the batch skipped whole: not
+					// placed, its publisher sends it again.
+					if s.gaps == nil {
+						s.gaps = map[uint64]struct{}{}
+					}
+					s.gaps[id] = struct{}{}
+				case !res.Batch[j].Duplicate:
+					s.placeLocked(id, item)
+					if item.Pub.Publisher != 0 {
+						s.noteApplied(item.Pub.Publisher, item.Pub.Seq)
+					}
+				}
+			}
 		case qrepl.Lease:
 			if c.UpTo > s.lease {
 				s.lease = c.UpTo
@@ -482,7 +605,7 @@ func (s *qqState) apply(ents []QuorumEntry) {
 // or, beyond the window, counts it paged out (its body stays in the log).
 func (s *qqState) placeLocked(id uint64, c *qrepl.Enqueue) {
 	q := s.q
-	s.maxID = max(s.maxID, id)
+	s.maxID = max(s.maxID, qrepl.EntryOf(id))
 	if s.pagesLocked() {
 		s.pageOutNewLocked(id, c)
 		return
@@ -497,8 +620,8 @@ func (s *qqState) placeLocked(id uint64, c *qrepl.Enqueue) {
 	e := q.m.NewEntry(now, m, c.Size, c.Priority, c.Persistent, -1)
 	e.ExpiresAt = c.ExpiresAt
 	s.ids[e.Seq] = id
-	if id+leaseLow > s.lease {
-		s.wantLeaseLocked(id)
+	if at := qrepl.EntryOf(id); at+leaseLow > s.lease {
+		s.wantLeaseLocked(at)
 	}
 	q.m.Place(now, e)
 }
@@ -508,10 +631,10 @@ func (s *qqState) placeLocked(id uint64, c *qrepl.Enqueue) {
 // dispatches again.
 func (s *qqState) leasedLocked(seq uint64) bool {
 	id, ok := s.ids[seq]
-	if !ok || id <= s.lease {
+	if !ok || qrepl.EntryOf(id) <= s.lease {
 		return true
 	}
-	s.wantLeaseLocked(id)
+	s.wantLeaseLocked(qrepl.EntryOf(id))
 	return false
 }
 
@@ -534,11 +657,11 @@ func (s *qqState) leaseWait(seq uint64) (covered, gone bool) {
 			return false, true
 		}
 		id, ok := s.ids[seq]
-		if !ok || id <= s.lease {
+		if !ok || qrepl.EntryOf(id) <= s.lease {
 			q.mu.Unlock()
 			return true, false
 		}
-		s.wantLeaseLocked(id)
+		s.wantLeaseLocked(qrepl.EntryOf(id))
 		if s.leaseC == nil {
 			s.leaseC = make(chan struct{})
 		}
@@ -555,13 +678,14 @@ func (s *qqState) leaseWait(seq uint64) (covered, gone bool) {
 // qqLeaseDelay (tests: a slow commit) holds Lease proposals back.
 var qqLeaseDelay atomic.Int64
 
-// wantLeaseLocked proposes a lease leaseAhead past id unless one that
-// covers it with room is on its way.
-func (s *qqState) wantLeaseLocked(id uint64) {
-	if s.leaseReq >= id+leaseLow {
+// wantLeaseLocked proposes a lease leaseAhead past the entry at index
+// unless one that covers it with room is on its way. (The lease counts
+// entries: a batch's messages are leased together.)
+func (s *qqState) wantLeaseLocked(index uint64) {
+	if s.leaseReq >= index+leaseLow {
 		return
 	}
-	s.leaseReq = id + leaseAhead
+	s.leaseReq = index + leaseAhead
 	s.proposeLocked(qrepl.Lease{UpTo: s.leaseReq})
 }
 
@@ -794,13 +918,14 @@ func (s *qqState) takeoverLocked(term uint64) {
 	var wants []want
 	var maxID, maxMem uint64
 	s.st.Messages(func(msg qrepl.Msg) bool {
-		maxID = max(maxID, msg.ID)
+		at := qrepl.EntryOf(msg.ID)
+		maxID = max(maxID, at)
 		seq++
 		e := qentry{Seq: seq, ExpiresAt: msg.ExpiresAt, DeliveryCount: msg.DeliveryCount, Acquired: msg.Acquired,
 			Size: msg.Size, Level: msg.Priority, Persistent: msg.Persistent,
 			// The lease covers every message an earlier leader may have
 			// delivered (not counted as a delivery attempt).
-			Redelivered: msg.Redelivered || msg.ID <= lease}
+			Redelivered: msg.Redelivered || at <= lease}
 		switch {
 		case msg.DLX:
 			// Being dead-lettered when the last leader stopped: again
@@ -827,7 +952,7 @@ func (s *qqState) takeoverLocked(term uint64) {
 		default:
 			readyN++
 			readyBytes += int64(msg.Size)
-			maxMem = max(maxMem, msg.ID)
+			maxMem = max(maxMem, at)
 			wants = append(wants, want{e: e, id: msg.ID, kind: kReady})
 		}
 		return true

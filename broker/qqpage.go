@@ -163,40 +163,45 @@ func (s *qqState) expirePagedLocked(t machine.Timed) {
 	s.q.m.ExpiredPaged(e)
 }
 
-// readBody reads and decodes the message of the enqueue entry id.
+// readBody reads and decodes message id from its entry.
 func (s *qqState) readBody(id uint64) (*Message, error) {
-	data, err := s.lg.ReadEntry(id)
+	data, err := s.lg.ReadEntry(qrepl.EntryOf(id))
 	if err != nil {
 		return nil, err
 	}
-	return decodeEnqueueBody(data)
+	return decodeEnqueueBody(data, id)
 }
 
-func decodeEnqueueBody(data []byte) (*Message, error) {
-	enq, err := qrepl.DecodeEnqueue(data)
+// decodeEnqueueBody decodes message id from data, its entry.
+func decodeEnqueueBody(data []byte, id uint64) (*Message, error) {
+	enq, err := qrepl.DecodeMessage(data, id)
 	if err != nil {
 		return nil, err
 	}
 	return decodeMessage(enq.Body)
 }
 
-// readBodies reads the messages of the enqueue entries ids (any order)
-// in one batch: bodies[i] is ids[i]'s, nil when unreadable (errs[i]).
+// readBodies reads the messages ids (any order) in one batch: bodies[i]
+// is ids[i]'s, nil when unreadable (errs[i]). A batch's messages share
+// one read of their entry.
 func (s *qqState) readBodies(ids []uint64) (bodies []*Message, errs []error) {
 	bodies, errs = make([]*Message, len(ids)), make([]error, len(ids))
 	if len(ids) == 0 {
 		return bodies, errs
 	}
-	at := make(map[uint64]int, len(ids))
+	at := make(map[uint64][]int, len(ids))
+	entries := make([]uint64, 0, len(ids))
 	for i, id := range ids {
-		at[id] = i
-	}
-	err := s.lg.ReadEntries(ids, func(index uint64, data []byte) error {
-		i, ok := at[index]
-		if !ok {
-			return nil
+		e := qrepl.EntryOf(id)
+		if _, ok := at[e]; !ok {
+			entries = append(entries, e)
 		}
-		bodies[i], errs[i] = decodeEnqueueBody(data)
+		at[e] = append(at[e], i)
+	}
+	err := s.lg.ReadEntries(entries, func(index uint64, data []byte) error {
+		for _, i := range at[index] {
+			bodies[i], errs[i] = decodeEnqueueBody(data, ids[i])
+		}
 		return nil
 	})
 	if err != nil {
@@ -261,7 +266,7 @@ func (s *qqState) pageInLocked(force bool) {
 		e.Msg = bodies[j]
 		j++
 		q.m.PageIn(e)
-		top = max(top, p.id)
+		top = max(top, qrepl.EntryOf(p.id))
 	}
 	s.paging.drop(n)
 	for i := range lost {

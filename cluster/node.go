@@ -14,6 +14,7 @@
 //	svcQRaft one-way   Raft messages of the quorum queues' groups (cluster/qraft)
 //	svcQQ    one-way   quorum queue leaders' announcements (broker.HandleQuorumMessage)
 //	svcQSnap one-way   quorum queue snapshot streams (cluster/qraft), on the bulk lane
+//	svcFeat  call      the formats this node's build decodes (features.go)
 package cluster
 
 import (
@@ -49,6 +50,8 @@ const (
 	svcQQ    byte = 6
 	// issue 22: snapshots of deep queues, streamed behind Raft.
 	svcQSnap byte = 7
+	// Formats a node decodes, asked of every peer (features.go).
+	svcFeat byte = 8
 )
 
 // Config configures a node.
@@ -74,6 +77,10 @@ type Config struct {
 	// Join starts the node empty, waiting to be added to a running
 	// cluster (warren cluster join), instead of forming one from Peers.
 	Join bool
+	// NoFeatures (tests) makes the node answer its peers as a build from
+	// before features.go did: no svcFeat service, so that they use no
+	// format an older node would not decode.
+	NoFeatures bool
 	// DataDir keeps the node's Raft state (meta-raft.db).
 	DataDir string
 	Logger  *slog.Logger
@@ -112,6 +119,7 @@ type Node struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 	stop  chan struct{} // closed by Close
+	feat  features      // what each peer's build decodes (features.go)
 	// workers feed each node's data-plane messages to the broker in
 	// order (dataMessage); closed once the transport is.
 	workers map[string]chan []byte
@@ -277,7 +285,13 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	b.SetPeers(peers{n})
 	n.tr.Handle(svcData, b.HandlePeerCall)
 	n.tr.OnMessage(svcData, n.dataMessage)
+	if !cfg.NoFeatures {
+		n.tr.Handle(svcFeat, serveFeatures)
+	}
 	n.tr.OnPeerState(func(name string, up bool) {
+		if up {
+			go n.askFeatures(name)
+		}
 		qh.PeerState(name, up)
 		b.PeerState(name, up)
 		b.QuorumPeerState(name, up)
@@ -392,6 +406,7 @@ func (n *Node) membersChanged(ms []meta.Member) {
 		delete(n.peers, name)
 	}
 	n.mu.Unlock()
+	n.featuresChanged(ms)
 	if len(ms) == 0 {
 		return
 	}

@@ -55,6 +55,7 @@ type clusterConfig struct {
 	place  func(vhost, name string) string
 	server func(*server.Config)
 	tick   time.Duration
+	older  map[int]bool
 }
 
 // ClusterOption adjusts a test cluster.
@@ -70,6 +71,27 @@ func PlaceQueuesOn(node string) ClusterOption {
 // WithServerConfig changes every node's server settings.
 func WithServerConfig(f func(*server.Config)) ClusterOption {
 	return func(c *clusterConfig) { c.server = f }
+}
+
+// OlderBuild makes nodes (by index) answer their peers as a build from
+// before cluster features (cluster.Config.NoFeatures): the others then
+// write no replicated format such a build would not decode.
+func OlderBuild(nodes ...int) ClusterOption {
+	return func(c *clusterConfig) {
+		c.older = map[int]bool{}
+		for _, i := range nodes {
+			c.older[i] = true
+		}
+	}
+}
+
+// SetOlderBuild changes whether the node, at its next start, answers as
+// an older build (OlderBuild): its upgrade, in a rolling upgrade.
+func (nd *Node) SetOlderBuild(older bool) {
+	if nd.c.cfg.older == nil {
+		nd.c.cfg.older = map[int]bool{}
+	}
+	nd.c.cfg.older[nd.i] = older
 }
 
 // NodeName is the name of node i of a test cluster: warren@n1, warren@n2...
@@ -229,7 +251,7 @@ func (nd *Node) start() error {
 	mg := mgmt.New(mgmt.Config{Server: srv, Addr: nd.mgAddr, Logger: logger, UI: mgmt.DefaultUI()})
 	node, err := cluster.Start(cluster.Config{Node: nd.name, Listen: nd.caddr, Peers: nd.c.peers(),
 		Secret: []byte(ClusterSecret), DataDir: nd.dataDir, Logger: logger, Tick: nd.c.cfg.tick, Join: nd.join,
-		Listener: ln}, b, mg)
+		Listener: ln, NoFeatures: nd.c.cfg.older[nd.i]}, b, mg)
 	if err != nil {
 		b.Close()
 		return err
