@@ -102,7 +102,9 @@ type qqState struct {
 	pubLast map[uint64]uint64
 
 	// Publishes waiting for the enqueue proposer, in order (emu), when
-	// the cluster takes batches (Broker.qqBatching).
+	// the cluster takes batches (Broker.qqBatching). Bounded by what
+	// every node lets a queue's publishes have pending (qqMaxPending,
+	// qqMaxPendingBytes): a publish waits here for its confirm.
 	emu      sync.Mutex
 	enqs     []qqPendEnq
 	enqueuer lazyWorker // runs proposeEnqueues while enqs has publishes
