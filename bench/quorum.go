@@ -76,7 +76,7 @@ type quorumOptions struct {
 
 func quorumScenarios(q quorumOptions) []scenario {
 	return []scenario{
-		{name: "qq-publish", what: "quorum queue, persistent 16 B, confirms (1000 in flight), publishers on every node: confirmed msgs/s", unit: "msgs/s", higher: true, target: 5},
+		{name: "qq-publish", what: "quorum queue, persistent 16 B, confirms (1000 in flight), publishers on every node: confirmed msgs/s", unit: "msgs/s", higher: true, target: 6},
 		{name: "qq-latency", what: fmt.Sprintf("quorum queue, p99 confirm latency at a paced %.0f msg/s (publishers on every node)", q.rate), unit: "µs"},
 		{name: "qq-fsync", what: fmt.Sprintf("fsyncs/s of the %d nodes during the qq-publish load (strace)", q.nodes), unit: "fsyncs/s"},
 		{name: "qq-rss", what: fmt.Sprintf("RSS of the %d nodes with %d messages queued in a quorum queue", q.nodes, q.count), unit: "MiB", kind: "fresh"},
