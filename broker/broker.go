@@ -91,7 +91,7 @@ type Broker struct {
 	// publishes skip the topic check while there are none (topicperm.go).
 	topicPerms atomic.Int64
 	params     map[string]DefParameter // runtime parameters by vhost, component, name (params.go)
-	moves      moveState               // replays, moves and shovels (replay.go, shovel.go)
+	moves      moveState               // replays and moves (replay.go, moves.go)
 
 	store DefinitionStore
 	msgs  *MsgStore
@@ -176,7 +176,6 @@ func (b *Broker) close(clean bool) error {
 				}
 			}
 		}
-		b.HaltShovels() // they publish into the stores closed below
 		if b.ownsMsgs {
 			if err := b.msgs.Close(clean); err != nil {
 				b.log.Error("closing the message store", "err", err)

@@ -24,6 +24,13 @@ func (b *Broker) SetParameter(vhost, component, name string, value map[string]an
 	return b.setParameter(vhost, component, name, value, "")
 }
 
+// SetParameterAs is SetParameter kept with the user the parameter acts
+// for (a shovel's, a federation upstream's: their links run as that user
+// here).
+func (b *Broker) SetParameterAs(vhost, component, name string, value map[string]any, user string) error {
+	return b.setParameter(vhost, component, name, value, user)
+}
+
 // setParameter is SetParameter kept with the user it acts for (a
 // shovel's).
 func (b *Broker) setParameter(vhost, component, name string, value map[string]any, user string) error {

@@ -736,7 +736,7 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 			continue
 		}
 		rekey(DefKindParameters, r, paramKey(d.VHost, d.Component, d.Name))
-		if err := b.SetParameter(d.VHost, d.Component, d.Name, value); err != nil {
+		if err := b.setParameter(d.VHost, d.Component, d.Name, value, d.User); err != nil {
 			skip(DefKindParameters, r.key, err)
 		}
 	}

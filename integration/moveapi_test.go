@@ -27,7 +27,6 @@ func embedded(t *testing.T) (*broker.Broker, *amqp.Channel) {
 	}
 	b := srv.Broker()
 	t.Cleanup(func() {
-		b.HaltShovels()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
@@ -177,78 +176,5 @@ func TestReplayGoAPI(t *testing.T) {
 	}
 	if got := getBodies(t, ch, "orders"); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("orders after the move: %q, want b", got)
-	}
-}
-
-// issue 12: shovels without HTTP: one refused for lack of a permission
-// (nothing kept), one that moves a queue's length and finishes (its
-// parameter gone), and one that runs until stopped, checks each
-// republish as its user (a permission revoked while it runs stops the
-// move, the message staying put), and resumes as that user after
-// HaltShovels.
-func TestShovelGoAPI(t *testing.T) {
-	b, ch := embedded(t)
-	v := b.VHost("/")
-	for _, q := range []string{"from", "to"} {
-		_, err := ch.QueueDeclare(q, true, false, false, false, nil)
-		must(t, err)
-	}
-	for _, body := range []string{"0", "1", "2"} {
-		publish(t, ch, "", "from", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(body)})
-	}
-	params := func() int { return len(b.Parameters(broker.ShovelComponent)) }
-
-	b.PutUser("c-shov", "x", nil)
-	must(t, b.SetPermissions("/", "c-shov", broker.Permission{Read: "^from$"}))
-	_, err := b.StartShovel(broker.AsUser("c-shov"), v, broker.ShovelSpec{Name: "mv", SrcQueue: "from",
-		To: broker.MoveTarget{Queue: "to"}, DeleteAfter: broker.ShovelQueueLength})
-	wantRefused(t, "shovel without write on amq.default", err, "exchange", "amq.default")
-	if params() != 0 || len(b.Shovels("")) != 0 {
-		t.Fatalf("a refused shovel was kept: %d parameters, %v", params(), b.Shovels(""))
-	}
-
-	must(t, b.SetPermissions("/", "c-shov", broker.Permission{Read: "^from$", Write: "^amq\\.default$"}))
-	if _, err := b.StartShovel(broker.AsUser("c-shov"), v, broker.ShovelSpec{Name: "mv", SrcQueue: "from",
-		To: broker.MoveTarget{Queue: "to"}, DeleteAfter: broker.ShovelQueueLength}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the queue-length shovel to finish", func() bool { return params() == 0 && len(b.Shovels("")) == 0 })
-	if got := getBodies(t, ch, "to"); !slices.Equal(got, []string{"0", "1", "2"}) {
-		t.Fatalf("to after the shovel: %q, want 0 1 2", got)
-	}
-
-	if _, err := b.StartShovel(broker.AsUser("c-shov"), v, broker.ShovelSpec{Name: "keep", SrcQueue: "from",
-		To: broker.MoveTarget{Queue: "to"}}); err != nil {
-		t.Fatal(err)
-	}
-	publish(t, ch, "", "from", amqp.Publishing{Body: []byte("3")})
-	waitFor(t, "the running shovel to move 3", func() bool { n, _ := counts(t, ch, "to"); return n == 1 })
-	// Revoked while it runs: the next republish is refused and stays.
-	must(t, b.SetPermissions("/", "c-shov", broker.Permission{Read: "^from$"}))
-	publish(t, ch, "", "from", amqp.Publishing{Body: []byte("4")})
-	waitFor(t, "the shovel to report the refusal", func() bool {
-		st, ok := b.Shovel("/", "keep")
-		return ok && strings.Contains(st.LastError, "ACCESS_REFUSED - access to exchange 'amq.default'")
-	})
-	if n, _ := counts(t, ch, "from"); n != 1 {
-		t.Fatalf("from holds %d after the refused republish, want 1", n)
-	}
-	// Halted and resumed: as the same user, the permission back.
-	b.HaltShovels()
-	if len(b.Shovels("")) != 0 || params() != 1 {
-		t.Fatalf("after HaltShovels: running %v, %d parameters; want none running, 1 kept", b.Shovels(""), params())
-	}
-	must(t, b.SetPermissions("/", "c-shov", broker.Permission{Read: "^from$", Write: "^amq\\.default$"}))
-	b.ResumeShovels()
-	st, ok := b.Shovel("/", "keep")
-	if !ok || st.User != "c-shov" {
-		t.Fatalf("resumed shovel: %+v ok=%v, want it running as c-shov", st, ok)
-	}
-	waitFor(t, "the resumed shovel to move 4", func() bool { n, _ := counts(t, ch, "to"); return n == 2 })
-	if !b.StopShovel("/", "keep") || params() != 0 || len(b.Shovels("")) != 0 {
-		t.Fatalf("after StopShovel: %d parameters, running %v", params(), b.Shovels(""))
-	}
-	if got := getBodies(t, ch, "to"); !slices.Equal(got, []string{"3", "4"}) {
-		t.Fatalf("to: %q, want 3 4", got)
 	}
 }

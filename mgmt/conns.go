@@ -53,9 +53,13 @@ func (c *call) connJSON(ci server.ConnectionInfo) api.Connection {
 		state = "blocked"
 	}
 	key := connKey(ci.Name)
+	typ, proto := "network", "AMQP 0-9-1"
+	if ci.Direct {
+		typ, proto = "direct", "Direct 0-9-1"
+	}
 	return api.Connection{
 		Name: ci.Name, Node: c.s.node, VHost: ci.VHost, User: ci.User, UserWhoPerformedAction: ci.User,
-		State: state, Type: "network", Protocol: "AMQP 0-9-1",
+		State: state, Type: typ, Protocol: proto,
 		AuthMechanism: ci.AuthMechanism, SSL: ci.TLS,
 		Host: ci.Host, Port: ci.Port, PeerHost: ci.PeerHost, PeerPort: ci.PeerPort,
 		Channels: ci.Channels, ChannelMax: ci.ChannelMax, FrameMax: ci.FrameMax, Timeout: int(ci.Heartbeat.Seconds()),

@@ -231,13 +231,6 @@ func moveError(err error) error {
 	if errors.As(err, &ae) {
 		return notAuthorised(ae.Error())
 	}
-	var ve *broker.ShovelValueError
-	if errors.As(err, &ve) {
-		return badRequest("Validation failed\n\n" + ve.Msg + "\n")
-	}
-	if errors.Is(err, broker.ErrShovelsHalting) {
-		return &apiError{Status: 503, Err: "service_unavailable", Reason: "shutting down"}
-	}
 	return amqpError(err)
 }
 

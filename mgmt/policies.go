@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/warrenmq/warren/bridge"
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/mgmt/api"
 	"github.com/warrenmq/warren/server"
@@ -317,8 +318,10 @@ func (c *call) definitionsPost() error {
 // limits (vhost-limits "limits") and operator policies.
 func (c *call) parameters() error {
 	list := []api.Parameter{}
-	for _, sh := range c.s.b.Shovels("") {
-		list = append(list, shovelParamJSON(sh))
+	for _, p := range c.s.links.ShovelParams("") {
+		if c.canSee(p.VHost) {
+			list = append(list, api.Parameter{VHost: p.VHost, Component: bridge.ShovelComponent, Name: p.Name, Value: p.Value})
+		}
 	}
 	vs, err := c.visibleVHosts()
 	if err != nil {

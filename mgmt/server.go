@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren/bridge"
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/mgmt/ui"
 	"github.com/warrenmq/warren/server"
@@ -110,6 +111,7 @@ type Server struct {
 	started  time.Time
 	mstate   metricsState            // metrics.go
 	cl       atomic.Pointer[Cluster] // SetCluster (cluster.go); nil: a single node
+	links    *bridge.Manager         // shovels (shovel.go); started by Start
 }
 
 // New returns a management server for cfg.Server; it does not listen
@@ -162,6 +164,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: node,
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), started: time.Now()}
 	s.hist = newHistory(int((cfg.HistoryRetention + cfg.SampleInterval - 1) / cfg.SampleInterval))
+	s.links = bridge.New(bridge.Config{Broker: s.b, Direct: s.srv.DialDirect, Node: node, Logger: cfg.Logger})
 	s.routes()
 	// Replays, moves and shovels count their publishes in the exchange
 	// stats, as the API's publish does.
@@ -197,7 +200,7 @@ func (s *Server) Start() error {
 		s.sampleLoop()
 	}()
 	s.log.Info("management HTTP listener started", "addr", ln.Addr().String())
-	s.b.ResumeShovels()
+	s.links.Start()
 	return nil
 }
 
@@ -241,10 +244,10 @@ func (s *Server) Close() error {
 		err = hs.Shutdown(ctx)
 		cancel()
 	}
-	// The shovels it resumed (and those its users started) stop between
-	// two messages, the rest staying put; their parameters stay, so that
-	// they resume on the next Start.
-	s.b.HaltShovels()
+	// The shovels stop (what they had not settled goes back to their
+	// sources); their parameters stay, so that they resume on the next
+	// Start.
+	s.links.Close()
 	s.wg.Wait()
 	return err
 }

@@ -1,17 +1,21 @@
 package mgmt
 
 import (
+	"errors"
+	"fmt"
 	"sort"
+	"time"
 
-	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/bridge"
 	"github.com/warrenmq/warren/mgmt/api"
 )
 
-// Moving messages with the dynamic shovel parameter that RabbitMQ's UI
-// uses ("Move messages"): PUT /api/parameters/shovel/{vhost}/{name}. The
-// shovels are the broker's (broker/shovel.go: StartShovel, StopShovel,
-// ResumeShovels); these handlers parse, authorize as the calling user,
-// call it and render.
+// Dynamic shovels (RabbitMQ's shovel plugin, issue 24): the parameter
+// (PUT /api/parameters/shovel/{vhost}/{name}) is kept by the broker with
+// the user who defined it; the links manager (bridge) runs it, on this
+// node, as that user. The parameter shows its URIs as given (RabbitMQ
+// shows them to policymakers, password included); /api/shovels shows
+// them without credentials.
 
 func (s *Server) shovelRoutes() {
 	s.handle("GET /api/parameters/shovel", lvlPolicymaker, (*call).shovelParams)
@@ -23,19 +27,15 @@ func (s *Server) shovelRoutes() {
 	s.handle("GET /api/shovels/{vhost}", lvlManagement, (*call).shovelStatus)
 }
 
-func shovelParamJSON(sh broker.ShovelStatus) api.Parameter {
-	return api.Parameter{VHost: sh.VHost, Component: broker.ShovelComponent, Name: sh.Spec.Name, Value: sh.Spec.Value}
-}
-
 func (c *call) shovelParams() error {
 	vh, err := c.pathVHost()
 	if err != nil {
 		return err
 	}
 	list := []api.Parameter{}
-	for _, sh := range c.s.b.Shovels(vh) {
-		if c.canSee(sh.VHost) {
-			list = append(list, shovelParamJSON(sh))
+	for _, p := range c.s.links.ShovelParams(vh) {
+		if c.canSee(p.VHost) {
+			list = append(list, api.Parameter{VHost: p.VHost, Component: bridge.ShovelComponent, Name: p.Name, Value: p.Value})
 		}
 	}
 	return c.ok(list)
@@ -45,11 +45,11 @@ func (c *call) shovelParamGet() error {
 	if _, err := c.vhost(); err != nil {
 		return err
 	}
-	sh, ok := c.s.b.Shovel(c.pv("vhost"), c.pv("name"))
+	p, ok := c.s.links.ShovelParam(c.pv("vhost"), c.pv("name"))
 	if !ok {
 		return errNotFound
 	}
-	return c.ok(shovelParamJSON(sh))
+	return c.ok(api.Parameter{VHost: p.VHost, Component: bridge.ShovelComponent, Name: p.Name, Value: p.Value})
 }
 
 func (c *call) shovelStatus() error {
@@ -58,21 +58,45 @@ func (c *call) shovelStatus() error {
 		return err
 	}
 	list := []api.Shovel{}
-	for _, sh := range c.s.b.Shovels(vh) {
-		if !c.canSee(sh.VHost) {
-			continue
+	for _, sh := range c.s.links.Shovels(vh) {
+		if c.canSee(sh.VHost) {
+			list = append(list, shovelJSON(sh))
 		}
-		m := api.Shovel{Node: c.s.node, Name: sh.Spec.Name, VHost: sh.VHost, Type: "dynamic", State: sh.State,
-			Timestamp: sh.Started.Format("2006-01-02 15:04:05"), SrcProtocol: "amqp091", DestProtocol: "amqp091",
-			SrcURI: sh.Spec.Value["src-uri"], DestURI: sh.Spec.Value["dest-uri"], SrcQueue: sh.Spec.SrcQueue, MessagesMoved: sh.Moved,
-			DestQueue: sh.Spec.To.Queue, Reason: sh.LastError}
-		if sh.Spec.To.Queue == "" {
-			m.DestExchange = sh.Spec.To.Exchange
-		}
-		list = append(list, m)
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	sort.Slice(list, func(i, j int) bool {
+		return list[i].VHost < list[j].VHost || list[i].VHost == list[j].VHost && list[i].Name < list[j].Name
+	})
 	return c.ok(list)
+}
+
+// shovelJSON is a shovel as RabbitMQ 3.10's /api/shovels shows it: the
+// endpoints only while it runs, the reason while it is terminated.
+func shovelJSON(sh bridge.ShovelStatus) api.Shovel {
+	m := api.Shovel{Node: sh.Node, Name: sh.Name, VHost: sh.VHost, Type: "dynamic", State: sh.State,
+		Timestamp: erlDateTime(sh.Since), Forwarded: sh.Forwarded}
+	switch sh.State {
+	case "terminated":
+		m.Reason = sh.Reason
+	case "running":
+		d := sh.Def
+		m.SrcProtocol, m.DestProtocol = "amqp091", "amqp091"
+		m.SrcURI, m.DestURI = sh.SrcURI, sh.DestURI
+		if d.SrcExchange != "" {
+			m.SrcExchange, m.SrcExchangeKey = d.SrcExchange, &d.SrcExchangeKey
+		} else {
+			m.SrcQueue = d.SrcQueue
+		}
+		switch {
+		case d.DestQueue != "":
+			m.DestQueue = d.DestQueue
+		default:
+			if d.DestExchange != nil {
+				m.DestExchange = *d.DestExchange
+			}
+			m.DestExchangeKey = d.DestExchangeKey
+		}
+	}
+	return m
 }
 
 func (c *call) shovelPut() error {
@@ -89,33 +113,43 @@ func (c *call) shovelPut() error {
 	if b.Value == nil {
 		return keyMissing("value")
 	}
-	sp, err := broker.ParseShovel(v, c.pv("name"), b.Value)
+	created, err := c.s.links.PutShovel(c.user.Name, v.Name, c.pv("name"), b.Value)
 	if err != nil {
-		return moveError(err)
+		return linkError(err)
 	}
-	// The broker checks what a client moving the messages would need:
-	// read on the source queue, write on the destination exchange, and
-	// each republish as this user (also after a restart).
-	s := c.s
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return &apiError{Status: 503, Err: "service_unavailable", Reason: "shutting down"}
-	}
-	replaced, err := s.b.StartShovel(broker.AsUser(c.user.Name), v, sp)
-	if err != nil {
-		return moveError(err)
-	}
-	return c.created(!replaced)
+	return c.created(created)
 }
 
 func (c *call) shovelDelete() error {
 	if _, err := c.vhost(); err != nil {
 		return err
 	}
-	if !c.s.b.StopShovel(c.pv("vhost"), c.pv("name")) {
+	ok, err := c.s.links.DeleteShovel(c.pv("vhost"), c.pv("name"))
+	if err != nil {
+		return amqpError(err)
+	}
+	if !ok {
 		return errNotFound
 	}
 	return c.noContent()
+}
+
+// linkError is a refused link definition as RabbitMQ answers it.
+func linkError(err error) error {
+	var ve *bridge.ValidationError
+	if errors.As(err, &ve) {
+		return badRequest("Validation failed\n\n" + htmlEscaper.Replace(ve.Msg) + "\n")
+	}
+	var re *bridge.RefusedError
+	if errors.As(err, &re) {
+		return notAuthorised(re.Msg)
+	}
+	return moveError(err)
+}
+
+// erlDateTime is t as RabbitMQ's link statuses print it (local time, the
+// hour not zero-padded: "2026-12-04 0:13:56").
+func erlDateTime(t time.Time) string {
+	t = t.Local()
+	return fmt.Sprintf("%d-%02d-%02d %d:%02d:%02d", t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second())
 }

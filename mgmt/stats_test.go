@@ -388,7 +388,9 @@ func TestShovelResumesAfterRestart(t *testing.T) {
 		}
 		return ok
 	}) {
-		t.Fatal("the resumed shovel did not move the message")
+		var st any
+		f.call("GET", "/api/shovels", nil, &st)
+		t.Fatalf("the resumed shovel did not move the message: %v", st)
 	}
 }
 

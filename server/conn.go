@@ -36,6 +36,7 @@ type conn struct {
 
 	// Set during the handshake, then read-only.
 	user       *broker.User
+	direct     string // a direct connection's user (direct.go): no password
 	vhost      *broker.VHost
 	frameMax   uint32
 	channelMax uint16
@@ -551,6 +552,14 @@ func (c *conn) authenticate(mechanism string, response string) error {
 		pass, _ = t["PASSWORD"].(string)
 	default:
 		return amqp.ConnErrorf(amqp.CommandInvalid, "unknown authentication mechanism '%s'", mechanism)
+	}
+	if c.direct != "" {
+		u := c.s.broker.User(c.direct)
+		if u == nil {
+			return amqp.ConnErrorf(amqp.AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", mechanism)
+		}
+		c.user = u
+		return nil
 	}
 	u, ok := c.s.broker.Authenticate(user, pass)
 	if !ok {

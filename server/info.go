@@ -295,6 +295,7 @@ type ConnectionInfo struct {
 	PeerHost, Host    string
 	PeerPort, Port    int
 	TLS               bool
+	Direct            bool // in-process, a shovel's or a federation link's (DialDirect)
 	ConnectedAt       time.Time
 	AuthMechanism     string
 	ClientProperties  amqp.Table
@@ -371,6 +372,9 @@ func (s *Server) connList() []*conn {
 }
 
 func (c *conn) name() string {
+	if c.direct != "" {
+		return "<direct " + strconv.FormatUint(c.id, 10) + ">" // (RabbitMQ names its direct ones after their process)
+	}
 	ph, pp := hostPort(c.nc.RemoteAddr())
 	h, p := hostPort(c.nc.LocalAddr())
 	return net.JoinHostPort(ph, strconv.Itoa(pp)) + " -> " + net.JoinHostPort(h, strconv.Itoa(p))
@@ -387,6 +391,7 @@ func (c *conn) info() ConnectionInfo {
 	ci.PeerHost, ci.PeerPort = hostPort(c.nc.RemoteAddr())
 	ci.Host, ci.Port = hostPort(c.nc.LocalAddr())
 	_, ci.TLS = c.nc.(*tls.Conn)
+	ci.Direct = c.direct != ""
 	c.chMu.Lock()
 	defer c.chMu.Unlock()
 	ci.AuthMechanism, ci.ClientProperties = c.authMech, c.clientProps

@@ -342,21 +342,26 @@ type TrackedConnection struct {
 
 // Shovel is one of /api/shovels: a shovel's status.
 type Shovel struct {
-	Node          string `json:"node"`
-	Name          string `json:"name"`
-	VHost         string `json:"vhost"`
-	Type          string `json:"type"`
-	State         string `json:"state"`
-	Timestamp     string `json:"timestamp"`
-	SrcProtocol   string `json:"src_protocol"`
-	DestProtocol  string `json:"dest_protocol"`
-	SrcURI        any    `json:"src_uri"`
-	DestURI       any    `json:"dest_uri"`
-	SrcQueue      string `json:"src_queue"`
-	DestQueue     string `json:"dest_queue,omitempty"`
-	DestExchange  string `json:"dest_exchange,omitempty"`
-	MessagesMoved int    `json:"messages_moved"`
-	Reason        string `json:"reason,omitempty"`
+	Node            string  `json:"node"`
+	Name            string  `json:"name"`
+	VHost           string  `json:"vhost"`
+	Type            string  `json:"type"`
+	State           string  `json:"state"`
+	Timestamp       string  `json:"timestamp"`
+	SrcProtocol     string  `json:"src_protocol,omitempty"`
+	DestProtocol    string  `json:"dest_protocol,omitempty"`
+	SrcURI          string  `json:"src_uri,omitempty"`
+	DestURI         string  `json:"dest_uri,omitempty"`
+	SrcQueue        string  `json:"src_queue,omitempty"`
+	SrcExchange     string  `json:"src_exchange,omitempty"`
+	SrcExchangeKey  *string `json:"src_exchange_key,omitempty"`
+	DestQueue       string  `json:"dest_queue,omitempty"`
+	DestExchange    string  `json:"dest_exchange,omitempty"`
+	DestExchangeKey *string `json:"dest_exchange_key,omitempty"`
+	Reason          string  `json:"reason,omitempty"`
+	// Forwarded counts the messages published to the destination
+	// (RabbitMQ 4.1's field).
+	Forwarded uint64 `json:"forwarded"`
 }
 
 // ClusterStatus is GET /api/cluster-status (Warren's; `warren
