@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/broker"
@@ -118,9 +119,30 @@ type Manager struct {
 	wg     sync.WaitGroup
 	kick   chan struct{}
 
+	owns atomic.Pointer[func(component, vhost, name string) bool] // SetOwns
+
 	mu      sync.Mutex
 	shovels map[linkKey]*shovelWorker
 	closed  bool
+}
+
+// SetOwns sets which links this node runs (a cluster's choice, each link
+// on one node); nil: every link. The manager looks again at once.
+func (m *Manager) SetOwns(fn func(component, vhost, name string) bool) {
+	if fn == nil {
+		m.owns.Store(nil)
+	} else {
+		m.owns.Store(&fn)
+	}
+	m.Kick()
+}
+
+// ownsLink reports whether this node runs the link.
+func (m *Manager) ownsLink(component, vhost, name string) bool {
+	if fn := m.owns.Load(); fn != nil {
+		return (*fn)(component, vhost, name)
+	}
+	return m.cfg.Owns == nil || m.cfg.Owns(component, vhost, name)
 }
 
 type linkKey struct{ vhost, name string }
@@ -195,7 +217,7 @@ func (m *Manager) Close() {
 func (m *Manager) reconcile() {
 	want := map[linkKey]broker.DefParameter{}
 	for _, p := range m.cfg.Broker.Parameters(ShovelComponent) {
-		if m.cfg.Owns == nil || m.cfg.Owns(ShovelComponent, p.VHost, p.Name) {
+		if m.ownsLink(ShovelComponent, p.VHost, p.Name) {
 			want[linkKey{p.VHost, p.Name}] = p
 		}
 	}

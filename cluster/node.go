@@ -295,10 +295,14 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		qh.PeerState(name, up)
 		b.PeerState(name, up)
 		b.QuorumPeerState(name, up)
+		if m != nil {
+			m.Links().Kick() // links move with the nodes that run
+		}
 	})
 	if m != nil {
 		m.SetCluster(mgmtCluster{n})
 		n.tr.Handle(svcMgmt, n.serveMgmt)
+		m.Links().SetOwns(n.ownsLink)
 	}
 	// Serve clients once the group has a leader, so that their first
 	// definition changes do not meet an election; without a quorum the

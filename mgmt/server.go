@@ -172,6 +172,10 @@ func New(cfg Config) *Server {
 	return s
 }
 
+// Links is the server's links manager (shovels): a cluster tells it which
+// links this node runs.
+func (s *Server) Links() *bridge.Manager { return s.links }
+
 // Handler returns the HTTP handler (API, UI and metrics).
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 

@@ -63,6 +63,10 @@ func (c *call) shovelStatus() error {
 			list = append(list, shovelJSON(sh))
 		}
 	}
+	if c.clustered() {
+		// Each runs on one node: the cluster's list is every node's.
+		list = append(list, remoteVisible(c, func(m api.Shovel) bool { return c.canSee(m.VHost) })...)
+	}
 	sort.Slice(list, func(i, j int) bool {
 		return list[i].VHost < list[j].VHost || list[i].VHost == list[j].VHost && list[i].Name < list[j].Name
 	})
