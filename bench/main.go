@@ -134,6 +134,7 @@ type options struct {
 	verbose    bool
 	remote     bool
 	quorum     bool
+	shovel     bool
 	pprofPort  int // when set, cluster node i serves pprof on 127.0.0.1:pprofPort+i
 }
 
@@ -180,6 +181,8 @@ func main() {
 	flag.BoolVar(&o.remote, "remote", false, "measure a queue reached through another node of a 2-node Warren cluster against direct (issue 13); no RabbitMQ")
 	flag.IntVar(&o.pprofPort, "warren-pprof", 0, "serve the cluster nodes' pprof on 127.0.0.1:PORT, PORT+1, ... (profiling a run; off by default)")
 	flag.BoolVar(&o.quorum, "quorum", false, "quorum queues on a 3-node Warren cluster against a 3-node RabbitMQ cluster the bench starts (issue 14): scenarios qq-publish, qq-latency, qq-fsync, qq-rss, qq-idle-cpu, qq-failover")
+	flag.BoolVar(&o.shovel, "shovel", false, "a shovel moving a queue between RabbitMQ and Warren, defined on each (issue 24): scenarios shovel-r2w, shovel-w2r")
+	shovelCount := flag.Int("shovel-count", 200000, "-shovel: messages moved per run")
 	var q quorumOptions
 	flag.IntVar(&q.nodes, "qq-nodes", 3, "-quorum: nodes per cluster")
 	flag.IntVar(&q.publishers, "qq-publishers", 1, "-quorum: warren-perf publishers per node (qq-publish, qq-fsync)")
@@ -204,6 +207,9 @@ func main() {
 	}
 	if o.quorum {
 		runFn = func(o options, log io.Writer) error { return runQuorum(o, q, log) }
+	}
+	if o.shovel {
+		runFn = func(o options, log io.Writer) error { return runShovel(o, *shovelCount, log) }
 	}
 	if err := runFn(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

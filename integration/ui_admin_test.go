@@ -350,6 +350,23 @@ func testUIAdmin(t *testing.T) {
 		t.Errorf("API: vhost limits after clear = %s", got)
 	}
 
+	// ---- Shovels (issue 24): one defined over the API shows running,
+	// with its node and ends; deleted from the page, it goes.
+	if r := tg.do("PUT", "/api/parameters/shovel/%2F/u3-shovel", map[string]any{"value": map[string]any{
+		"src-uri": "amqp://", "src-queue": "u3-shovel-src", "dest-uri": "amqp://", "dest-queue": "u3-shovel-dest"}}); r.status != 201 {
+		t.Fatalf("PUT shovel: %s", r)
+	}
+	b.u3Tab("shovels", `#shovel-table tr[data-name="u3-shovel"]`)
+	b.poll("the shovel running", `(document.querySelector('#shovel-table tr[data-name="u3-shovel"]')||{}).textContent.includes('running')`)
+	b.shot("admin-shovels")
+	b.do("delete the shovel", uiClick(`#shovel-table tr[data-name="u3-shovel"] button.shovel-delete`),
+		chromedp.WaitVisible(uiSel("#dialog-confirm")))
+	b.confirm("delete the shovel")
+	b.do("shovel gone", chromedp.WaitNotPresent(uiSel(`#shovel-table tr[data-name="u3-shovel"]`)))
+	if r := tg.do("GET", "/api/parameters/shovel/%2F/u3-shovel", nil); r.status != 404 {
+		t.Errorf("API: shovel after delete: %s", r)
+	}
+
 	// ---- Definitions: upload a file, a malformed one, then download.
 	dir := t.TempDir()
 	good := filepath.Join(dir, "defs.json")

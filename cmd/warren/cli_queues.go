@@ -73,6 +73,28 @@ func cmdExchanges(c *cliCtx, args []string) error {
 		})
 }
 
+// cmdShovels lists /api/shovels: each shovel's node and state, its ends
+// (without credentials) while it runs, its reason once terminated.
+func cmdShovels(c *cliCtx, args []string) error {
+	return listTable(c, "shovels", "shovels [--vhost V]", args,
+		[]string{"NAME", "NODE", "STATE", "SOURCE", "DESTINATION", "FORWARDED", "REASON"},
+		func(s api.Shovel) string { return s.VHost },
+		func(s api.Shovel) []string {
+			src, dest := "", ""
+			if s.State == "running" {
+				src = s.SrcURI + " " + s.SrcQueue
+				if s.SrcExchange != "" {
+					src = s.SrcURI + " exchange " + exchangeName(s.SrcExchange)
+				}
+				dest = s.DestURI + " " + s.DestQueue
+				if s.DestExchange != "" {
+					dest = s.DestURI + " exchange " + exchangeName(s.DestExchange)
+				}
+			}
+			return []string{s.Name, s.Node, s.State, src, dest, fmt.Sprint(s.Forwarded), s.Reason}
+		})
+}
+
 func cmdBindings(c *cliCtx, args []string) error {
 	return listTable(c, "bindings", "bindings [--vhost V]", args,
 		[]string{"SOURCE", "DESTINATION", "DESTINATION_TYPE", "ROUTING_KEY", "ARGUMENTS"},

@@ -951,3 +951,32 @@ func TestCLIProgressBar(t *testing.T) {
 		t.Fatalf("plain progress: %q", buf.String())
 	}
 }
+
+// issue 24: warren shovels lists the shovels with their node and state,
+// and a running one's ends without credentials.
+func TestCLIShovels(t *testing.T) {
+	e := newCLIEnv(t)
+	e.warrenOnly()
+	ch := e.channel()
+	declare(t, ch, "cli.sh.src", nil)
+	api, err := newAPIClient(e.mgmt, "guest", "guest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.do("PUT", apiPath("parameters", "shovel", "/", "cli-sh"), map[string]any{"value": map[string]any{
+		"src-uri": "amqp://", "src-queue": "cli.sh.src", "dest-uri": "amqp:///%2F", "dest-queue": "cli.sh.dest"}}); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		out = e.mustCLI("shovels", "--vhost", "/")
+		if strings.Contains(out, "running") {
+			break
+		}
+	}
+	for _, want := range []string{"NAME", "STATE", "cli-sh", "running", "amqp:// cli.sh.src", "amqp:///%2F cli.sh.dest"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("warren shovels: no %q in\n%s", want, out)
+		}
+	}
+}

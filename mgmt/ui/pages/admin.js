@@ -18,11 +18,12 @@ export const routes = [
   [/^#\/admin\/vhosts\/([^/]+)$/, 'admin', vhostPage],
   [/^#\/admin\/policies\/?$/, 'admin', policiesPage],
   [/^#\/admin\/limits\/?$/, 'admin', limitsPage],
+  [/^#\/admin\/shovels\/?$/, 'admin', shovelsPage],
   [/^#\/admin\/definitions\/?$/, 'admin', definitionsPage],
 ];
 
 const TABS = [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['policies', 'Policies'], ['limits', 'Limits'],
-  ['definitions', 'Definitions']];
+  ['shovels', 'Shovels'], ['definitions', 'Definitions']];
 
 // STANDARD_TAGS are RabbitMQ's user tags, offered in the user form.
 const STANDARD_TAGS = ['administrator', 'monitoring', 'policymaker', 'management', 'impersonator'];
@@ -553,6 +554,38 @@ function limitsPage(ctx) {
     if (!ctx.live()) return;
     vl.replaceChildren(limitsTable(ctx, 'vhost-limit-table', 'vhost', VHOST_LIMITS, items(v)));
     ul.replaceChildren(limitsTable(ctx, 'user-limit-table', 'user', USER_LIMITS, items(u)));
+  });
+}
+
+// ---- Shovels ----------------------------------------------------------------
+
+// shovelsPage is RabbitMQ's "Shovel Status": every shovel of the cluster,
+// the node running it and its state; its ends (without credentials) while
+// it runs, the reason once it terminated. A policymaker may delete one.
+function shovelsPage(ctx) {
+  page(ctx, 'shovels');
+  const list = h('div', {id: 'shovels'});
+  append(ctx, h('section', null, h('h2', null, 'Shovel status'),
+    h('p', {class: 'muted'}, 'Dynamic shovels move messages between queues and exchanges of this broker and others. ' +
+      'Define one with PUT /api/parameters/shovel/{vhost}/{name}.'), list));
+  poll(ctx, 'Loading shovels', async () => {
+    const rows = items(await api('/shovels'));
+    if (!ctx.live()) return;
+    const end = (uri, q, x) => uri ? [h('code', null, uri), ' ', q ? `queue ${q}` : `exchange ${x || '(the message\'s)'}`] : '';
+    list.replaceChildren(table('shovel-table',
+      [['Name'], ['Virtual host'], ['Node'], ['State'], ['Source'], ['Destination'], ['Forwarded', true], ['']],
+      rows.map(s => h('tr', {'data-name': s.name, 'data-vhost': s.vhost},
+        h('td', null, s.name), h('td', null, s.vhost), h('td', null, s.node),
+        h('td', null, badge(s.state, s.state === 'running' ? 'ok' : s.state === 'terminated' ? 'warn' : ''),
+          s.reason ? h('div', {class: 'muted'}, s.reason) : null),
+        h('td', null, end(s.src_uri, s.src_queue, s.src_exchange)),
+        h('td', null, end(s.dest_uri, s.dest_queue, s.dest_exchange)),
+        h('td', {class: 'num'}, num(s.forwarded || 0)),
+        h('td', null, isPolicymaker() ? h('button', {type: 'button', class: 'danger small shovel-delete', onclick: () => confirmAction({
+          title: `Delete shovel ${s.name}?`, confirm: 'Delete',
+          text: 'Its parameter goes; what it has not settled returns to its source.', ok: `Shovel ${s.name} deleted.`,
+        }, () => api(`/parameters/shovel/${enc(s.vhost)}/${enc(s.name)}`, {method: 'DELETE'}), () => refreshNow(ctx))}, 'Delete') : null))),
+      'No shovels.'));
   });
 }
 
