@@ -97,7 +97,8 @@ type Config struct {
 	Direct func(user string) (net.Conn, error)
 	// Node is this node's name, shown in the links' status.
 	Node string
-	// ClusterName names this broker in x-shovelled headers.
+	// ClusterName names this broker in x-shovelled headers (default: the
+	// broker's cluster name).
 	ClusterName string
 	Logger      *slog.Logger
 	// Owns reports whether this node runs the link (a cluster runs each
@@ -154,9 +155,6 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
-	}
-	if cfg.ClusterName == "" {
-		cfg.ClusterName = cfg.Node
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, log: cfg.Logger.With("component", "bridge"), ctx: ctx, cancel: cancel,
@@ -285,6 +283,14 @@ func (m *Manager) finished(w *shovelWorker) {
 			m.log.Warn("shovel finished; its parameter could not be deleted", "vhost", w.param.VHost, "name", w.param.Name, "err", err)
 		}
 	}
+}
+
+// clusterName names this broker in the headers links add.
+func (m *Manager) clusterName() string {
+	if m.cfg.ClusterName != "" {
+		return m.cfg.ClusterName
+	}
+	return m.cfg.Broker.ClusterName()
 }
 
 // PutShovel validates and keeps shovel name of vhost, defined by user:

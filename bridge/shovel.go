@@ -457,7 +457,7 @@ func (s *shovelSession) publishing(dl *amqp.Delivery) amqp.Publishing {
 // forwardTable is this shovel's entry of x-shovelled.
 func (s *shovelSession) forwardTable() amqp.Table {
 	d := s.w.def
-	t := amqp.Table{"shovelled-by": s.w.m.cfg.ClusterName, "shovel-type": "dynamic", "shovel-name": d.Name,
+	t := amqp.Table{"shovelled-by": s.w.m.clusterName(), "shovel-type": "dynamic", "shovel-name": d.Name,
 		"shovel-vhost": d.VHost, "src-uri": s.srcURI, "dest-uri": s.destURI}
 	if d.SrcExchange != "" {
 		t["src-exchange"], t["src-exchange-key"] = d.SrcExchange, d.SrcExchangeKey

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"hash/fnv"
+	"os"
+	"strings"
 )
 
 // Cluster membership as the broker sees it (issue 13). A broker with
@@ -14,6 +16,39 @@ import (
 
 // Node returns this node's name ("warren@host"), "" for a single node.
 func (b *Broker) Node() string { return b.node }
+
+// NodeName is the node's name as the management API and the cluster name
+// show it: Config.Node in a cluster, else "warren@" and the short host
+// name (RabbitMQ's rabbit@host).
+func (b *Broker) NodeName() string {
+	if b.node != "" {
+		return b.node
+	}
+	host, _ := os.Hostname()
+	if i := strings.IndexByte(host, '.'); i > 0 {
+		host = host[:i]
+	}
+	if host == "" {
+		host = "localhost"
+	}
+	return "warren@" + host
+}
+
+// ClusterName is RabbitMQ's cluster_name: a single node's own name, a
+// cluster's least member name (the same whichever node answers). The
+// server announces it in connection.start, federation links write it in
+// x-received-from, shovels in x-shovelled.
+func (b *Broker) ClusterName() string {
+	name := b.NodeName()
+	if b.nodes != nil {
+		for _, n := range b.nodes() {
+			if n < name {
+				name = n
+			}
+		}
+	}
+	return name
+}
 
 // Clustered reports whether this broker is a node of a cluster.
 func (b *Broker) Clustered() bool { return b.node != "" }

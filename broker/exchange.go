@@ -81,14 +81,20 @@ type Exchange struct {
 	// x-delayed-type. delayed holds a delayed exchange's messages.
 	route   string
 	delayed *delayedState
+	// upstream is an x-federation-upstream exchange's filter (it routes
+	// as a fanout).
+	upstream *upstreamFilter
 }
 
 func newExchange(v *VHost, name, kind string, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
 	x := &Exchange{vhost: v, Name: name, Kind: kind, Durable: durable, AutoDelete: autoDelete, Internal: internal, Args: args,
 		bindings: map[bindingID]*Binding{}, inbound: map[*Binding]struct{}{}, route: kind}
-	if kind == KindDelayed {
+	switch kind {
+	case KindDelayed:
 		x.route, _ = delayedType(args)
 		x.delayed = newDelayedState(x)
+	case KindFederationUpstream:
+		x.route, x.upstream = KindFanout, newUpstreamFilter(args)
 	}
 	switch x.route {
 	case KindDirect:
@@ -102,7 +108,7 @@ func newExchange(v *VHost, name, kind string, durable, autoDelete, internal bool
 // validKind reports whether kind is an exchange type Warren implements.
 func validKind(kind string) bool {
 	switch kind {
-	case KindDirect, KindFanout, KindTopic, KindHeaders, KindDelayed:
+	case KindDirect, KindFanout, KindTopic, KindHeaders, KindDelayed, KindFederationUpstream:
 		return true
 	}
 	return false
@@ -173,6 +179,9 @@ func removeDest(ds []dest, d dest) []dest {
 // match calls fn for each destination this exchange routes m's keys to.
 // The same destination may be reported more than once.
 func (x *Exchange) match(keys []string, headers amqp.Table, fn func(dest)) {
+	if x.upstream != nil && !x.upstream.forward(headers) {
+		return
+	}
 	switch x.route {
 	case KindDirect:
 		for _, k := range keys {

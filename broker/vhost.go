@@ -122,6 +122,11 @@ func (v *VHost) declareExchangeLocal(s ExchangeSpec, passive bool) (err error) {
 				return err
 			}
 		}
+		if s.Kind == KindFederationUpstream {
+			if err := validateUpstreamArgs(s.Args); err != nil {
+				return err
+			}
+		}
 		x = newExchange(v, s.Name, s.Kind, s.Durable, s.AutoDelete, s.Internal, s.Args)
 		v.exchanges[s.Name] = x
 		if x.recorded() {

@@ -290,7 +290,7 @@ func remoteItemOf[T any](c *call, path string) (string, T, bool) {
 func (s *Server) clusterName() string {
 	cl := s.cluster()
 	if cl == nil {
-		return s.node
+		return s.b.ClusterName()
 	}
 	name := s.node
 	for _, n := range cl.Nodes() {

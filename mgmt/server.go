@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -150,17 +149,7 @@ func New(cfg Config) *Server {
 	if cfg.MaxBodySize <= 0 {
 		cfg.MaxBodySize = DefaultMaxBodySize
 	}
-	host, _ := os.Hostname()
-	if i := strings.IndexByte(host, '.'); i > 0 {
-		host = host[:i]
-	}
-	if host == "" {
-		host = "localhost"
-	}
-	node := "warren@" + host
-	if n := cfg.Server.Broker().Node(); n != "" {
-		node = n // a cluster node's own name
-	}
+	node := cfg.Server.Broker().NodeName()
 	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: node,
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), started: time.Now()}
 	s.hist = newHistory(int((cfg.HistoryRetention + cfg.SampleInterval - 1) / cfg.SampleInterval))

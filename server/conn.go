@@ -418,7 +418,7 @@ func (c *conn) handshake() error {
 	c.sendMethod(0, &amqp.ConnectionStart{
 		VersionMajor:     0,
 		VersionMinor:     9,
-		ServerProperties: serverProperties(),
+		ServerProperties: serverProperties(c.s.broker.ClusterName()),
 		Mechanisms:       "PLAIN AMQPLAIN",
 		Locales:          "en_US",
 	})
@@ -578,14 +578,14 @@ func isLoopback(a net.Addr) bool {
 	return ok && ta.IP.IsLoopback()
 }
 
-func serverProperties() amqp.Table {
+func serverProperties(clusterName string) amqp.Table {
 	return amqp.Table{
 		"product":      "Warren",
 		"version":      Version,
 		"platform":     "Go",
 		"copyright":    "Warren authors",
 		"information":  "Licensed under the MPL 2.0",
-		"cluster_name": "warren",
+		"cluster_name": clusterName,
 		"capabilities": amqp.Table{
 			"publisher_confirms":           true,
 			"exchange_exchange_bindings":   true,
