@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +137,170 @@ func TestWarrenAsFederationUpstream(t *testing.T) {
 
 func escapePath(s string) string {
 	return strings.NewReplacer("%", "%25", "/", "%2F", " ", "%20", ">", "%3E").Replace(s)
+}
+
+// TestFederationFromRabbitMQ: issue 24 (must-show 1). Warren federates an
+// exchange from RabbitMQ 3.10.8: the link runs (/api/federation-links with
+// RabbitMQ's fields), declares on RabbitMQ the queue and the
+// x-federation-upstream exchange and binds them with the keys of the
+// exchange's bindings here, kept in step as they change; a message
+// published on RabbitMQ arrives here with x-received-from naming
+// RabbitMQ; with the policy gone the link stops and its objects on
+// RabbitMQ go.
+func TestFederationFromRabbitMQ(t *testing.T) {
+	rabbitURL, rabbitMgmt := rabbit(t)
+	if st, _ := api(t, "GET", rabbitMgmt, "/api/federation-links", nil); st != 200 {
+		t.Skip("RabbitMQ's federation plugin is not enabled")
+	}
+	w := warrentest.Start(t)
+	wch, rch := channel(t, w.URL()), channel(t, rabbitURL)
+	id := fmt.Sprint(time.Now().UnixNano() % 1e7)
+	x, up := "fedr."+id, "rabbit-up-"+id
+	must := func(st int, body []byte) {
+		t.Helper()
+		if st >= 300 {
+			t.Fatalf("%d %s", st, body)
+		}
+	}
+	t.Cleanup(func() { rch.ExchangeDelete(x, false, false) })
+	if err := wch.ExchangeDeclare(x, "topic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"fedr-a", "fedr-b"} {
+		if _, err := wch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wch.QueueBind("fedr-a", "a.#", x, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ru, _ := url.Parse(rabbitURL)
+	must(api(t, "PUT", w.MgmtURL(), "/api/parameters/federation-upstream/%2F/"+up, map[string]any{"value": map[string]any{
+		"uri": "amqp://guest:guest@" + ru.Host, "expires": 600000, "reconnect-delay": 1}}))
+	must(api(t, "PUT", w.MgmtURL(), "/api/policies/%2F/fedr", map[string]any{"pattern": "^fedr\\.",
+		"definition": map[string]any{"federation-upstream": up}, "apply-to": "exchanges"}))
+
+	var link map[string]any
+	testutil.Eventually(t, 20*time.Second, "Warren's federation link running", func() bool {
+		_, body := api(t, "GET", w.MgmtURL(), "/api/federation-links/%2F", nil)
+		var ls []map[string]any
+		json.Unmarshal(body, &ls)
+		for _, l := range ls {
+			if l["exchange"] == x && l["status"] == "running" {
+				link = l
+				return true
+			}
+		}
+		return false
+	})
+	want := "exchange,id,local_connection,node,status,timestamp,type,upstream,upstream_exchange,uri,vhost"
+	if keysOf(link) != want || link["uri"] != "amqp://"+ru.Host || link["upstream"] != up || link["type"] != "exchange" {
+		t.Fatalf("the link as /api/federation-links shows it: %v\n(RabbitMQ 3.10's fields: %s)", link, want)
+	}
+
+	cluster := w.Broker().ClusterName()
+	qname := "federation: " + x + " -> " + cluster
+	boundOnRabbit := func(key string) bool {
+		_, body := api(t, "GET", rabbitMgmt, "/api/exchanges/%2F/"+escapePath(x)+"/bindings/source", nil)
+		return strings.Contains(string(body), `"routing_key":"`+key+`"`)
+	}
+	testutil.Eventually(t, 10*time.Second, "a.# bound on RabbitMQ", func() bool { return boundOnRabbit("a.#") })
+	if st, body := api(t, "GET", rabbitMgmt, "/api/queues/%2F/"+escapePath(qname), nil); st != 200 ||
+		!strings.Contains(string(body), `"x-expires":600000`) {
+		t.Fatalf("the link's queue on RabbitMQ: %d %s", st, body)
+	}
+
+	pub := func(key, body string) {
+		t.Helper()
+		if err := rch.PublishWithContext(context.Background(), x, key, false, false, amqp.Publishing{Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub("a.b", "one")
+	got := drain(t, wch, "fedr-a", 1, 10*time.Second)
+	if len(got) != 1 || string(got[0].Body) != "one" {
+		t.Fatalf("fedr-a got %v", got)
+	}
+	rf, _ := got[0].Headers["x-received-from"].([]any)
+	h, _ := rf[0].(amqp.Table)
+	if len(rf) != 1 || h["uri"] != "amqp://"+ru.Host || h["exchange"] != x || h["vhost"] != "/" || h["redelivered"] != false ||
+		h["cluster-name"] == nil || h["cluster-name"] == "" {
+		t.Fatalf("x-received-from: %v", got[0].Headers)
+	}
+
+	// A new binding here goes upstream; one removed goes too.
+	if err := wch.QueueBind("fedr-b", "b.#", x, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "b.# bound on RabbitMQ", func() bool { return boundOnRabbit("b.#") })
+	pub("b.c", "two")
+	if got := drain(t, wch, "fedr-b", 1, 10*time.Second); len(got) != 1 || string(got[0].Body) != "two" {
+		t.Fatalf("fedr-b got %v", got)
+	}
+	if err := wch.QueueUnbind("fedr-b", "b.#", x, nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(10*time.Second, func() bool { return !boundOnRabbit("b.#") })
+	if boundOnRabbit("b.#") {
+		_, body := api(t, "GET", w.MgmtURL(), "/api/federation-links", nil)
+		_, rb := api(t, "GET", rabbitMgmt, "/api/exchanges/%2F/"+escapePath(x)+"/bindings/source", nil)
+		t.Fatalf("b.# still bound on RabbitMQ: %s\n%s", body, rb)
+	}
+
+	// The policy gone: the link stops, its objects on RabbitMQ go.
+	must(api(t, "DELETE", w.MgmtURL(), "/api/policies/%2F/fedr", nil))
+	testutil.Eventually(t, 10*time.Second, "the link and its queue on RabbitMQ gone", func() bool {
+		_, body := api(t, "GET", w.MgmtURL(), "/api/federation-links", nil)
+		st, _ := api(t, "GET", rabbitMgmt, "/api/queues/%2F/"+escapePath(qname), nil)
+		return strings.TrimSpace(string(body)) == "[]" && st == 404
+	})
+}
+
+// TestFederationWarrenToWarren: issue 24. One Warren federates an exchange
+// from another: a message published upstream arrives downstream once;
+// one that came from the downstream does not go back (x-max-hops 1).
+func TestFederationWarrenToWarren(t *testing.T) {
+	upW, downW := warrentest.Start(t), warrentest.Start(t)
+	uch, dch := channel(t, upW.URL()), channel(t, downW.URL())
+	for _, ch := range []*amqp.Channel{uch, dch} {
+		if err := ch.ExchangeDeclare("ww.x", "direct", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dch.QueueDeclare("ww-q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := dch.QueueBind("ww-q", "k", "ww.x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := api(t, "PUT", downW.MgmtURL(), "/api/parameters/federation-upstream/%2F/up", map[string]any{"value": map[string]any{
+		"uri": "amqp://guest:guest@" + upW.Addr()}}); st != 201 {
+		t.Fatalf("%d %s", st, body)
+	}
+	if st, body := api(t, "PUT", downW.MgmtURL(), "/api/policies/%2F/ww", map[string]any{"pattern": "^ww\\.",
+		"definition": map[string]any{"federation-upstream-set": "all"}, "apply-to": "exchanges"}); st >= 300 {
+		t.Fatalf("%d %s", st, body)
+	}
+	testutil.Eventually(t, 15*time.Second, "the binding upstream", func() bool {
+		_, body := api(t, "GET", upW.MgmtURL(), "/api/exchanges/%2F/ww.x/bindings/source", nil)
+		return strings.Contains(string(body), `"routing_key":"k"`)
+	})
+	if err := uch.PublishWithContext(context.Background(), "ww.x", "k", false, false, amqp.Publishing{Body: []byte("up")}); err != nil {
+		t.Fatal(err)
+	}
+	from := amqp.Table{"x-received-from": []any{amqp.Table{"cluster-name": "elsewhere", "vhost": "/"}}}
+	if err := uch.PublishWithContext(context.Background(), "ww.x", "k", false, false, amqp.Publishing{Body: []byte("looped"), Headers: from}); err != nil {
+		t.Fatal(err)
+	}
+	got := drain(t, dch, "ww-q", 1, 10*time.Second)
+	if extra := drain(t, dch, "ww-q", 1, 500*time.Millisecond); len(extra) > 0 {
+		got = append(got, extra...)
+	}
+	if len(got) != 1 || string(got[0].Body) != "up" {
+		var bs []string
+		for _, d := range got {
+			bs = append(bs, string(d.Body))
+		}
+		t.Fatalf("downstream got %q, want only up", bs)
+	}
 }

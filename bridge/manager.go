@@ -124,6 +124,7 @@ type Manager struct {
 
 	mu      sync.Mutex
 	shovels map[linkKey]*shovelWorker
+	fed     map[fedKey]*fedLink
 	closed  bool
 }
 
@@ -158,7 +159,7 @@ func New(cfg Config) *Manager {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, log: cfg.Logger.With("component", "bridge"), ctx: ctx, cancel: cancel,
-		stop: make(chan struct{}), kick: make(chan struct{}, 1), shovels: map[linkKey]*shovelWorker{}}
+		stop: make(chan struct{}), kick: make(chan struct{}, 1), shovels: map[linkKey]*shovelWorker{}, fed: map[fedKey]*fedLink{}}
 }
 
 // Start starts the links of the parameters kept and watches for changes.
@@ -170,6 +171,7 @@ func (m *Manager) Start() {
 		defer t.Stop()
 		for {
 			m.reconcile()
+			m.reconcileFederation()
 			select {
 			case <-m.stop:
 				return
@@ -201,11 +203,19 @@ func (m *Manager) Close() {
 		ws = append(ws, w)
 		delete(m.shovels, k)
 	}
+	ls := make([]*fedLink, 0, len(m.fed))
+	for k, l := range m.fed {
+		ls = append(ls, l)
+		delete(m.fed, k)
+	}
 	m.mu.Unlock()
 	close(m.stop)
 	m.cancel()
 	for _, w := range ws {
 		w.halt()
+	}
+	for _, l := range ls {
+		l.halt(false) // (the node stops; the links stay defined)
 	}
 	m.wg.Wait()
 }

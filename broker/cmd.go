@@ -170,7 +170,7 @@ type command struct {
 	Limit     string           `json:"limit,omitempty"`
 	Value     int64            `json:"value,omitempty"`
 	Component string           `json:"component,omitempty"`
-	Param     map[string]any   `json:"param,omitempty"`
+	Param     any              `json:"param,omitempty"` // a parameter's value: a table, or a list (an upstream set)
 	Policy    *Policy          `json:"policy,omitempty"`
 	Operator  bool             `json:"operator,omitempty"`
 

@@ -299,8 +299,7 @@ func (b *Broker) RestoreDefinitions(index uint64, data []byte) error {
 	}
 	for k, p := range wantPar {
 		if h, ok := havePar[k]; !ok || !sameJSON(h, p) {
-			val, _ := p.Value.(map[string]any)
-			note(b.setParameterLocal(p.VHost, p.Component, p.Name, val, p.User), "parameter")
+			note(b.setParameterLocal(p.VHost, p.Component, p.Name, p.Value, p.User), "parameter")
 		}
 	}
 	type polKey struct {

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"maps"
 	"sort"
 	"strings"
 )
@@ -27,13 +26,13 @@ func (b *Broker) SetParameter(vhost, component, name string, value map[string]an
 // SetParameterAs is SetParameter kept with the user the parameter acts
 // for (a shovel's, a federation upstream's: their links run as that user
 // here).
-func (b *Broker) SetParameterAs(vhost, component, name string, value map[string]any, user string) error {
+func (b *Broker) SetParameterAs(vhost, component, name string, value any, user string) error {
 	return b.setParameter(vhost, component, name, value, user)
 }
 
 // setParameter is SetParameter kept with the user it acts for (a
 // shovel's).
-func (b *Broker) setParameter(vhost, component, name string, value map[string]any, user string) error {
+func (b *Broker) setParameter(vhost, component, name string, value any, user string) error {
 	if b.replicating() {
 		return b.propose(fmt.Sprintf("parameter '%s' of component '%s' in vhost '%s'", name, component, vhost),
 			&command{Op: opParamSet, VHost: vhost, Component: component, Name: name, Param: value, User: user})
@@ -41,13 +40,13 @@ func (b *Broker) setParameter(vhost, component, name string, value map[string]an
 	return b.setParameterLocal(vhost, component, name, value, user)
 }
 
-func (b *Broker) setParameterLocal(vhost, component, name string, value map[string]any, user string) error {
+func (b *Broker) setParameterLocal(vhost, component, name string, value any, user string) error {
 	b.mu.Lock()
 	if b.vhosts[vhost] == nil {
 		b.mu.Unlock()
 		return ErrNoVHost
 	}
-	p := DefParameter{VHost: vhost, Component: component, Name: name, Value: maps.Clone(value), User: user}
+	p := DefParameter{VHost: vhost, Component: component, Name: name, Value: cloneJSON(value), User: user}
 	if b.params == nil {
 		b.params = map[string]DefParameter{}
 	}
@@ -102,4 +101,24 @@ func (b *Broker) dropParamsLocked(vhost string) {
 			delete(b.params, k)
 		}
 	}
+}
+
+// cloneJSON copies a JSON value (maps and lists) so that the caller's
+// later changes do not reach the kept parameter.
+func cloneJSON(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = cloneJSON(e)
+		}
+		return m
+	case []any:
+		l := make([]any, len(x))
+		for i, e := range x {
+			l[i] = cloneJSON(e)
+		}
+		return l
+	}
+	return v
 }

@@ -731,12 +731,11 @@ func (b *Broker) applyRecords(recs map[string][]storedRecord, orphans, moves *[]
 			skip(DefKindParameters, r.key, err)
 			continue
 		}
-		value, _ := d.Value.(map[string]any)
 		if vhostOf(DefKindParameters, r.key, d.VHost) == nil {
 			continue
 		}
 		rekey(DefKindParameters, r, paramKey(d.VHost, d.Component, d.Name))
-		if err := b.setParameter(d.VHost, d.Component, d.Name, value, d.User); err != nil {
+		if err := b.setParameter(d.VHost, d.Component, d.Name, d.Value, d.User); err != nil {
 			skip(DefKindParameters, r.key, err)
 		}
 	}

@@ -156,6 +156,60 @@ var policyKeys = map[string]policyKey{
 	"delayed-retry-type":            {true, true, checkDelayedRetryTypePolicy},
 	"delayed-retry-min":             {true, true, checkDelayedRetryDelayPolicy("minimum")},
 	"delayed-retry-max":             {true, true, checkDelayedRetryDelayPolicy("maximum")},
+	// Federation (issue 24; rabbit_federation_parameters): one of the
+	// three at most (checkFederationKeys).
+	"federation-upstream":         {true, false, federationNameKey("federation upstream name")},
+	"federation-upstream-set":     {true, false, federationNameKey("federation upstream set name")},
+	"federation-upstream-pattern": {true, false, checkFederationPattern},
+}
+
+func federationNameKey(what string) func(any) (any, error) {
+	return func(v any) (any, error) {
+		if s, ok := v.(string); ok {
+			return s, nil
+		}
+		return nil, policyErrorf("%s is not a valid %s", erlterm.JSON(v), what)
+	}
+}
+
+func checkFederationPattern(v any) (any, error) {
+	s, ok := v.(string)
+	if !ok {
+		return nil, policyErrorf("%s is not a valid federation upstream pattern name", erlterm.JSON(v))
+	}
+	if _, err := regexp.Compile(s); err != nil {
+		return nil, policyErrorf("Invalid regex %s: %v", erlterm.JSON(v), err)
+	}
+	return s, nil
+}
+
+// checkFederationKeys refuses more than one way of naming upstreams.
+func checkFederationKeys(def map[string]any) error {
+	n := 0
+	for _, k := range []string{"federation-upstream", "federation-upstream-set", "federation-upstream-pattern"} {
+		if _, ok := def[k]; ok {
+			n++
+		}
+	}
+	if n > 1 {
+		return policyErrorf("cannot specify federation-upstream, federation-upstream-set or federation-upstream-pattern together")
+	}
+	return nil
+}
+
+// ExchangePolicyKey returns key of the policy that applies to exchange
+// name (a federation link's upstreams, for bridge).
+func (v *VHost) ExchangePolicyKey(name, key string) (any, bool) {
+	s := v.policies.snap.Load()
+	if s == nil {
+		return nil, false
+	}
+	p := firstExchangePolicy(s.user, name)
+	if p == nil {
+		return nil, false
+	}
+	val, ok := p.Definition[key]
+	return val, ok
 }
 
 func checkQueueVersionPolicy(v any) (any, error) {
@@ -296,6 +350,9 @@ func compilePolicy(p Policy, operator bool) (*Policy, error) {
 		return nil, policyErrorf("[%s] are not recognised policy settings", unknown)
 	}
 	if err := checkDelayedRetryConstraints(def); err != nil {
+		return nil, err
+	}
+	if err := checkFederationKeys(def); err != nil {
 		return nil, err
 	}
 	p.Definition = def

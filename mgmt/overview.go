@@ -45,6 +45,7 @@ func (s *Server) routes() {
 	s.policyRoutes()
 	s.deadLetterRoutes()
 	s.shovelRoutes()
+	s.federationRoutes()
 	s.limitRoutes()
 
 	s.mux.HandleFunc("GET /metrics", s.metrics)

@@ -318,9 +318,11 @@ func (c *call) definitionsPost() error {
 // limits (vhost-limits "limits") and operator policies.
 func (c *call) parameters() error {
 	list := []api.Parameter{}
-	for _, p := range c.s.links.ShovelParams("") {
-		if c.canSee(p.VHost) {
-			list = append(list, api.Parameter{VHost: p.VHost, Component: bridge.ShovelComponent, Name: p.Name, Value: p.Value})
+	for _, comp := range []string{bridge.ShovelComponent, bridge.UpstreamComponent, bridge.UpstreamSetComponent} {
+		for _, p := range c.s.links.Params(comp, "") {
+			if c.canSee(p.VHost) {
+				list = append(list, api.Parameter{VHost: p.VHost, Component: comp, Name: p.Name, Value: p.Value})
+			}
 		}
 	}
 	vs, err := c.visibleVHosts()

@@ -364,6 +364,25 @@ type Shovel struct {
 	Forwarded uint64 `json:"forwarded"`
 }
 
+// FederationLink is a federation link of GET /api/federation-links, as
+// RabbitMQ 3.10's federation management plugin shows it.
+type FederationLink struct {
+	Node             string `json:"node"`
+	Exchange         string `json:"exchange,omitempty"`
+	UpstreamExchange string `json:"upstream_exchange,omitempty"`
+	Queue            string `json:"queue,omitempty"`
+	UpstreamQueue    string `json:"upstream_queue,omitempty"`
+	Type             string `json:"type"`
+	VHost            string `json:"vhost"`
+	Upstream         string `json:"upstream"`
+	ID               string `json:"id"`
+	Status           string `json:"status"`
+	LocalConnection  string `json:"local_connection,omitempty"`
+	URI              string `json:"uri,omitempty"`
+	Error            string `json:"error,omitempty"`
+	Timestamp        string `json:"timestamp"`
+}
+
 // ClusterStatus is GET /api/cluster-status (Warren's; `warren
 // cluster status` reads it, as rabbitmqctl cluster_status prints).
 type ClusterStatus struct {
