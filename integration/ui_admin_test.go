@@ -367,6 +367,21 @@ func testUIAdmin(t *testing.T) {
 		t.Errorf("API: shovel after delete: %s", r)
 	}
 
+	// ---- Federation (issue 24): an exchange federated from this broker
+	// itself (its own loop checks keep each message to one trip) shows
+	// its link running, with the upstream's URI without credentials.
+	tg.must("PUT", "/api/exchanges/%2F/u3-fed.x", map[string]any{"type": "fanout", "durable": true}, 201)
+	tg.must("PUT", "/api/parameters/federation-upstream/%2F/u3-self", map[string]any{"value": map[string]any{
+		"uri": "amqp://guest:guest@" + w.Addr()}}, 201)
+	tg.must("PUT", "/api/policies/%2F/u3-fed", map[string]any{"pattern": "^u3-fed\\.", "apply-to": "exchanges",
+		"definition": map[string]any{"federation-upstream": "u3-self"}}, 201)
+	b.u3Tab("federation", `#federation-table tr[data-exchange="u3-fed.x"]`)
+	b.poll("the link running", `(document.querySelector('#federation-table tr[data-exchange="u3-fed.x"]')||{}).textContent.includes('running')`)
+	b.poll("its URI without credentials", `!document.querySelector('#federation-table').textContent.includes('guest:guest')`)
+	b.shot("admin-federation")
+	tg.must("DELETE", "/api/policies/%2F/u3-fed", nil, 204)
+	tg.must("DELETE", "/api/parameters/federation-upstream/%2F/u3-self", nil, 204)
+
 	// ---- Definitions: upload a file, a malformed one, then download.
 	dir := t.TempDir()
 	good := filepath.Join(dir, "defs.json")

@@ -99,6 +99,7 @@ var cliCommands = []*cliCommand{
 		run: cmdGet},
 	{name: "purge", args: "QUEUE", summary: "delete every ready message of a queue", run: cmdPurge},
 	{name: "shovels", args: "[--vhost V]", summary: "list the shovels and their state (rabbitmqctl shovel_status)", run: cmdShovels},
+	{name: "federation", args: "[--vhost V]", summary: "list the federation links and their state (rabbitmqctl federation_status)", run: cmdFederation},
 	{name: "move", args: "SRC DEST", summary: "move all messages from queue SRC to queue DEST (a shovel that deletes itself)",
 		flags: func(fs *flag.FlagSet, c *cliCtx) {
 			fs.DurationVar(&c.pollPeriod, "poll", 500*time.Millisecond, "how often to check the move's progress")

@@ -95,6 +95,22 @@ func cmdShovels(c *cliCtx, args []string) error {
 		})
 }
 
+// cmdFederation lists /api/federation-links: each link's exchange (or
+// queue), upstream, node and status, the upstream's URI without
+// credentials, the error of a failed one.
+func cmdFederation(c *cliCtx, args []string) error {
+	return listTable(c, "federation-links", "federation [--vhost V]", args,
+		[]string{"TYPE", "EXCHANGE/QUEUE", "UPSTREAM", "NODE", "STATUS", "URI", "ERROR"},
+		func(l api.FederationLink) string { return l.VHost },
+		func(l api.FederationLink) []string {
+			name := l.Exchange
+			if l.Type == "queue" {
+				name = l.Queue
+			}
+			return []string{l.Type, name, l.Upstream, l.Node, l.Status, l.URI, l.Error}
+		})
+}
+
 func cmdBindings(c *cliCtx, args []string) error {
 	return listTable(c, "bindings", "bindings [--vhost V]", args,
 		[]string{"SOURCE", "DESTINATION", "DESTINATION_TYPE", "ROUTING_KEY", "ARGUMENTS"},

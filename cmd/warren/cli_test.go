@@ -980,3 +980,44 @@ func TestCLIShovels(t *testing.T) {
 		}
 	}
 }
+
+// issue 24: warren federation lists the federation links: one Warren
+// federating an exchange from another.
+func TestCLIFederation(t *testing.T) {
+	up := newCLIEnv(t)
+	up.warrenOnly()
+	down := newCLIEnv(t)
+	down.warrenOnly()
+	for _, e := range []*cliEnv{up, down} {
+		if err := e.channel().ExchangeDeclare("cli.fed", "fanout", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api, err := newAPIClient(down.mgmt, "guest", "guest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upAMQP := strings.TrimSuffix(up.amqpURL, "/") // (no path: the downstream's vhost)
+	if _, err := api.do("PUT", apiPath("parameters", "federation-upstream", "/", "cli-up"), map[string]any{"value": map[string]any{"uri": upAMQP}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.do("PUT", apiPath("policies", "/", "cli-fed"), map[string]any{"pattern": "^cli\\.fed$",
+		"definition": map[string]any{"federation-upstream": "cli-up"}, "apply-to": "exchanges"}); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		out = down.mustCLI("federation", "--vhost", "/")
+		if strings.Contains(out, "running") {
+			break
+		}
+	}
+	for _, want := range []string{"TYPE", "STATUS", "exchange", "cli.fed", "cli-up", "running"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("warren federation: no %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "guest:guest") {
+		t.Fatalf("warren federation shows credentials:\n%s", out)
+	}
+}

@@ -19,11 +19,12 @@ export const routes = [
   [/^#\/admin\/policies\/?$/, 'admin', policiesPage],
   [/^#\/admin\/limits\/?$/, 'admin', limitsPage],
   [/^#\/admin\/shovels\/?$/, 'admin', shovelsPage],
+  [/^#\/admin\/federation\/?$/, 'admin', federationPage],
   [/^#\/admin\/definitions\/?$/, 'admin', definitionsPage],
 ];
 
 const TABS = [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['policies', 'Policies'], ['limits', 'Limits'],
-  ['shovels', 'Shovels'], ['definitions', 'Definitions']];
+  ['shovels', 'Shovels'], ['federation', 'Federation'], ['definitions', 'Definitions']];
 
 // STANDARD_TAGS are RabbitMQ's user tags, offered in the user form.
 const STANDARD_TAGS = ['administrator', 'monitoring', 'policymaker', 'management', 'impersonator'];
@@ -586,6 +587,31 @@ function shovelsPage(ctx) {
           text: 'Its parameter goes; what it has not settled returns to its source.', ok: `Shovel ${s.name} deleted.`,
         }, () => api(`/parameters/shovel/${enc(s.vhost)}/${enc(s.name)}`, {method: 'DELETE'}), () => refreshNow(ctx))}, 'Delete') : null))),
       'No shovels.'));
+  });
+}
+
+// federationPage is RabbitMQ's "Federation Status": every link of the
+// cluster (a federated exchange and one of its upstreams), the node
+// running it, its status, the upstream's URI without credentials, and the
+// error of a failed one. Upstreams and the policies naming them are
+// defined over the API (federation-upstream parameters, policies).
+function federationPage(ctx) {
+  page(ctx, 'federation');
+  const list = h('div', {id: 'federation'});
+  append(ctx, h('section', null, h('h2', null, 'Federation status'),
+    h('p', {class: 'muted'}, 'A link runs for each federated exchange and each of its upstreams: ' +
+      'PUT /api/parameters/federation-upstream/{vhost}/{name}, and a policy with federation-upstream-set.'), list));
+  poll(ctx, 'Loading federation links', async () => {
+    const rows = items(await api('/federation-links'));
+    if (!ctx.live()) return;
+    list.replaceChildren(table('federation-table',
+      [['Exchange'], ['Virtual host'], ['Upstream'], ['Node'], ['Status'], ['URI']],
+      rows.map(l => h('tr', {'data-exchange': l.exchange || l.queue, 'data-upstream': l.upstream},
+        h('td', null, l.exchange || l.queue), h('td', null, l.vhost), h('td', null, l.upstream), h('td', null, l.node),
+        h('td', null, badge(l.status, l.status === 'running' ? 'ok' : l.status === 'error' ? 'warn' : ''),
+          l.error ? h('div', {class: 'muted'}, l.error) : null),
+        h('td', null, l.uri ? h('code', null, l.uri) : ''))),
+      'No federation links.'));
   });
 }
 
