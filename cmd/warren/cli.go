@@ -139,6 +139,11 @@ var cliCommands = []*cliCommand{
 			run: cmdPoliciesSet},
 		{name: "delete", args: "NAME", summary: "delete a policy", run: cmdPoliciesDelete},
 	}},
+	{name: "parameters", summary: "list, set and delete runtime parameters: shovels, federation upstreams (rabbitmqctl set_parameter)", subs: []*cliCommand{
+		{name: "list", args: "[COMPONENT] [--vhost V]", summary: "list parameters (of one component: shovel, federation-upstream, ...)", run: cmdParamsList},
+		{name: "set", args: "COMPONENT NAME VALUE_JSON [--vhost V]", summary: "create or update a parameter", run: cmdParamsSet},
+		{name: "delete", args: "COMPONENT NAME [--vhost V]", summary: "delete a parameter", run: cmdParamsDelete},
+	}},
 	clusterCommand,
 	nodeCommand,
 	{name: "help", args: "[COMMAND]", summary: "show this help, or a command's"},

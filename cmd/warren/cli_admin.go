@@ -118,3 +118,63 @@ func cmdPoliciesDelete(c *cliCtx, args []string) error {
 	fmt.Fprintf(c.stdout, "Deleted policy %q in vhost %q.\n", args[0], c.oneVhost())
 	return nil
 }
+
+// cmdParamsList lists /api/parameters[/COMPONENT[/VHOST]].
+func cmdParamsList(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 0, 1, "parameters list [COMPONENT] [--vhost V]"); err != nil {
+		return err
+	}
+	path := apiPath("parameters")
+	if len(args) == 1 {
+		path = apiPath("parameters", args[0])
+		if c.vhost != "" {
+			path = apiPath("parameters", args[0], c.vhost)
+		}
+	}
+	var rows []api.Parameter
+	raw, err := c.api.getJSON(path, &rows)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return printJSON(c.stdout, raw)
+	}
+	t := newTable(c.stdout, "VHOST", "COMPONENT", "NAME", "VALUE")
+	for _, p := range rows {
+		if c.vhost != "" && p.VHost != c.vhost {
+			continue
+		}
+		t.row(p.VHost, p.Component, p.Name, compactJSON(p.Value))
+	}
+	return t.flush()
+}
+
+// cmdParamsSet is rabbitmqctl set_parameter: PUT
+// /api/parameters/COMPONENT/VHOST/NAME with the value.
+func cmdParamsSet(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 3, 3, "parameters set COMPONENT NAME VALUE_JSON [--vhost V]"); err != nil {
+		return err
+	}
+	var value any
+	if err := json.Unmarshal([]byte(args[2]), &value); err != nil {
+		return fmt.Errorf(`parameters set: the value must be JSON, such as '{"src-uri":"amqp://",...}': %v`, err)
+	}
+	body := map[string]any{"vhost": c.oneVhost(), "component": args[0], "name": args[1], "value": value}
+	if _, err := c.api.do(http.MethodPut, apiPath("parameters", args[0], c.oneVhost(), args[1]), body); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Set %s parameter %q in vhost %q.\n", args[0], args[1], c.oneVhost())
+	return nil
+}
+
+// cmdParamsDelete is rabbitmqctl clear_parameter.
+func cmdParamsDelete(c *cliCtx, args []string) error {
+	if err := wantArgs(args, 2, 2, "parameters delete COMPONENT NAME [--vhost V]"); err != nil {
+		return err
+	}
+	if _, err := c.api.do(http.MethodDelete, apiPath("parameters", args[0], c.oneVhost(), args[1]), nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Deleted %s parameter %q in vhost %q.\n", args[0], args[1], c.oneVhost())
+	return nil
+}
