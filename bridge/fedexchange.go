@@ -36,6 +36,8 @@ import (
 type FederationLink struct {
 	Node, VHost, Upstream, Type string
 	Exchange, UpstreamExchange  string
+	Queue, UpstreamQueue        string // a federated queue's
+	ConsumerTag                 string
 	ID                          string
 	Status                      string // starting, running, error
 	Error                       string
@@ -44,7 +46,9 @@ type FederationLink struct {
 	Since                       time.Time
 }
 
-type fedKey struct{ vhost, exchange, upstream string }
+// fedKey names a link: a federated exchange's or queue's (kind), and its
+// upstream.
+type fedKey struct{ vhost, kind, name, upstream string }
 
 type fedLink struct {
 	m    *Manager
@@ -62,19 +66,26 @@ type fedLink struct {
 
 func linkID(k fedKey) string {
 	h := fnv.New32a()
-	h.Write([]byte(k.vhost + "\x00" + k.exchange + "\x00" + k.upstream))
+	h.Write([]byte(k.vhost + "\x00" + k.kind + "\x00" + k.name + "\x00" + k.upstream))
 	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 func (m *Manager) newFedLink(k fedKey, lu linkUpstream) *fedLink {
 	ctx, cancel := context.WithCancel(m.ctx)
-	upX := lu.u.Exchange
-	if upX == "" {
-		upX = k.exchange
+	st := FederationLink{Node: m.cfg.Node, VHost: k.vhost, Upstream: k.upstream, Type: k.kind, ID: linkID(k),
+		Status: "starting", Since: time.Now()}
+	if k.kind == "queue" {
+		st.Queue, st.UpstreamQueue, st.ConsumerTag = k.name, lu.u.Queue, lu.u.ConsumerTag
+		if st.UpstreamQueue == "" {
+			st.UpstreamQueue = k.name
+		}
+	} else {
+		st.Exchange, st.UpstreamExchange = k.name, lu.u.Exchange
+		if st.UpstreamExchange == "" {
+			st.UpstreamExchange = k.name
+		}
 	}
-	return &fedLink{m: m, key: k, up: lu.u, user: lu.user, ctx: ctx, stop: cancel, done: make(chan struct{}),
-		st: FederationLink{Node: m.cfg.Node, VHost: k.vhost, Upstream: k.upstream, Type: "exchange", Exchange: k.exchange,
-			UpstreamExchange: upX, ID: linkID(k), Status: "starting", Since: time.Now()}}
+	return &fedLink{m: m, key: k, up: lu.u, user: lu.user, ctx: ctx, stop: cancel, done: make(chan struct{}), st: st}
 }
 
 func (l *fedLink) status() FederationLink {
@@ -107,10 +118,15 @@ func (l *fedLink) halt(cleanup bool) {
 
 func (l *fedLink) run() {
 	defer close(l.done)
-	log := l.m.log.With("vhost", l.key.vhost, "exchange", l.key.exchange, "upstream", l.key.upstream)
+	log := l.m.log.With("vhost", l.key.vhost, l.key.kind, l.key.name, "upstream", l.key.upstream)
 	for {
 		l.set("starting", "", "")
-		err := l.session()
+		var err error
+		if l.key.kind == "queue" {
+			err = l.queueSession()
+		} else {
+			err = l.session()
+		}
 		if l.ctx.Err() != nil {
 			return
 		}
@@ -133,8 +149,8 @@ func (l *fedLink) run() {
 // exchanges are the queue's name with " A" or " B".
 func (l *fedLink) queueName(cluster, upX string) string {
 	q := "federation: " + upX + " -> " + cluster
-	if l.key.vhost != "/" || upX != l.key.exchange {
-		q += ":" + l.key.vhost + ":" + l.key.exchange
+	if l.key.vhost != "/" || upX != l.key.name {
+		q += ":" + l.key.vhost + ":" + l.key.name
 	}
 	return q
 }
@@ -145,11 +161,11 @@ func (l *fedLink) session() error {
 	if v == nil {
 		return errors.New("no such vhost")
 	}
-	lx := v.Exchange(k.exchange)
+	lx := v.Exchange(k.name)
 	if lx == nil {
-		return fmt.Errorf("no exchange '%s' here", k.exchange)
+		return fmt.Errorf("no exchange '%s' here", k.name)
 	}
-	connName := fmt.Sprintf("Federation link (upstream: %s, exchange: %s)", up.Name, k.exchange)
+	connName := fmt.Sprintf("Federation link (upstream: %s, exchange: %s)", up.Name, k.name)
 	uconn, uu, err := m.dialAny(l.ctx, up.URIs, l.user, k.vhost, connName)
 	if err != nil {
 		return err
@@ -246,7 +262,7 @@ func (l *fedLink) session() error {
 	sync := func() error {
 		want := map[string]bindKey{}
 		for _, b := range v.Bindings() {
-			if b.Source != k.exchange {
+			if b.Source != k.name {
 				continue
 			}
 			bargs, _ := clientValue(map[string]any(b.Args)).(amqp.Table)
@@ -267,7 +283,7 @@ func (l *fedLink) session() error {
 			}
 			prev, _ := args["x-bound-from"].([]any)
 			args["x-bound-from"] = append([]any{amqp.Table{"cluster-name": cluster, "vhost": k.vhost,
-				"exchange": k.vhost + ":" + k.exchange + " A", "hops": int64(hops)}}, prev...)
+				"exchange": k.vhost + ":" + k.name + " A", "hops": int64(hops)}}, prev...)
 			bk := bindKey{key: b.RoutingKey, args: args}
 			want[bk.id()] = bk
 		}
@@ -369,7 +385,7 @@ func (l *fedLink) session() error {
 				prev, _ := p.Headers["x-received-from"].([]any)
 				p.Headers["x-received-from"] = append([]any{amqp.Table{"uri": Redact(uu.Raw), "exchange": upX,
 					"redelivered": d.Redelivered, "cluster-name": upCluster, "vhost": upVHost}}, prev...)
-				if err := lch.PublishWithContext(l.ctx, k.exchange, d.RoutingKey, false, false, p); err != nil {
+				if err := lch.PublishWithContext(l.ctx, k.name, d.RoutingKey, false, false, p); err != nil {
 					return fmt.Errorf("local: %w", err)
 				}
 				switch up.AckMode {
@@ -505,6 +521,15 @@ func ensureExchange(c *amqp.Connection, ch *amqp.Channel, name string, x *broker
 func (m *Manager) reconcileFederation() {
 	b := m.cfg.Broker
 	want := map[fedKey]linkUpstream{}
+	add := func(vn, kind, name, key string, val any) {
+		for _, lu := range upstreamsFor(b, vn, key, val) {
+			k := fedKey{vn, kind, name, lu.u.Name}
+			if m.ownsLink(UpstreamComponent, vn, kind+"\x00"+name+"\x00"+lu.u.Name) {
+				want[k] = lu
+			}
+		}
+	}
+	keys := []string{"federation-upstream", "federation-upstream-set", "federation-upstream-pattern"}
 	for _, vn := range b.VHosts() {
 		v := b.VHost(vn)
 		if v == nil {
@@ -514,16 +539,16 @@ func (m *Manager) reconcileFederation() {
 			if x.Name == "" || x.Kind == broker.KindFederationUpstream {
 				continue
 			}
-			for _, key := range []string{"federation-upstream", "federation-upstream-set", "federation-upstream-pattern"} {
-				val, ok := v.ExchangePolicyKey(x.Name, key)
-				if !ok {
-					continue
+			for _, key := range keys {
+				if val, ok := v.ExchangePolicyKey(x.Name, key); ok {
+					add(vn, "exchange", x.Name, key, val)
 				}
-				for _, lu := range upstreamsFor(b, vn, key, val) {
-					k := fedKey{vn, x.Name, lu.u.Name}
-					if m.ownsLink(UpstreamComponent, vn, x.Name+"\x00"+lu.u.Name) {
-						want[k] = lu
-					}
+			}
+		}
+		for _, q := range v.Queues() {
+			for _, key := range keys {
+				if val, ok := v.QueuePolicyKey(q, key); ok {
+					add(vn, "queue", q.Name, key, val)
 				}
 			}
 		}
@@ -578,8 +603,8 @@ func (m *Manager) FederationLinks(vhost string) []FederationLink {
 		if a.VHost != b.VHost {
 			return a.VHost < b.VHost
 		}
-		if a.Exchange != b.Exchange {
-			return a.Exchange < b.Exchange
+		if a.Exchange+a.Queue != b.Exchange+b.Queue {
+			return a.Exchange+a.Queue < b.Exchange+b.Queue
 		}
 		return a.Upstream < b.Upstream
 	})

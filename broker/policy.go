@@ -197,6 +197,17 @@ func checkFederationKeys(def map[string]any) error {
 	return nil
 }
 
+// QueuePolicyKey returns key of the policy that applies to queue q (a
+// federated queue's upstreams, for bridge).
+func (v *VHost) QueuePolicyKey(q *Queue, key string) (any, bool) {
+	user, _ := v.queuePolicies(q)
+	if user == nil {
+		return nil, false
+	}
+	val, ok := user.Definition[key]
+	return val, ok
+}
+
 // ExchangePolicyKey returns key of the policy that applies to exchange
 // name (a federation link's upstreams, for bridge).
 func (v *VHost) ExchangePolicyKey(name, key string) (any, bool) {

@@ -97,6 +97,7 @@ func (c *call) federationLinks() error {
 			continue
 		}
 		m := api.FederationLink{Node: l.Node, Exchange: l.Exchange, UpstreamExchange: l.UpstreamExchange, Type: l.Type,
+			Queue: l.Queue, UpstreamQueue: l.UpstreamQueue, ConsumerTag: l.ConsumerTag,
 			VHost: l.VHost, Upstream: l.Upstream, ID: l.ID, Status: l.Status, URI: l.URI, Timestamp: erlDateTime(l.Since)}
 		if l.Status == "running" {
 			m.LocalConnection = l.LocalConnection

@@ -372,6 +372,7 @@ type FederationLink struct {
 	UpstreamExchange string `json:"upstream_exchange,omitempty"`
 	Queue            string `json:"queue,omitempty"`
 	UpstreamQueue    string `json:"upstream_queue,omitempty"`
+	ConsumerTag      string `json:"consumer_tag,omitempty"`
 	Type             string `json:"type"`
 	VHost            string `json:"vhost"`
 	Upstream         string `json:"upstream"`
