@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/internal/faultproxy"
 	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/warrentest"
 )
@@ -302,5 +303,97 @@ func TestFederationWarrenToWarren(t *testing.T) {
 			bs = append(bs, string(d.Body))
 		}
 		t.Fatalf("downstream got %q, want only up", bs)
+	}
+}
+
+// TestFederationLinkRecovers: issue 24. A federation link whose
+// connection to its upstream is cut goes to error and comes back by
+// itself, with its bindings: what is published upstream afterwards
+// arrives (at least once: a message in flight at the cut may come twice).
+func TestFederationLinkRecovers(t *testing.T) {
+	upW, downW := warrentest.Start(t), warrentest.Start(t)
+	proxy, err := faultproxy.New("127.0.0.1:0", upW.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	uch, dch := channel(t, upW.URL()), channel(t, downW.URL())
+	for _, ch := range []*amqp.Channel{uch, dch} {
+		if err := ch.ExchangeDeclare("rec.x", "direct", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dch.QueueDeclare("rec-q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := dch.QueueBind("rec-q", "k", "rec.x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for path, body := range map[string]any{
+		"/api/parameters/federation-upstream/%2F/up": map[string]any{"value": map[string]any{
+			"uri": "amqp://guest:guest@" + proxy.Addr(), "reconnect-delay": 1}},
+		"/api/policies/%2F/rec": map[string]any{"pattern": "^rec\\.", "apply-to": "exchanges",
+			"definition": map[string]any{"federation-upstream": "up"}},
+	} {
+		if st, b := api(t, "PUT", downW.MgmtURL(), path, body); st >= 300 {
+			t.Fatalf("%s: %d %s", path, st, b)
+		}
+	}
+	status := func() string {
+		_, body := api(t, "GET", downW.MgmtURL(), "/api/federation-links", nil)
+		var ls []map[string]any
+		json.Unmarshal(body, &ls)
+		if len(ls) != 1 {
+			return fmt.Sprint(len(ls), " links")
+		}
+		return fmt.Sprint(ls[0]["status"])
+	}
+	bound := func() bool {
+		_, body := api(t, "GET", upW.MgmtURL(), "/api/exchanges/%2F/rec.x/bindings/source", nil)
+		return strings.Contains(string(body), `"routing_key":"k"`)
+	}
+	testutil.Eventually(t, 15*time.Second, "the link running and bound", func() bool { return status() == "running" && bound() })
+	pub := func(body string) {
+		t.Helper()
+		if err := uch.PublishWithContext(context.Background(), "rec.x", "k", false, false, amqp.Publishing{Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub("before")
+	if got := drain(t, dch, "rec-q", 1, 10*time.Second); len(got) != 1 || string(got[0].Body) != "before" {
+		t.Fatalf("before the cut: %v", got)
+	}
+	proxy.SetMode(faultproxy.Drop) // the link's connection goes, and no new one gets through
+	proxy.SetMode(faultproxy.Reset)
+	proxy.SetMode(faultproxy.Drop)
+	testutil.Eventually(t, 10*time.Second, "the link down, in /state/down", func() bool {
+		_, body := api(t, "GET", downW.MgmtURL(), "/api/federation-links/state/down", nil)
+		return status() == "error" && strings.Contains(string(body), `"status":"error"`)
+	})
+	proxy.SetMode(faultproxy.Pass)
+	testutil.Eventually(t, 15*time.Second, "the link back and bound", func() bool { return status() == "running" && bound() })
+	pub("after")
+	got := drain(t, dch, "rec-q", 1, 10*time.Second)
+	if len(got) != 1 || string(got[0].Body) != "after" {
+		t.Fatalf("after the cut: %v", got)
+	}
+	if _, body := api(t, "GET", downW.MgmtURL(), "/api/federation-links/state/down", nil); strings.TrimSpace(string(body)) != "[]" {
+		t.Fatalf("/state/down with the link running: %s", body)
+	}
+	// Restarted by hand (RabbitMQ's restart endpoint): a new session.
+	_, body := api(t, "GET", downW.MgmtURL(), "/api/federation-links", nil)
+	var ls []map[string]any
+	json.Unmarshal(body, &ls)
+	path := fmt.Sprintf("/api/federation-links/vhost/%%2F/%s/%s/restart", ls[0]["id"], escapePath(ls[0]["node"].(string)))
+	if st, b := api(t, "DELETE", downW.MgmtURL(), path, nil); st != 204 {
+		t.Fatalf("restart: %d %s", st, b)
+	}
+	if st, _ := api(t, "DELETE", downW.MgmtURL(), "/api/federation-links/vhost/%2F/00000000/"+escapePath(ls[0]["node"].(string))+"/restart", nil); st != 404 {
+		t.Fatalf("restart of no link: %d", st)
+	}
+	testutil.Eventually(t, 15*time.Second, "the link running again", func() bool { return status() == "running" && bound() })
+	pub("restarted")
+	if got := drain(t, dch, "rec-q", 1, 10*time.Second); len(got) != 1 || string(got[0].Body) != "restarted" {
+		t.Fatalf("after the restart: %v", got)
 	}
 }

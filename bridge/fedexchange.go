@@ -634,3 +634,24 @@ func clientValue(v any) any {
 	}
 	return v
 }
+
+// RestartLink restarts the link id of vhost if this node runs it (a new
+// session at once, as RabbitMQ's restart of a link).
+func (m *Manager) RestartLink(vhost, id string) bool {
+	m.mu.Lock()
+	var l *fedLink
+	for k, x := range m.fed {
+		if k.vhost == vhost && x.st.ID == id {
+			l = x
+			delete(m.fed, k)
+			break
+		}
+	}
+	m.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	l.halt(false)
+	m.Kick() // the reconcile starts it again
+	return true
+}

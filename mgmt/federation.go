@@ -22,8 +22,11 @@ func (s *Server) federationRoutes() {
 		s.handle("PUT "+base+"/{vhost}/{name}", lvlPolicymaker, func(c *call) error { return c.fedParamPut(comp) })
 		s.handle("DELETE "+base+"/{vhost}/{name}", lvlPolicymaker, func(c *call) error { return c.fedParamDelete(comp) })
 	}
-	s.handle("GET /api/federation-links", lvlManagement, (*call).federationLinks)
-	s.handle("GET /api/federation-links/{vhost}", lvlManagement, (*call).federationLinks)
+	s.handle("GET /api/federation-links", lvlManagement, func(c *call) error { return c.federationLinks(false) })
+	s.handle("GET /api/federation-links/{vhost}", lvlManagement, func(c *call) error { return c.federationLinks(false) })
+	s.handle("GET /api/federation-links/state/down", lvlManagement, func(c *call) error { return c.federationLinks(true) })
+	s.handle("GET /api/federation-links/{vhost}/state/down", lvlManagement, func(c *call) error { return c.federationLinks(true) })
+	s.handle("DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart", lvlPolicymaker, (*call).federationRestart)
 }
 
 func (c *call) fedParams(comp string) error {
@@ -86,7 +89,9 @@ func (c *call) fedParamDelete(comp string) error {
 	return c.noContent()
 }
 
-func (c *call) federationLinks() error {
+// federationLinks lists the links; down: only those neither starting
+// nor running (RabbitMQ's /state/down).
+func (c *call) federationLinks(down bool) error {
 	vh, err := c.pathVHost()
 	if err != nil {
 		return err
@@ -110,6 +115,40 @@ func (c *call) federationLinks() error {
 	if c.clustered() {
 		list = append(list, remoteVisible(c, func(m api.FederationLink) bool { return c.canSee(m.VHost) })...)
 	}
+	if down {
+		up := list[:0]
+		for _, l := range list {
+			if l.Status != "starting" && l.Status != "running" {
+				up = append(up, l)
+			}
+		}
+		list = up
+	}
 	sort.SliceStable(list, func(i, j int) bool { return list[i].VHost < list[j].VHost })
 	return c.ok(list)
+}
+
+// federationRestart restarts a link (RabbitMQ's DELETE
+// /api/federation-links/vhost/{vhost}/{id}/{node}/restart): here, or on
+// the node that runs it.
+func (c *call) federationRestart() error {
+	v, err := c.vhost()
+	if err != nil {
+		return err
+	}
+	if node := c.pv("node"); node != c.s.node {
+		if !c.clustered() {
+			return errNotFound
+		}
+		for _, r := range c.fanOut("DELETE", c.escapedPath(), nil) {
+			if r.node == node && r.err == nil && r.status == 204 {
+				return c.noContent()
+			}
+		}
+		return errNotFound
+	}
+	if !c.s.links.RestartLink(v.Name, c.pv("id")) {
+		return errNotFound
+	}
+	return c.noContent()
 }
