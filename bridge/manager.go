@@ -11,6 +11,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -108,6 +109,56 @@ type Config struct {
 	// parameters (default 1 s); a change through the manager reconciles
 	// at once.
 	Every time.Duration
+	// Static are shovels from this node's configuration (RabbitMQ's
+	// static shovels): they run here, as their user, and the API cannot
+	// delete them.
+	Static []StaticShovel
+}
+
+// StaticShovel is a shovel of the configuration: a dynamic shovel's value
+// and the user it acts as on this broker.
+type StaticShovel struct {
+	VHost string         `json:"vhost"`
+	Name  string         `json:"name"`
+	User  string         `json:"user"`
+	Value map[string]any `json:"value"`
+}
+
+// ParseStatic reads a static shovels file: {"shovels": [StaticShovel...]},
+// each checked as a dynamic shovel (src-delete-after must be never: the
+// configuration cannot delete them).
+func ParseStatic(data []byte) ([]StaticShovel, error) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	d.DisallowUnknownFields()
+	var f struct {
+		Shovels []StaticShovel `json:"shovels"`
+	}
+	if err := d.Decode(&f); err != nil {
+		return nil, fmt.Errorf("static shovels: %w", err)
+	}
+	seen := map[linkKey]bool{}
+	for i, s := range f.Shovels {
+		if s.VHost == "" {
+			s.VHost = "/"
+			f.Shovels[i].VHost = "/"
+		}
+		if s.Name == "" || s.User == "" {
+			return nil, fmt.Errorf("static shovel %d: a name and a user are required", i+1)
+		}
+		if seen[linkKey{s.VHost, s.Name}] {
+			return nil, fmt.Errorf("static shovel %q in vhost %q: defined twice", s.Name, s.VHost)
+		}
+		seen[linkKey{s.VHost, s.Name}] = true
+		def, err := ParseShovel(s.VHost, s.Name, s.Value)
+		if err != nil {
+			return nil, fmt.Errorf("static shovel %q: %w", s.Name, err)
+		}
+		if !def.SrcDeleteAfter.Never() {
+			return nil, fmt.Errorf("static shovel %q: src-delete-after must be never", s.Name)
+		}
+	}
+	return f.Shovels, nil
 }
 
 // Manager runs the links this node owns.
@@ -228,6 +279,10 @@ func (m *Manager) reconcile() {
 		if m.ownsLink(ShovelComponent, p.VHost, p.Name) {
 			want[linkKey{p.VHost, p.Name}] = p
 		}
+	}
+	for _, s := range m.cfg.Static {
+		want[linkKey{s.VHost, s.Name}] = broker.DefParameter{VHost: s.VHost, Component: staticComponent, Name: s.Name,
+			Value: s.Value, User: s.User}
 	}
 	m.mu.Lock()
 	if m.closed {

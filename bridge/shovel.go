@@ -15,6 +15,7 @@ import (
 // ShovelStatus is a running shovel as /api/shovels shows it.
 type ShovelStatus struct {
 	Node, VHost, Name string
+	Type              string // dynamic, or static (the configuration's)
 	// State: starting (connecting), running, terminated (failed: Reason;
 	// restarted after its reconnect-delay unless that is 0).
 	State     string
@@ -59,7 +60,10 @@ func (m *Manager) newShovel(p broker.DefParameter) *shovelWorker {
 	def, err := ParseShovel(p.VHost, p.Name, value)
 	ctx, cancel := context.WithCancel(m.ctx)
 	w := &shovelWorker{m: m, param: p, def: def, err: err, ctx: ctx, stop: cancel, done: make(chan struct{}),
-		st: ShovelStatus{Node: m.cfg.Node, VHost: p.VHost, Name: p.Name, State: "starting", Since: time.Now(), Def: def}}
+		st: ShovelStatus{Node: m.cfg.Node, VHost: p.VHost, Name: p.Name, Type: "dynamic", State: "starting", Since: time.Now(), Def: def}}
+	if p.Component == staticComponent {
+		w.st.Type = "static"
+	}
 	return w
 }
 
@@ -457,7 +461,7 @@ func (s *shovelSession) publishing(dl *amqp.Delivery) amqp.Publishing {
 // forwardTable is this shovel's entry of x-shovelled.
 func (s *shovelSession) forwardTable() amqp.Table {
 	d := s.w.def
-	t := amqp.Table{"shovelled-by": s.w.m.clusterName(), "shovel-type": "dynamic", "shovel-name": d.Name,
+	t := amqp.Table{"shovelled-by": s.w.m.clusterName(), "shovel-type": s.w.status().Type, "shovel-name": d.Name,
 		"shovel-vhost": d.VHost, "src-uri": s.srcURI, "dest-uri": s.destURI}
 	if d.SrcExchange != "" {
 		t["src-exchange"], t["src-exchange-key"] = d.SrcExchange, d.SrcExchangeKey

@@ -16,6 +16,10 @@ import (
 // ShovelComponent is the runtime parameter component of dynamic shovels.
 const ShovelComponent = "shovel"
 
+// staticComponent marks a static shovel's (the configuration's) in the
+// manager, where a dynamic one of the same name loses to it.
+const staticComponent = "static-shovel"
+
 // DeleteAfter is a shovel's src-delete-after.
 type DeleteAfter struct {
 	// QueueLength: as many messages as the source queue holds when the

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warrenmq/warren/bridge"
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/cluster/meta"
 	"github.com/warrenmq/warren/cluster/qraft"
@@ -77,6 +78,9 @@ type Config struct {
 	// Join starts the node empty, waiting to be added to a running
 	// cluster (warren cluster join), instead of forming one from Peers.
 	Join bool
+	// Links is the node's shovels and federation links (nil: the
+	// management server's): the cluster tells it which links run here.
+	Links *bridge.Manager
 	// NoFeatures (tests) makes the node answer its peers as a build from
 	// before features.go did: no svcFeat service, so that they use no
 	// format an older node would not decode.
@@ -288,6 +292,17 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	if !cfg.NoFeatures {
 		n.tr.Handle(svcFeat, serveFeatures)
 	}
+	links := cfg.Links
+	if m != nil {
+		m.SetCluster(mgmtCluster{n})
+		n.tr.Handle(svcMgmt, n.serveMgmt)
+		if links == nil {
+			links = m.Links()
+		}
+	}
+	if links != nil {
+		links.SetOwns(n.ownsLink)
+	}
 	n.tr.OnPeerState(func(name string, up bool) {
 		if up {
 			go n.askFeatures(name)
@@ -295,15 +310,10 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 		qh.PeerState(name, up)
 		b.PeerState(name, up)
 		b.QuorumPeerState(name, up)
-		if m != nil {
-			m.Links().Kick() // links move with the nodes that run
+		if links != nil {
+			links.Kick() // links move with the nodes that run
 		}
 	})
-	if m != nil {
-		m.SetCluster(mgmtCluster{n})
-		n.tr.Handle(svcMgmt, n.serveMgmt)
-		m.Links().SetOwns(n.ownsLink)
-	}
 	// Serve clients once the group has a leader, so that their first
 	// definition changes do not meet an election; without a quorum the
 	// node serves anyway after a while (publishing and consuming work).

@@ -34,6 +34,9 @@ type Config struct {
 	Server *server.Server
 	// Addr is the listen address; default ":15672".
 	Addr string
+	// Links runs the shovels and federation links (nil: the server makes
+	// its own, started and closed with it).
+	Links *bridge.Manager
 	// UI serves the web UI at "/" (nil: no UI).
 	UI     http.Handler
 	Logger *slog.Logger
@@ -110,7 +113,8 @@ type Server struct {
 	started  time.Time
 	mstate   metricsState            // metrics.go
 	cl       atomic.Pointer[Cluster] // SetCluster (cluster.go); nil: a single node
-	links    *bridge.Manager         // shovels (shovel.go); started by Start
+	links    *bridge.Manager         // shovels and federation (shovel.go, federation.go)
+	ownLinks bool                    // links is this server's: Start starts it, Close closes it
 }
 
 // New returns a management server for cfg.Server; it does not listen
@@ -153,7 +157,10 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, srv: cfg.Server, b: cfg.Server.Broker(), log: cfg.Logger, node: node,
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), started: time.Now()}
 	s.hist = newHistory(int((cfg.HistoryRetention + cfg.SampleInterval - 1) / cfg.SampleInterval))
-	s.links = bridge.New(bridge.Config{Broker: s.b, Direct: s.srv.DialDirect, Node: node, Logger: cfg.Logger})
+	s.links, s.ownLinks = cfg.Links, cfg.Links == nil
+	if s.ownLinks {
+		s.links = bridge.New(bridge.Config{Broker: s.b, Direct: s.srv.DialDirect, Node: node, Logger: cfg.Logger})
+	}
 	s.routes()
 	// Replays, moves and shovels count their publishes in the exchange
 	// stats, as the API's publish does.
@@ -193,7 +200,9 @@ func (s *Server) Start() error {
 		s.sampleLoop()
 	}()
 	s.log.Info("management HTTP listener started", "addr", ln.Addr().String())
-	s.links.Start()
+	if s.ownLinks {
+		s.links.Start()
+	}
 	return nil
 }
 
@@ -240,7 +249,9 @@ func (s *Server) Close() error {
 	// The shovels stop (what they had not settled goes back to their
 	// sources); their parameters stay, so that they resume on the next
 	// Start.
-	s.links.Close()
+	if s.ownLinks {
+		s.links.Close()
+	}
 	s.wg.Wait()
 	return err
 }

@@ -76,7 +76,7 @@ func (c *call) shovelStatus() error {
 // shovelJSON is a shovel as RabbitMQ 3.10's /api/shovels shows it: the
 // endpoints only while it runs, the reason while it is terminated.
 func shovelJSON(sh bridge.ShovelStatus) api.Shovel {
-	m := api.Shovel{Node: sh.Node, Name: sh.Name, VHost: sh.VHost, Type: "dynamic", State: sh.State,
+	m := api.Shovel{Node: sh.Node, Name: sh.Name, VHost: sh.VHost, Type: sh.Type, State: sh.State,
 		Timestamp: erlDateTime(sh.Since), Forwarded: sh.Forwarded}
 	switch sh.State {
 	case "terminated":

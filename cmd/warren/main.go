@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warrenmq/warren/bridge"
 	"github.com/warrenmq/warren/broker"
 	"github.com/warrenmq/warren/cluster"
 	"github.com/warrenmq/warren/mgmt"
@@ -50,6 +51,7 @@ type options struct {
 	AMQPAddr    string
 	AMQPSAddr   string
 	HTTPAddr    string
+	Shovels     string
 	PprofAddr   string
 	DataDir     string
 	TLSCert     string
@@ -79,6 +81,7 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&o.AMQPAddr, "amqp-addr", ":5672", "AMQP listen address")
 	fs.StringVar(&o.AMQPSAddr, "amqps-addr", ":5671", "AMQPS (TLS) listen address, used when --tls-cert and --tls-key are set")
 	fs.StringVar(&o.HTTPAddr, "http-addr", ":15672", "management HTTP API, web UI and /metrics listen address (\"off\" disables it)")
+	fs.StringVar(&o.Shovels, "shovels", "", "static shovels: a JSON file {\"shovels\": [{\"name\", \"vhost\", \"user\", \"value\": a dynamic shovel's value}]}")
 	fs.StringVar(&o.DataDir, "data-dir", "./warren-data", "data directory")
 	fs.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate file for AMQPS")
 	fs.StringVar(&o.TLSKey, "tls-key", "", "PEM private key file for AMQPS")
@@ -170,9 +173,23 @@ func run(args []string, out io.Writer) error {
 		b.Close()
 		return err
 	}
+	var static []bridge.StaticShovel
+	if o.Shovels != "" {
+		data, err := os.ReadFile(o.Shovels)
+		if err == nil {
+			static, err = bridge.ParseStatic(data)
+		}
+		if err != nil {
+			srv.Close()
+			b.Close()
+			return fmt.Errorf("--shovels %s: %w", o.Shovels, err)
+		}
+	}
+	// Shovels and federation links run with or without the HTTP API.
+	links := bridge.New(bridge.Config{Broker: b, Direct: srv.DialDirect, Node: b.NodeName(), Logger: log, Static: static})
 	var mg *mgmt.Server
 	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
-		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI(),
+		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI(), Links: links,
 			SampleInterval: o.StatsInterval, HistoryRetention: o.StatsRetention, MaxBodySize: o.HTTPMaxBody})
 	}
 	var cn *cluster.Node
@@ -183,6 +200,7 @@ func run(args []string, out io.Writer) error {
 		if mg != nil {
 			mg.Close()
 		}
+		links.Close() // (its workers' connections close; their parameters stay)
 		err := srv.Shutdown(ctx)
 		if cn != nil {
 			if cerr := cn.Close(); cerr != nil {
@@ -214,6 +232,7 @@ func run(args []string, out io.Writer) error {
 		if ccfg.ForceNewCluster {
 			log.Warn("forced start (warren node force-boot): this node becomes the only member of its cluster and of its quorum queues")
 		}
+		ccfg.Links = links
 		cn, err = cluster.Start(*ccfg, b, mg)
 		if err != nil {
 			closeAll()
@@ -235,6 +254,7 @@ func run(args []string, out io.Writer) error {
 		amqpAddr = a.String()
 	}
 	log.Info("Warren started", "version", server.Version, "amqp", amqpAddr, "data_dir", o.DataDir)
+	links.Start()
 	if mg != nil {
 		if err := mg.Start(); err != nil {
 			closeAll()
