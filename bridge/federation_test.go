@@ -70,6 +70,12 @@ func TestWarrenAsFederationUpstream(t *testing.T) {
 		json.Unmarshal(body, &ls)
 		for _, l := range ls {
 			if l["upstream"] == up && l["exchange"] == x && l["status"] == "running" {
+				// Warren's links show RabbitMQ's fields (its local_channel,
+				// shown "if found", aside): TestFederationFromRabbitMQ.
+				delete(l, "local_channel")
+				if keysOf(l) != exchangeLinkFields {
+					t.Fatalf("RabbitMQ's link fields %s, the test expects %s", keysOf(l), exchangeLinkFields)
+				}
 				return true
 			}
 		}
@@ -136,6 +142,15 @@ func TestWarrenAsFederationUpstream(t *testing.T) {
 	}
 }
 
+// exchangeLinkFields are the fields of a running exchange link in
+// /api/federation-links, RabbitMQ 3.10's (TestWarrenAsFederationUpstream
+// reads them from its answer) and Warren's.
+const exchangeLinkFields = "exchange,id,local_connection,node,status,timestamp,type,upstream,upstream_exchange,uri,vhost"
+
+// queueLinkFields are a running queue link's
+// (TestWarrenAsQueueFederationUpstream reads RabbitMQ's).
+const queueLinkFields = "consumer_tag,id,local_connection,node,queue,status,timestamp,type,upstream,upstream_queue,uri,vhost"
+
 func escapePath(s string) string {
 	return strings.NewReplacer("%", "%25", "/", "%2F", " ", "%20", ">", "%3E").Replace(s)
 }
@@ -194,7 +209,7 @@ func TestFederationFromRabbitMQ(t *testing.T) {
 		}
 		return false
 	})
-	want := "exchange,id,local_connection,node,status,timestamp,type,upstream,upstream_exchange,uri,vhost"
+	want := exchangeLinkFields
 	if keysOf(link) != want || link["uri"] != "amqp://"+ru.Host || link["upstream"] != up || link["type"] != "exchange" {
 		t.Fatalf("the link as /api/federation-links shows it: %v\n(RabbitMQ 3.10's fields: %s)", link, want)
 	}

@@ -78,7 +78,7 @@ func TestFederatedQueueFromRabbitMQ(t *testing.T) {
 		}
 		return false
 	})
-	want := "consumer_tag,id,local_connection,node,queue,status,timestamp,type,upstream,upstream_queue,uri,vhost"
+	want := queueLinkFields
 	if keysOf(link) != want || link["type"] != "queue" || link["upstream_queue"] != q || link["consumer_tag"] != "federation-link-"+up {
 		t.Fatalf("the link: %v\n(RabbitMQ 3.10's fields: %s)", link, want)
 	}
@@ -148,6 +148,23 @@ func TestWarrenAsQueueFederationUpstream(t *testing.T) {
 		if string(d.Body) != fmt.Sprintf("w-%d", i) {
 			t.Fatalf("message %d: %q", i, d.Body)
 		}
+	}
+	// RabbitMQ's queue link, field by field against Warren's.
+	_, body := api(t, "GET", rabbitMgmt, "/api/federation-links/%2F", nil)
+	var ls []map[string]any
+	json.Unmarshal(body, &ls)
+	found := false
+	for _, l := range ls {
+		if l["queue"] == q && l["status"] == "running" {
+			delete(l, "local_channel")
+			if keysOf(l) != queueLinkFields {
+				t.Fatalf("RabbitMQ's queue link fields %s, the test expects %s", keysOf(l), queueLinkFields)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no running queue link on RabbitMQ: %s", body)
 	}
 	rf, _ := got[0].Headers["x-received-from"].([]any)
 	if len(rf) != 1 || keysOf(rf[0].(amqp.Table)) != "queue,redelivered,uri,visit-count" || rf[0].(amqp.Table)["uri"] != "amqp://"+w.Addr() || rf[0].(amqp.Table)["queue"] != q {
