@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,95 @@ func TestShovelRunsOnOneNode(t *testing.T) {
 	}, "another node running the shovel")
 	publish(och, "after")
 	get(och, "after", "before")
+}
+
+// TestFederationLinkRunsOnOneNode: issue 24. In a cluster a federated
+// exchange's link runs on exactly one node (/api/federation-links lists
+// it once, on every node), and when that node goes another takes it over.
+func TestFederationLinkRunsOnOneNode(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	up := warrentest.Start(t)
+	uc, err := amqp.Dial(up.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	uch, _ := uc.Channel()
+	_, ch := dial(t, c.Node(0))
+	for _, x := range []*amqp.Channel{uch, ch} {
+		if err := x.ExchangeDeclare("cfed.x", "direct", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ch.QueueDeclare("cfed-q", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("cfed-q", "k", "cfed.x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for path, body := range map[string]string{
+		"/api/parameters/federation-upstream/%2F/up": `{"value":{"uri":"amqp://guest:guest@` + up.Addr() + `","reconnect-delay":1}}`,
+		"/api/policies/%2F/cfed":                     `{"pattern":"^cfed\\.","apply-to":"exchanges","definition":{"federation-upstream":"up"}}`,
+	} {
+		if st, b := api(t, "PUT", c.Node(0).MgmtURL()+path, body); st >= 300 {
+			t.Fatalf("%s: %d %s", path, st, b)
+		}
+	}
+	runner := func(from int) (string, string) {
+		_, body := api(t, "GET", c.Node(from).MgmtURL()+"/api/federation-links", "")
+		var l []mapi.FederationLink
+		json.Unmarshal([]byte(body), &l)
+		if len(l) != 1 {
+			return "", fmt.Sprint(len(l), " links")
+		}
+		return l[0].Node, l[0].Status
+	}
+	var node string
+	eventually(t, 20*time.Second, func() bool {
+		n0, s0 := runner(0)
+		n1, s1 := runner(1)
+		node = n0
+		return s0 == "running" && s1 == "running" && n0 == n1
+	}, "the link running on one node, every node's list showing it once")
+	pub := func(body string) {
+		t.Helper()
+		if err := uch.PublishWithContext(context.Background(), "cfed.x", "k", false, false, amqp.Publishing{Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(ch *amqp.Channel, want string) {
+		t.Helper()
+		eventually(t, 20*time.Second, func() bool {
+			d, ok, err := ch.Get("cfed-q", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok && string(d.Body) == want // (a copy in flight at the failover may come again first)
+		}, "message "+want+" federated")
+	}
+	eventually(t, 10*time.Second, func() bool {
+		_, body := api(t, "GET", up.MgmtURL()+"/api/exchanges/%2F/cfed.x/bindings/source", "")
+		return strings.Contains(body, `"routing_key":"k"`)
+	}, "the binding upstream")
+	pub("before")
+	get(ch, "before")
+	gone := 0
+	for i := range 3 {
+		if c.Node(i).Name() == node {
+			gone = i
+		}
+	}
+	other := (gone + 1) % 3
+	c.Node(gone).Stop()
+	_, och := dial(t, c.Node(other))
+	eventually(t, 20*time.Second, func() bool {
+		n, s := runner(other)
+		return s == "running" && n != node
+	}, "another node running the link")
+	eventually(t, 10*time.Second, func() bool {
+		_, body := api(t, "GET", up.MgmtURL()+"/api/exchanges/%2F/cfed.x/bindings/source", "")
+		return strings.Contains(body, `"routing_key":"k"`)
+	}, "the binding upstream again")
+	pub("after")
+	get(och, "after")
 }
