@@ -412,3 +412,46 @@ func TestFederationLinkRecovers(t *testing.T) {
 		t.Fatalf("after the restart: %v", got)
 	}
 }
+
+// TestFederationSurvivesRestart: issue 24. The downstream restarts: its
+// upstreams and policies are kept (with their users), and the links come
+// back by themselves, with their bindings.
+func TestFederationSurvivesRestart(t *testing.T) {
+	upW, downW := warrentest.Start(t), warrentest.Start(t)
+	uch, dch := channel(t, upW.URL()), channel(t, downW.URL())
+	for _, ch := range []*amqp.Channel{uch, dch} {
+		if err := ch.ExchangeDeclare("rs.x", "direct", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dch.QueueDeclare("rs-q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := dch.QueueBind("rs-q", "k", "rs.x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for path, body := range map[string]any{
+		"/api/parameters/federation-upstream/%2F/up": map[string]any{"value": map[string]any{"uri": "amqp://guest:guest@" + upW.Addr()}},
+		"/api/policies/%2F/rs": map[string]any{"pattern": "^rs\\.", "apply-to": "exchanges",
+			"definition": map[string]any{"federation-upstream": "up"}},
+	} {
+		if st, b := api(t, "PUT", downW.MgmtURL(), path, body); st >= 300 {
+			t.Fatalf("%s: %d %s", path, st, b)
+		}
+	}
+	running := func() bool {
+		_, body := api(t, "GET", downW.MgmtURL(), "/api/federation-links", nil)
+		_, b := api(t, "GET", upW.MgmtURL(), "/api/exchanges/%2F/rs.x/bindings/source", nil)
+		return strings.Contains(string(body), `"status":"running"`) && strings.Contains(string(b), `"routing_key":"k"`)
+	}
+	testutil.Eventually(t, 15*time.Second, "the link running", running)
+	downW.Restart()
+	testutil.Eventually(t, 15*time.Second, "the link running after the restart", running)
+	dch = channel(t, downW.URL())
+	if err := uch.PublishWithContext(context.Background(), "rs.x", "k", false, false, amqp.Publishing{Body: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, dch, "rs-q", 1, 10*time.Second); len(got) != 1 || string(got[0].Body) != "after" {
+		t.Fatalf("after the restart: %v", got)
+	}
+}

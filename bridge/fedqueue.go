@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/broker"
 )
 
 // Federated queues (issue 24), Warren as the downstream, as RabbitMQ's
@@ -97,8 +99,7 @@ func (l *fedLink) queueSession() error {
 		select {
 		case <-poll.C:
 			// Consume upstream only while consumers here wait.
-			s := lq.Stats()
-			want := s.Consumers > 0 && s.Ready == 0
+			want := waiting(lq)
 			switch {
 			case want && !consuming:
 				ds, err := uch.ConsumeWithContext(l.ctx, upQ, up.ConsumerTag, false, false, false, false, amqp.Table{"x-priority": int32(-1)})
@@ -195,4 +196,16 @@ func (l *fedLink) queueSession() error {
 			return l.ctx.Err()
 		}
 	}
+}
+
+// waiting reports whether q's consumers wait: it has some and nothing
+// ready for them. A queue homed on another node of the cluster is asked
+// there (its count then includes the messages out to consumers).
+func waiting(q *broker.Queue) bool {
+	if q.ServedHere() {
+		s := q.Stats()
+		return s.Consumers > 0 && s.Ready == 0
+	}
+	n, consumers := q.Counts()
+	return consumers > 0 && n == 0
 }
