@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warrenmq/warren/internal/testutil"
+	"github.com/warrenmq/warren/server"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -451,4 +454,50 @@ func TestShovelRunsAsItsUser(t *testing.T) {
 		_, body := api(t, "GET", base, "/api/shovels", nil)
 		return strings.TrimSpace(string(body)) == "[]"
 	})
+}
+
+// lockedBuf is a log sink for a test.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestShovelPasswordNeverShown: issue 24. A shovel's password is in its
+// parameter (as RabbitMQ shows it to policymakers) and nowhere else: not
+// in /api/shovels, not in the log lines of its failures, not in the
+// x-shovelled headers it adds.
+func TestShovelPasswordNeverShown(t *testing.T) {
+	var logs lockedBuf
+	w := warrentest.Start(t, warrentest.WithConfig(func(c *server.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}))
+	const secret = "s3cret-Pa55"
+	// A broker that refuses the password: this one, over TCP.
+	bad := "amqp://guest:" + secret + "@" + w.Addr() + "/%2F"
+	if st, body := api(t, "PUT", w.MgmtURL(), "/api/parameters/shovel/%2F/pw", map[string]any{"value": map[string]any{
+		"src-uri": bad, "src-queue": "pw-src", "dest-uri": "amqp://", "dest-queue": "pw-dest", "reconnect-delay": 1}}); st != 201 {
+		t.Fatalf("PUT: %d %s", st, body)
+	}
+	testutil.Eventually(t, 10*time.Second, "the shovel refused by the source", func() bool {
+		_, body := api(t, "GET", w.MgmtURL(), "/api/shovels", nil)
+		return strings.Contains(string(body), `"state":"terminated"`)
+	})
+	_, status := api(t, "GET", w.MgmtURL(), "/api/shovels", nil)
+	_, param := api(t, "GET", w.MgmtURL(), "/api/parameters/shovel/%2F/pw", nil)
+	if strings.Contains(string(status), secret) {
+		t.Fatalf("/api/shovels shows the password: %s", status)
+	}
+	if !strings.Contains(string(param), secret) {
+		t.Fatalf("the parameter, as given, should keep its URI: %s", param)
+	}
+	if !strings.Contains(logs.String(), "shovel terminated") || strings.Contains(logs.String(), secret) {
+		t.Fatalf("the logs (a failure logged, no password):\n%s", logs.String())
+	}
 }
