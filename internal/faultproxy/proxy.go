@@ -47,10 +47,10 @@ func (m Mode) String() string {
 
 // Proxy forwards connections accepted on its address to a target.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu     sync.Mutex
+	target string
 	mode   Mode
 	delay  time.Duration
 	conns  map[*link]struct{}
@@ -209,9 +209,20 @@ func (p *Proxy) forget(l *link) {
 	p.mu.Unlock()
 }
 
+// Retarget makes new connections go to target (a process that restarted
+// on another port); current ones are left alone.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 func (p *Proxy) dial(l *link) {
 	defer p.wg.Done()
-	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		// The target is down: the client sees its connection reset, as
 		// it would dialling the target directly.
