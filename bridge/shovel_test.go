@@ -501,3 +501,34 @@ func TestShovelPasswordNeverShown(t *testing.T) {
 		t.Fatalf("the logs (a failure logged, no password):\n%s", logs.String())
 	}
 }
+
+// TestShovelBoundsWhatItHolds: issue 24. A shovel whose destination does
+// not take its messages (a resource alarm blocks its publishing
+// connection) holds at most its prefetch of them: the rest stay ready in
+// the source. Once the alarm clears, everything moves.
+func TestShovelBoundsWhatItHolds(t *testing.T) {
+	src, dest := warrentest.Start(t), warrentest.Start(t)
+	sch, dch := channel(t, src.URL()), channel(t, dest.URL())
+	publish(t, sch, "bound-src", "m", 1000)
+	if _, err := dch.QueueDeclare("bound-dest", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	dest.Server().SetAlarm("memory", true)
+	if st, body := api(t, "PUT", dest.MgmtURL(), "/api/parameters/shovel/%2F/bound", map[string]any{"value": map[string]any{
+		"src-uri": "amqp://guest:guest@" + src.Addr() + "/%2F", "src-queue": "bound-src", "dest-uri": "amqp://",
+		"dest-queue": "bound-dest", "src-prefetch-count": 10}}); st != 201 {
+		t.Fatalf("PUT: %d %s", st, body)
+	}
+	held := func() (ready, unacked int) {
+		q := src.Broker().VHost("/").Queue("bound-src")
+		s := q.Stats()
+		return s.Ready, s.Unacked
+	}
+	testutil.Eventually(t, 10*time.Second, "the shovel holding its prefetch", func() bool { _, u := held(); return u == 10 })
+	time.Sleep(500 * time.Millisecond)
+	if r, u := held(); u != 10 || r != 990 {
+		t.Fatalf("with the destination blocked the source has %d ready and %d unacked; want 990 and 10 (the prefetch)", r, u)
+	}
+	dest.Server().SetAlarm("memory", false)
+	checkInOrder(t, drain(t, dch, "bound-dest", 1000, 20*time.Second), "m", 1000)
+}
