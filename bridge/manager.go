@@ -37,7 +37,7 @@ func (m *Manager) authorizeShovel(user string, d *ShovelDef) error {
 		var vhosts []string
 		for _, raw := range uris {
 			if u, err := ParseURI(raw); err == nil && u.Local {
-				vh := d.VHost
+				vh := "/" // (a shovel's URI without a vhost names "/")
 				if u.HasVHost {
 					vh = u.VHost
 				}

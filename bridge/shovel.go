@@ -162,12 +162,14 @@ func (w *shovelWorker) move(ctx context.Context) error {
 	d, m := w.def, w.m
 	user := w.param.User
 	connName := "Shovel " + d.Name
-	src, su, err := m.dialAny(ctx, d.SrcURIs, user, d.VHost, connName)
+	// A URI without a vhost names "/", whatever the shovel's own vhost
+	// (RabbitMQ's amqp_uri; federation links take their own instead).
+	src, su, err := m.dialAny(ctx, d.SrcURIs, user, "/", connName)
 	if err != nil {
 		return fmt.Errorf("source: %w", err)
 	}
 	defer src.Close()
-	dest, du, err := m.dialAny(ctx, d.DestURIs, user, d.VHost, connName)
+	dest, du, err := m.dialAny(ctx, d.DestURIs, user, "/", connName)
 	if err != nil {
 		return fmt.Errorf("destination: %w", err)
 	}

@@ -532,3 +532,28 @@ func TestShovelBoundsWhatItHolds(t *testing.T) {
 	dest.Server().SetAlarm("memory", false)
 	checkInOrder(t, drain(t, dch, "bound-dest", 1000, 20*time.Second), "m", 1000)
 }
+
+// TestShovelURIWithoutVHost: issue 24. A shovel's URI without a path
+// names the vhost "/", not the shovel's own (RabbitMQ 3.10.8: amqp://
+// is "/"); amqp:///v names v.
+func TestShovelURIWithoutVHost(t *testing.T) {
+	w := warrentest.Start(t)
+	if st, body := api(t, "PUT", w.MgmtURL(), "/api/vhosts/v2", nil); st >= 300 {
+		t.Fatalf("%d %s", st, body)
+	}
+	if st, body := api(t, "PUT", w.MgmtURL(), "/api/permissions/v2/guest", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}); st >= 300 {
+		t.Fatalf("%d %s", st, body)
+	}
+	ch := channel(t, w.URL())
+	publish(t, ch, "root-src", "m", 3)
+	if st, body := api(t, "PUT", w.MgmtURL(), "/api/parameters/shovel/v2/nv", map[string]any{"value": map[string]any{
+		"src-uri": "amqp://", "src-queue": "root-src", "dest-uri": "amqp:///v2", "dest-queue": "v2-dest",
+		"src-delete-after": "queue-length"}}); st != 201 {
+		t.Fatalf("PUT: %d %s", st, body)
+	}
+	v2 := channel(t, strings.TrimSuffix(w.URL(), "/")+"/v2")
+	if _, err := v2.QueueDeclare("v2-dest", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkInOrder(t, drain(t, v2, "v2-dest", 3, 10*time.Second), "m", 3)
+}
