@@ -300,6 +300,11 @@ func TestShovelMatchesRabbitMQ(t *testing.T) {
 		def(strings.TrimSuffix(rabbitURL, "/")+"/%2F?heartbeat=10", "w-src-"+id, "amqp://", "w-dest")); st != 201 {
 		t.Fatalf("PUT on Warren: %d %s", st, body)
 	}
+	for _, q := range []string{"r-dest", "w-dest"} { // (before a shovel declares it, a get would close the channel)
+		if _, err := wch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	publish(t, rch, "r-src-"+id, "m", 3)
 	publish(t, rch, "w-src-"+id, "m", 3)
 	byRabbit := drain(t, wch, "r-dest", 3, 15*time.Second)
