@@ -27,9 +27,7 @@ import (
 // shows Warren's exchange stopping them before they leave).
 func TestWarrenAsFederationUpstream(t *testing.T) {
 	rabbitURL, rabbitMgmt := rabbit(t)
-	if st, body := api(t, "GET", rabbitMgmt, "/api/federation-links", nil); st != 200 {
-		t.Skipf("RabbitMQ's federation plugin is not enabled (%d %s): rabbitmq-plugins enable rabbitmq_federation rabbitmq_federation_management", st, body)
-	}
+	needPlugin(t, rabbitMgmt, "/api/federation-links", "rabbitmq_federation rabbitmq_federation_management")
 	w := warrentest.Start(t)
 	wch, rch := channel(t, w.URL()), channel(t, rabbitURL)
 	id := fmt.Sprint(time.Now().UnixNano() % 1e7)
@@ -165,9 +163,6 @@ func escapePath(s string) string {
 // RabbitMQ go.
 func TestFederationFromRabbitMQ(t *testing.T) {
 	rabbitURL, rabbitMgmt := rabbit(t)
-	if st, _ := api(t, "GET", rabbitMgmt, "/api/federation-links", nil); st != 200 {
-		t.Skip("RabbitMQ's federation plugin is not enabled")
-	}
 	w := warrentest.Start(t)
 	wch, rch := channel(t, w.URL()), channel(t, rabbitURL)
 	id := fmt.Sprint(time.Now().UnixNano() % 1e7)

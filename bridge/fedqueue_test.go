@@ -40,10 +40,7 @@ func consumeN(t *testing.T, ch *amqp.Channel, q string, n int, d time.Duration) 
 // and routing key; /api/federation-links shows the link with RabbitMQ's
 // queue-link fields.
 func TestFederatedQueueFromRabbitMQ(t *testing.T) {
-	rabbitURL, rabbitMgmt := rabbit(t)
-	if st, _ := api(t, "GET", rabbitMgmt, "/api/federation-links", nil); st != 200 {
-		t.Skip("RabbitMQ's federation plugin is not enabled")
-	}
+	rabbitURL, _ := rabbit(t)
 	w := warrentest.Start(t)
 	wch, rch := channel(t, w.URL()), channel(t, rabbitURL)
 	id := fmt.Sprint(time.Now().UnixNano() % 1e7)
@@ -112,9 +109,7 @@ func TestFederatedQueueFromRabbitMQ(t *testing.T) {
 // consumer, and the messages arrive there.
 func TestWarrenAsQueueFederationUpstream(t *testing.T) {
 	rabbitURL, rabbitMgmt := rabbit(t)
-	if st, _ := api(t, "GET", rabbitMgmt, "/api/federation-links", nil); st != 200 {
-		t.Skip("RabbitMQ's federation plugin is not enabled")
-	}
+	needPlugin(t, rabbitMgmt, "/api/federation-links", "rabbitmq_federation rabbitmq_federation_management")
 	w := warrentest.Start(t)
 	wch, rch := channel(t, w.URL()), channel(t, rabbitURL)
 	id := fmt.Sprint(time.Now().UnixNano() % 1e7)
