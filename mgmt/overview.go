@@ -326,8 +326,13 @@ func exchangeTypes() []api.Plugin {
 		{"headers", "AMQP headers exchange, as per the AMQP specification"},
 		{"topic", "AMQP topic exchange, as per the AMQP specification"},
 		{"x-delayed-message", "Delayed Message Exchange"},
+		{"x-federation-upstream", "Federation upstream helper exchange"},
 	} {
-		out = append(out, api.Plugin{Name: t.name, Description: t.desc, Enabled: true})
+		p := api.Plugin{Name: t.name, Description: t.desc, Enabled: true}
+		if t.name == "x-federation-upstream" {
+			p.InternalPurpose = "federation" // (as RabbitMQ's federation plugin lists it)
+		}
+		out = append(out, p)
 	}
 	return out
 }

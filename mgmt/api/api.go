@@ -468,7 +468,10 @@ type NodeLive struct {
 type Plugin struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
-	Enabled     bool   `json:"enabled"`
+	// InternalPurpose marks an exchange type a plugin uses for itself
+	// (x-federation-upstream's "federation").
+	InternalPurpose string `json:"internal_purpose,omitempty"`
+	Enabled         bool   `json:"enabled"`
 }
 
 // App is an application a node runs.

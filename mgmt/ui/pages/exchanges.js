@@ -64,7 +64,7 @@ function exchangesPage(ctx) {
 async function exchangeTypes() {
   try {
     const ov = await api('/overview');
-    const ts = (ov.exchange_types || []).filter(t => t.enabled !== false).map(t => t.name);
+    const ts = (ov.exchange_types || []).filter(t => t.enabled !== false && !t.internal_purpose).map(t => t.name); // (as RabbitMQ's UI: not a plugin's own types)
     if (ts.length) return ts;
   } catch { /* fall back */ }
   return ['direct', 'fanout', 'headers', 'topic'];
