@@ -369,7 +369,7 @@ func (m *Manager) PutShovel(user, vhost, name string, value map[string]any) (cre
 	if err := m.authorizeShovel(user, d); err != nil {
 		return false, err
 	}
-	_, existed := m.param(vhost, name)
+	_, existed := m.Param(ShovelComponent, vhost, name)
 	if err := m.cfg.Broker.SetParameterAs(vhost, ShovelComponent, name, value, user); err != nil {
 		return false, err
 	}
@@ -377,27 +377,23 @@ func (m *Manager) PutShovel(user, vhost, name string, value map[string]any) (cre
 	return !existed, nil
 }
 
-// DeleteShovel deletes shovel name of vhost; false if there is none.
-func (m *Manager) DeleteShovel(vhost, name string) (bool, error) {
-	if _, ok := m.param(vhost, name); !ok {
+// DeleteParam deletes a parameter of component (a shovel, an upstream, an
+// upstream set); false if there is none.
+func (m *Manager) DeleteParam(component, vhost, name string) (bool, error) {
+	if _, ok := m.Param(component, vhost, name); !ok {
 		return false, nil
 	}
-	if err := m.cfg.Broker.DeleteParameter(vhost, ShovelComponent, name); err != nil {
+	if err := m.cfg.Broker.DeleteParameter(vhost, component, name); err != nil {
 		return false, err
 	}
 	m.Kick()
 	return true, nil
 }
 
-// ShovelParam returns shovel name's parameter.
-func (m *Manager) ShovelParam(vhost, name string) (broker.DefParameter, bool) {
-	return m.param(vhost, name)
-}
-
-// ShovelParams returns the shovels' parameters of vhost ("" all).
-func (m *Manager) ShovelParams(vhost string) []broker.DefParameter {
+// Params returns the parameters of component in vhost ("" all).
+func (m *Manager) Params(component, vhost string) []broker.DefParameter {
 	var out []broker.DefParameter
-	for _, p := range m.cfg.Broker.Parameters(ShovelComponent) {
+	for _, p := range m.cfg.Broker.Parameters(component) {
 		if vhost == "" || p.VHost == vhost {
 			out = append(out, p)
 		}
@@ -405,8 +401,9 @@ func (m *Manager) ShovelParams(vhost string) []broker.DefParameter {
 	return out
 }
 
-func (m *Manager) param(vhost, name string) (broker.DefParameter, bool) {
-	for _, p := range m.cfg.Broker.Parameters(ShovelComponent) {
+// Param returns one parameter of component.
+func (m *Manager) Param(component, vhost, name string) (broker.DefParameter, bool) {
+	for _, p := range m.cfg.Broker.Parameters(component) {
 		if p.VHost == vhost && p.Name == name {
 			return p, true
 		}

@@ -326,47 +326,10 @@ func (m *Manager) PutUpstream(component, user, vhost, name string, value any) (c
 	default:
 		return false, fmt.Errorf("unknown component %q", component)
 	}
-	_, existed := m.componentParam(component, vhost, name)
+	_, existed := m.Param(component, vhost, name)
 	if err := m.cfg.Broker.SetParameterAs(vhost, component, name, value, user); err != nil {
 		return false, err
 	}
 	m.Kick()
 	return !existed, nil
-}
-
-// DeleteParam deletes a parameter of component; false if there is none.
-func (m *Manager) DeleteParam(component, vhost, name string) (bool, error) {
-	if _, ok := m.componentParam(component, vhost, name); !ok {
-		return false, nil
-	}
-	if err := m.cfg.Broker.DeleteParameter(vhost, component, name); err != nil {
-		return false, err
-	}
-	m.Kick()
-	return true, nil
-}
-
-// Params returns the parameters of component in vhost ("" all).
-func (m *Manager) Params(component, vhost string) []broker.DefParameter {
-	var out []broker.DefParameter
-	for _, p := range m.cfg.Broker.Parameters(component) {
-		if vhost == "" || p.VHost == vhost {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// Param returns one parameter of component.
-func (m *Manager) Param(component, vhost, name string) (broker.DefParameter, bool) {
-	return m.componentParam(component, vhost, name)
-}
-
-func (m *Manager) componentParam(component, vhost, name string) (broker.DefParameter, bool) {
-	for _, p := range m.cfg.Broker.Parameters(component) {
-		if p.VHost == vhost && p.Name == name {
-			return p, true
-		}
-	}
-	return broker.DefParameter{}, false
 }

@@ -14,13 +14,7 @@ import (
 
 func (s *Server) federationRoutes() {
 	for _, comp := range []string{bridge.UpstreamComponent, bridge.UpstreamSetComponent} {
-		comp := comp
-		base := "/api/parameters/" + comp
-		s.handle("GET "+base, lvlPolicymaker, func(c *call) error { return c.fedParams(comp) })
-		s.handle("GET "+base+"/{vhost}", lvlPolicymaker, func(c *call) error { return c.fedParams(comp) })
-		s.handle("GET "+base+"/{vhost}/{name}", lvlPolicymaker, func(c *call) error { return c.fedParamGet(comp) })
-		s.handle("PUT "+base+"/{vhost}/{name}", lvlPolicymaker, func(c *call) error { return c.fedParamPut(comp) })
-		s.handle("DELETE "+base+"/{vhost}/{name}", lvlPolicymaker, func(c *call) error { return c.fedParamDelete(comp) })
+		s.linkParamRoutes(comp, func(c *call) error { return c.fedParamPut(comp) })
 	}
 	s.handle("GET /api/federation-links", lvlManagement, func(c *call) error { return c.federationLinks(false) })
 	s.handle("GET /api/federation-links/{vhost}", lvlManagement, func(c *call) error { return c.federationLinks(false) })
@@ -29,7 +23,19 @@ func (s *Server) federationRoutes() {
 	s.handle("DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart", lvlPolicymaker, (*call).federationRestart)
 }
 
-func (c *call) fedParams(comp string) error {
+// linkParamRoutes serves the parameters of a links component (shovel,
+// federation-upstream, federation-upstream-set): list, get and delete
+// alike, put by the component's own handler (its validation).
+func (s *Server) linkParamRoutes(comp string, put func(*call) error) {
+	base := "/api/parameters/" + comp
+	s.handle("GET "+base, lvlPolicymaker, func(c *call) error { return c.linkParams(comp) })
+	s.handle("GET "+base+"/{vhost}", lvlPolicymaker, func(c *call) error { return c.linkParams(comp) })
+	s.handle("GET "+base+"/{vhost}/{name}", lvlPolicymaker, func(c *call) error { return c.linkParamGet(comp) })
+	s.handle("PUT "+base+"/{vhost}/{name}", lvlPolicymaker, put)
+	s.handle("DELETE "+base+"/{vhost}/{name}", lvlPolicymaker, func(c *call) error { return c.linkParamDelete(comp) })
+}
+
+func (c *call) linkParams(comp string) error {
 	vh, err := c.pathVHost()
 	if err != nil {
 		return err
@@ -43,7 +49,7 @@ func (c *call) fedParams(comp string) error {
 	return c.ok(list)
 }
 
-func (c *call) fedParamGet(comp string) error {
+func (c *call) linkParamGet(comp string) error {
 	if _, err := c.vhost(); err != nil {
 		return err
 	}
@@ -75,7 +81,7 @@ func (c *call) fedParamPut(comp string) error {
 	return c.created(created)
 }
 
-func (c *call) fedParamDelete(comp string) error {
+func (c *call) linkParamDelete(comp string) error {
 	if _, err := c.vhost(); err != nil {
 		return err
 	}

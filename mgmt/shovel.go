@@ -18,38 +18,9 @@ import (
 // them without credentials.
 
 func (s *Server) shovelRoutes() {
-	s.handle("GET /api/parameters/shovel", lvlPolicymaker, (*call).shovelParams)
-	s.handle("GET /api/parameters/shovel/{vhost}", lvlPolicymaker, (*call).shovelParams)
-	s.handle("GET /api/parameters/shovel/{vhost}/{name}", lvlPolicymaker, (*call).shovelParamGet)
-	s.handle("PUT /api/parameters/shovel/{vhost}/{name}", lvlPolicymaker, (*call).shovelPut)
-	s.handle("DELETE /api/parameters/shovel/{vhost}/{name}", lvlPolicymaker, (*call).shovelDelete)
+	s.linkParamRoutes(bridge.ShovelComponent, (*call).shovelPut)
 	s.handle("GET /api/shovels", lvlManagement, (*call).shovelStatus)
 	s.handle("GET /api/shovels/{vhost}", lvlManagement, (*call).shovelStatus)
-}
-
-func (c *call) shovelParams() error {
-	vh, err := c.pathVHost()
-	if err != nil {
-		return err
-	}
-	list := []api.Parameter{}
-	for _, p := range c.s.links.ShovelParams(vh) {
-		if c.canSee(p.VHost) {
-			list = append(list, api.Parameter{VHost: p.VHost, Component: bridge.ShovelComponent, Name: p.Name, Value: p.Value})
-		}
-	}
-	return c.ok(list)
-}
-
-func (c *call) shovelParamGet() error {
-	if _, err := c.vhost(); err != nil {
-		return err
-	}
-	p, ok := c.s.links.ShovelParam(c.pv("vhost"), c.pv("name"))
-	if !ok {
-		return errNotFound
-	}
-	return c.ok(api.Parameter{VHost: p.VHost, Component: bridge.ShovelComponent, Name: p.Name, Value: p.Value})
 }
 
 func (c *call) shovelStatus() error {
@@ -122,20 +93,6 @@ func (c *call) shovelPut() error {
 		return linkError(err)
 	}
 	return c.created(created)
-}
-
-func (c *call) shovelDelete() error {
-	if _, err := c.vhost(); err != nil {
-		return err
-	}
-	ok, err := c.s.links.DeleteShovel(c.pv("vhost"), c.pv("name"))
-	if err != nil {
-		return amqpError(err)
-	}
-	if !ok {
-		return errNotFound
-	}
-	return c.noContent()
 }
 
 // linkError is a refused link definition as RabbitMQ answers it.
