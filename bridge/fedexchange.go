@@ -350,17 +350,7 @@ func (l *fedLink) session() error {
 	l.mu.Unlock()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var seq, ackTo uint64
-	unacked := 0
-	pending := map[uint64]uint64{}
-	ack := func(tag uint64) { ackTo, unacked = tag, unacked+1 }
-	flush := func() error {
-		if unacked == 0 {
-			return nil
-		}
-		unacked = 0
-		return uch.Ack(ackTo, true)
-	}
+	settle := settler{ch: uch}
 	for {
 		select {
 		case d, ok := <-deliveries:
@@ -368,57 +358,31 @@ func (l *fedLink) session() error {
 				return errors.New("the upstream closed the consumer")
 			}
 			if !forwards(d.Headers, up.MaxHops, cluster, k.vhost) {
-				ack(d.DeliveryTag) // went round already
+				settle.ack(d.DeliveryTag) // went round already
 			} else {
 				if up.AckMode == NoAck {
-					ack(d.DeliveryTag)
+					settle.ack(d.DeliveryTag)
 				}
-				p := amqp.Publishing{Headers: amqp.Table{}, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-					DeliveryMode: d.DeliveryMode, Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo,
-					Expiration: d.Expiration, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body}
-				if up.TrustUserID {
-					p.UserId = d.UserId
-				}
-				for hk, hv := range d.Headers {
-					p.Headers[hk] = hv
-				}
+				p := linkPublishing(&d, up.TrustUserID)
 				prev, _ := p.Headers["x-received-from"].([]any)
 				p.Headers["x-received-from"] = append([]any{amqp.Table{"uri": Redact(uu.Raw), "exchange": upX,
 					"redelivered": d.Redelivered, "cluster-name": upCluster, "vhost": upVHost}}, prev...)
 				if err := lch.PublishWithContext(l.ctx, k.name, d.RoutingKey, false, false, p); err != nil {
 					return fmt.Errorf("local: %w", err)
 				}
-				switch up.AckMode {
-				case OnConfirm:
-					seq++
-					pending[seq] = d.DeliveryTag
-				case OnPublish:
-					ack(d.DeliveryTag)
-				}
+				settle.sent(up.AckMode, d.DeliveryTag)
 			}
 			if len(deliveries) == 0 {
-				if err := flush(); err != nil {
+				if err := settle.flush(); err != nil {
 					return err
 				}
 			}
 		case c := <-confirms:
-			tag, ok := pending[c.DeliveryTag]
-			if !ok {
-				continue
-			}
-			delete(pending, c.DeliveryTag)
-			if c.Ack {
-				ack(tag)
-			} else {
-				if err := flush(); err != nil {
-					return err
-				}
-				if err := uch.Nack(tag, false, true); err != nil {
-					return err
-				}
+			if err := settle.confirmed(c); err != nil {
+				return err
 			}
 			if len(confirms) == 0 {
-				if err := flush(); err != nil {
+				if err := settle.flush(); err != nil {
 					return err
 				}
 			}

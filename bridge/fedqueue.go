@@ -84,17 +84,7 @@ func (l *fedLink) queueSession() error {
 	consuming := false
 	poll := time.NewTicker(fedQueuePoll)
 	defer poll.Stop()
-	var seq, ackTo uint64
-	unacked := 0
-	pending := map[uint64]uint64{}
-	ack := func(tag uint64) { ackTo, unacked = tag, unacked+1 }
-	flush := func() error {
-		if unacked == 0 {
-			return nil
-		}
-		unacked = 0
-		return uch.Ack(ackTo, true)
-	}
+	settle := settler{ch: uch}
 	for {
 		select {
 		case <-poll.C:
@@ -119,17 +109,9 @@ func (l *fedLink) queueSession() error {
 				continue
 			}
 			if up.AckMode == NoAck {
-				ack(d.DeliveryTag)
+				settle.ack(d.DeliveryTag)
 			}
-			p := amqp.Publishing{Headers: amqp.Table{}, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-				DeliveryMode: d.DeliveryMode, Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo,
-				Expiration: d.Expiration, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body}
-			if up.TrustUserID {
-				p.UserId = d.UserId
-			}
-			for hk, hv := range d.Headers {
-				p.Headers[hk] = hv
-			}
+			p := linkPublishing(&d, up.TrustUserID)
 			prev, first := p.Headers["x-received-from"].([]any)
 			if !first {
 				p.Headers["x-original-exchange"], p.Headers["x-original-routing-key"] = d.Exchange, d.RoutingKey
@@ -151,36 +133,18 @@ func (l *fedLink) queueSession() error {
 			if err := lch.PublishWithContext(l.ctx, "", k.name, false, false, p); err != nil {
 				return fmt.Errorf("local: %w", err)
 			}
-			switch up.AckMode {
-			case OnConfirm:
-				seq++
-				pending[seq] = d.DeliveryTag
-			case OnPublish:
-				ack(d.DeliveryTag)
-			}
+			settle.sent(up.AckMode, d.DeliveryTag)
 			if len(deliveries) == 0 {
-				if err := flush(); err != nil {
+				if err := settle.flush(); err != nil {
 					return err
 				}
 			}
 		case c := <-confirms:
-			tag, ok := pending[c.DeliveryTag]
-			if !ok {
-				continue
-			}
-			delete(pending, c.DeliveryTag)
-			if c.Ack {
-				ack(tag)
-			} else {
-				if err := flush(); err != nil {
-					return err
-				}
-				if err := uch.Nack(tag, false, true); err != nil {
-					return err
-				}
+			if err := settle.confirmed(c); err != nil {
+				return err
 			}
 			if len(confirms) == 0 {
-				if err := flush(); err != nil {
+				if err := settle.flush(); err != nil {
 					return err
 				}
 			}

@@ -242,10 +242,13 @@ func (w *shovelWorker) move(ctx context.Context) error {
 	w.st.SrcURI, w.st.DestURI = Redact(su.Raw), Redact(du.Raw)
 	w.mu.Unlock()
 	w.setState("running", "")
-	s := &shovelSession{w: w, sch: sch, dch: dch, srcURI: Redact(su.Raw), destURI: Redact(du.Raw), remaining: remaining}
-	if d.AckMode == OnConfirm {
-		s.pending = make(map[uint64]uint64, d.SrcPrefetch)
-	}
+	s := &shovelSession{w: w, dch: dch, srcURI: Redact(su.Raw), destURI: Redact(du.Raw), remaining: remaining}
+	s.settle = settler{ch: sch, side: "source", onAck: func() {
+		s.acked++
+		w.mu.Lock()
+		w.st.Acked++
+		w.mu.Unlock()
+	}}
 	for {
 		if s.done() {
 			return s.finish()
@@ -259,16 +262,16 @@ func (w *shovelWorker) move(ctx context.Context) error {
 				return err
 			}
 			if len(deliveries) == 0 {
-				if err := s.flushAcks(); err != nil {
+				if err := s.settle.flush(); err != nil {
 					return err
 				}
 			}
 		case c := <-confirms:
-			if err := s.confirmed(c); err != nil {
+			if err := s.settle.confirmed(c); err != nil {
 				return err
 			}
 			if len(confirms) == 0 {
-				if err := s.flushAcks(); err != nil {
+				if err := s.settle.flush(); err != nil {
 					return err
 				}
 			}
@@ -319,12 +322,9 @@ func closeErr(side string, e *amqp.Error) error {
 // shovelSession is one connected run of a shovel.
 type shovelSession struct {
 	w                *shovelWorker
-	sch, dch         *amqp.Channel
+	dch              *amqp.Channel
+	settle           settler // the source's deliveries
 	srcURI, destURI  string
-	seq              uint64            // the destination's publish sequence
-	pending          map[uint64]uint64 // on-confirm: publish seq -> source tag
-	ackTo            uint64            // the source tag acked up to (multiple), not yet sent
-	unflushed        int
 	published, acked int64
 	remaining        int64 // < 0: never done
 }
@@ -345,7 +345,7 @@ func (s *shovelSession) forward(ctx context.Context, dl *amqp.Delivery) error {
 	if d.AckMode == NoAck {
 		// No-ack: the message leaves the source before it is forwarded
 		// (lost if the shovel dies now), as RabbitMQ's.
-		s.ack(dl.DeliveryTag)
+		s.settle.ack(dl.DeliveryTag)
 	}
 	ex, key := dl.Exchange, dl.RoutingKey
 	switch {
@@ -367,67 +367,14 @@ func (s *shovelSession) forward(ctx context.Context, dl *amqp.Delivery) error {
 	s.w.mu.Lock()
 	s.w.st.Forwarded++
 	s.w.mu.Unlock()
-	switch d.AckMode {
-	case OnConfirm:
-		s.seq++
-		s.pending[s.seq] = dl.DeliveryTag
-	case OnPublish:
-		s.ack(dl.DeliveryTag)
-	}
-	return nil
-}
-
-// ack marks tag settled at the source (sent as one multiple ack later);
-// tags are settled in delivery order.
-func (s *shovelSession) ack(tag uint64) {
-	s.ackTo = tag
-	s.unflushed++
-	s.acked++
-	s.w.mu.Lock()
-	s.w.st.Acked++
-	s.w.mu.Unlock()
-}
-
-// flushAcks sends the source the acks not sent yet.
-func (s *shovelSession) flushAcks() error {
-	if s.unflushed == 0 {
-		return nil
-	}
-	if err := s.sch.Ack(s.ackTo, true); err != nil {
-		return fmt.Errorf("source: %w", err)
-	}
-	s.unflushed = 0
-	return nil
-}
-
-// confirmed settles the source delivery of a destination confirm:
-// confirms come in publish order, so a multiple ack of its tag settles
-// exactly the earlier ones too (a nack was settled alone already).
-func (s *shovelSession) confirmed(c amqp.Confirmation) error {
-	tag, ok := s.pending[c.DeliveryTag]
-	if !ok {
-		return nil
-	}
-	delete(s.pending, c.DeliveryTag)
-	if c.Ack {
-		s.ack(tag)
-		return nil
-	}
-	// Refused by the destination: back to the source queue (requeued,
-	// as RabbitMQ's shovel does; it may come back here).
-	if err := s.flushAcks(); err != nil {
-		return err
-	}
-	if err := s.sch.Nack(tag, false, true); err != nil {
-		return fmt.Errorf("source: %w", err)
-	}
+	s.settle.sent(d.AckMode, dl.DeliveryTag)
 	return nil
 }
 
 // finish ends a shovel that forwarded all it should: its acks are sent,
 // then the session ends with errFinished.
 func (s *shovelSession) finish() error {
-	if err := s.flushAcks(); err != nil {
+	if err := s.settle.flush(); err != nil {
 		return err
 	}
 	return errFinished
@@ -436,10 +383,7 @@ func (s *shovelSession) finish() error {
 // publishing is the message to publish for dl: its properties, with
 // dest-publish-properties over them and the forward headers.
 func (s *shovelSession) publishing(dl *amqp.Delivery) amqp.Publishing {
-	p := amqp.Publishing{Headers: dl.Headers, ContentType: dl.ContentType, ContentEncoding: dl.ContentEncoding,
-		DeliveryMode: dl.DeliveryMode, Priority: dl.Priority, CorrelationId: dl.CorrelationId, ReplyTo: dl.ReplyTo,
-		Expiration: dl.Expiration, MessageId: dl.MessageId, Timestamp: dl.Timestamp, Type: dl.Type, UserId: dl.UserId,
-		AppId: dl.AppId, Body: dl.Body}
+	p := publishingOf(dl)
 	d := s.w.def
 	if d.PublishProps != nil {
 		setProps(&p, d.PublishProps)
