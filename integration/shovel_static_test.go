@@ -44,12 +44,14 @@ func TestStaticShovels(t *testing.T) {
 	defer c.Close()
 	ch, err := c.Channel()
 	must(err)
-	testutil.Eventually(t, 10*time.Second, "the static shovel's source declared", func() bool {
-		_, err := ch.QueueDeclarePassive("st-src", true, false, false, false, nil)
-		if err != nil {
-			ch, _ = c.Channel()
+	testutil.Eventually(t, 10*time.Second, "the static shovel's queues declared", func() bool {
+		for _, q := range []string{"st-src", "st-dest"} { // (a get before would close the channel)
+			if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+				ch, _ = c.Channel()
+				return false
+			}
 		}
-		return err == nil
+		return true
 	})
 	must(ch.PublishWithContext(context.Background(), "", "st-src", false, false, amqp.Publishing{Body: []byte("x")}))
 	var got amqp.Delivery
