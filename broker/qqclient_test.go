@@ -277,7 +277,20 @@ func TestQQPublishNotLeaderThenLeader(t *testing.T) {
 	n, qa, qb, qc := qqFixture(t)
 	qb.qq = newQQState(qb, 1, nil) // B holds the queue but does not lead it
 	var toB qqSeqs
-	n.setTap(toB.tap(qqB, func() bool { return false }))
+	tapB := toB.tap(qqB, func() bool { return false })
+	// B's answers wait until all five were sent: a "not the leader"
+	// answer to the first would otherwise stop the direct sends of the
+	// others (they then go with the resend, which is not what this
+	// test looks at), and how soon it comes is up to the scheduler.
+	var held [][]byte
+	hold := true
+	n.setTap(func(from, to string, msg []byte) bool {
+		if from == qqB && to == qqA && msg[0] == opQQEnqueued && hold {
+			held = append(held, slices.Clone(msg))
+			return true
+		}
+		return tapB(from, to, msg)
+	})
 	qa.qqLeaderChanged(qqB, 1)
 	tok := qqPublishN(t, qa, 0, 5)
 	waitFor(t, "the sends to the node that is not the leader", func() bool {
@@ -285,6 +298,14 @@ func TestQQPublishNotLeaderThenLeader(t *testing.T) {
 		defer toB.mu.Unlock()
 		return len(toB.seqs) >= 5
 	})
+	n.mu.Lock()
+	hold, answers := false, held
+	n.mu.Unlock()
+	for _, msg := range answers {
+		if err := (&qqPeers{n: n, self: qqB}).Send(qqA, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := qqWait(tok, 300*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("confirm while no leader took the messages: %v", err)
 	}
