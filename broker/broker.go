@@ -100,8 +100,13 @@ type Broker struct {
 	memoryPressure atomic.Bool
 	persistMu      sync.Mutex  // orders writes to store (persist.go)
 	loading        atomic.Bool // Recover is applying stored records
-	recovered      bool        // guarded by mu
-	firstBoot      bool        // guarded by mu
+	// streamDir is where streams keep their logs (stream.go); without a
+	// data directory they live in streamMem.
+	streamDir  string
+	streamOnce sync.Once
+	streamMem  *store.MemFS
+	recovered  bool // guarded by mu
+	firstBoot  bool // guarded by mu
 
 	// defs is the definitions store Open opened (nil otherwise); ownsMsgs
 	// says Open opened msgs too. Close closes them, once.
@@ -206,6 +211,9 @@ func New(cfg Config) *Broker {
 	}
 	b := &Broker{log: cfg.Logger, clock: cfg.Clock, vhosts: map[string]*VHost{}, users: map[string]*User{}, store: cfg.Store, msgs: cfg.Messages,
 		queueWindow: cfg.QueueWindow, node: cfg.Node, placeQueue: cfg.PlaceQueue, runBase: newRunBase(cfg.Node)}
+	if cfg.DataDir != "" {
+		b.streamDir = filepath.Join(cfg.DataDir, "streams")
+	}
 	if b.queueWindow <= 0 {
 		b.queueWindow = DefaultQueueWindow
 	}

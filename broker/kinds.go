@@ -1,6 +1,9 @@
 package broker
 
-import "github.com/warrenmq/warren/broker/machine"
+import (
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/broker/machine"
+)
 
 // The queue-type seam. A Queue is one of three kinds on this node, and
 // each of its operations goes through queueType:
@@ -97,6 +100,9 @@ type queueType interface {
 	heldFailed() bool
 	countsCall(req []byte, touch bool) (*msgDecoder, error)
 
+	// ownLog reports whether the queue keeps its messages in a log of
+	// its own (a stream's), not in the message store.
+	ownLog() bool
 	// deleted: the queue is gone from this node.
 	deleted()
 	// closing: the broker is closing; what waits for the queue gives up.
@@ -109,6 +115,8 @@ func (q *Queue) typ() queueType {
 	switch {
 	case q.qq != nil:
 		return quorumType{q}
+	case q.sq != nil:
+		return streamType{q}
 	case q.Home != "" && q.Home != q.vhost.b.node:
 		return remoteType{q}
 	}
@@ -168,7 +176,8 @@ func (k classicType) declareCounts() (*Queue, int, int, error) {
 	m, c := k.q.countsHere()
 	return k.q, m, c, nil
 }
-func (classicType) deleted() {}
+func (classicType) deleted()     {}
+func (classicType) ownLog() bool { return false }
 
 // A classic queue's legs are a remote queue's (its home may move).
 func (k classicType) legCanceled(rc *rconsumer) bool { return remoteType(k).legCanceled(rc) }
@@ -185,10 +194,19 @@ func (classicType) closing() {}
 
 // newKind sets up q's kind at its creation from its definition: a
 // quorum queue with members and a group is replicated in a cluster.
-func (q *Queue) newKind(s QueueSpec, node string) {
+func (q *Queue) newKind(s QueueSpec, node string) error {
+	if q.Config.Type == QueueTypeStream {
+		sq, err := newStreamState(q, !q.vhost.b.loading.Load())
+		if err != nil {
+			return amqp.Errorf(amqp.InternalError, "cannot open stream '%s' in vhost '%s': %v", q.Name, q.vhost.Name, err)
+		}
+		q.sq = sq
+		return nil
+	}
 	if len(s.Members) > 0 && s.Group != 0 && node != "" {
 		q.qq = newQQState(q, s.Group, s.Members)
 	}
+	return nil
 }
 
 // backing is what the machine of a queue whose machine runs here keeps

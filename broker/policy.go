@@ -83,6 +83,8 @@ type policyDef struct {
 	dlx, dlrk, dlStrategy, overflow, alternate, delayedRetryType  *string
 	messageTTL, expires, maxLength, maxLengthBytes, deliveryLimit *int64
 	delayedRetryMin, delayedRetryMax                              *int64
+	maxAge                                                        *string
+	segmentBytes                                                  *int64
 }
 
 // policyKey validates one definition key; it returns the value in
@@ -434,6 +436,7 @@ func parsePolicyDef(def map[string]any) policyDef {
 	d.messageTTL, d.expires = num("message-ttl"), num("expires")
 	d.maxLength, d.maxLengthBytes = num("max-length"), num("max-length-bytes")
 	d.deliveryLimit = num("delivery-limit")
+	d.maxAge, d.segmentBytes = str("max-age"), num("stream-max-segment-size-bytes")
 	d.delayedRetryMin, d.delayedRetryMax = num("delayed-retry-min"), num("delayed-retry-max")
 	return d
 }
@@ -849,6 +852,13 @@ func effectiveQueueArgs(args QueueArgs, raw amqp.Table, user, op *Policy) QueueA
 	}
 	e.DelayedRetryMin = lower(args.DelayedRetryMin, d.delayedRetryMin)
 	e.DelayedRetryMax = lower(args.DelayedRetryMax, d.delayedRetryMax)
+	// Streams (rabbit_stream_queue): the argument wins.
+	if args.MaxAge == "" && d.maxAge != nil {
+		e.MaxAge = *d.maxAge
+	}
+	if args.SegmentBytes == nil {
+		e.SegmentBytes = d.segmentBytes
+	}
 	return e
 }
 

@@ -486,6 +486,12 @@ type QueueArgs struct {
 	// MaxPriority is x-max-priority, 0 when absent (no priorities).
 	MaxPriority  int
 	SingleActive bool
+	// Streams (issue 25): MaxAge is x-max-age as given ("7D"), SegmentBytes
+	// x-stream-max-segment-size-bytes, FilterSize
+	// x-stream-filter-size-bytes.
+	MaxAge       string
+	SegmentBytes *int64
+	FilterSize   *int64
 }
 
 // ParseQueueArgs returns the parsed form of validated queue arguments.
@@ -521,6 +527,10 @@ func ParseQueueArgs(t amqp.Table) QueueArgs {
 		a.MaxPriority = int(min(max(*p, 0), maxSupportedPriority))
 	}
 	a.SingleActive, _ = t["x-single-active-consumer"].(bool)
+	if s := str("x-max-age"); s != nil {
+		a.MaxAge = *s
+	}
+	a.SegmentBytes, a.FilterSize = num("x-stream-max-segment-size-bytes"), num("x-stream-filter-size-bytes")
 	return a
 }
 

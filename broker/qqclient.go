@@ -1550,6 +1550,7 @@ func (k quorumType) started(fresh bool) { k.q.qq.start(fresh) } // this node's m
 // forces it).
 func (quorumType) deletable() error { return nil }
 func (k quorumType) deleted()       { k.q.qq.delete() }
+func (quorumType) ownLog() bool     { return false }
 func (k quorumType) closing()       { k.q.qq.newEpoch() } // flushers waiting for marks give up (qqmarks.go)
 
 // A quorum queue's leg outlives its leader: attached again to the next

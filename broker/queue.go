@@ -134,6 +134,9 @@ type Queue struct {
 	// qq is a replicated quorum queue's state on this node (issue 14,
 	// qqleader.go): nil for every other queue, set at creation.
 	qq *qqState
+	// sq is a stream's log, writer and readers (stream.go); nil for the
+	// other kinds.
+	sq *streamState
 	// qc is this node's client side of a replicated quorum queue
 	// (qqclient.go): publishes pending at the leader, consumers.
 	qc qqClient

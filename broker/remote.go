@@ -1496,6 +1496,7 @@ func (remoteType) replicas() (members []string, group uint64) { return nil, 0 }
 func (remoteType) started(bool)                               {}
 func (k remoteType) deletable() error                         { return k.available() }
 func (remoteType) deleted()                                   {}
+func (remoteType) ownLog() bool                               { return false }
 func (remoteType) closing()                                   {}
 
 // A classic queue's legs end with its home (dropped when the home goes

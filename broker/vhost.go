@@ -309,14 +309,17 @@ func (v *VHost) declareQueueLocal(s QueueSpec, passive bool) (*Queue, int, int, 
 		}
 		q = newQueue(v, s)
 		q.Home = s.Home
-		q.newKind(s, v.b.node)
 		v.applyQueuePolicies(q) // existing policies apply (R1.12)
+		if err := q.newKind(s, v.b.node); err != nil {
+			v.mu.Unlock()
+			return nil, 0, 0, err
+		}
 		v.queues[s.Name] = q
 		if q.recorded() {
 			v.recordLocked(queueOp(v, q))
 		}
 		if q.persisted() {
-			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() && q.typ().here() {
+			if ms := v.b.msgs; ms != nil && !v.b.loading.Load() && q.typ().here() && !q.typ().ownLog() {
 				q.disk = ms.newDisk(q, 0, "")
 			}
 		}

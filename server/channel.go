@@ -437,6 +437,9 @@ func (ch *channel) queuePurge(m *amqp.QueuePurge) error {
 	if err != nil {
 		return err
 	}
+	if err := q.Unsupported("queue.purge"); err != nil {
+		return err
+	}
 	n := q.Purge()
 	if !m.NoWait {
 		ch.c.sendMethod(ch.id, &amqp.QueuePurgeOk{MessageCount: uint32(n)})
@@ -837,6 +840,9 @@ func (ch *channel) get(m *amqp.BasicGet) error {
 	name := ch.queueName(m.Queue)
 	q, err := ch.readableQueue(name)
 	if err != nil {
+		return err
+	}
+	if err := q.Unsupported("basic.get"); err != nil {
 		return err
 	}
 	d, remaining, ok := q.Get(m.NoAck)

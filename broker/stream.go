@@ -1,0 +1,693 @@
+package broker
+
+import (
+	"errors"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenmq/warren/amqp"
+	"github.com/warrenmq/warren/store"
+	"github.com/warrenmq/warren/streamlog"
+)
+
+// A stream (issue 25) is the fourth kind of queue: an append-only log on
+// disk (streamlog) that each consumer reads from an offset of its own.
+// Publishes are encoded as AMQP 1.0 messages (streammsg.go) on the
+// publisher's goroutine and wait for the stream's writer, which packs
+// what waits into one chunk, appends it, syncs it and then confirms: a
+// confirmed message is on disk. Consumers read chunks from the files, so
+// memory does not grow with the stream. The queue's machine only keeps
+// the consumers' bookkeeping (exclusive consumers, counts, cancel on
+// delete); it never holds a message.
+
+const (
+	// streamChunkBytes is the data the writer packs into one chunk at
+	// most (a single larger message makes a chunk of its own).
+	streamChunkBytes = 1 << 20
+	// streamMaxPending bounds the encoded publishes that wait for the
+	// writer; publishers block beyond it (the connection's backpressure).
+	streamMaxPending = 16 << 20
+	// streamRetentionEvery is how often a stream with x-max-age checks
+	// its age retention (segments also go when one closes).
+	streamRetentionEvery = 5 * time.Second
+)
+
+// streamState is a stream queue's log, writer and readers.
+type streamState struct {
+	q   *Queue
+	log *streamlog.Log
+
+	mu        sync.Mutex
+	room      *sync.Cond // publishers wait for the writer here
+	pend      []streamPub
+	pendBytes int
+	writing   bool
+	closed    bool
+	failed    error // a write that failed: later publishes are refused
+	cons      map[*Consumer]*streamConsumer
+	retention *time.Timer
+
+	published atomic.Uint64
+	delivered atomic.Uint64
+}
+
+type streamPub struct {
+	rec []byte
+	w   *rwait
+}
+
+// streamFS is the file system of the broker's streams and the directory
+// they live in: the data directory's "streams", or memory for a broker
+// without one.
+func (b *Broker) streamFS() (store.FS, string) {
+	b.streamOnce.Do(func() {
+		if b.streamDir == "" {
+			b.streamMem = store.NewMemFS()
+		}
+	})
+	if b.streamMem != nil {
+		return b.streamMem, "/streams"
+	}
+	return store.OSFS{}, b.streamDir
+}
+
+// streamPath is the directory of stream name in vhost v.
+func (v *VHost) streamPath(name string) (store.FS, string) {
+	fs, dir := v.b.streamFS()
+	return fs, filepath.Join(dir, url.PathEscape(v.Name), url.PathEscape(name))
+}
+
+// newStreamState opens q's log; fresh: a new stream, whose directory is
+// emptied first (what a deleted stream of the same name left).
+func newStreamState(q *Queue, fresh bool) (*streamState, error) {
+	fs, dir := q.vhost.streamPath(q.Name)
+	if fresh {
+		if l, err := streamlog.Open(dir, streamlog.Options{FS: fs}); err == nil {
+			l.Delete()
+		}
+	}
+	s := &streamState{q: q, cons: map[*Consumer]*streamConsumer{}}
+	s.room = sync.NewCond(&s.mu)
+	l, err := streamlog.Open(dir, s.options(fs))
+	if err != nil {
+		return nil, err
+	}
+	s.log = l
+	s.armRetention()
+	return s, nil
+}
+
+func (s *streamState) options(fs store.FS) streamlog.Options {
+	e := s.q.eff
+	o := streamlog.Options{FS: fs, Now: s.q.vhost.b.clock.Now}
+	if e.MaxLengthBytes != nil {
+		o.MaxBytes = *e.MaxLengthBytes
+	}
+	if e.SegmentBytes != nil {
+		o.MaxSegmentBytes = *e.SegmentBytes
+	}
+	o.MaxAge = parseMaxAge(e.MaxAge)
+	return o
+}
+
+// parseMaxAge reads x-max-age ("7D"): RabbitMQ's units Y M D h m s (a
+// year of 365 days, a month of 30).
+func parseMaxAge(s string) time.Duration {
+	if len(s) < 2 {
+		return 0
+	}
+	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	unit := map[byte]time.Duration{'Y': 365 * 24 * time.Hour, 'M': 30 * 24 * time.Hour, 'D': 24 * time.Hour,
+		'h': time.Hour, 'm': time.Minute, 's': time.Second}[s[len(s)-1]]
+	return time.Duration(n) * unit
+}
+
+// armRetention runs the age retention every streamRetentionEvery while
+// the stream has a max-age.
+func (s *streamState) armRetention() {
+	if parseMaxAge(s.q.eff.MaxAge) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.retention != nil {
+		return
+	}
+	s.retention = time.AfterFunc(streamRetentionEvery, func() {
+		if _, err := s.log.Retain(); err != nil && !errors.Is(err, streamlog.ErrClosed) {
+			s.q.vhost.b.log.Warn("stream retention failed", "queue", s.q.Name, "vhost", s.q.vhost.Name, "err", err)
+		}
+		s.mu.Lock()
+		s.retention = nil
+		s.mu.Unlock()
+		s.armRetention()
+	})
+}
+
+// enqueue encodes m and hands it to the writer; r's wait (the confirm)
+// ends once its chunk is on disk.
+func (s *streamState) enqueue(m *Message, r *Router) enqueueResult {
+	rec := streamEncode(make([]byte, 0, len(m.Body)+128), m)
+	var w *rwait
+	if r != nil && !r.NoWait {
+		if r.rw == nil {
+			r.rw = &rwait{}
+		}
+		w = r.rw
+		w.add(1)
+	}
+	s.mu.Lock()
+	for s.pendBytes > streamMaxPending && !s.closed && s.failed == nil {
+		s.room.Wait()
+	}
+	if s.closed || s.failed != nil {
+		s.mu.Unlock()
+		if w != nil {
+			w.add(-1)
+			r.failed = true
+		}
+		return enqueued
+	}
+	s.pend = append(s.pend, streamPub{rec: rec, w: w})
+	s.pendBytes += len(rec)
+	start := !s.writing
+	s.writing = true
+	s.mu.Unlock()
+	s.published.Add(1)
+	if start {
+		go s.write()
+	}
+	return enqueued
+}
+
+// write appends what waits, a chunk at a time, until nothing does.
+func (s *streamState) write() {
+	var data []byte
+	var ws []*rwait
+	for {
+		s.mu.Lock()
+		if len(s.pend) == 0 || s.closed {
+			s.writing = false
+			pend := s.pend
+			s.pend, s.pendBytes = nil, 0
+			s.room.Broadcast()
+			s.mu.Unlock()
+			for _, p := range pend {
+				if p.w != nil {
+					p.w.done(streamlog.ErrClosed)
+				}
+			}
+			return
+		}
+		n, size := 0, 0
+		for n < len(s.pend) && n < streamlog.MaxEntries && (n == 0 || size+len(s.pend[n].rec) <= streamChunkBytes) {
+			size += len(s.pend[n].rec)
+			n++
+		}
+		batch := s.pend[:n]
+		data, ws = data[:0], ws[:0]
+		for _, p := range batch {
+			data = streamlog.AppendEntry(data, p.rec)
+			if p.w != nil {
+				ws = append(ws, p.w)
+			}
+		}
+		clear(batch)
+		s.pend = s.pend[n:]
+		if len(s.pend) == 0 {
+			s.pend = nil
+		}
+		s.pendBytes -= size
+		s.room.Broadcast()
+		s.mu.Unlock()
+		_, err := s.log.Append(&streamlog.Batch{Entries: uint16(n), Records: uint32(n), Data: data,
+			Timestamp: s.q.vhost.b.clock.Now().UnixMilli(), Epoch: 1})
+		if err == nil {
+			err = s.log.Sync()
+		}
+		if err != nil {
+			s.q.vhost.b.log.Error("stream write failed: the stream refuses publishes", "queue", s.q.Name, "vhost", s.q.vhost.Name, "err", err)
+			s.mu.Lock()
+			s.failed = err
+			s.room.Broadcast()
+			s.mu.Unlock()
+		} else {
+			s.log.Commit()
+		}
+		for _, w := range ws {
+			w.done(err)
+		}
+		if cap(data) > 4*streamChunkBytes {
+			data = nil
+		}
+	}
+}
+
+// close stops the writer and the readers; the log is closed (deleted
+// when del).
+func (s *streamState) close(del bool) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	if s.retention != nil {
+		s.retention.Stop()
+	}
+	cons := make([]*streamConsumer, 0, len(s.cons))
+	for _, c := range s.cons {
+		cons = append(cons, c)
+	}
+	s.room.Broadcast()
+	s.mu.Unlock()
+	for _, c := range cons {
+		c.stop()
+	}
+	// wait for the writer to finish the chunk it writes
+	for {
+		s.mu.Lock()
+		w := s.writing
+		s.mu.Unlock()
+		if !w {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if del {
+		s.log.Delete()
+	} else {
+		s.log.Close()
+	}
+}
+
+// --- consumers ---
+
+// streamConsumer reads the stream for one AMQP 0-9-1 consumer, from its
+// own offset, as fast as its credit (the channel's prefetch) allows.
+type streamConsumer struct {
+	s    *streamState
+	c    *Consumer
+	r    *streamlog.Reader
+	from uint64 // records below it are not delivered (the offset asked for)
+
+	filters         []string
+	matchUnfiltered bool
+
+	wake chan struct{}
+	quit chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	offset atomic.Uint64 // the last offset delivered + 1 (0: none yet)
+}
+
+func (sc *streamConsumer) stop() {
+	sc.once.Do(func() { close(sc.quit) })
+	<-sc.done
+}
+
+func (sc *streamConsumer) poke() {
+	select {
+	case sc.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wait blocks until woken, the log commits (when ch is not nil), or quit
+// (false).
+func (sc *streamConsumer) wait(ch <-chan struct{}) bool {
+	t := time.NewTimer(500 * time.Millisecond) // a safety net only
+	defer t.Stop()
+	select {
+	case <-sc.quit:
+		return false
+	case <-sc.wake:
+	case <-ch:
+	case <-t.C:
+	}
+	return true
+}
+
+func (sc *streamConsumer) run() {
+	defer close(sc.done)
+	defer sc.r.Close()
+	q := sc.s.q
+	var data []byte   // the rest of the chunk being read
+	var off uint64    // the offset of data's first record
+	var recs [][]byte // the records of the entry being read
+	var recOff uint64 // the offset of recs[0]
+	var held *Delivery
+	for {
+		if held != nil {
+			if !sc.c.Sink.Deliver(sc.c, *held) {
+				if !sc.wait(nil) {
+					return
+				}
+				continue
+			}
+			sc.offset.Store(held.Seq + 1)
+			sc.s.delivered.Add(1)
+			held = nil
+		}
+		select {
+		case <-sc.quit:
+			return
+		default:
+		}
+		switch {
+		case len(recs) > 0:
+			rec, o := recs[0], recOff
+			recs, recOff = recs[1:], recOff+1
+			if o < sc.from {
+				continue
+			}
+			m, err := streamDecode(rec, q.Name)
+			if err != nil || !sc.matches(m) {
+				continue
+			}
+			h := make(amqp.Table, len(m.Props.Headers)+1)
+			for k, v := range m.Props.Headers {
+				h[k] = v
+			}
+			h["x-stream-offset"] = int64(o)
+			m.Props.Headers = h
+			m.Props.Flags |= amqp.FlagHeaders
+			held = &Delivery{Queue: q, Msg: m, Seq: o, ConsumerTag: sc.c.Tag}
+		case len(data) > 0:
+			e, rest, err := streamlog.NextEntry(data)
+			if err != nil {
+				data = nil
+				continue
+			}
+			data = rest
+			if e.SubBatch {
+				recs = subBatchRecords(e)
+			} else {
+				recs = append(recs[:0], e.Data)
+			}
+			recOff = off
+			off += uint64(e.Records)
+		default:
+			wake := sc.s.log.Wait()
+			c, err := sc.r.Next()
+			if errors.Is(err, streamlog.ErrNoChunk) {
+				if !sc.wait(wake) {
+					return
+				}
+				continue
+			}
+			if err != nil {
+				if !errors.Is(err, streamlog.ErrClosed) {
+					q.vhost.b.log.Warn("stream read failed", "queue", q.Name, "vhost", q.vhost.Name, "err", err)
+				}
+				<-sc.quit
+				return
+			}
+			if c.Type == streamlog.ChunkUser {
+				data, off = c.Data(), c.ID
+			}
+		}
+	}
+}
+
+// subBatchRecords are the records of an uncompressed sub-batch (the
+// others are skipped by AMQP 0-9-1 readers for now).
+func subBatchRecords(e streamlog.Entry) [][]byte {
+	if e.Compression != 0 {
+		return nil
+	}
+	var out [][]byte
+	b := e.Data
+	for range e.Records {
+		if len(b) < 4 {
+			break
+		}
+		n := int(uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]))
+		if len(b)-4 < n {
+			break
+		}
+		out = append(out, b[4:4+n])
+		b = b[4+n:]
+	}
+	return out
+}
+
+// matches applies the consumer's filter (x-stream-filter) to m's filter
+// value (the x-stream-filter-value header).
+func (sc *streamConsumer) matches(m *Message) bool {
+	if len(sc.filters) == 0 {
+		return true
+	}
+	v, ok := m.Props.Headers["x-stream-filter-value"].(string)
+	if !ok {
+		return sc.matchUnfiltered
+	}
+	for _, f := range sc.filters {
+		if f == v {
+			return true
+		}
+	}
+	return false
+}
+
+// streamOffsetSpec is where a consumer starts (x-stream-offset): the
+// position to read from and the first offset it delivers.
+func (s *streamState) startAt(args amqp.Table) (streamlog.Position, uint64, error) {
+	l := s.log
+	v, ok := args["x-stream-offset"]
+	if !ok {
+		return l.End(), 0, nil
+	}
+	bad := func() error {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid stream offset argument 'x-stream-offset' for queue '%s' in vhost '%s'", s.q.Name, s.q.vhost.Name)
+	}
+	switch v := v.(type) {
+	case string:
+		switch v {
+		case "first":
+			return l.First(), 0, nil
+		case "last":
+			p, err := l.Last()
+			return p, 0, err
+		case "next":
+			return l.End(), 0, nil
+		}
+		d := parseMaxAge(v)
+		if d == 0 {
+			return streamlog.Position{}, 0, bad()
+		}
+		p, err := l.AtTimestamp(s.q.vhost.b.clock.Now().Add(-d).UnixMilli())
+		return p, 0, err
+	case time.Time:
+		p, err := l.AtTimestamp(v.UnixMilli())
+		return p, 0, err
+	case bool, float32, float64, amqp.Decimal:
+		return streamlog.Position{}, 0, bad()
+	}
+	n, ok := IntArg(v)
+	if !ok {
+		return streamlog.Position{}, 0, bad()
+	}
+	if n < 0 {
+		n = 0
+	}
+	p, err := l.AtOffset(uint64(n))
+	return p, uint64(n), err
+}
+
+func (s *streamState) filtersOf(args amqp.Table) (fs []string, unfiltered bool) {
+	switch v := args["x-stream-filter"].(type) {
+	case string:
+		fs = []string{v}
+	case []any:
+		for _, e := range v {
+			if s, ok := e.(string); ok {
+				fs = append(fs, s)
+			}
+		}
+	}
+	unfiltered, _ = args["x-stream-match-unfiltered"].(bool)
+	return fs, unfiltered
+}
+
+func (s *streamState) unsupported(what string) error {
+	return amqp.Errorf(amqp.NotImplemented, "%s not supported by stream queues queue '%s' in vhost '%s'", what, s.q.Name, s.q.vhost.Name)
+}
+
+// addConsumer checks and starts an AMQP 0-9-1 consumer, as
+// rabbit_stream_queue:consume: manual acks and a prefetch are required.
+func (s *streamState) addConsumer(c *Consumer, added func()) error {
+	q := s.q
+	if c.NoAck {
+		return s.unsupported("automatic acknowledgement")
+	}
+	if c.Prefetch <= 0 {
+		return amqp.Errorf(amqp.PreconditionFailed, "consumer prefetch count is not set for 'queue '%s' in vhost '%s''", q.Name, q.vhost.Name)
+	}
+	pos, from, err := s.startAt(c.Args)
+	if err != nil {
+		return err
+	}
+	fs, unf := s.filtersOf(c.Args)
+	sc := &streamConsumer{s: s, c: c, r: s.log.NewReader(pos), from: from, filters: fs, matchUnfiltered: unf,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	q.mu.Lock()
+	if q.deleted {
+		q.mu.Unlock()
+		sc.r.Close()
+		return notFoundQueue(q.Name, q.vhost.Name)
+	}
+	q.nextCID++
+	mc := &mconsumer{ID: q.nextCID, Ref: c, Priority: c.Priority, Exclusive: c.Exclusive}
+	if err := q.m.AddConsumer(mc); err != nil {
+		q.mu.Unlock()
+		sc.r.Close()
+		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name, q.vhost.Name)
+	}
+	c.Queue, c.m = q, mc
+	if added != nil {
+		added()
+	}
+	q.mu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		close(sc.done)
+		sc.r.Close()
+		return nil
+	}
+	s.cons[c] = sc
+	s.mu.Unlock()
+	go sc.run()
+	return nil
+}
+
+func (s *streamState) removeConsumer(c *Consumer) {
+	s.mu.Lock()
+	sc := s.cons[c]
+	delete(s.cons, c)
+	s.mu.Unlock()
+	if sc != nil {
+		sc.stop()
+	}
+	q := s.q
+	q.mu.Lock()
+	if c.m != nil && c.Queue == q {
+		q.m.RemoveConsumer(q.nowMs(), c.m)
+	}
+	q.mu.Unlock()
+}
+
+func (s *streamState) dispatch() {
+	s.mu.Lock()
+	for _, sc := range s.cons {
+		sc.poke()
+	}
+	s.mu.Unlock()
+}
+
+// StreamConsumerInfo is a stream consumer's position, for the management
+// API.
+type StreamConsumerInfo struct {
+	Tag    string
+	Offset uint64 // the next offset it reads
+}
+
+// --- the queue-type seam ---
+
+// streamType is a stream queue (on a single node; replication is a later
+// step of issue 25).
+type streamType struct{ q *Queue }
+
+func (k streamType) s() *streamState { return k.q.sq }
+
+func (k streamType) enqueue(m *Message, r *Router) enqueueResult { return k.s().enqueue(m, r) }
+func (k streamType) get(bool) (Delivery, int, bool)              { return Delivery{}, 0, false }
+func (k streamType) dispatch()                                   { k.s().dispatch() }
+
+// settle: acks, nacks and rejects only return credit (the channel's
+// count), which may let a consumer read on.
+func (k streamType) settle([]Delivery, byte)                     { k.s().dispatch() }
+func (k streamType) purge() int                                  { return 0 }
+func (k streamType) addConsumer(c *Consumer, added func()) error { return k.s().addConsumer(c, added) }
+func (k streamType) removeConsumer(c *Consumer)                  { k.s().removeConsumer(c) }
+func (k streamType) counts() (messages, consumers int) {
+	in := k.s().log.Info()
+	k.q.mu.Lock()
+	consumers = len(k.q.m.Consumers())
+	k.q.mu.Unlock()
+	if in.Chunks == 0 {
+		return 0, consumers
+	}
+	return int(in.Next - in.FirstOffset), consumers
+}
+func (k streamType) browse(int, func(Browsed) bool) int { return 0 }
+func (k streamType) here() bool                         { return true }
+func (k streamType) home() string                       { return k.q.Home }
+func (k streamType) takeDeadLetter(src *Queue, rd *remoteDL, name string) {
+	k.enqueue(rd.msg, nil)
+	src.remoteDLAnswer(rd, name, nil)
+}
+func (streamType) answersLater() bool                         { return false }
+func (streamType) replicas() (members []string, group uint64) { return nil, 0 }
+func (streamType) started(bool)                               {}
+func (streamType) available() error                           { return nil }
+func (k streamType) callHome(req []byte) (*msgDecoder, error) { return nil, errRemoteNoQueue }
+func (streamType) homeLost() error                            { return errRemoteNoQueue }
+func (streamType) homeAnswer(err error) error                 { return err }
+func (streamType) notHere() error                             { return nil }
+func (streamType) deletable() error                           { return nil }
+func (k streamType) declareCounts() (*Queue, int, int, error) {
+	m, c := k.counts()
+	return k.q, m, c, nil
+}
+func (k streamType) deleted()                                  { k.s().close(true) }
+func (streamType) ownLog() bool                                { return true }
+func (streamType) legCanceled(*rconsumer) bool                 { return false }
+func (streamType) legHomeDown(*rconsumer, string) (bool, bool) { return true, false }
+func (streamType) returnUnseen([]Delivery)                     {}
+func (streamType) proxyGen() (uint64, bool)                    { return 0, false }
+func (streamType) heldFailed() bool                            { return false }
+func (streamType) countsCall([]byte, bool) (*msgDecoder, error) {
+	return nil, errRemoteNoQueue
+}
+func (k streamType) closing() { k.s().close(false) }
+
+// Unsupported reports whether q refuses operation op ("basic.get",
+// "queue.purge"), with RabbitMQ's 540 for a stream; nil otherwise.
+func (q *Queue) Unsupported(op string) error {
+	if q.sq != nil {
+		return q.sq.unsupported(op)
+	}
+	return nil
+}
+
+// StreamInfo is a stream's log as the management API shows it.
+type StreamInfo struct {
+	streamlog.Info
+	Published, Delivered uint64
+	Consumers            []StreamConsumerInfo
+}
+
+// StreamInfo returns q's stream numbers (false when q is not a stream).
+func (q *Queue) StreamInfo() (StreamInfo, bool) {
+	s := q.sq
+	if s == nil {
+		return StreamInfo{}, false
+	}
+	in := StreamInfo{Info: s.log.Info(), Published: s.published.Load(), Delivered: s.delivered.Load()}
+	s.mu.Lock()
+	for c, sc := range s.cons {
+		in.Consumers = append(in.Consumers, StreamConsumerInfo{Tag: c.Tag, Offset: sc.offset.Load()})
+	}
+	s.mu.Unlock()
+	return in, true
+}
