@@ -229,6 +229,9 @@ func (b *Broker) Clock() clock.Clock { return b.clock }
 // Logger returns the broker's logger.
 func (b *Broker) Logger() *slog.Logger { return b.log }
 
+// Closed reports whether the broker is closing or closed.
+func (b *Broker) Closed() bool { return b.closed.Load() }
+
 // VHost returns the named vhost or nil.
 func (b *Broker) VHost(name string) *VHost {
 	b.mu.RLock()

@@ -348,8 +348,11 @@ func checkOverflowArg(v any, _ amqp.Table) string {
 	return checkOneOf(v, "invalid_overflow", "drop-head", "reject-publish", "reject-publish-dlx")
 }
 
+// checkLeaderLocatorArg: 4.x's locators, and the older names it still
+// takes for balanced (rabbit_queue_location), which RabbitMQ's stream
+// clients send ("least-leaders").
 func checkLeaderLocatorArg(v any, _ amqp.Table) string {
-	return checkOneOf(v, "invalid_queue_locator_arg", "client-local", "balanced")
+	return checkOneOf(v, "invalid_queue_locator_arg", "client-local", "balanced", "random", "least-leaders")
 }
 
 func checkPlacementTagArg(v any, _ amqp.Table) string {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -50,14 +51,63 @@ type streamState struct {
 	failed    error // a write that failed: later publishes are refused
 	cons      map[*Consumer]*streamConsumer
 	retention *time.Timer
+	gone      chan struct{} // closed when the stream closes
 
 	published atomic.Uint64
 	delivered atomic.Uint64
 }
 
+// streamPub is one piece of work for a stream's writer: an AMQP 0-9-1
+// publish (rec, w), a stream-protocol Publish frame (op) or a stored
+// offset (store).
 type streamPub struct {
-	rec []byte
-	w   *rwait
+	rec   []byte // an AMQP 1.0 message
+	w     *rwait
+	op    *StreamPublish
+	store *streamStore
+}
+
+func (p *streamPub) size() int {
+	switch {
+	case p.op != nil:
+		return p.op.size
+	case p.store != nil:
+		return 64
+	}
+	return len(p.rec)
+}
+
+// entries is how many chunk entries p takes at most.
+func (p *streamPub) entries() int {
+	switch {
+	case p.op != nil:
+		return len(p.op.IDs)
+	case p.store != nil:
+		return 0
+	}
+	return 1
+}
+
+type streamStore struct {
+	ref    string
+	offset uint64
+}
+
+// StreamPublish is what a stream-protocol publisher sends in one Publish
+// frame: its messages as osiris entries (a message, or a sub-batch of
+// several), each with its publishing id.
+type StreamPublish struct {
+	// Ref is the publisher's reference ("" when none): its ids are
+	// deduplicated, an id not above the last one written is dropped
+	// (and confirmed).
+	Ref     string
+	IDs     []uint64
+	Entries [][]byte // each an osiris entry (streamlog.AppendEntry, AppendSubBatch)
+	Records []uint16 // the records of each entry
+	// Done runs once, on the stream's writer, after the entries are on
+	// disk (err nil) or could not be written.
+	Done func(err error)
+	size int
 }
 
 // streamFS is the file system of the broker's streams and the directory
@@ -90,7 +140,7 @@ func newStreamState(q *Queue, fresh bool) (*streamState, error) {
 			l.Delete()
 		}
 	}
-	s := &streamState{q: q, cons: map[*Consumer]*streamConsumer{}}
+	s := &streamState{q: q, cons: map[*Consumer]*streamConsumer{}, gone: make(chan struct{})}
 	s.room = sync.NewCond(&s.mu)
 	l, err := streamlog.Open(dir, s.options(fs))
 	if err != nil {
@@ -163,34 +213,58 @@ func (s *streamState) enqueue(m *Message, r *Router) enqueueResult {
 		w = r.rw
 		w.add(1)
 	}
-	s.mu.Lock()
-	for s.pendBytes > streamMaxPending && !s.closed && s.failed == nil {
-		s.room.Wait()
-	}
-	if s.closed || s.failed != nil {
-		s.mu.Unlock()
+	if !s.queue(streamPub{rec: rec, w: w}) {
 		if w != nil {
 			w.add(-1)
 			r.failed = true
 		}
 		return enqueued
 	}
-	s.pend = append(s.pend, streamPub{rec: rec, w: w})
-	s.pendBytes += len(rec)
+	s.published.Add(1)
+	return enqueued
+}
+
+// queue hands p to the writer, waiting while too much waits already;
+// false when the stream is closed or failed.
+func (s *streamState) queue(p streamPub) bool {
+	s.mu.Lock()
+	for s.pendBytes > streamMaxPending && !s.closed && s.failed == nil {
+		s.room.Wait()
+	}
+	if s.closed || s.failed != nil {
+		s.mu.Unlock()
+		return false
+	}
+	s.pend = append(s.pend, p)
+	s.pendBytes += p.size()
 	start := !s.writing
 	s.writing = true
 	s.mu.Unlock()
-	s.published.Add(1)
 	if start {
 		go s.write()
 	}
-	return enqueued
+	return true
+}
+
+// Publish queues a stream-protocol publish; false when the stream is
+// closed (op.Done is not called then).
+func (s *streamState) publishOp(op *StreamPublish) bool {
+	op.size = 0
+	for _, e := range op.Entries {
+		op.size += len(e)
+	}
+	if !s.queue(streamPub{op: op}) {
+		return false
+	}
+	s.published.Add(uint64(len(op.IDs)))
+	return true
 }
 
 // write appends what waits, a chunk at a time, until nothing does.
 func (s *streamState) write() {
 	var data []byte
-	var ws []*rwait
+	var done []streamPub
+	writers := map[string]uint64{}
 	for {
 		s.mu.Lock()
 		if len(s.pend) == 0 || s.closed {
@@ -199,27 +273,35 @@ func (s *streamState) write() {
 			s.pend, s.pendBytes = nil, 0
 			s.room.Broadcast()
 			s.mu.Unlock()
-			for _, p := range pend {
-				if p.w != nil {
-					p.w.done(streamlog.ErrClosed)
-				}
+			for i := range pend {
+				pend[i].finish(streamlog.ErrClosed)
 			}
 			return
 		}
-		n, size := 0, 0
-		for n < len(s.pend) && n < streamlog.MaxEntries && (n == 0 || size+len(s.pend[n].rec) <= streamChunkBytes) {
-			size += len(s.pend[n].rec)
+		// A stored offset is a chunk of its own; the publishes before it
+		// go first.
+		if st := s.pend[0].store; st != nil {
+			s.pend = s.pend[1:]
+			s.pendBytes -= 64
+			s.room.Broadcast()
+			s.mu.Unlock()
+			if err := s.log.StoreOffset(st.ref, st.offset, s.q.vhost.b.clock.Now().UnixMilli(), 1); err == nil {
+				s.log.Commit()
+			}
+			continue
+		}
+		n, size, entries := 0, 0, 0
+		for n < len(s.pend) && s.pend[n].store == nil {
+			p := &s.pend[n]
+			if n > 0 && (size+p.size() > streamChunkBytes || entries+p.entries() > streamlog.MaxEntries) {
+				break
+			}
+			size += p.size()
+			entries += p.entries()
 			n++
 		}
-		batch := s.pend[:n]
-		data, ws = data[:0], ws[:0]
-		for _, p := range batch {
-			data = streamlog.AppendEntry(data, p.rec)
-			if p.w != nil {
-				ws = append(ws, p.w)
-			}
-		}
-		clear(batch)
+		done = append(done[:0], s.pend[:n]...)
+		clear(s.pend[:n])
 		s.pend = s.pend[n:]
 		if len(s.pend) == 0 {
 			s.pend = nil
@@ -227,10 +309,47 @@ func (s *streamState) write() {
 		s.pendBytes -= size
 		s.room.Broadcast()
 		s.mu.Unlock()
-		_, err := s.log.Append(&streamlog.Batch{Entries: uint16(n), Records: uint32(n), Data: data,
-			Timestamp: s.q.vhost.b.clock.Now().UnixMilli(), Epoch: 1})
-		if err == nil {
-			err = s.log.Sync()
+
+		data = data[:0]
+		clear(writers)
+		var ents, recs int
+		for _, p := range done {
+			switch {
+			case p.op != nil:
+				op := p.op
+				last, seen := uint64(0), false
+				if op.Ref != "" {
+					if l, ok := writers[op.Ref]; ok {
+						last, seen = l, true
+					} else {
+						last, seen = s.log.WriterSeq(op.Ref)
+					}
+				}
+				for i, e := range op.Entries {
+					if op.Ref != "" && seen && op.IDs[i] <= last {
+						continue // a duplicate: dropped, confirmed
+					}
+					data = append(data, e...)
+					ents++
+					recs += int(op.Records[i])
+					if op.Ref != "" {
+						last, seen = op.IDs[i], true
+						writers[op.Ref] = last
+					}
+				}
+			default:
+				data = streamlog.AppendEntry(data, p.rec)
+				ents++
+				recs++
+			}
+		}
+		var err error
+		if ents > 0 {
+			_, err = s.log.Append(&streamlog.Batch{Entries: uint16(ents), Records: uint32(recs), Data: data,
+				Timestamp: s.q.vhost.b.clock.Now().UnixMilli(), Epoch: 1, Writers: writers})
+			if err == nil {
+				err = s.log.Sync()
+			}
 		}
 		if err != nil {
 			s.q.vhost.b.log.Error("stream write failed: the stream refuses publishes", "queue", s.q.Name, "vhost", s.q.vhost.Name, "err", err)
@@ -238,15 +357,25 @@ func (s *streamState) write() {
 			s.failed = err
 			s.room.Broadcast()
 			s.mu.Unlock()
-		} else {
+		} else if ents > 0 {
 			s.log.Commit()
 		}
-		for _, w := range ws {
-			w.done(err)
+		for i := range done {
+			done[i].finish(err)
 		}
+		clear(done)
 		if cap(data) > 4*streamChunkBytes {
 			data = nil
 		}
+	}
+}
+
+func (p *streamPub) finish(err error) {
+	switch {
+	case p.w != nil:
+		p.w.done(err)
+	case p.op != nil && p.op.Done != nil:
+		p.op.Done(err)
 	}
 }
 
@@ -259,6 +388,7 @@ func (s *streamState) close(del bool) {
 		return
 	}
 	s.closed = true
+	close(s.gone)
 	if s.retention != nil {
 		s.retention.Stop()
 	}
@@ -690,4 +820,71 @@ func (q *Queue) StreamInfo() (StreamInfo, bool) {
 	}
 	s.mu.Unlock()
 	return in, true
+}
+
+// --- the stream protocol's view (streamserver) ---
+
+// Stream returns the stream name in v, or nil when there is no queue of
+// that name or it is not a stream.
+func (v *VHost) Stream(name string) *Queue {
+	q := v.Queue(name)
+	if q == nil || q.sq == nil {
+		return nil
+	}
+	return q
+}
+
+// IsStream reports whether q is a stream.
+func (q *Queue) IsStream() bool { return q.sq != nil }
+
+// StreamPublish queues a stream-protocol publish on stream q; false when
+// the stream is gone (op.Done is not called then).
+func (q *Queue) StreamPublish(op *StreamPublish) bool { return q.sq.publishOp(op) }
+
+// StreamStoreOffset stores consumer reference ref's offset (a tracking
+// chunk); false when the stream is gone.
+func (q *Queue) StreamStoreOffset(ref string, offset uint64) bool {
+	return q.sq.queue(streamPub{store: &streamStore{ref: ref, offset: offset}})
+}
+
+// StreamOffset is the offset stored for consumer reference ref.
+func (q *Queue) StreamOffset(ref string) (uint64, bool) { return q.sq.log.Offset(ref) }
+
+// StreamWriterSeq is the last publishing id written for publisher
+// reference ref.
+func (q *Queue) StreamWriterSeq(ref string) (uint64, bool) { return q.sq.log.WriterSeq(ref) }
+
+// StreamGone is closed when stream q is deleted or the broker closes.
+func (q *Queue) StreamGone() <-chan struct{} { return q.sq.gone }
+
+// StreamLog is stream q's log, for readers (streamserver).
+func (q *Queue) StreamLog() *streamlog.Log { return q.sq.log }
+
+// Stream offset specifications (the stream protocol's numbers).
+const (
+	OffsetFirst     = 1
+	OffsetLast      = 2
+	OffsetNext      = 3
+	OffsetAbsolute  = 4
+	OffsetTimestamp = 5
+)
+
+// StreamPosition is where a reader of stream q starts for an offset
+// specification (kind, value): the chunk that holds the offset, the
+// first chunk at or after the timestamp (ms), first, last or next.
+func (q *Queue) StreamPosition(kind uint16, value int64) (streamlog.Position, error) {
+	l := q.sq.log
+	switch kind {
+	case OffsetFirst:
+		return l.First(), nil
+	case OffsetLast:
+		return l.Last()
+	case OffsetNext:
+		return l.End(), nil
+	case OffsetAbsolute:
+		return l.AtOffset(uint64(max(value, 0)))
+	case OffsetTimestamp:
+		return l.AtTimestamp(value)
+	}
+	return streamlog.Position{}, fmt.Errorf("unknown offset specification %d", kind)
 }

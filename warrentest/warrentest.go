@@ -20,6 +20,7 @@ import (
 	"github.com/warrenmq/warren/internal/clock"
 	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/server"
+	"github.com/warrenmq/warren/streamserver"
 )
 
 // Broker is a running test broker.
@@ -31,6 +32,9 @@ type Broker struct {
 	addr    string
 	mg      *mgmt.Server
 	mgAddr  string
+	// the stream protocol's listener (issue 25)
+	ss     *streamserver.Server
+	ssAddr string
 }
 
 // Option adjusts the server configuration.
@@ -75,7 +79,36 @@ func (b *Broker) start() {
 	// Keep the port across Restart.
 	b.cfg.AMQPAddr = b.addr
 	b.startMgmt()
+	b.startStreams()
 }
+
+// startStreams starts the stream protocol listener on a loopback port
+// (the same one after a Restart).
+func (b *Broker) startStreams() {
+	b.t.Helper()
+	addr := b.ssAddr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var err error
+	for i := 0; i < 50; i++ {
+		ss := streamserver.New(b.srv.Broker(), streamserver.Config{Logger: b.cfg.Logger})
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			ss.Serve(ln)
+			b.ss, b.ssAddr = ss, ln.Addr().String()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.t.Fatalf("warrentest: stream listener: %v", err)
+}
+
+// StreamAddr is the stream protocol listener's host:port.
+func (b *Broker) StreamAddr() string { return b.ssAddr }
+
+// StreamURI is the rabbitmq-stream:// URI of the broker for guest.
+func (b *Broker) StreamURI() string { return "rabbitmq-stream://guest:guest@" + b.ssAddr + "/%2f" }
 
 // startMgmt starts the management API on a loopback port (the same one
 // after a Restart).
@@ -132,6 +165,7 @@ func (b *Broker) Restart() {
 			if err = srv.Start(); err == nil {
 				b.srv = srv
 				b.startMgmt()
+				b.startStreams()
 				return
 			}
 		}
@@ -158,6 +192,10 @@ func (b *Broker) shutdown() {
 	if b.mg != nil {
 		b.mg.Close()
 		b.mg = nil
+	}
+	if b.ss != nil {
+		b.ss.Close()
+		b.ss = nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -35,6 +35,7 @@ import (
 	"github.com/warrenmq/warren/cluster"
 	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/server"
+	"github.com/warrenmq/warren/streamserver"
 )
 
 func main() {
@@ -50,7 +51,13 @@ func main() {
 type options struct {
 	AMQPAddr    string
 	AMQPSAddr   string
-	HTTPAddr    string
+	// StreamAddr and StreamsAddr are the stream protocol's listeners
+	// (plain and TLS); StreamHost and StreamPort what clients are told to
+	// connect to.
+	StreamAddr, StreamsAddr string
+	StreamHost              string
+	StreamPort              int
+	HTTPAddr                string
 	Shovels     string
 	PprofAddr   string
 	DataDir     string
@@ -80,6 +87,10 @@ func newFlagSet(o *options, out io.Writer) (*flag.FlagSet, *string) {
 	fs.SetOutput(out)
 	fs.StringVar(&o.AMQPAddr, "amqp-addr", ":5672", "AMQP listen address")
 	fs.StringVar(&o.AMQPSAddr, "amqps-addr", ":5671", "AMQPS (TLS) listen address, used when --tls-cert and --tls-key are set")
+	fs.StringVar(&o.StreamAddr, "stream-addr", ":5552", "stream protocol listen address (\"off\" disables it)")
+	fs.StringVar(&o.StreamsAddr, "streams-addr", ":5551", "stream protocol over TLS listen address, used when --tls-cert and --tls-key are set")
+	fs.StringVar(&o.StreamHost, "stream-advertised-host", "", "host stream clients are told to connect to (default: the address they reached)")
+	fs.IntVar(&o.StreamPort, "stream-advertised-port", 0, "port stream clients are told to connect to (default: the port they reached)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", ":15672", "management HTTP API, web UI and /metrics listen address (\"off\" disables it)")
 	fs.StringVar(&o.Shovels, "shovels", "", "static shovels: a JSON file {\"shovels\": [{\"name\", \"vhost\", \"user\", \"value\": a dynamic shovel's value}]}")
 	fs.StringVar(&o.DataDir, "data-dir", "./warren-data", "data directory")
@@ -192,6 +203,14 @@ func run(args []string, out io.Writer) error {
 		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI(), Links: links,
 			SampleInterval: o.StatsInterval, HistoryRetention: o.StatsRetention, MaxBodySize: o.HTTPMaxBody})
 	}
+	var ss *streamserver.Server
+	if o.StreamAddr != "off" && o.StreamAddr != "" {
+		scfg := streamserver.Config{Addr: o.StreamAddr, AdvertisedHost: o.StreamHost, AdvertisedPort: o.StreamPort, Logger: log}
+		if cfg.TLS != nil {
+			scfg.TLSAddr, scfg.TLS = o.StreamsAddr, cfg.TLS
+		}
+		ss = streamserver.New(b, scfg)
+	}
 	var cn *cluster.Node
 	// stop shuts the management API and the server down, leaves the
 	// cluster, then closes the broker's stores: marked clean only if
@@ -201,6 +220,9 @@ func run(args []string, out io.Writer) error {
 			mg.Close()
 		}
 		links.Close() // (its workers' connections close; their parameters stay)
+		if ss != nil {
+			ss.Close()
+		}
 		err := srv.Shutdown(ctx)
 		if cn != nil {
 			if cerr := cn.Close(); cerr != nil {
@@ -255,6 +277,12 @@ func run(args []string, out io.Writer) error {
 	}
 	log.Info("Warren started", "version", server.Version, "amqp", amqpAddr, "data_dir", o.DataDir)
 	links.Start()
+	if ss != nil {
+		if err := ss.Listen(); err != nil {
+			closeAll()
+			return fmt.Errorf("stream listener: %w", err)
+		}
+	}
 	if mg != nil {
 		if err := mg.Start(); err != nil {
 			closeAll()

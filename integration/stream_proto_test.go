@@ -1,0 +1,427 @@
+package integration
+
+// Streams over the stream protocol (issue 25), driven by RabbitMQ's Go
+// stream client, the same scenarios against Warren and, when it is
+// reachable, RabbitMQ 3.10.8 with rabbitmq_stream (CI enables it). Where
+// 3.10 lacks a 3.11+ feature (single active consumer, super streams over
+// the protocol, filtering), the scenario runs on Warren only and says so.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+	"github.com/warrenmq/warren/warrentest"
+)
+
+// streamProtoTarget is a broker's stream endpoint and its AMQP URL.
+type streamProtoTarget struct {
+	kind    string
+	uri     string // rabbitmq-stream://
+	amqpURL string
+	base    string
+	warren  *warrentest.Broker
+}
+
+func streamProtoTargets(t *testing.T) []*streamProtoTarget {
+	t.Helper()
+	w := warrentest.Start(t)
+	tgs := []*streamProtoTarget{{kind: "warren", uri: w.StreamURI(), amqpURL: w.URL(), base: "ws-" + randomSuffix(), warren: w}}
+	if u := rabbitURL(t); u != "" {
+		addr := os.Getenv("WARREN_RABBITMQ_STREAM_ADDR")
+		if addr == "" {
+			addr = "localhost:5552"
+		}
+		nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("RabbitMQ's stream port %s not reachable under CI=true (rabbitmq-plugins enable rabbitmq_stream): %v", addr, err)
+			}
+			t.Logf("RabbitMQ's stream port %s not reachable (%v): Warren only", addr, err)
+			return tgs
+		}
+		nc.Close()
+		tgs = append(tgs, &streamProtoTarget{kind: "rabbitmq", uri: "rabbitmq-stream://guest:guest@" + addr + "/%2f", amqpURL: u, base: "ws-" + randomSuffix()})
+	}
+	return tgs
+}
+
+func (tg *streamProtoTarget) env(t *testing.T) *stream.Environment {
+	t.Helper()
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(tg.uri).SetMaxProducersPerClient(10).SetMaxConsumersPerClient(10))
+	if err != nil {
+		t.Fatalf("%s: %v", tg.kind, err)
+	}
+	t.Cleanup(func() { env.Close() })
+	return env
+}
+
+// sendConfirmed publishes bodies with a producer and waits for each
+// confirm; it returns how many were confirmed.
+func sendConfirmed(t *testing.T, p *stream.Producer, bodies ...string) int {
+	t.Helper()
+	ch := p.NotifyPublishConfirmation()
+	for _, b := range bodies {
+		if err := p.Send(amqp.NewMessage([]byte(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	timeout := time.After(10 * time.Second)
+	for n < len(bodies) {
+		select {
+		case cs := <-ch:
+			for _, c := range cs {
+				if !c.IsConfirmed() {
+					t.Fatalf("message %d not confirmed: %v", c.GetPublishingId(), c.GetError())
+				}
+				n++
+			}
+		case <-timeout:
+			t.Fatalf("%d of %d confirmed", n, len(bodies))
+		}
+	}
+	return n
+}
+
+// consumeN reads n messages from stream name at offset spec, returning
+// "offset:body".
+func consumeN(t *testing.T, env *stream.Environment, name string, spec stream.OffsetSpecification, n int, opts ...func(*stream.ConsumerOptions)) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var got []string
+	o := stream.NewConsumerOptions().SetOffset(spec)
+	for _, f := range opts {
+		f(o)
+	}
+	c, err := env.NewConsumer(name, func(cc stream.ConsumerContext, m *amqp.Message) {
+		mu.Lock()
+		got = append(got, fmt.Sprintf("%d:%s", cc.Consumer.GetOffset(), m.GetData()))
+		mu.Unlock()
+	}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		k := len(got)
+		mu.Unlock()
+		if k >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // and nothing more
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(got)
+}
+
+// TestStreamProtocolBasics: create, publish with confirms, read from each
+// offset specification, delete: the same on both brokers.
+func TestStreamProtocolBasics(t *testing.T) {
+	results := map[string][]string{}
+	for _, tg := range streamProtoTargets(t) {
+		env := tg.env(t)
+		name := tg.base + "-basics"
+		if err := env.DeclareStream(name, stream.NewStreamOptions().SetMaxLengthBytes(stream.ByteCapacity{}.GB(1))); err != nil {
+			t.Fatalf("%s: declare: %v", tg.kind, err)
+		}
+		// declaring it again with the same arguments is fine for the
+		// client (it maps "exists" to nil); with others it is refused
+		err := env.DeclareStream(name, stream.NewStreamOptions().SetMaxLengthBytes(stream.ByteCapacity{}.GB(2)))
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("redeclare other: %v", err))
+		p, err := env.NewProducer(name, stream.NewProducerOptions().SetBatchSize(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			sendConfirmed(t, p, fmt.Sprintf("m%d", i)) // one chunk each
+		}
+		p.Close()
+		for _, spec := range []struct {
+			name string
+			spec stream.OffsetSpecification
+			n    int
+		}{
+			{"first", stream.OffsetSpecification{}.First(), 5},
+			{"offset 2", stream.OffsetSpecification{}.Offset(2), 3},
+			{"last", stream.OffsetSpecification{}.Last(), 1},
+			{"next", stream.OffsetSpecification{}.Next(), 0},
+			{"timestamp an hour ago", stream.OffsetSpecification{}.Timestamp(time.Now().Add(-time.Hour).UnixMilli()), 5},
+		} {
+			got := consumeN(t, env, name, spec.spec, spec.n)
+			results[tg.kind] = append(results[tg.kind], fmt.Sprintf("%s: %v", spec.name, got))
+		}
+		if tg.kind == "warren" { // StreamStats came with 3.11
+			stats, err := env.StreamStats(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _ := stats.FirstOffset()
+			committed, _ := stats.CommittedChunkId()
+			results[tg.kind] = append(results[tg.kind], fmt.Sprintf("stats: first %d committed %d", first, committed))
+		}
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("exists: %v", streamExists(env, name)))
+		if err := env.DeleteStream(name); err != nil {
+			t.Fatal(err)
+		}
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("delete missing: %v", env.DeleteStream(name)))
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("exists after delete: %v", streamExists(env, name)))
+		_, err = env.NewProducer(name, nil)
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("producer on a missing stream: %v", err))
+	}
+	w := results["warren"]
+	want := []string{
+		"redeclare other: Precondition Failed",
+		"first: [0:m0 1:m1 2:m2 3:m3 4:m4]",
+		"offset 2: [2:m2 3:m3 4:m4]",
+		"last: [4:m4]",
+		"next: []",
+		"timestamp an hour ago: [0:m0 1:m1 2:m2 3:m3 4:m4]",
+		"stats: first 0 committed 4",
+		"exists: true",
+		"delete missing: Stream Does Not Exist",
+		"exists after delete: false",
+		"producer on a missing stream: Stream Does Not Exist",
+	}
+	if !slices.Equal(w, want) {
+		t.Errorf("Warren:\n%v\nwant\n%v", w, want)
+	}
+	if r, ok := results["rabbitmq"]; ok {
+		w = slices.DeleteFunc(slices.Clone(w), func(s string) bool { return strings.HasPrefix(s, "stats:") })
+		if !slices.Equal(w, r) {
+			t.Errorf("Warren:\n%v\nRabbitMQ:\n%v", w, r)
+		}
+	}
+}
+
+func streamExists(env *stream.Environment, name string) bool {
+	ok, err := env.StreamExists(name)
+	return ok && err == nil
+}
+
+// TestStreamProtocolDedup: a named producer's publishing ids are
+// deduplicated; QueryPublisherSequence gives the last one; the same on
+// both brokers.
+func TestStreamProtocolDedup(t *testing.T) {
+	results := map[string][]string{}
+	for _, tg := range streamProtoTargets(t) {
+		env := tg.env(t)
+		name := tg.base + "-dedup"
+		if err := env.DeclareStream(name, nil); err != nil {
+			t.Fatal(err)
+		}
+		p, err := env.NewProducer(name, stream.NewProducerOptions().SetProducerName("p1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(id int64, body string) {
+			m := amqp.NewMessage([]byte(body))
+			m.SetPublishingId(id)
+			if err := p.Send(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ch := p.NotifyPublishConfirmation()
+		for i, id := range []int64{1, 2, 3, 2, 3, 4, 1} {
+			send(id, fmt.Sprintf("b%d-%d", i, id))
+		}
+		// The client keeps its unconfirmed messages by publishing id, so
+		// the 7 sends are 4 ids to confirm.
+		confirmed := 0
+		for timeout := time.After(10 * time.Second); confirmed < 4; {
+			select {
+			case cs := <-ch:
+				for _, c := range cs {
+					if !c.IsConfirmed() {
+						t.Fatalf("%s: id %d not confirmed: %v", tg.kind, c.GetPublishingId(), c.GetError())
+					}
+				}
+				confirmed += len(cs)
+			case <-timeout:
+				t.Fatalf("%s: %d of 4 ids confirmed", tg.kind, confirmed)
+			}
+		}
+		seq, err := p.GetLastPublishingId()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+		got := consumeN(t, env, name, stream.OffsetSpecification{}.First(), 4)
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("last id %d, read %v", seq, got))
+		// a new producer with the same name resumes from the last id
+		p2, err := env.NewProducer(name, stream.NewProducerOptions().SetProducerName("p1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq2, _ := p2.GetLastPublishingId()
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("resumed at %d", seq2))
+		p2.Close()
+		env.DeleteStream(name)
+	}
+	w := results["warren"]
+	if !slices.Equal(w, []string{"last id 4, read [0:b0-1 1:b1-2 2:b2-3 3:b5-4]", "resumed at 4"}) {
+		t.Errorf("Warren: %v", w)
+	}
+	if r, ok := results["rabbitmq"]; ok && !slices.Equal(w, r) {
+		t.Errorf("Warren %v, RabbitMQ %v", w, r)
+	}
+}
+
+// TestStreamProtocolOffsetTracking: stored offsets, QueryOffset, and the
+// offset a StoreOffset takes in the stream (3.10.8 and 4.x alike).
+func TestStreamProtocolOffsetTracking(t *testing.T) {
+	results := map[string][]string{}
+	for _, tg := range streamProtoTargets(t) {
+		env := tg.env(t)
+		name := tg.base + "-track"
+		if err := env.DeclareStream(name, nil); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := env.NewProducer(name, stream.NewProducerOptions().SetBatchSize(1))
+		for i := range 3 {
+			sendConfirmed(t, p, fmt.Sprintf("m%d", i))
+		}
+		c, err := env.NewConsumer(name, func(stream.ConsumerContext, *amqp.Message) {},
+			stream.NewConsumerOptions().SetConsumerName("c1").SetOffset(stream.OffsetSpecification{}.First()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.QueryOffset()
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("before store: %v", err))
+		if err := c.StoreCustomOffset(1); err != nil {
+			t.Fatal(err)
+		}
+		var off int64
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if off, err = c.QueryOffset(); err == nil {
+				break
+			}
+		}
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("stored: %d %v", off, err))
+		c.Close()
+		sendConfirmed(t, p, "m3")
+		// the stored offset took offset 3; m3 is at 4
+		got := consumeN(t, env, name, stream.OffsetSpecification{}.First(), 4)
+		results[tg.kind] = append(results[tg.kind], fmt.Sprintf("read: %v", got))
+		p.Close()
+		env.DeleteStream(name)
+	}
+	w := results["warren"]
+	if !slices.Equal(w, []string{"before store: Offset not found", "stored: 1 <nil>", "read: [0:m0 1:m1 2:m2 4:m3]"}) {
+		t.Errorf("Warren: %v", w)
+	}
+	if r, ok := results["rabbitmq"]; ok && !slices.Equal(w, r) {
+		t.Errorf("Warren %v, RabbitMQ %v", w, r)
+	}
+}
+
+// TestStreamCrossProtocol: what one protocol publishes, the other reads,
+// on both brokers.
+func TestStreamCrossProtocol(t *testing.T) {
+	results := map[string][]string{}
+	for _, tg := range streamProtoTargets(t) {
+		env := tg.env(t)
+		name := tg.base + "-cross"
+		if err := env.DeclareStream(name, nil); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := amqp091.Dial(tg.amqpURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, _ := conn.Channel()
+		ch.Confirm(false)
+		dc, err := ch.PublishWithDeferredConfirm("", name, false, false, amqp091.Publishing{
+			Body: []byte("from-091"), ContentType: "text/plain", MessageId: "mid", CorrelationId: "c", Priority: 4, DeliveryMode: 2,
+			Headers: amqp091.Table{"k": "v", "n": int32(5)}, Type: "t", AppId: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc.Wait()
+		p, _ := env.NewProducer(name, nil)
+		m := amqp.NewMessage([]byte("from-stream"))
+		m.Properties = &amqp.MessageProperties{MessageID: "smid", ContentType: "ct", CorrelationID: "scorr", ReplyTo: "rt"}
+		m.ApplicationProperties = map[string]interface{}{"k": "v", "n": int64(3)}
+		sendOne := p.NotifyPublishConfirmation()
+		p.Send(m)
+		<-sendOne
+		p.Close()
+		// stream side reads both
+		var mu sync.Mutex
+		var seen []string
+		c, err := env.NewConsumer(name, func(cc stream.ConsumerContext, m *amqp.Message) {
+			mu.Lock()
+			defer mu.Unlock()
+			desc := fmt.Sprintf("data=%s", m.GetData())
+			if m.Properties != nil {
+				desc += fmt.Sprintf(" id=%v ct=%s corr=%v", m.Properties.MessageID, m.Properties.ContentType, m.Properties.CorrelationID)
+			}
+			desc += fmt.Sprintf(" app=%v ann=%v", m.ApplicationProperties, m.Annotations)
+			seen = append(seen, desc)
+		}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.First()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			n := len(seen)
+			mu.Unlock()
+			if n >= 2 || time.Now().After(deadline) {
+				break
+			}
+		}
+		c.Close()
+		mu.Lock()
+		for _, s := range seen {
+			results[tg.kind] = append(results[tg.kind], strings.ReplaceAll(s, name, "{stream}"))
+		}
+		mu.Unlock()
+		// 0-9-1 side reads both
+		ch.Qos(10, 0, false)
+		ds, err := ch.Consume(name, "", false, false, false, false, amqp091.Table{"x-stream-offset": "first"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			select {
+			case d := <-ds:
+				delete(d.Headers, "x-stream-offset")
+				results[tg.kind] = append(results[tg.kind], fmt.Sprintf("091 body=%s id=%s ct=%s corr=%s rt=%s prio=%d mode=%d type=%s app=%s headers=%v x=%q rk-is-stream=%v",
+					d.Body, d.MessageId, d.ContentType, d.CorrelationId, d.ReplyTo, d.Priority, d.DeliveryMode, d.Type, d.AppId, d.Headers, d.Exchange, d.RoutingKey == name))
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: 0-9-1 read nothing", tg.kind)
+			}
+		}
+		conn.Close()
+		env.DeleteStream(name)
+	}
+	w := results["warren"]
+	if len(w) != 4 {
+		t.Fatalf("Warren: %v", w)
+	}
+	if r, ok := results["rabbitmq"]; ok {
+		for i := range w {
+			if w[i] != r[i] {
+				t.Errorf("Warren   %s\nRabbitMQ %s", w[i], r[i])
+			}
+		}
+	}
+	t.Log(w)
+}
+
+var _ = errors.New
+var _ = message.StreamMessage(nil)
