@@ -49,8 +49,8 @@ func main() {
 }
 
 type options struct {
-	AMQPAddr    string
-	AMQPSAddr   string
+	AMQPAddr  string
+	AMQPSAddr string
 	// StreamAddr and StreamsAddr are the stream protocol's listeners
 	// (plain and TLS); StreamHost and StreamPort what clients are told to
 	// connect to.
@@ -58,21 +58,21 @@ type options struct {
 	StreamHost              string
 	StreamPort              int
 	HTTPAddr                string
-	Shovels     string
-	PprofAddr   string
-	DataDir     string
-	TLSCert     string
-	TLSKey      string
-	DefaultUser string
-	DefaultPass string
-	LogLevel    string
-	Heartbeat   time.Duration
-	FrameMax    uint
-	ChannelMax  uint
-	MemoryHigh  int64
-	DiskFree    int64
-	QueueWindow int
-	Definitions string
+	Shovels                 string
+	PprofAddr               string
+	DataDir                 string
+	TLSCert                 string
+	TLSKey                  string
+	DefaultUser             string
+	DefaultPass             string
+	LogLevel                string
+	Heartbeat               time.Duration
+	FrameMax                uint
+	ChannelMax              uint
+	MemoryHigh              int64
+	DiskFree                int64
+	QueueWindow             int
+	Definitions             string
 	// StatsInterval and StatsRetention set the management API's sampling
 	// of rates and depths and how long their history is kept.
 	StatsInterval, StatsRetention time.Duration
@@ -135,6 +135,8 @@ func run(args []string, out io.Writer) error {
 	if err := checkStats(o.StatsInterval, o.StatsRetention); err != nil {
 		return err
 	}
+	streamAddrSet := false
+	fs.Visit(func(f *flag.Flag) { streamAddrSet = streamAddrSet || f.Name == "stream-addr" })
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -279,8 +281,15 @@ func run(args []string, out io.Writer) error {
 	links.Start()
 	if ss != nil {
 		if err := ss.Listen(); err != nil {
-			closeAll()
-			return fmt.Errorf("stream listener: %w", err)
+			// The default port taken (a RabbitMQ with its stream plugin
+			// beside Warren) leaves Warren without streams over the stream
+			// protocol, said loudly; an address asked for must be had.
+			if streamAddrSet || !errors.Is(err, syscall.EADDRINUSE) {
+				closeAll()
+				return fmt.Errorf("stream listener: %w", err)
+			}
+			log.Warn("stream protocol listener not started: its default address is in use; set --stream-addr", "addr", o.StreamAddr, "err", err)
+			ss.Close()
 		}
 	}
 	if mg != nil {
