@@ -61,8 +61,9 @@ type streamState struct {
 // publish (rec, w), a stream-protocol Publish frame (op) or a stored
 // offset (store).
 type streamPub struct {
-	rec   []byte // an AMQP 1.0 message
-	w     *rwait
+	rec    []byte // an AMQP 1.0 message
+	filter string // its x-stream-filter-value
+	w      *rwait
 	op    *StreamPublish
 	store *streamStore
 }
@@ -104,6 +105,8 @@ type StreamPublish struct {
 	IDs     []uint64
 	Entries [][]byte // each an osiris entry (streamlog.AppendEntry, AppendSubBatch)
 	Records []uint16 // the records of each entry
+	// Filters are the entries' filter values ("" none; nil: none has one).
+	Filters []string
 	// Done runs once, on the stream's writer, after the entries are on
 	// disk (err nil) or could not be written.
 	Done func(err error)
@@ -213,7 +216,8 @@ func (s *streamState) enqueue(m *Message, r *Router) enqueueResult {
 		w = r.rw
 		w.add(1)
 	}
-	if !s.queue(streamPub{rec: rec, w: w}) {
+	filter, _ := m.Props.Headers["x-stream-filter-value"].(string)
+	if !s.queue(streamPub{rec: rec, w: w, filter: filter}) {
 		if w != nil {
 			w.add(-1)
 			r.failed = true
@@ -313,6 +317,22 @@ func (s *streamState) write() {
 		data = data[:0]
 		clear(writers)
 		var ents, recs int
+		var bloom streamlog.Bloom
+		unfiltered := false
+		filterOf := func(v string) {
+			if v == "" {
+				unfiltered = true
+				return
+			}
+			if bloom == nil {
+				size := streamlog.DefaultBloomSize
+				if fs := s.q.eff.FilterSize; fs != nil {
+					size = int(*fs)
+				}
+				bloom = streamlog.NewBloom(size)
+			}
+			bloom.Add(v)
+		}
 		for _, p := range done {
 			switch {
 			case p.op != nil:
@@ -332,6 +352,11 @@ func (s *streamState) write() {
 					data = append(data, e...)
 					ents++
 					recs += int(op.Records[i])
+					if i < len(op.Filters) {
+						filterOf(op.Filters[i])
+					} else {
+						unfiltered = true
+					}
 					if op.Ref != "" {
 						last, seen = op.IDs[i], true
 						writers[op.Ref] = last
@@ -341,11 +366,15 @@ func (s *streamState) write() {
 				data = streamlog.AppendEntry(data, p.rec)
 				ents++
 				recs++
+				filterOf(p.filter)
 			}
+		}
+		if bloom != nil && unfiltered {
+			bloom.Add("") // messages without a value are there too
 		}
 		var err error
 		if ents > 0 {
-			_, err = s.log.Append(&streamlog.Batch{Entries: uint16(ents), Records: uint32(recs), Data: data,
+			_, err = s.log.Append(&streamlog.Batch{Entries: uint16(ents), Records: uint32(recs), Data: data, Bloom: bloom,
 				Timestamp: s.q.vhost.b.clock.Now().UnixMilli(), Epoch: 1, Writers: writers})
 			if err == nil {
 				err = s.log.Sync()
@@ -500,7 +529,7 @@ func (sc *streamConsumer) run() {
 				continue
 			}
 			m, err := streamDecode(rec, q.Name)
-			if err != nil || !sc.matches(m) {
+			if err != nil {
 				continue
 			}
 			h := make(amqp.Table, len(m.Props.Headers)+1)
@@ -541,7 +570,7 @@ func (sc *streamConsumer) run() {
 				<-sc.quit
 				return
 			}
-			if c.Type == streamlog.ChunkUser {
+			if c.Type == streamlog.ChunkUser && (len(sc.filters) == 0 || streamlog.Matches(c.Bloom(), sc.filters, sc.matchUnfiltered)) {
 				data, off = c.Data(), c.ID
 			}
 		}
@@ -568,24 +597,6 @@ func subBatchRecords(e streamlog.Entry) [][]byte {
 		b = b[4+n:]
 	}
 	return out
-}
-
-// matches applies the consumer's filter (x-stream-filter) to m's filter
-// value (the x-stream-filter-value header).
-func (sc *streamConsumer) matches(m *Message) bool {
-	if len(sc.filters) == 0 {
-		return true
-	}
-	v, ok := m.Props.Headers["x-stream-filter-value"].(string)
-	if !ok {
-		return sc.matchUnfiltered
-	}
-	for _, f := range sc.filters {
-		if f == v {
-			return true
-		}
-	}
-	return false
 }
 
 // streamOffsetSpec is where a consumer starts (x-stream-offset): the

@@ -425,3 +425,278 @@ func TestStreamCrossProtocol(t *testing.T) {
 
 var _ = errors.New
 var _ = message.StreamMessage(nil)
+
+// The 3.11+ features, which RabbitMQ 3.10.8 lacks: single active
+// consumer, super streams over the protocol and filtering run on Warren
+// only (their behaviour is 4.x's, rabbitmq-server's
+// rabbit_stream_sac_coordinator.erl and rabbit_stream_manager.erl).
+
+// TestStreamSingleActiveConsumer: of two consumers with one name, one
+// reads; when it goes, the other is promoted (ConsumerUpdate) and
+// starts where it answers.
+func TestStreamSingleActiveConsumer(t *testing.T) {
+	w := warrentest.Start(t)
+	tg := &streamProtoTarget{kind: "warren", uri: w.StreamURI()}
+	env := tg.env(t)
+	if err := env.DeclareStream("sac", nil); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := env.NewProducer("sac", stream.NewProducerOptions().SetBatchSize(1))
+	for i := range 3 {
+		sendConfirmed(t, p, fmt.Sprintf("m%d", i))
+	}
+	var mu sync.Mutex
+	got := map[string][]string{}
+	promoted := map[string]int{}
+	consumer := func(who string) *stream.Consumer {
+		c, err := env.NewConsumer("sac", func(cc stream.ConsumerContext, m *amqp.Message) {
+			mu.Lock()
+			got[who] = append(got[who], string(m.GetData()))
+			mu.Unlock()
+		}, stream.NewConsumerOptions().SetConsumerName("group").SetSingleActiveConsumer(
+			stream.NewSingleActiveConsumer(func(_ string, active bool) stream.OffsetSpecification {
+				mu.Lock()
+				if active {
+					promoted[who]++
+				}
+				mu.Unlock()
+				if who == "b" {
+					return stream.OffsetSpecification{}.Offset(2) // where a left off
+				}
+				return stream.OffsetSpecification{}.First()
+			})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a := consumer("a")
+	b := consumer("b")
+	waitUntil := func(what string, f func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !f(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("%s: got %v, promoted %v", what, got, promoted)
+			}
+		}
+	}
+	waitUntil("a reads", func() bool { mu.Lock(); defer mu.Unlock(); return len(got["a"]) == 3 })
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	if len(got["b"]) != 0 || promoted["b"] != 0 || promoted["a"] != 1 {
+		t.Fatalf("the inactive consumer: got %v, promoted %v", got, promoted)
+	}
+	mu.Unlock()
+	a.Close()
+	waitUntil("b promoted", func() bool { mu.Lock(); defer mu.Unlock(); return len(got["b"]) == 1 })
+	sendConfirmed(t, p, "m3")
+	waitUntil("b reads on", func() bool { mu.Lock(); defer mu.Unlock(); return len(got["b"]) == 2 })
+	mu.Lock()
+	if !slices.Equal(got["b"], []string{"m2", "m3"}) {
+		t.Fatalf("b read %v, want [m2 m3] (from the offset it answered)", got["b"])
+	}
+	mu.Unlock()
+	b.Close()
+	p.Close()
+}
+
+// TestStreamSuperStream: a super stream made over the protocol is a
+// direct exchange with x-super-stream and one bound stream per
+// partition; Partitions and Route answer from the bindings; a super
+// stream producer and consumer move messages through it.
+func TestStreamSuperStream(t *testing.T) {
+	w := warrentest.Start(t)
+	tg := &streamProtoTarget{kind: "warren", uri: w.StreamURI()}
+	env := tg.env(t)
+	if err := env.DeclareSuperStream("orders", stream.NewPartitionsOptions(3)); err != nil {
+		t.Fatal(err)
+	}
+	parts, err := env.QueryPartitions("orders")
+	if err != nil || !slices.Equal(parts, []string{"orders-0", "orders-1", "orders-2"}) {
+		t.Fatalf("partitions %v %v", parts, err)
+	}
+	route, err := env.QueryRoute("orders", "1")
+	if err != nil || !slices.Equal(route, []string{"orders-1"}) {
+		t.Fatalf("route of key 1: %v %v", route, err)
+	}
+	if _, err := env.QueryPartitions("missing"); err == nil {
+		t.Fatal("partitions of a missing super stream")
+	}
+	// the exchange, as RabbitMQ makes it
+	x := w.Broker().VHost("/").Exchange("orders")
+	if x == nil || x.Kind != "direct" || x.Args["x-super-stream"] != true {
+		t.Fatalf("the super stream's exchange: %+v", x)
+	}
+	prod, err := env.NewSuperStreamProducer("orders", stream.NewSuperStreamProducerOptions(
+		stream.NewHashRoutingStrategy(func(m message.StreamMessage) string { return m.GetMessageProperties().MessageID.(string) })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirms := prod.NotifyPublishConfirmation(100)
+	const n = 30
+	for i := range n {
+		m := amqp.NewMessage([]byte(fmt.Sprint(i)))
+		m.Properties = &amqp.MessageProperties{MessageID: fmt.Sprint("id", i)}
+		if err := prod.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perPartition := map[string]int{}
+	for k := 0; k < n; {
+		select {
+		case c := <-confirms:
+			for _, st := range c.ConfirmationStatus {
+				if !st.IsConfirmed() {
+					t.Fatal("not confirmed")
+				}
+				perPartition[c.Partition]++
+				k++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d confirmed", k, n)
+		}
+	}
+	if len(perPartition) != 3 {
+		t.Fatalf("messages by partition: %v (the hash spreads 30 over all 3)", perPartition)
+	}
+	prod.Close()
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	cons, err := env.NewSuperStreamConsumer("orders", func(cc stream.ConsumerContext, m *amqp.Message) {
+		mu.Lock()
+		seen[string(m.GetData())] = true
+		mu.Unlock()
+	}, stream.NewSuperStreamConsumerOptions().SetOffset(stream.OffsetSpecification{}.First()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		k := len(seen)
+		mu.Unlock()
+		if k == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the super stream consumer read %d of %d", k, n)
+		}
+	}
+	cons.Close()
+	if err := env.DeleteSuperStream("orders"); err != nil {
+		t.Fatal(err)
+	}
+	if w.Broker().VHost("/").Queue("orders-0") != nil || w.Broker().VHost("/").Exchange("orders") != nil {
+		t.Fatal("the super stream's partitions or exchange outlived it")
+	}
+}
+
+// TestStreamFiltering: the server skips chunks whose Bloom filter
+// cannot hold a wanted value (the client's post-filter never sees their
+// messages); match-unfiltered adds the chunks of messages without a
+// value. Over AMQP 0-9-1, x-stream-filter skips chunks the same way and
+// delivers the others whole, as RabbitMQ (the application filters the
+// messages, by x-stream-filter-value for what 0-9-1 publishers sent).
+func TestStreamFiltering(t *testing.T) {
+	w := warrentest.Start(t)
+	tg := &streamProtoTarget{kind: "warren", uri: w.StreamURI()}
+	env := tg.env(t)
+	if err := env.DeclareStream("filtered", nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := env.NewProducer("filtered", stream.NewProducerOptions().SetBatchSize(10).SetFilter(
+		stream.NewProducerFilter(func(m message.StreamMessage) string {
+			s, _ := m.GetApplicationProperties()["state"].(string)
+			return s
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func(state string, n int) {
+		var ms []message.StreamMessage
+		for i := range n {
+			m := amqp.NewMessage([]byte(fmt.Sprint(state, i)))
+			if state != "" {
+				m.ApplicationProperties = map[string]interface{}{"state": state}
+			}
+			ms = append(ms, m)
+		}
+		if err := p.BatchSend(ms); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // a chunk of its own
+	}
+	batch("CA", 5)
+	batch("NY", 5)
+	batch("CA", 5)
+	p.Close()
+	// a plain (v1) producer's messages have no value
+	p2, _ := env.NewProducer("filtered", nil)
+	sendConfirmed(t, p2, "plain0", "plain1")
+	p2.Close()
+	read := func(values []string, unfiltered bool) (delivered []string, sawByPostFilter int) {
+		var mu sync.Mutex
+		c, err := env.NewConsumer("filtered", func(cc stream.ConsumerContext, m *amqp.Message) {
+			mu.Lock()
+			delivered = append(delivered, string(m.GetData()))
+			mu.Unlock()
+		}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.First()).SetFilter(
+			stream.NewConsumerFilter(values, unfiltered, func(m *amqp.Message) bool {
+				mu.Lock()
+				sawByPostFilter++
+				mu.Unlock()
+				s, _ := m.ApplicationProperties["state"].(string)
+				return slices.Contains(values, s) || unfiltered && s == ""
+			})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond)
+		c.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(delivered), sawByPostFilter
+	}
+	got, saw := read([]string{"CA"}, false)
+	if len(got) != 10 || saw != 10 {
+		t.Fatalf("filter CA: delivered %v, the post-filter saw %d (want 10: the NY chunk skipped by the server)", got, saw)
+	}
+	got, saw = read([]string{"NY"}, true)
+	if len(got) != 7 || saw != 7 {
+		t.Fatalf("filter NY with unfiltered: delivered %v, post-filter saw %d", got, saw)
+	}
+	// AMQP 0-9-1
+	conn, err := amqp091.Dial(w.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	ch.Confirm(false)
+	for _, st := range []string{"NY", "CA", ""} {
+		h := amqp091.Table{}
+		if st != "" {
+			h["x-stream-filter-value"] = st
+		}
+		dc, _ := ch.PublishWithDeferredConfirm("", "filtered", false, false, amqp091.Publishing{Body: []byte("091-" + st), Headers: h})
+		dc.Wait()
+	}
+	ch.Qos(100, 0, false)
+	ds, err := ch.Consume("filtered", "", false, false, false, false, amqp091.Table{"x-stream-offset": "first", "x-stream-filter": []any{"NY"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for done := false; !done; {
+		select {
+		case d := <-ds:
+			bodies = append(bodies, string(d.Body))
+		case <-time.After(500 * time.Millisecond):
+			done = true
+		}
+	}
+	if want := []string{"NY0", "NY1", "NY2", "NY3", "NY4", "091-NY"}; !slices.Equal(bodies, want) { // the NY chunks
+		t.Fatalf("0-9-1 x-stream-filter NY: %v, want %v", bodies, want)
+	}
+}

@@ -398,3 +398,24 @@ func TestHeaderRoundTrip(t *testing.T) {
 		t.Fatal("bad magic parsed")
 	}
 }
+
+func TestBloom(t *testing.T) {
+	b := NewBloom(16)
+	b.Add("CA")
+	b.Add("")
+	if !b.Has("CA") || !Matches(b, []string{"NY", "CA"}, false) || !Matches(b, []string{"NY"}, true) {
+		t.Fatal("an added value not found")
+	}
+	misses := 0
+	for i := range 1000 {
+		if !b.Has(fmt.Sprint("v", i)) {
+			misses++
+		}
+	}
+	if misses < 900 {
+		t.Fatalf("a 16-byte filter of 2 values matched %d of 1000 others", 1000-misses)
+	}
+	if Matches(nil, []string{"CA"}, false) || !Matches(nil, []string{"CA"}, true) {
+		t.Fatal("a chunk without a filter")
+	}
+}

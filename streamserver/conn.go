@@ -720,7 +720,8 @@ func (c *conn) publish(version uint16, d *sp.Dec) error {
 	for range n {
 		pid := d.U64()
 		if version >= 2 {
-			d.Str() // the filter value: kept for the chunk's Bloom filter (later)
+			v, _ := d.Str() // the filter value: into the chunk's Bloom filter
+			op.Filters = append(op.Filters, v)
 		}
 		start := len(body)
 		var recs uint16

@@ -151,6 +151,7 @@ func (sub *subscription) run(r *streamlog.Reader) {
 	defer r.Close()
 	c := sub.c
 	log := sub.q.StreamLog()
+	values, unfiltered := sub.filters()
 	for {
 		// wait for credit
 		sub.mu.Lock()
@@ -180,6 +181,9 @@ func (sub *subscription) run(r *streamlog.Reader) {
 		}
 		if ch.Type != streamlog.ChunkUser {
 			continue
+		}
+		if len(values) > 0 && !streamlog.Matches(ch.Bloom(), values, unfiltered) {
+			continue // no message it wants: skipped, no credit spent
 		}
 		// wait for room in the connection's output
 		c.mu.Lock()
@@ -385,19 +389,23 @@ func (g *sacGroups) rebalanceLocked(grp *sacGroup) {
 		}(old)
 	}
 	grp.active = want
-	g.consumerUpdate(want, true)
+	g.consumerUpdateLocked(want, true)
 }
 
 // consumerUpdate tells sub whether it is active; an active one starts
 // once it answers with where to start.
 func (g *sacGroups) consumerUpdate(sub *subscription, active bool) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.consumerUpdateLocked(sub, active)
+}
+
+func (g *sacGroups) consumerUpdateLocked(sub *subscription, active bool) {
 	g.corr++
 	corr := g.corr
 	if active {
 		g.waiting[corr] = sub
 	}
-	g.mu.Unlock()
 	a := uint8(0)
 	if active {
 		a = 1
