@@ -64,8 +64,8 @@ type streamPub struct {
 	rec    []byte // an AMQP 1.0 message
 	filter string // its x-stream-filter-value
 	w      *rwait
-	op    *StreamPublish
-	store *streamStore
+	op     *StreamPublish
+	store  *streamStore
 }
 
 func (p *streamPub) size() int {
