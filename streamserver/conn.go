@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,6 +75,13 @@ func (e *errClose) Error() string {
 
 func (c *conn) serve() {
 	defer c.s.dropConn(c)
+	defer func() {
+		// A bug must cost this connection only, never the broker.
+		if r := recover(); r != nil {
+			c.s.log.Error("stream connection failed: internal error", "conn", c.id, "panic", r, "stack", string(debug.Stack()))
+			c.shutdown()
+		}
+	}()
 	go c.writeLoop()
 	err := c.readLoop()
 	var ec *errClose

@@ -2,6 +2,7 @@ package streamserver
 
 import (
 	"errors"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,6 +150,12 @@ func (sub *subscription) filters() ([]string, bool) {
 func (sub *subscription) run(r *streamlog.Reader) {
 	defer close(sub.done)
 	defer r.Close()
+	defer func() {
+		if p := recover(); p != nil {
+			sub.c.s.log.Error("stream subscription failed: internal error", "conn", sub.c.id, "panic", p, "stack", string(debug.Stack()))
+			sub.c.nc.Close()
+		}
+	}()
 	c := sub.c
 	log := sub.q.StreamLog()
 	values, unfiltered := sub.filters()
