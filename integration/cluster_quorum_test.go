@@ -941,16 +941,22 @@ func TestQuorumClusterDeadLetterAtLeastOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rejected := map[string]string{} // body -> how it was rejected, for the failure's report
+	var rmu sync.Mutex
 	for k := 0; k < 100; k++ {
 		d := recv(t, ds)
 		if err := d.Reject(false); err != nil {
 			t.Fatal(err)
 		}
+		rejected[string(d.Body)] = "before the crash"
 	}
 	c.Node(l).Crash()
 	qqLeader(t, c, "h4-qq-src", c.Node(l).Name())
 	go func() {
 		for d := range ds {
+			rmu.Lock()
+			rejected[string(d.Body)] += fmt.Sprintf(" after (redelivered %v)", d.Redelivered)
+			rmu.Unlock()
 			_ = d.Reject(false)
 		}
 	}()
@@ -969,7 +975,25 @@ func TestQuorumClusterDeadLetterAtLeastOnce(t *testing.T) {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("%d of 200 rejected messages not in the DLQ 30s after the crash", missing)
+			// Say which, and where they are, for a failure seen once in CI.
+			dlq.mu.Lock()
+			rmu.Lock()
+			var which []string
+			for _, b := range acked {
+				if dlq.got[b] == 0 {
+					which = append(which, b+": "+rejected[b])
+				}
+			}
+			rmu.Unlock()
+			dlq.mu.Unlock()
+			for i := range 3 {
+				for _, name := range []string{"h4-qq-src", "h4-qq-dlq"} {
+					if in, ok := qqInfo(c, i, name); ok {
+						t.Logf("node %d %s: %+v", i, name, in)
+					}
+				}
+			}
+			t.Fatalf("%d of 200 rejected messages not in the DLQ 30s after the crash: %v", missing, which)
 		}
 	}
 }
