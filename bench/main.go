@@ -183,6 +183,9 @@ func main() {
 	flag.BoolVar(&o.quorum, "quorum", false, "quorum queues on a 3-node Warren cluster against a 3-node RabbitMQ cluster the bench starts (issue 14): scenarios qq-publish, qq-latency, qq-fsync, qq-rss, qq-idle-cpu, qq-failover")
 	flag.BoolVar(&o.shovel, "shovel", false, "a shovel moving a queue between RabbitMQ and Warren, defined on each (issue 24): scenarios shovel-r2w, shovel-w2r")
 	shovelCount := flag.Int("shovel-count", 200000, "-shovel: messages moved per run")
+	streams := flag.Bool("streams", false, "streams over both protocols (issue 25): scenarios stream-publish, stream-consume, stream-publish-091, stream-consume-091")
+	streamCount := flag.Int("stream-count", 2000000, "-streams: messages read per consume run")
+	rabbitStream := flag.String("rabbit-stream", "127.0.0.1:5552", "-streams: RabbitMQ's stream protocol address")
 	var q quorumOptions
 	flag.IntVar(&q.nodes, "qq-nodes", 3, "-quorum: nodes per cluster")
 	flag.IntVar(&q.publishers, "qq-publishers", 1, "-quorum: warren-perf publishers per node (qq-publish, qq-fsync)")
@@ -207,6 +210,9 @@ func main() {
 	}
 	if o.quorum {
 		runFn = func(o options, log io.Writer) error { return runQuorum(o, q, log) }
+	}
+	if *streams {
+		runFn = func(o options, log io.Writer) error { return runStreams(o, *streamCount, *rabbitStream, log) }
 	}
 	if o.shovel {
 		runFn = func(o options, log io.Writer) error { return runShovel(o, *shovelCount, log) }
@@ -376,12 +382,17 @@ func (p *warrenProc) stop() {
 
 // startWarren starts warren on a fresh data directory and waits until it
 // accepts AMQP connections.
-func (r *runner) startWarren() (*warrenProc, error) {
+func (r *runner) startWarren() (*warrenProc, error) { return r.startWarrenWith() }
+
+// startWarrenWith is startWarren with more flags.
+func (r *runner) startWarrenWith(extra ...string) (*warrenProc, error) {
 	dir, err := os.MkdirTemp("", "warren-bench-data-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(r.bin, "warren"), "--amqp-addr", r.o.warrenAddr, "--http-addr", "127.0.0.1:0", "--data-dir", dir, "--log-level", "warn")
+	args := append([]string{"--amqp-addr", r.o.warrenAddr, "--http-addr", "127.0.0.1:0", "--data-dir", dir, "--log-level", "warn",
+		"--stream-addr", "off"}, extra...)
+	cmd := exec.Command(filepath.Join(r.bin, "warren"), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
