@@ -27,68 +27,115 @@ import (
 // message annotation x-opt-deaths (RabbitMQ 4's name for it), from which
 // a dead letter read back from a stream is replayed.
 
-// streamEncode appends m as an AMQP 1.0 message.
+// streamEncode appends m as an AMQP 1.0 message. It writes the bytes
+// directly (no value boxed), as it runs for every publish to a stream.
 func streamEncode(b []byte, m *Message) []byte {
 	p := &m.Props
-	ann := amqp10.Map{{Key: amqp10.Symbol("x-exchange"), Value: m.Exchange}, {Key: amqp10.Symbol("x-routing-key"), Value: m.RoutingKey}}
+	b = amqp10.AppendDescriptor(b, amqp10.SecMessageAnn)
+	b, ann := amqp10.BeginMap(b)
+	n := 4
+	b = amqp10.AppendString(amqp10.AppendSymbol(b, "x-exchange"), m.Exchange)
+	b = amqp10.AppendString(amqp10.AppendSymbol(b, "x-routing-key"), m.RoutingKey)
 	if p.Flags&amqp.FlagExpiration != 0 || p.Expiration != "" {
-		ann = append(ann, amqp10.KV{Key: amqp10.Symbol("x-basic-expiration"), Value: p.Expiration})
+		b = amqp10.AppendString(amqp10.AppendSymbol(b, "x-basic-expiration"), p.Expiration)
+		n += 2
 	}
 	if p.Flags&amqp.FlagPriority != 0 {
-		ann = append(ann, amqp10.KV{Key: amqp10.Symbol("x-basic-priority"), Value: p.Priority})
+		b = append(amqp10.AppendSymbol(b, "x-basic-priority"), 0x50, p.Priority)
+		n += 2
 	}
 	if p.Flags&amqp.FlagDeliveryMode != 0 || p.DeliveryMode != 0 {
-		ann = append(ann, amqp10.KV{Key: amqp10.Symbol("x-basic-delivery-mode"), Value: p.DeliveryMode})
+		b = append(amqp10.AppendSymbol(b, "x-basic-delivery-mode"), 0x50, p.DeliveryMode)
+		n += 2
 	}
 	if len(m.Deaths) > 0 {
-		ann = append(ann, amqp10.KV{Key: amqp10.Symbol("x-opt-deaths"), Value: deathsList(m.Deaths)})
+		b = amqp10.Append(amqp10.AppendSymbol(b, "x-opt-deaths"), deathsList(m.Deaths))
+		n += 2
 	}
-	b = amqp10.AppendSection(b, amqp10.SecMessageAnn, ann)
-	props := make([]any, 13)
-	set := false
-	str := func(i int, flag uint16, v string) {
-		if p.Flags&flag != 0 || v != "" {
-			props[i], set = v, true
+	b = amqp10.EndMap(b, ann, n)
+	// properties: message-id, user-id, to, subject, reply-to,
+	// correlation-id, content-type, content-encoding, absolute-expiry,
+	// creation-time (the last set one ends the list)
+	has := func(flag uint16, v string) bool { return p.Flags&flag != 0 || v != "" }
+	last := -1
+	switch {
+	case p.Flags&amqp.FlagTimestamp != 0 || !p.Timestamp.IsZero():
+		last = 9
+	case has(amqp.FlagContentEncoding, p.ContentEncoding):
+		last = 7
+	case has(amqp.FlagContentType, p.ContentType):
+		last = 6
+	case has(amqp.FlagCorrelationID, p.CorrelationID):
+		last = 5
+	case has(amqp.FlagReplyTo, p.ReplyTo):
+		last = 4
+	case has(amqp.FlagUserID, p.UserID):
+		last = 1
+	case has(amqp.FlagMessageID, p.MessageID):
+		last = 0
+	}
+	if last >= 0 {
+		b = amqp10.AppendDescriptor(b, amqp10.SecProperties)
+		var l int
+		b, l = amqp10.BeginList(b)
+		str := func(b []byte, flag uint16, v string, sym bool) []byte {
+			switch {
+			case !has(flag, v):
+				return append(b, 0x40)
+			case sym:
+				return amqp10.AppendSymbol(b, v)
+			}
+			return amqp10.AppendString(b, v)
 		}
-	}
-	str(0, amqp.FlagMessageID, p.MessageID)
-	if p.Flags&amqp.FlagUserID != 0 || p.UserID != "" {
-		props[1], set = []byte(p.UserID), true
-	}
-	str(4, amqp.FlagReplyTo, p.ReplyTo)
-	str(5, amqp.FlagCorrelationID, p.CorrelationID)
-	if p.Flags&amqp.FlagContentType != 0 || p.ContentType != "" {
-		props[6], set = amqp10.Symbol(p.ContentType), true
-	}
-	if p.Flags&amqp.FlagContentEncoding != 0 || p.ContentEncoding != "" {
-		props[7], set = amqp10.Symbol(p.ContentEncoding), true
-	}
-	if p.Flags&amqp.FlagTimestamp != 0 || !p.Timestamp.IsZero() {
-		props[9], set = amqp10.Timestamp(p.Timestamp.Unix()*1000), true
-	}
-	if set {
-		n := len(props)
-		for n > 0 && props[n-1] == nil {
-			n--
+		for i := 0; i <= last; i++ {
+			switch i {
+			case 0:
+				b = str(b, amqp.FlagMessageID, p.MessageID, false)
+			case 1:
+				if has(amqp.FlagUserID, p.UserID) {
+					b = amqp10.AppendBinary(b, []byte(p.UserID))
+				} else {
+					b = append(b, 0x40)
+				}
+			case 4:
+				b = str(b, amqp.FlagReplyTo, p.ReplyTo, false)
+			case 5:
+				b = str(b, amqp.FlagCorrelationID, p.CorrelationID, false)
+			case 6:
+				b = str(b, amqp.FlagContentType, p.ContentType, true)
+			case 7:
+				b = str(b, amqp.FlagContentEncoding, p.ContentEncoding, true)
+			case 9:
+				b = amqp10.Append(b, amqp10.Timestamp(p.Timestamp.Unix()*1000))
+			default:
+				b = append(b, 0x40)
+			}
 		}
-		b = amqp10.AppendSection(b, amqp10.SecProperties, props[:n])
+		b = amqp10.EndList(b, l, last+1)
 	}
-	app := make(amqp10.Map, 0, len(p.Headers)+2)
-	for k, v := range p.Headers {
-		if v, ok := toAMQP10(v, 0); ok {
-			app = append(app, amqp10.KV{Key: k, Value: v})
+	typ, app := has(amqp.FlagType, p.Type), has(amqp.FlagAppID, p.AppID)
+	if len(p.Headers) > 0 || typ || app {
+		b = amqp10.AppendDescriptor(b, amqp10.SecAppProps)
+		var start int
+		b, start = amqp10.BeginMap(b)
+		n := 0
+		for k, v := range p.Headers {
+			if v, ok := toAMQP10(v, 0); ok {
+				b = amqp10.Append(amqp10.AppendString(b, k), v)
+				n += 2
+			}
 		}
+		if typ {
+			b = amqp10.AppendString(amqp10.AppendString(b, "x-basic-type"), p.Type)
+			n += 2
+		}
+		if app {
+			b = amqp10.AppendString(amqp10.AppendString(b, "x-basic-app-id"), p.AppID)
+			n += 2
+		}
+		b = amqp10.EndMap(b, start, n)
 	}
-	if p.Flags&amqp.FlagType != 0 || p.Type != "" {
-		app = append(app, amqp10.KV{Key: "x-basic-type", Value: p.Type})
-	}
-	if p.Flags&amqp.FlagAppID != 0 || p.AppID != "" {
-		app = append(app, amqp10.KV{Key: "x-basic-app-id", Value: p.AppID})
-	}
-	if len(app) > 0 {
-		b = amqp10.AppendSection(b, amqp10.SecAppProps, app)
-	}
-	return amqp10.AppendSection(b, amqp10.SecData, m.Body)
+	return amqp10.AppendBinary(amqp10.AppendDescriptor(b, amqp10.SecData), m.Body)
 }
 
 // toAMQP10 is a header value in AMQP 1.0 (false: dropped).

@@ -9,6 +9,7 @@ package integration
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/url"
 	"slices"
@@ -241,8 +242,28 @@ func TestMgmtConnectionsChannelsConsumers(t *testing.T) {
 			t.Errorf("GET channel %q = %+v, %v; want consumer_count 1, prefetch_count 7", chName, chi, err)
 		}
 
-		// Consumers, all and per vhost.
-		for _, list := range []func() ([]rabbithole.ConsumerInfo, error){tg.rh.ListConsumers, func() ([]rabbithole.ConsumerInfo, error) { return tg.rh.ListConsumersIn(vh) }} {
+		// Consumers, all and per vhost. All, leniently: RabbitMQ 3.10
+		// keeps listing the consumers of stream queues after their
+		// connection closed, with "channel_details":[], which rabbit-hole
+		// cannot decode (the stream tests leave such entries behind).
+		allConsumers := func() ([]rabbithole.ConsumerInfo, error) {
+			raw, _ := tg.getJSON("/api/consumers").([]any)
+			var kept []any
+			for _, c := range raw {
+				if m, ok := c.(map[string]any); ok {
+					if _, isObj := m["channel_details"].(map[string]any); isObj {
+						kept = append(kept, c)
+					}
+				}
+			}
+			data, err := json.Marshal(kept)
+			if err != nil {
+				return nil, err
+			}
+			var out []rabbithole.ConsumerInfo
+			return out, json.Unmarshal(data, &out)
+		}
+		for _, list := range []func() ([]rabbithole.ConsumerInfo, error){allConsumers, func() ([]rabbithole.ConsumerInfo, error) { return tg.rh.ListConsumersIn(vh) }} {
 			var cons []rabbithole.ConsumerInfo
 			found := eventually(func() bool {
 				cons, err = list()

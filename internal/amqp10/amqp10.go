@@ -197,6 +197,54 @@ func appendCompound(b []byte, small, large, empty byte, count int, body func([]b
 	return b
 }
 
+// BeginMap starts a map written entry by entry (AppendString,
+// AppendSymbol, Append for the keys and values); EndMap finishes it with
+// its count of keys and values (twice the entries). Its size is 32-bit.
+func BeginMap(b []byte) ([]byte, int) {
+	return append(b, 0xd1, 0, 0, 0, 0, 0, 0, 0, 0), len(b)
+}
+
+// EndMap finishes the map begun at start with n keys and values.
+func EndMap(b []byte, start, n int) []byte {
+	binary.BigEndian.PutUint32(b[start+1:], uint32(len(b)-start-5))
+	binary.BigEndian.PutUint32(b[start+5:], uint32(n))
+	return b
+}
+
+// BeginList and EndList are BeginMap and EndMap for a list of n values.
+func BeginList(b []byte) ([]byte, int) {
+	return append(b, 0xd0, 0, 0, 0, 0, 0, 0, 0, 0), len(b)
+}
+
+// EndList finishes the list begun at start with n values.
+func EndList(b []byte, start, n int) []byte { return EndMap(b, start, n) }
+
+// AppendString appends a string (no boxing).
+func AppendString(b []byte, s string) []byte {
+	if len(s) < 256 {
+		b = append(b, 0xa1, byte(len(s)))
+	} else {
+		b = binary.BigEndian.AppendUint32(append(b, 0xb1), uint32(len(s)))
+	}
+	return append(b, s...)
+}
+
+// AppendSymbol appends a symbol (no boxing).
+func AppendSymbol(b []byte, s string) []byte {
+	if len(s) < 256 {
+		b = append(b, 0xa3, byte(len(s)))
+	} else {
+		b = binary.BigEndian.AppendUint32(append(b, 0xb3), uint32(len(s)))
+	}
+	return append(b, s...)
+}
+
+// AppendBinary appends bytes (no boxing).
+func AppendBinary(b []byte, v []byte) []byte { return appendVar(b, 0xa0, 0xb0, v) }
+
+// AppendDescriptor appends a section's descriptor; its value follows.
+func AppendDescriptor(b []byte, code byte) []byte { return append(b, 0, 0x53, code) }
+
 // AppendSection appends a section: its descriptor, then v.
 func AppendSection(b []byte, code byte, v any) []byte {
 	return Append(append(b, 0, 0x53, code), v)
