@@ -519,3 +519,52 @@ func TestStreamSurvivesRestart(t *testing.T) {
 		t.Fatalf("declared again: %v", got)
 	}
 }
+
+// TestStreamAsDeadLetterTarget: a stream can be a dead-letter target
+// (RabbitMQ allows it); the dead letters keep their x-death history, and
+// reading them does not consume them: they can be read again from first.
+func TestStreamAsDeadLetterTarget(t *testing.T) {
+	b := warrentest.Start(t)
+	conn, ch := streamDial(t, b.URL())
+	defer conn.Close()
+	if _, err := ch.QueueDeclare("dl-stream", true, false, false, false, streamArgs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("work", true, false, false, false, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dl-stream"}); err != nil {
+		t.Fatal(err)
+	}
+	streamPublish(t, ch, "work", "a", "b")
+	ch.Qos(10, 0, false)
+	ds, err := ch.Consume("work", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		d := <-ds
+		d.Reject(false)
+	}
+	for range 2 { // read twice: a stream keeps its record
+		c2, ch2 := streamDial(t, b.URL())
+		ch2.Qos(10, 0, false)
+		rs, err := ch2.Consume("dl-stream", "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"a", "b"} {
+			select {
+			case d := <-rs:
+				deaths, _ := d.Headers["x-death"].([]any)
+				if string(d.Body) != want || len(deaths) != 1 {
+					t.Fatalf("dead letter %q with x-death %v", d.Body, d.Headers["x-death"])
+				}
+				death, _ := deaths[0].(amqp.Table)
+				if death["queue"] != "work" || death["reason"] != "rejected" || death["count"] != int64(1) || d.Headers["x-first-death-queue"] != "work" {
+					t.Fatalf("x-death %v, headers %v", death, d.Headers)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no dead letter in the stream")
+			}
+		}
+		c2.Close()
+	}
+}
