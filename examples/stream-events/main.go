@@ -3,12 +3,15 @@
 //
 //   - a producer appends 5 events over the stream protocol, named so that
 //     a resend after a crash is deduplicated;
+//
 //   - a named consumer reads them and stores its offset on the server;
+//
 //   - a second run of that consumer resumes after the stored offset;
+//
 //   - an AMQP 0-9-1 consumer replays the whole stream from first.
 //
-//	go run ./cmd/warren &
-//	go run ./examples/stream-events
+//     go run ./cmd/warren &
+//     go run ./examples/stream-events
 //
 // (--stream-uri and --amqp-url name another broker: RabbitMQ with its
 // rabbitmq_stream plugin runs it the same.)
