@@ -568,3 +568,25 @@ func TestStreamAsDeadLetterTarget(t *testing.T) {
 		c2.Close()
 	}
 }
+
+// TestStreamRefusedInCluster: until streams are replicated, a cluster
+// refuses to declare one (each node would otherwise keep a stream of its
+// own), with 540 and a text that says why.
+func TestStreamRefusedInCluster(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	conn, err := amqp.Dial(c.Node(1).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	_, err = ch.QueueDeclare("clustered-stream", true, false, false, false, streamArgs)
+	if got := streamErr(err, "clustered-stream"); got != "540 NOT_IMPLEMENTED - stream queues are not replicated yet: queue '{q}' in vhost '/' cannot be declared in a cluster" {
+		t.Fatalf("declare in a cluster: %s", got)
+	}
+	for i := range 3 {
+		if c.Node(i).Broker().VHost("/").Queue("clustered-stream") != nil {
+			t.Fatalf("node %d has the stream", i)
+		}
+	}
+}
