@@ -100,6 +100,9 @@ type queueType interface {
 	heldFailed() bool
 	countsCall(req []byte, touch bool) (*msgDecoder, error)
 
+	// statsLocked adds what the kind counts itself to s (a stream's
+	// messages are in its log, not its machine); q.mu is held.
+	statsLocked(s *QueueStats)
 	// ownLog reports whether the queue keeps its messages in a log of
 	// its own (a stream's), not in the message store.
 	ownLog() bool
@@ -176,8 +179,9 @@ func (k classicType) declareCounts() (*Queue, int, int, error) {
 	m, c := k.q.countsHere()
 	return k.q, m, c, nil
 }
-func (classicType) deleted()     {}
-func (classicType) ownLog() bool { return false }
+func (classicType) deleted()                {}
+func (classicType) ownLog() bool            { return false }
+func (classicType) statsLocked(*QueueStats) {}
 
 // A classic queue's legs are a remote queue's (its home may move).
 func (k classicType) legCanceled(rc *rconsumer) bool { return remoteType(k).legCanceled(rc) }

@@ -1548,10 +1548,11 @@ func (k quorumType) started(fresh bool) { k.q.qq.start(fresh) } // this node's m
 
 // deletable: a quorum queue without a leader can be deleted (RabbitMQ
 // forces it).
-func (quorumType) deletable() error { return nil }
-func (k quorumType) deleted()       { k.q.qq.delete() }
-func (quorumType) ownLog() bool     { return false }
-func (k quorumType) closing()       { k.q.qq.newEpoch() } // flushers waiting for marks give up (qqmarks.go)
+func (quorumType) deletable() error        { return nil }
+func (k quorumType) deleted()              { k.q.qq.delete() }
+func (quorumType) ownLog() bool            { return false }
+func (quorumType) statsLocked(*QueueStats) {}
+func (k quorumType) closing()              { k.q.qq.newEpoch() } // flushers waiting for marks give up (qqmarks.go)
 
 // A quorum queue's leg outlives its leader: attached again to the next
 // one (or cancelled if the queue is gone); what it held goes back to the

@@ -310,6 +310,7 @@ func (q *Queue) Stats() QueueStats {
 		s.DeadLettered[r] = ms.DeadLettered[i]
 		s.Dropped[r] = ms.Dropped[i]
 	}
+	q.typ().statsLocked(&s)
 	return s
 }
 

@@ -1497,6 +1497,7 @@ func (remoteType) started(bool)                               {}
 func (k remoteType) deletable() error                         { return k.available() }
 func (remoteType) deleted()                                   {}
 func (remoteType) ownLog() bool                               { return false }
+func (remoteType) statsLocked(*QueueStats)                    {}
 func (remoteType) closing()                                   {}
 
 // A classic queue's legs end with its home (dropped when the home goes

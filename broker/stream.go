@@ -465,7 +465,7 @@ type streamConsumer struct {
 	done chan struct{}
 	once sync.Once
 
-	offset atomic.Uint64 // the last offset delivered + 1 (0: none yet)
+	offset atomic.Uint64 // the next offset it delivers (for its lag)
 }
 
 func (sc *streamConsumer) stop() {
@@ -680,6 +680,11 @@ func (s *streamState) addConsumer(c *Consumer, added func()) error {
 	fs, unf := s.filtersOf(c.Args)
 	sc := &streamConsumer{s: s, c: c, r: s.log.NewReader(pos), from: from, filters: fs, matchUnfiltered: unf,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	if v, ok := c.Args["x-stream-offset"]; !ok || v == "next" {
+		sc.offset.Store(s.log.Info().Next) // where it reads from, for its lag
+	} else {
+		sc.offset.Store(from)
+	}
 	q.mu.Lock()
 	if q.deleted {
 		q.mu.Unlock()
@@ -790,8 +795,23 @@ func (k streamType) declareCounts() (*Queue, int, int, error) {
 	m, c := k.counts()
 	return k.q, m, c, nil
 }
-func (k streamType) deleted()                                  { k.s().close(true) }
-func (streamType) ownLog() bool                                { return true }
+func (k streamType) deleted()   { k.s().close(true) }
+func (streamType) ownLog() bool { return true }
+
+// statsLocked: a stream's messages are its log's records (all ready, as
+// RabbitMQ counts them), all persistent; published and delivered are its
+// own counters.
+func (k streamType) statsLocked(s *QueueStats) {
+	st := k.s()
+	in := st.log.Info()
+	if in.Chunks > 0 {
+		s.Ready = int(in.Next - in.FirstOffset)
+	}
+	s.ReadyBytes = in.Bytes
+	s.Persistent, s.PersistentBytes = s.Ready, s.ReadyBytes
+	s.Published = st.published.Load()
+	s.Deliver = st.delivered.Load()
+}
 func (streamType) legCanceled(*rconsumer) bool                 { return false }
 func (streamType) legHomeDown(*rconsumer, string) (bool, bool) { return true, false }
 func (streamType) returnUnseen([]Delivery)                     {}

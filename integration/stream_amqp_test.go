@@ -590,3 +590,55 @@ func TestStreamRefusedInCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamInManagementAPI: a stream in /api/queues, on both brokers:
+// type stream, its messages (all ready), members, online and readers;
+// Warren adds its log (offsets, timestamps) and each consumer's lag.
+func TestStreamInManagementAPI(t *testing.T) {
+	eachMgmtTarget(t, func(t *testing.T, tg *mgmtTarget) {
+		vh := tg.freshVhost(t)
+		conn, err := amqp.Dial(strings.TrimSuffix(tg.amqpURL, "/") + "/" + esc(vh))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ch, _ := conn.Channel()
+		if _, err := ch.QueueDeclare("s", true, false, false, false, streamArgs); err != nil {
+			t.Fatal(err)
+		}
+		streamPublish(t, ch, "s", "a", "b", "c")
+		ch.Qos(1, 0, false)
+		if _, err := ch.Consume("s", "c1", false, false, false, false, amqp.Table{"x-stream-offset": "first"}); err != nil {
+			t.Fatal(err)
+		}
+		var q map[string]any
+		if !eventually(func() bool {
+			q, _ = tg.getJSON("/api/queues/" + esc(vh) + "/s").(map[string]any)
+			return q != nil && q["messages"] == 3.0 && q["consumers"] == 1.0
+		}) {
+			t.Fatalf("%s: %v", tg.kind, q)
+		}
+		node, _ := q["node"].(string)
+		if q["type"] != "stream" || q["messages_ready"] != 3.0 || q["messages_unacknowledged"] != 0.0 ||
+			fmt.Sprint(q["members"]) != fmt.Sprint([]any{node}) || fmt.Sprint(q["online"]) != fmt.Sprint([]any{node}) {
+			t.Errorf("%s: %v", tg.kind, q)
+		}
+		readers, _ := q["readers"].(map[string]any)
+		if _, ok := readers[node]; !ok {
+			t.Errorf("%s: readers %v", tg.kind, q["readers"])
+		}
+		if tg.isRabbit() {
+			return
+		}
+		st, _ := q["stream"].(map[string]any)
+		cons, _ := st["consumers"].([]any)
+		if st == nil || st["first_offset"] != 0.0 || st["next_offset"] != 3.0 || st["committed_offset"] != 3.0 || len(cons) != 1 {
+			t.Fatalf("stream: %v", st)
+		}
+		// prefetch 1: one delivered, unacked; it reads offset 1 next
+		c0, _ := cons[0].(map[string]any)
+		if c0["consumer_tag"] != "c1" || c0["offset"] != 1.0 || c0["lag"] != 2.0 {
+			t.Errorf("consumer position: %v", c0)
+		}
+	})
+}

@@ -148,7 +148,31 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) api.Queue {
 			MessagesDLX: &dlx, MessageBytesDLX: &dlxBytes, OpenFiles: map[string]int{s.node: 0}}
 		c.quorumFields(&m, q)
 	}
+	if in, ok := q.StreamInfo(); ok {
+		live.Memory = 4096 + 1024*int64(len(in.Consumers)) // the files hold the messages
+		m.QueueQuorum = &api.QueueQuorum{Leader: &s.node, Members: []string{s.node}, Online: []string{s.node},
+			OpenFiles: map[string]int{s.node: 1 + len(in.Consumers)}}
+		m.QueueStream = &api.QueueStream{Readers: map[string]int{s.node: len(in.Consumers)}, Segments: in.Segments,
+			Stream: streamLogJSON(in)}
+	}
 	return m
+}
+
+func streamLogJSON(in broker.StreamInfo) *api.StreamLog {
+	l := &api.StreamLog{Bytes: in.Bytes, NextOffset: in.Next, CommittedOffset: in.Committed, Chunks: in.Chunks,
+		DamagedChunks: in.Damaged, Consumers: []api.StreamPosition{}}
+	if in.Chunks > 0 {
+		first, last, fts, lts := in.FirstOffset, in.LastChunkID, in.FirstTimestamp, in.LastTimestamp
+		l.FirstOffset, l.LastChunkID, l.FirstTimestamp, l.LastTimestamp = &first, &last, &fts, &lts
+	}
+	for _, c := range in.Consumers {
+		p := api.StreamPosition{ConsumerTag: c.Tag, Offset: c.Offset}
+		if in.Committed > c.Offset {
+			p.Lag = in.Committed - c.Offset
+		}
+		l.Consumers = append(l.Consumers, p)
+	}
+	return l
 }
 
 // quorumFields sets a replicated quorum queue's group fields (issue 14):

@@ -49,8 +49,42 @@ type Queue struct {
 	EffectivePolicyDefinition map[string]any `json:"effective_policy_definition"`
 	// Live is nil for a queue whose home node is down.
 	*QueueLive
-	// Quorum is set for a quorum queue.
+	// Quorum is set for a quorum queue, and for a stream (its leader,
+	// members and online).
 	*QueueQuorum
+	// Stream is set for a stream.
+	*QueueStream
+}
+
+// QueueStream is a stream's: RabbitMQ's readers (consumers by node) and
+// segments, and Warren's stream, its log and its consumers' positions.
+type QueueStream struct {
+	Readers  map[string]int `json:"readers"`
+	Segments int            `json:"segments"`
+	Stream   *StreamLog     `json:"stream"`
+}
+
+// StreamLog is a stream's log (Warren's own): its offsets and
+// timestamps (ms; null when empty), and each consumer's next offset and
+// lag (the records it has yet to read).
+type StreamLog struct {
+	Bytes           int64            `json:"bytes"`
+	FirstOffset     *uint64          `json:"first_offset"`
+	LastChunkID     *uint64          `json:"last_chunk_id"`
+	NextOffset      uint64           `json:"next_offset"`
+	CommittedOffset uint64           `json:"committed_offset"`
+	FirstTimestamp  *int64           `json:"first_timestamp"`
+	LastTimestamp   *int64           `json:"last_timestamp"`
+	Chunks          int              `json:"chunks"`
+	DamagedChunks   uint64           `json:"damaged_chunks"`
+	Consumers       []StreamPosition `json:"consumers"`
+}
+
+// StreamPosition is an AMQP 0-9-1 consumer's place in a stream.
+type StreamPosition struct {
+	ConsumerTag string `json:"consumer_tag"`
+	Offset      uint64 `json:"offset"`
+	Lag         uint64 `json:"lag"`
 }
 
 // QueueLive is what a queue's home node reports of it.
