@@ -1,7 +1,14 @@
 package streamserver
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
+	"math/big"
 	"io"
 	"net"
 	"testing"
@@ -498,4 +505,56 @@ func FuzzConn(f *testing.F) {
 		other.open()
 		other.nc.Close()
 	})
+}
+
+// TLS beside the plain listener (RabbitMQ's 5551): the same protocol.
+func TestStreamTLS(t *testing.T) {
+	cert := selfSigned(t)
+	b := broker.New(broker.Config{})
+	s := New(b, Config{Addr: "127.0.0.1:0", TLSAddr: "127.0.0.1:0", TLS: &tls.Config{Certificates: []tls.Certificate{cert}}})
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		s.Close()
+		b.Close()
+	}()
+	addrs := s.Addrs()
+	if len(addrs) != 2 {
+		t.Fatalf("listeners %v", addrs)
+	}
+	nc, err := tls.Dial("tcp", addrs[1].String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := &raw{t: t, nc: nc, r: sp.NewReader(nc, 16<<20)}
+	c.open()
+	c.request(sp.KeyCreate, func(e *sp.Enc) { e.Str("over-tls"); e.Map(nil, nil) })
+	if code := c.code(sp.KeyCreate); code != sp.OK {
+		t.Fatalf("create over TLS: %d", code)
+	}
+	// plain bytes on the TLS port are not the protocol
+	plain := dialRaw(t, addrs[1].String())
+	plain.request(sp.KeyPeerProperties, func(e *sp.Enc) { e.Map(nil, nil) })
+	plain.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := plain.r.Next(); err == nil {
+		t.Fatal("a plain client was answered on the TLS port")
+	}
+}
+
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
