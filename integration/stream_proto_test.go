@@ -7,9 +7,11 @@ package integration
 // the protocol, filtering), the scenario runs on Warren only and says so.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -698,5 +700,104 @@ func TestStreamFiltering(t *testing.T) {
 	}
 	if want := []string{"NY0", "NY1", "NY2", "NY3", "NY4", "091-NY"}; !slices.Equal(bodies, want) { // the NY chunks
 		t.Fatalf("0-9-1 x-stream-filter NY: %v, want %v", bodies, want)
+	}
+}
+
+// TestStreamManagementEndpoints: /api/stream/connections, publishers and
+// consumers list the same objects with the same fields on both brokers.
+func TestStreamManagementEndpoints(t *testing.T) {
+	results := map[string][]string{}
+	for _, tg := range streamProtoTargets(t) {
+		mg := rabbitMgmtURL(t)
+		if tg.warren != nil {
+			mg = tg.warren.MgmtURL()
+		} else if mg == "" {
+			continue
+		}
+		env := tg.env(t)
+		name := tg.base + "-api"
+		if err := env.DeclareStream(name, nil); err != nil {
+			t.Fatal(err)
+		}
+		p, err := env.NewProducer(name, stream.NewProducerOptions().SetProducerName("pref"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sendConfirmed(t, p, "x")
+		c, err := env.NewConsumer(name, func(stream.ConsumerContext, *amqp.Message) {},
+			stream.NewConsumerOptions().SetConsumerName("cref").SetOffset(stream.OffsetSpecification{}.First()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(path string) []map[string]any {
+			var out []map[string]any
+			req, _ := http.NewRequest("GET", mg+path, nil)
+			req.SetBasicAuth("guest", "guest")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			json.NewDecoder(resp.Body).Decode(&out)
+			return out
+		}
+		mine := func(path string) map[string]any {
+			for _, o := range get(path) {
+				if q, _ := o["queue"].(map[string]any); q != nil && q["name"] == name {
+					return o
+				}
+			}
+			return nil
+		}
+		var pub, cons map[string]any
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			pub, cons = mine("/api/stream/publishers"), mine("/api/stream/consumers")
+			if pub != nil && cons != nil && pub["confirmed"] == 1.0 && cons["consumed"] == 1.0 {
+				break
+			}
+		}
+		if pub == nil || cons == nil {
+			t.Fatalf("%s: publisher %v consumer %v", tg.kind, pub, cons)
+		}
+		conns := get("/api/stream/connections")
+		if len(conns) == 0 {
+			t.Fatalf("%s: no stream connections listed", tg.kind)
+		}
+		keys := func(m map[string]any) string {
+			var ks []string
+			for k := range m {
+				if k != "active" { // Warren's own (single active consumer)
+					ks = append(ks, k)
+				}
+			}
+			slices.Sort(ks)
+			return strings.Join(ks, ",")
+		}
+		var connKeys []string
+		for k := range conns[0] {
+			connKeys = append(connKeys, k)
+		}
+		results[tg.kind] = append(results[tg.kind],
+			"publisher: "+keys(pub), fmt.Sprintf("publisher values: id %v ref %v published %v confirmed %v errored %v", pub["publisher_id"], pub["reference"], pub["published"], pub["confirmed"], pub["errored"]),
+			"consumer: "+keys(cons), fmt.Sprintf("consumer values: sub %v offset %v props %v", cons["subscription_id"], cons["offset"], cons["properties"]))
+		// Warren's connections carry RabbitMQ's main fields (RabbitMQ adds
+		// Erlang ones: garbage_collection, reductions, ...)
+		if tg.kind == "warren" {
+			for _, k := range []string{"name", "user", "vhost", "peer_host", "peer_port", "host", "port", "protocol", "client_properties", "frame_max", "auth_mechanism", "connected_at", "recv_oct", "send_oct", "ssl", "state", "timeout", "user_provided_name", "node"} {
+				if _, ok := conns[0][k]; !ok {
+					t.Errorf("stream connection without %s: %v", k, conns[0])
+				}
+			}
+		}
+		c.Close()
+		p.Close()
+		env.DeleteStream(name)
+	}
+	w := results["warren"]
+	if len(w) != 4 || !strings.Contains(w[1], "ref pref published 1 confirmed 1 errored 0") {
+		t.Fatalf("Warren: %v", w)
+	}
+	if r, ok := results["rabbitmq"]; ok && !slices.Equal(w, r) {
+		t.Errorf("Warren:\n%s\nRabbitMQ:\n%s", strings.Join(w, "\n"), strings.Join(r, "\n"))
 	}
 }

@@ -46,6 +46,7 @@ func (s *Server) routes() {
 	s.deadLetterRoutes()
 	s.shovelRoutes()
 	s.federationRoutes()
+	s.streamRoutes()
 	s.limitRoutes()
 
 	s.mux.HandleFunc("GET /metrics", s.metrics)

@@ -37,6 +37,9 @@ type Config struct {
 	// Links runs the shovels and federation links (nil: the server makes
 	// its own, started and closed with it).
 	Links *bridge.Manager
+	// Streams is the stream protocol's listener, for /api/stream/* (nil:
+	// empty lists).
+	Streams StreamLister
 	// UI serves the web UI at "/" (nil: no UI).
 	UI     http.Handler
 	Logger *slog.Logger

@@ -435,7 +435,9 @@ func (c *conn) open(corr uint32, d *sp.Dec) error {
 		c.flushAndWait(time.Second)
 		return io.EOF
 	}
+	c.mu.Lock()
 	c.vhost, c.opened = v, true
+	c.mu.Unlock()
 	if c.frameMax == 0 {
 		c.frameMax = c.s.cfg.FrameMax
 	}

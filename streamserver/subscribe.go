@@ -36,7 +36,7 @@ type subscription struct {
 	sac     *sacGroup
 
 	// counters for the management API
-	offset    atomic.Uint64 // the next offset after the last chunk sent
+	offset    atomic.Uint64 // the last offset sent
 	chunks    atomic.Uint64
 	messages  atomic.Uint64
 	delivered atomic.Uint64
@@ -226,7 +226,7 @@ func (sub *subscription) run(r *streamlog.Reader) {
 		sub.mu.Lock()
 		sub.credit--
 		sub.mu.Unlock()
-		sub.offset.Store(ch.Next())
+		sub.offset.Store(ch.Next() - 1) // the last offset sent, as RabbitMQ reports it
 		sub.chunks.Add(1)
 		sub.messages.Add(uint64(ch.Records))
 	}

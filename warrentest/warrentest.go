@@ -78,8 +78,8 @@ func (b *Broker) start() {
 	b.addr = srv.Addr().String()
 	// Keep the port across Restart.
 	b.cfg.AMQPAddr = b.addr
-	b.startMgmt()
 	b.startStreams()
+	b.startMgmt()
 }
 
 // startStreams starts the stream protocol listener on a loopback port
@@ -120,7 +120,7 @@ func (b *Broker) startMgmt() {
 	}
 	var err error
 	for i := 0; i < 50; i++ {
-		m := mgmt.New(mgmt.Config{Server: b.srv, Addr: addr, Logger: b.cfg.Logger, UI: mgmt.DefaultUI()})
+		m := mgmt.New(mgmt.Config{Server: b.srv, Addr: addr, Logger: b.cfg.Logger, UI: mgmt.DefaultUI(), Streams: b.ss})
 		if err = m.Start(); err == nil {
 			b.mg = m
 			b.mgAddr = m.Addr().String()
@@ -164,8 +164,8 @@ func (b *Broker) Restart() {
 		if err == nil {
 			if err = srv.Start(); err == nil {
 				b.srv = srv
-				b.startMgmt()
 				b.startStreams()
+				b.startMgmt()
 				return
 			}
 		}

@@ -200,11 +200,6 @@ func run(args []string, out io.Writer) error {
 	}
 	// Shovels and federation links run with or without the HTTP API.
 	links := bridge.New(bridge.Config{Broker: b, Direct: srv.DialDirect, Node: b.NodeName(), Logger: log, Static: static})
-	var mg *mgmt.Server
-	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
-		mg = mgmt.New(mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI(), Links: links,
-			SampleInterval: o.StatsInterval, HistoryRetention: o.StatsRetention, MaxBodySize: o.HTTPMaxBody})
-	}
 	var ss *streamserver.Server
 	if o.StreamAddr != "off" && o.StreamAddr != "" {
 		scfg := streamserver.Config{Addr: o.StreamAddr, AdvertisedHost: o.StreamHost, AdvertisedPort: o.StreamPort, Logger: log}
@@ -212,6 +207,15 @@ func run(args []string, out io.Writer) error {
 			scfg.TLSAddr, scfg.TLS = o.StreamsAddr, cfg.TLS
 		}
 		ss = streamserver.New(b, scfg)
+	}
+	var mg *mgmt.Server
+	if o.HTTPAddr != "off" && o.HTTPAddr != "" {
+		mcfg := mgmt.Config{Server: srv, Addr: o.HTTPAddr, Logger: log, UI: mgmt.DefaultUI(), Links: links,
+			SampleInterval: o.StatsInterval, HistoryRetention: o.StatsRetention, MaxBodySize: o.HTTPMaxBody}
+		if ss != nil {
+			mcfg.Streams = ss
+		}
+		mg = mgmt.New(mcfg)
 	}
 	var cn *cluster.Node
 	// stop shuts the management API and the server down, leaves the

@@ -729,3 +729,64 @@ type ReplayResult struct {
 	Remaining int    `json:"remaining"`
 	Error     string `json:"error,omitempty"`
 }
+
+// StreamConnection is one of /api/stream/connections (RabbitMQ's
+// rabbitmq_stream_management).
+type StreamConnection struct {
+	AuthMechanism    string            `json:"auth_mechanism"`
+	ChannelMax       int               `json:"channel_max"`
+	Channels         int               `json:"channels"`
+	ClientProperties map[string]string `json:"client_properties"`
+	ConnectedAt      int64             `json:"connected_at"`
+	FrameMax         uint32            `json:"frame_max"`
+	Host             string            `json:"host"`
+	Name             string            `json:"name"`
+	Node             string            `json:"node"`
+	PeerHost         string            `json:"peer_host"`
+	PeerPort         int               `json:"peer_port"`
+	Port             int               `json:"port"`
+	Protocol         string            `json:"protocol"`
+	RecvOct          uint64            `json:"recv_oct"`
+	SendOct          uint64            `json:"send_oct"`
+	SSL              bool              `json:"ssl"`
+	State            string            `json:"state"`
+	Timeout          int               `json:"timeout"`
+	User             string            `json:"user"`
+	UserProvidedName string            `json:"user_provided_name"`
+	VHost            string            `json:"vhost"`
+}
+
+// StreamConnectionDetails is a stream publisher's or consumer's
+// connection.
+type StreamConnectionDetails struct {
+	Name     string `json:"name"`
+	Node     string `json:"node"`
+	PeerHost string `json:"peer_host"`
+	PeerPort int    `json:"peer_port"`
+	User     string `json:"user"`
+}
+
+// StreamPublisher is one of /api/stream/publishers.
+type StreamPublisher struct {
+	ConnectionDetails StreamConnectionDetails `json:"connection_details"`
+	Confirmed         uint64                  `json:"confirmed"`
+	Errored           uint64                  `json:"errored"`
+	Published         uint64                  `json:"published"`
+	PublisherID       uint8                   `json:"publisher_id"`
+	Queue             QueueRef                `json:"queue"`
+	Reference         string                  `json:"reference"`
+}
+
+// StreamConsumer is one of /api/stream/consumers.
+type StreamConsumer struct {
+	ConnectionDetails StreamConnectionDetails `json:"connection_details"`
+	Consumed          uint64                  `json:"consumed"`
+	Credits           int                     `json:"credits"`
+	Offset            uint64                  `json:"offset"`
+	OffsetLag         uint64                  `json:"offset_lag"`
+	Properties        map[string]string       `json:"properties"`
+	Queue             QueueRef                `json:"queue"`
+	SubscriptionID    uint8                   `json:"subscription_id"`
+	// Active is false for a single active consumer waiting its turn.
+	Active bool `json:"active"`
+}
