@@ -775,9 +775,9 @@ func (k streamType) counts() (messages, consumers int) {
 	}
 	return int(in.Next - in.FirstOffset), consumers
 }
-func (k streamType) browse(int, func(Browsed) bool) int { return 0 }
-func (k streamType) here() bool                         { return true }
-func (k streamType) home() string                       { return k.q.Home }
+func (k streamType) browse(offset int, fn func(Browsed) bool) int { return k.s().browse(offset, fn) }
+func (k streamType) here() bool                                   { return true }
+func (k streamType) home() string                                 { return k.q.Home }
 func (k streamType) takeDeadLetter(src *Queue, rd *remoteDL, name string) {
 	k.enqueue(rd.msg, nil)
 	src.remoteDLAnswer(rd, name, nil)
@@ -918,4 +918,57 @@ func (q *Queue) StreamPosition(kind uint16, value int64) (streamlog.Position, er
 		return l.AtTimestamp(value)
 	}
 	return streamlog.Position{}, fmt.Errorf("unknown offset specification %d", kind)
+}
+
+// browse reads the stream's messages from the offset-th record of its
+// first chunk on, without consuming anything (a stream keeps them): the
+// dead-letter page and warren dlq inspect read a stream DLQ this way.
+func (s *streamState) browse(offset int, fn func(Browsed) bool) int {
+	in := s.log.Info()
+	if in.Chunks == 0 {
+		return 0
+	}
+	total := int(in.Next - in.FirstOffset)
+	from := in.FirstOffset + uint64(offset)
+	pos, err := s.log.AtOffset(from)
+	if err != nil {
+		return total
+	}
+	r := s.log.NewReader(pos)
+	defer r.Close()
+	for {
+		c, err := r.Next()
+		if err != nil {
+			return total
+		}
+		if c.Type != streamlog.ChunkUser {
+			continue
+		}
+		data, off := c.Data(), c.ID
+		for len(data) > 0 {
+			e, rest, err := streamlog.NextEntry(data)
+			if err != nil {
+				break
+			}
+			data = rest
+			recs := [][]byte{e.Data}
+			if e.SubBatch {
+				recs = subBatchRecords(e)
+			}
+			for _, rec := range recs {
+				o := off
+				off++
+				if o < from {
+					continue
+				}
+				m, err := streamDecode(rec, s.q.Name)
+				if err != nil {
+					continue
+				}
+				if !fn(Browsed{Msg: m}) {
+					return total
+				}
+			}
+		}
+	}
 }

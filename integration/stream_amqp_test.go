@@ -642,3 +642,51 @@ func TestStreamInManagementAPI(t *testing.T) {
 		}
 	})
 }
+
+// TestStreamDLQInspect: the dead-letter tools read a stream DLQ without
+// consuming it (issue 25, beyond RabbitMQ): the dead-letter page's
+// messages, with their x-death history, twice.
+func TestStreamDLQInspect(t *testing.T) {
+	tg := newMgmtWarren(t)
+	conn, err := amqp.Dial(tg.amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare("dlq-s", true, false, false, false, streamArgs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("orders", true, false, false, false, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq-s"}); err != nil {
+		t.Fatal(err)
+	}
+	streamPublish(t, ch, "orders", "o1", "o2", "o3")
+	ch.Qos(10, 0, false)
+	ds, _ := ch.Consume("orders", "", false, false, false, false, nil)
+	for range 3 {
+		(<-ds).Reject(false)
+	}
+	for range 2 {
+		var page map[string]any
+		if !eventually(func() bool {
+			page, _ = tg.getJSON("/api/dead-letters/%2F/dlq-s/messages?offset=1").(map[string]any)
+			msgs, _ := page["messages"].([]any)
+			return len(msgs) == 2
+		}) {
+			t.Fatalf("dead-letter page of the stream: %v", page)
+		}
+		msgs := page["messages"].([]any)
+		m0, _ := msgs[0].(map[string]any)
+		if page["total"] != 3.0 || m0["payload"] != "o2" {
+			t.Fatalf("page: %v", page)
+		}
+		deaths, _ := m0["x_death"].([]any)
+		if len(deaths) != 1 {
+			t.Fatalf("deaths: %v", m0)
+		}
+		d0, _ := deaths[0].(map[string]any)
+		if d0["queue"] != "orders" || d0["reason"] != "rejected" {
+			t.Fatalf("deaths: %v", m0)
+		}
+	}
+}
