@@ -12,10 +12,12 @@ package main
 //	                     limit otherwise)
 //	stream-consume       stream protocol: msgs/s reading -stream-count
 //	                     messages from first (initial credit 10)
-//	stream-publish-091   AMQP 0-9-1 (amqp091-go): confirmed msgs/s, 2
-//	                     publishers, 1,000 unconfirmed each
-//	stream-consume-091   AMQP 0-9-1: msgs/s reading -stream-count messages
-//	                     from first, prefetch 1,000, multiple acks
+//	stream-publish-091   AMQP 0-9-1 (warren-perf, as every other scenario):
+//	                     confirmed msgs/s, 2 publishers, 1,000 unconfirmed
+//	                     each, 16 B
+//	stream-consume-091   AMQP 0-9-1 (warren-perf): msgs/s reading
+//	                     -stream-count messages from first, prefetch 1,000,
+//	                     an ack with multiple every 100
 //
 // A fresh Warren process per run; each run uses a new stream, deleted
 // after. Messages for the consume runs are written by the stream
@@ -24,15 +26,18 @@ package main
 //	go run ./bench -streams -rounds 3
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	samqp "github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
@@ -50,8 +55,8 @@ func runStreams(o options, count int, rabbitStream string, log io.Writer) error 
 	scs := []struct{ name, what string }{
 		{"stream-publish", "stream protocol, confirmed msgs/s (2 producers, BatchSend of 1,000 x 16 B)"},
 		{"stream-consume", fmt.Sprintf("stream protocol, msgs/s reading %d from first", count)},
-		{"stream-publish-091", "AMQP 0-9-1 into a stream, confirmed msgs/s (2 publishers, 1,000 in flight each)"},
-		{"stream-consume-091", fmt.Sprintf("AMQP 0-9-1 from a stream, msgs/s reading %d from first (prefetch 1,000)", count)},
+		{"stream-publish-091", "AMQP 0-9-1 into a stream (warren-perf), confirmed msgs/s (2 publishers, 1,000 in flight each)"},
+		{"stream-consume-091", fmt.Sprintf("AMQP 0-9-1 from a stream (warren-perf), msgs/s reading %d from first (prefetch 1,000)", count)},
 	}
 	for _, s := range scs {
 		r.results = append(r.results, &scenarioResult{Name: s.name, What: s.what, Unit: "msgs/s", Higher: true, Target: 3})
@@ -134,11 +139,15 @@ func (r *runner) streamRun(name, on string, count int, rabbitStream string) (flo
 			v, err = streamConsume(env, sname, count)
 		}
 	case "stream-publish-091":
-		v, err = publish091(amqpURI, sname, r.o.duration, r.o.warmup)
+		v, err = r.perf(amqpURI, pid, func(p *perfResult) float64 { return p.ConfirmRate },
+			"--predeclared", "--queue", sname, "--publishers", "2", "--consumers", "0", "--size", "16", "--confirm", "1000",
+			"--duration", r.o.duration.String(), "--warmup", r.o.warmup.String())
 	case "stream-consume-091":
 		if _, err = streamPublish(env, sname, 0, 0, count); err == nil {
 			cpu0, start = procCPU(pid), time.Now()
-			v, err = consume091(amqpURI, sname, count)
+			v, err = r.perf(amqpURI, pid, func(p *perfResult) float64 { return p.ConsumeRate },
+				"--predeclared", "--queue", sname, "--publishers", "0", "--consumers", "1", "--count", fmt.Sprint(count),
+				"--prefetch", "1000", "--multi-ack-every", "100", "--consumer-args", "x-stream-offset=first", "--drain", "1s")
 		}
 	}
 	if err != nil {
@@ -146,6 +155,26 @@ func (r *runner) streamRun(name, on string, count int, rabbitStream string) (flo
 	}
 	cpu := (procCPU(pid) - cpu0) / time.Since(start).Seconds() * 100
 	return v, fmt.Sprintf("(broker CPU %.0f%%)", cpu), nil
+}
+
+// perf runs warren-perf (the load tool of every other scenario, the same
+// binary and arguments against both brokers) and returns its metric.
+func (r *runner) perf(uri string, pid int, metric func(*perfResult) float64, args ...string) (float64, error) {
+	args = append([]string{"--uri", uri, "--pid", fmt.Sprint(pid), "--json", "--progress", "0"}, args...)
+	cmd := exec.Command(filepath.Join(r.bin, "warren-perf"), args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("warren-perf %s: %v\n%s", strings.Join(args, " "), err, lastLines(errOut.String(), 20))
+	}
+	var res perfResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return 0, fmt.Errorf("warren-perf output: %v\n%s", err, out.String())
+	}
+	if len(res.Errors) > 0 {
+		return 0, fmt.Errorf("warren-perf reported errors: %v", res.Errors)
+	}
+	return metric(&res), nil
 }
 
 // procCPU is a process's CPU seconds so far (0 when unknown).
@@ -269,107 +298,6 @@ func streamConsume(env *stream.Environment, name string, count int) (float64, er
 	case <-done:
 	case <-time.After(5 * time.Minute):
 		return 0, fmt.Errorf("read %d of %d", n.Load(), count)
-	}
-	return float64(count) / time.Since(start).Seconds(), nil
-}
-
-// publish091 publishes with 2 AMQP 0-9-1 publishers, confirms, 1,000 in
-// flight each.
-func publish091(uri, name string, d, warmup time.Duration) (float64, error) {
-	const publishers, window = 2, 1000
-	var confirmed atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, publishers)
-	for range publishers {
-		conn, err := amqp.Dial(uri)
-		if err != nil {
-			return 0, err
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return 0, err
-		}
-		if err := ch.Confirm(false); err != nil {
-			return 0, err
-		}
-		acks := ch.NotifyPublish(make(chan amqp.Confirmation, window*2))
-		sem := make(chan struct{}, window)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			go func() {
-				for c := range acks {
-					if !c.Ack {
-						errs <- fmt.Errorf("nacked")
-						return
-					}
-					confirmed.Add(1)
-					<-sem
-				}
-			}()
-			body := make([]byte, 16)
-			for {
-				select {
-				case <-stop:
-					return
-				case sem <- struct{}{}:
-				}
-				if err := ch.PublishWithContext(context.Background(), "", name, false, false, amqp.Publishing{Body: body}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	time.Sleep(warmup)
-	c0, t0 := confirmed.Load(), time.Now()
-	time.Sleep(d)
-	c1, t1 := confirmed.Load(), time.Now()
-	close(stop)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return 0, err
-	default:
-	}
-	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
-}
-
-// consume091 reads count messages from first over AMQP 0-9-1.
-func consume091(uri, name string, count int) (float64, error) {
-	conn, err := amqp.Dial(uri)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, err
-	}
-	if err := ch.Qos(1000, 0, false); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	ds, err := ch.Consume(name, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
-	if err != nil {
-		return 0, err
-	}
-	timeout := time.After(5 * time.Minute)
-	for n := 0; n < count; {
-		select {
-		case d, ok := <-ds:
-			if !ok {
-				return 0, fmt.Errorf("the channel closed after %d", n)
-			}
-			n++
-			if n%100 == 0 || n == count {
-				d.Ack(true)
-			}
-		case <-timeout:
-			return 0, fmt.Errorf("read %d of %d", n, count)
-		}
 	}
 	return float64(count) / time.Since(start).Seconds(), nil
 }

@@ -35,7 +35,12 @@ const (
 	// streamRetentionEvery is how often a stream with x-max-age checks
 	// its age retention (segments also go when one closes).
 	streamRetentionEvery = 5 * time.Second
+	// streamArena is the size of the blocks queued records are copied to.
+	streamArena = 256 << 10
 )
+
+// encodeScratch holds the buffers publishes are encoded into.
+var encodeScratch = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // streamState is a stream queue's log, writer and readers.
 type streamState struct {
@@ -46,6 +51,7 @@ type streamState struct {
 	room      *sync.Cond // publishers wait for the writer here
 	pend      []streamPub
 	pendBytes int
+	arena     []byte // where queued AMQP publishes' records are kept
 	writing   bool
 	closed    bool
 	failed    error // a write that failed: later publishes are refused
@@ -207,7 +213,10 @@ func (s *streamState) armRetention() {
 // enqueue encodes m and hands it to the writer; r's wait (the confirm)
 // ends once its chunk is on disk.
 func (s *streamState) enqueue(m *Message, r *Router) enqueueResult {
-	rec := streamEncode(make([]byte, 0, len(m.Body)+128), m)
+	// Encoded into a scratch buffer, then copied into the stream's arena
+	// (below, under its lock): no allocation per message.
+	sp := encodeScratch.Get().(*[]byte)
+	rec := streamEncode((*sp)[:0], m)
 	var w *rwait
 	if r != nil && !r.NoWait {
 		if r.rw == nil {
@@ -217,7 +226,12 @@ func (s *streamState) enqueue(m *Message, r *Router) enqueueResult {
 		w.add(1)
 	}
 	filter, _ := m.Props.Headers["x-stream-filter-value"].(string)
-	if !s.queue(streamPub{rec: rec, w: w, filter: filter}) {
+	ok := s.queue(streamPub{rec: rec, w: w, filter: filter})
+	if cap(rec) <= 64<<10 {
+		*sp = rec[:0]
+		encodeScratch.Put(sp)
+	}
+	if !ok {
 		if w != nil {
 			w.add(-1)
 			r.failed = true
@@ -238,6 +252,15 @@ func (s *streamState) queue(p streamPub) bool {
 	if s.closed || s.failed != nil {
 		s.mu.Unlock()
 		return false
+	}
+	if p.rec != nil {
+		// into the arena: the writer's copies outlive the caller's buffer
+		if cap(s.arena)-len(s.arena) < len(p.rec) {
+			s.arena = make([]byte, 0, max(streamArena, len(p.rec)))
+		}
+		n := len(s.arena)
+		s.arena = append(s.arena, p.rec...)
+		p.rec = s.arena[n:len(s.arena):len(s.arena)]
 	}
 	s.pend = append(s.pend, p)
 	s.pendBytes += p.size()

@@ -28,6 +28,9 @@ type options struct {
 	Queue         string
 	QueueArgsRaw  string
 	QueueArgs     amqp.Table
+	// ConsumerArgs are basic.consume's arguments (x-stream-offset...).
+	ConsumerArgsRaw string
+	ConsumerArgs    amqp.Table
 	DurableQueue  bool
 	Exchange      string
 	ExchangeType  string
@@ -66,6 +69,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.Prefetch, "prefetch", 0, "basic.qos prefetch count per consumer (0: unlimited)")
 	fs.Float64Var(&o.Rate, "rate", 0, "messages/s per publisher (0: as fast as possible)")
 	fs.StringVar(&o.Queue, "queue", "", "queue `name` (with --fanout, the prefix of the queue names); default: warren-perf-<random>")
+	fs.StringVar(&o.ConsumerArgsRaw, "consumer-args", "", "basic.consume arguments, as --queue-args: 'x-stream-offset=first' to read a stream from its start")
 	fs.StringVar(&o.QueueArgsRaw, "queue-args", "", "queue arguments: 'x-max-length=10,x-queue-type=quorum' (numbers are longs, true/false bools) or a JSON object")
 	fs.BoolVar(&o.DurableQueue, "durable-queue", false, "declare durable queues and exchanges (implied by x-queue-type quorum or stream)")
 	fs.StringVar(&o.Exchange, "exchange", "", "exchange to publish to (declared with --exchange-type, the queue bound to it); default: the default exchange")
@@ -113,6 +117,9 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 	var err error
 	if o.QueueArgs, err = parseQueueArgs(o.QueueArgsRaw); err != nil {
 		return nil, fmt.Errorf("--queue-args: %w", err)
+	}
+	if o.ConsumerArgs, err = parseQueueArgs(o.ConsumerArgsRaw); err != nil {
+		return nil, fmt.Errorf("--consumer-args: %w", err)
 	}
 	switch {
 	case o.Publishers < 0 || o.Consumers < 0:

@@ -378,7 +378,7 @@ func (r *runner) startConsumer(name, queue string, autoAck bool, prefetch int, i
 			r.fail("consumer on %q cancelled by the broker", queue)
 		}
 	}
-	if _, err := ch.Consume(queue, perfclient.ConsumeOptions{NoAck: autoAck, OnCancel: onCancel}, fn); err != nil {
+	if _, err := ch.Consume(queue, perfclient.ConsumeOptions{NoAck: autoAck, OnCancel: onCancel, Args: r.o.ConsumerArgs}, fn); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("consuming from %q: %w", queue, err)
 	}
