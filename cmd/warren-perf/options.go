@@ -31,28 +31,28 @@ type options struct {
 	// ConsumerArgs are basic.consume's arguments (x-stream-offset...).
 	ConsumerArgsRaw string
 	ConsumerArgs    amqp.Table
-	DurableQueue  bool
-	Exchange      string
-	ExchangeType  string
-	RoutingKey    string
-	Fanout        int
-	Nack          bool
-	DLXQueue      string
-	Expiration    string
-	Duration      time.Duration
-	Count         int64
-	Warmup        time.Duration
-	PID           int
-	Progress      time.Duration
-	JSON          bool
-	Drain         time.Duration
-	DrainMax      time.Duration
-	Cleanup       bool
-	Predeclared   bool
-	Heartbeat     time.Duration
-	FlushBytes    int
-	PaceQuantum   time.Duration
-	CPUProfile    string
+	DurableQueue    bool
+	Exchange        string
+	ExchangeType    string
+	RoutingKey      string
+	Fanout          int
+	Nack            bool
+	DLXQueue        string
+	Expiration      string
+	Duration        time.Duration
+	Count           int64
+	Warmup          time.Duration
+	PID             int
+	Progress        time.Duration
+	JSON            bool
+	Drain           time.Duration
+	DrainMax        time.Duration
+	Cleanup         bool
+	Predeclared     bool
+	Heartbeat       time.Duration
+	FlushBytes      int
+	PaceQuantum     time.Duration
+	CPUProfile      string
 }
 
 func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
