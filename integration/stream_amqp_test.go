@@ -690,3 +690,36 @@ func TestStreamDLQInspect(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamDefinitions: a stream is exported with its arguments and
+// imported as a stream (definitions export/import).
+func TestStreamDefinitions(t *testing.T) {
+	a := newMgmtWarren(t)
+	conn, err := amqp.Dial(a.amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare("exported", true, false, false, false, streamWith("x-max-age", "2D", "x-max-length-bytes", int64(1<<30))); err != nil {
+		t.Fatal(err)
+	}
+	defs := a.getJSON("/api/definitions")
+	b := newMgmtWarren(t)
+	if r := b.do("POST", "/api/definitions", defs); r.status != 204 && r.status != 200 && r.status != 201 {
+		t.Fatalf("import: %d %s", r.status, r.body)
+	}
+	q := b.w.Broker().VHost("/").Stream("exported")
+	if q == nil {
+		t.Fatal("the imported queue is not a stream")
+	}
+	if e := q.Effective(); e.MaxAge != "2D" || e.MaxLengthBytes == nil || *e.MaxLengthBytes != 1<<30 {
+		t.Fatalf("imported arguments: %+v", e)
+	}
+	c2, ch2 := streamDial(t, b.amqpURL)
+	defer c2.Close()
+	streamPublish(t, ch2, "exported", "m")
+	if got := streamRead(t, b.amqpURL, "exported", amqp.Table{"x-stream-offset": "first"}, 1); !slices.Equal(got, []string{"0:m"}) {
+		t.Fatalf("the imported stream: %v", got)
+	}
+}
