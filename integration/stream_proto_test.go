@@ -615,6 +615,7 @@ func TestStreamFiltering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	confirms := p.NotifyPublishConfirmation()
 	batch := func(state string, n int) {
 		var ms []message.StreamMessage
 		for i := range n {
@@ -627,7 +628,15 @@ func TestStreamFiltering(t *testing.T) {
 		if err := p.BatchSend(ms); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // a chunk of its own
+		// confirmed before the next is sent: a chunk of its own
+		for k := 0; k < n; {
+			select {
+			case cs := <-confirms:
+				k += len(cs)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d of %d confirmed", k, n)
+			}
+		}
 	}
 	batch("CA", 5)
 	batch("NY", 5)
