@@ -114,6 +114,9 @@ type MoveResult struct {
 	// republish refused, unroutable or not known to be on disk, a
 	// permission missing, or the context's end.
 	Err error
+	// Next is, for a stream, the offset after the last record read:
+	// where a next replay goes on.
+	Next uint64
 }
 
 // transferBatch is how many messages are republished before waiting for
@@ -297,6 +300,12 @@ type ReplayOptions struct {
 	// KeepHistory keeps the x-death history (and x-first-death-*,
 	// x-last-death-* headers) on the replayed messages.
 	KeepHistory bool
+	// From and Since choose where the replay of a stream starts (a
+	// stream keeps its dead letters: they are read, not removed): the
+	// record offset From, or the first chunk written at or after Since;
+	// its first record when neither is set.
+	From  *uint64
+	Since time.Time
 }
 
 // ErrUnknownReason is ReplayDeadLetters' answer to a filter on a reason
@@ -322,6 +331,9 @@ func (b *Broker) ReplayDeadLetters(ctx context.Context, act Actor, v *VHost, q *
 	}
 	if err := b.authorize(act, v, Read, "queue", q.Name); err != nil {
 		return MoveResult{}, err
+	}
+	if q.IsStream() {
+		return b.replayStream(ctx, act, v, q, o), nil
 	}
 	return b.transfer(ctx, act, v, q, o.Limit, func(m *Message) (string, *Message, bool) {
 		if !o.Filter.Match(m) {

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -172,6 +173,10 @@ func (s *streamState) options(fs store.FS) streamlog.Options {
 	o.MaxAge = parseMaxAge(e.MaxAge)
 	return o
 }
+
+// ParseInterval reads an interval as x-max-age and x-stream-offset
+// write one ("30m", "1h", "7D"): 0 when it is not one.
+func ParseInterval(s string) time.Duration { return parseMaxAge(s) }
 
 // parseMaxAge reads x-max-age ("7D"): RabbitMQ's units Y M D h m s (a
 // year of 365 days, a month of 30).
@@ -796,7 +801,7 @@ func (k streamType) counts() (messages, consumers int) {
 	if in.Chunks == 0 {
 		return 0, consumers
 	}
-	return int(in.Next - in.FirstOffset), consumers
+	return int(in.Committed - min(in.FirstOffset, in.Committed)), consumers // what readers can read
 }
 func (k streamType) browse(offset int, fn func(Browsed) bool) int { return k.s().browse(offset, fn) }
 func (k streamType) here() bool                                   { return true }
@@ -828,7 +833,7 @@ func (k streamType) statsLocked(s *QueueStats) {
 	st := k.s()
 	in := st.log.Info()
 	if in.Chunks > 0 {
-		s.Ready = int(in.Next - in.FirstOffset)
+		s.Ready = int(in.Committed - min(in.FirstOffset, in.Committed))
 	}
 	s.ReadyBytes = in.Bytes
 	s.Persistent, s.PersistentBytes = s.Ready, s.ReadyBytes
@@ -951,7 +956,7 @@ func (s *streamState) browse(offset int, fn func(Browsed) bool) int {
 	if in.Chunks == 0 {
 		return 0
 	}
-	total := int(in.Next - in.FirstOffset)
+	total := int(in.Committed - min(in.FirstOffset, in.Committed))
 	from := in.FirstOffset + uint64(offset)
 	pos, err := s.log.AtOffset(from)
 	if err != nil {
@@ -994,4 +999,113 @@ func (s *streamState) browse(offset int, fn func(Browsed) bool) int {
 			}
 		}
 	}
+}
+
+// replayStream replays a stream's dead letters from o.From or o.Since up
+// to what the stream held when it began (what dies back into it while
+// it runs is not replayed again), each as ReplayMessage says, checked as
+// a client's publish; the stream keeps every record.
+func (b *Broker) replayStream(ctx context.Context, act Actor, v *VHost, q *Queue, o ReplayOptions) (res MoveResult) {
+	l := q.sq.log
+	in := l.Info()
+	end := in.Committed
+	from := in.FirstOffset
+	var pos streamlog.Position
+	var err error
+	switch {
+	case o.From != nil:
+		from = max(*o.From, in.FirstOffset)
+		pos, err = l.AtOffset(from)
+	case !o.Since.IsZero():
+		pos, err = l.AtTimestamp(o.Since.UnixMilli())
+		from = 0
+	default:
+		pos = l.First()
+	}
+	res.Next = max(from, in.FirstOffset)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	r := l.NewReader(pos)
+	defer r.Close()
+	var rt Router
+	var waits Durability
+	defer func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := b.WaitDurable(wctx, waits); err != nil && res.Err == nil {
+			res.Err = err
+		}
+	}()
+	for o.Limit == 0 || res.Moved < o.Limit {
+		if ctx.Err() != nil {
+			res.Err = ctx.Err()
+			return res
+		}
+		c, err := r.Next()
+		if err != nil {
+			return res // the end (or the stream closed)
+		}
+		if c.Type != streamlog.ChunkUser || c.ID >= end {
+			if c.ID >= end {
+				return res
+			}
+			continue
+		}
+		data, off := c.Data(), c.ID
+		for len(data) > 0 && (o.Limit == 0 || res.Moved < o.Limit) {
+			e, rest, err := streamlog.NextEntry(data)
+			if err != nil {
+				break
+			}
+			data = rest
+			recs := [][]byte{e.Data}
+			if e.SubBatch {
+				recs = subBatchRecords(e)
+			}
+			for _, rec := range recs {
+				at := off
+				off++
+				if at < from || at >= end || o.Limit > 0 && res.Moved >= o.Limit {
+					continue
+				}
+				res.Next = at + 1
+				m, err := streamDecode(rec, q.Name)
+				if err != nil || !o.Filter.Match(m) {
+					res.Skipped++
+					continue
+				}
+				exchange, out, ok := ReplayMessage(m, o.KeepHistory)
+				if !ok {
+					res.Skipped++
+					continue
+				}
+				if err := b.authorizePublish(act, v, exchange, out); err != nil {
+					res.Err, res.Next = err, at
+					return res
+				}
+				pr, err := v.Publish(&rt, exchange, out)
+				switch {
+				case err != nil:
+					res.Err = err
+				case pr.Failed:
+					res.Err = errors.New("the message could not be written to disk")
+				case pr.Routed == 0:
+					res.Err = fmt.Errorf("no queue bound to exchange '%s' takes routing key '%s'", exchangeDisplay(exchange), out.RoutingKey)
+				case pr.Rejected:
+					res.Err = fmt.Errorf("a queue bound to exchange '%s' refused the message (overflow reject-publish)", exchangeDisplay(exchange))
+				}
+				if res.Err != nil {
+					res.Failed++
+					res.Next = at
+					return res
+				}
+				b.countRepublish(v.Name, exchange, true)
+				waits.Add(pr.Durable)
+				res.Moved++
+			}
+		}
+	}
+	return res
 }

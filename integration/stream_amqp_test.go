@@ -7,6 +7,7 @@ package integration
 // the 4.x behaviour Warren implements, the case says so.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -721,5 +722,73 @@ func TestStreamDefinitions(t *testing.T) {
 	streamPublish(t, ch2, "exported", "m")
 	if got := streamRead(t, b.amqpURL, "exported", amqp.Table{"x-stream-offset": "first"}, 1); !slices.Equal(got, []string{"0:m"}) {
 		t.Fatalf("the imported stream: %v", got)
+	}
+}
+
+// TestStreamDLQReplay: a stream DLQ is replayed from an offset or a time
+// (an interval back from now) and keeps every record: the dead letters
+// go back to their queue, and can be replayed again.
+func TestStreamDLQReplay(t *testing.T) {
+	tg := newMgmtWarren(t)
+	conn, err := amqp.Dial(tg.amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare("dl-audit", true, false, false, false, streamArgs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("billing", true, false, false, false, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dl-audit"}); err != nil {
+		t.Fatal(err)
+	}
+	streamPublish(t, ch, "billing", "b0", "b1", "b2")
+	ch.Qos(10, 0, false)
+	ds, _ := ch.Consume("billing", "bc", false, false, false, false, nil)
+	for range 3 {
+		(<-ds).Reject(false)
+	}
+	ch.Cancel("bc", false)
+	replay := func(body map[string]any) map[string]any {
+		t.Helper()
+		r := tg.must("POST", "/api/dead-letters/%2F/dl-audit/replay", body, 200)
+		var out map[string]any
+		if err := json.Unmarshal(r.body, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	depth := func(q string) int {
+		n, _ := tg.w.Broker().VHost("/").Queue(q).Counts()
+		return n
+	}
+	if !eventually(func() bool { return depth("dl-audit") == 3 }) {
+		t.Fatalf("dead letters in the stream: %d", depth("dl-audit"))
+	}
+	got := replay(map[string]any{"offset": 1})
+	if got["replayed"] != 2.0 || got["next_offset"] != 3.0 || got["error"] != nil {
+		t.Fatalf("replay from offset 1: %v", got)
+	}
+	if depth("billing") != 2 || depth("dl-audit") != 3 {
+		t.Fatalf("after the replay: billing %d, the stream %d", depth("billing"), depth("dl-audit"))
+	}
+	got = replay(map[string]any{"since": "1h", "count": 1})
+	if got["replayed"] != 1.0 || got["next_offset"] != 1.0 {
+		t.Fatalf("replay since 1h, count 1: %v", got)
+	}
+	got = replay(map[string]any{"since": "1h"})
+	if got["replayed"] != 3.0 || depth("billing") != 6 || depth("dl-audit") != 3 {
+		t.Fatalf("replay since 1h: %v; billing %d", got, depth("billing"))
+	}
+	// the replayed messages have no history (keep_history false)
+	d, ok, err := ch.Get("billing", true)
+	if err != nil || !ok || d.Headers["x-death"] != nil || string(d.Body) != "b1" {
+		t.Fatalf("a replayed message: %v %v %s %v", ok, err, d.Body, d.Headers)
+	}
+	if r := tg.do("POST", "/api/dead-letters/%2F/billing/replay", map[string]any{"offset": 0}); r.status != 400 {
+		t.Fatalf("offset on a classic queue: %d %s", r.status, r.body)
+	}
+	if r := tg.do("POST", "/api/dead-letters/%2F/dl-audit/replay", map[string]any{"since": "yesterday"}); r.status != 400 {
+		t.Fatalf("a bad since: %d %s", r.status, r.body)
 	}
 }

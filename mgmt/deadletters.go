@@ -184,6 +184,11 @@ type replayBody struct {
 	DryRun      bool   `json:"dry_run"`
 	// List bounds the messages a dry run lists (the rest are counted).
 	List any `json:"list"`
+	// Offset and Since choose where the replay of a stream DLQ starts: a
+	// record offset, or an interval back from now ("1h") or an RFC 3339
+	// time; the stream keeps its records.
+	Offset any    `json:"offset"`
+	Since  string `json:"since"`
 }
 
 func (c *call) deadLetterReplay() error {
@@ -208,6 +213,26 @@ func (c *call) deadLetterReplay() error {
 		return badRequest(fmt.Sprintf("unknown reason '%s' (rejected, expired, maxlen or delivery_limit)", b.Reason))
 	}
 	opts := broker.ReplayOptions{Limit: int(limit), Filter: broker.DeadFilter{Reason: b.Reason, SourceQueue: b.SourceQueue}, KeepHistory: b.KeepHistory}
+	if b.Offset != nil {
+		n, ok := jsonInt(b.Offset)
+		if !ok || n < 0 {
+			return badRequest("offset must be a non-negative integer")
+		}
+		from := uint64(n)
+		opts.From = &from
+	}
+	if b.Since != "" {
+		if d := broker.ParseInterval(b.Since); d > 0 {
+			opts.Since = time.Now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, b.Since); err == nil {
+			opts.Since = t
+		} else {
+			return badRequest("since must be an interval (30m, 1h, 7D) or an RFC 3339 time")
+		}
+	}
+	if (opts.From != nil || !opts.Since.IsZero()) && !q.IsStream() {
+		return badRequest("offset and since apply to a stream's dead letters only")
+	}
 	if b.DryRun {
 		return c.replayPreview(v, q, opts, b.List)
 	}
@@ -217,6 +242,10 @@ func (c *call) deadLetterReplay() error {
 	}
 	st := q.Stats()
 	reply := api.ReplayResult{Replayed: res.Moved, Skipped: res.Skipped, Failed: res.Failed, Remaining: st.Ready + st.Unacked}
+	if q.IsStream() {
+		next := res.Next
+		reply.NextOffset = &next // a stream keeps its records: where to go on
+	}
 	if res.Err != nil {
 		reply.Error = res.Err.Error()
 	}

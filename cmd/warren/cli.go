@@ -58,6 +58,8 @@ type cliCtx struct {
 	reason     string
 	sourceQ    string
 	keepHist   bool
+	since      string // dlq replay of a stream: where it starts
+	offset     int64
 	applyTo    string
 	priority   int
 	batch      int
@@ -114,12 +116,14 @@ var cliCommands = []*cliCommand{
 				deadFilterFlags(fs, c)
 			},
 			run: cmdDLQInspect},
-		{name: "replay", args: "QUEUE [--count N] [--reason R] [--source-queue Q] [--keep-history]",
+		{name: "replay", args: "QUEUE [--count N] [--reason R] [--source-queue Q] [--keep-history] [--since 1h | --offset N]",
 			summary: "republish dead letters to where they were first dead-lettered from",
 			flags: func(fs *flag.FlagSet, c *cliCtx) {
 				fs.IntVar(&c.count, "count", 0, "replay at most this many messages (0: all)")
 				deadFilterFlags(fs, c)
 				fs.BoolVar(&c.keepHist, "keep-history", false, "keep the x-death history (by default replayed messages start afresh)")
+				fs.StringVar(&c.since, "since", "", "a stream DLQ: replay what was dead-lettered since (30m, 1h, 7D or an RFC 3339 time); the stream keeps its records")
+				fs.Int64Var(&c.offset, "offset", -1, "a stream DLQ: replay from this offset on; the stream keeps its records")
 				fs.IntVar(&c.batch, "batch", 100, "messages per replay request")
 			},
 			run: cmdDLQReplay},

@@ -258,9 +258,22 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 	var total api.ReplayResult
 	total.Remaining = p.Total
 	path := apiPath("dead-letters", vhost, queue, "replay")
+	// A stream DLQ keeps its records: each batch goes on from the offset
+	// the last one reached (next_offset), from --offset or --since first.
+	var next *uint64
+	if c.offset >= 0 {
+		o := uint64(c.offset)
+		next = &o
+	}
 	for total.Replayed < limit {
 		n := min(c.batch, limit-total.Replayed)
 		body := map[string]any{"count": n, "keep_history": c.keepHist}
+		switch {
+		case next != nil:
+			body["offset"] = *next
+		case c.since != "":
+			body["since"] = c.since
+		}
 		if c.reason != "" {
 			body["reason"] = c.reason
 		}
@@ -281,6 +294,9 @@ func cmdDLQReplay(c *cliCtx, args []string) error {
 		}
 		total.Replayed += r.Replayed
 		total.Failed += r.Failed
+		if r.NextOffset != nil {
+			next = r.NextOffset
+		}
 		// Each request scans again the messages that do not match (they
 		// stay at the head), so its skipped count includes the previous
 		// ones: the last, largest, is what one request would have said.

@@ -1021,3 +1021,61 @@ func TestCLIFederation(t *testing.T) {
 		t.Fatalf("warren federation shows credentials:\n%s", out)
 	}
 }
+
+// TestCLIDLQReplayStream: warren dlq replay on a stream DLQ reads it from
+// --offset or --since in batches that go on where the last one stopped,
+// and the stream keeps its records (issue 25).
+func TestCLIDLQReplayStream(t *testing.T) {
+	e := newCLIEnv(t)
+	e.warrenOnly()
+	ch := e.channel()
+	if _, err := ch.QueueDeclare("cli.sdlq", true, false, false, false, amqp.Table{"x-queue-type": "stream"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("cli.work", true, false, false, false, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "cli.sdlq"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := ch.Publish("", "cli.work", false, false, amqp.Publishing{Body: []byte(fmt.Sprint("w", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 0; n < 5; {
+		d, ok, err := ch.Get("cli.work", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			d.Reject(false)
+			n++
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); depth(t, e.channel(), "cli.sdlq") < 5; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead letters did not reach the stream")
+		}
+	}
+	out := e.mustCLI("dlq", "replay", "cli.sdlq", "--offset", "1", "--batch", "2")
+	if !strings.Contains(out, "Replayed 4, skipped 0, failed 0; 5 left") {
+		t.Fatalf("replay --offset 1 --batch 2:\n%s", out)
+	}
+	out = e.mustCLI("dlq", "replay", "cli.sdlq", "--since", "1h", "--batch", "2")
+	if !strings.Contains(out, "Replayed 5, skipped 0, failed 0; 5 left") {
+		t.Fatalf("replay --since 1h --batch 2:\n%s", out)
+	}
+	// w1..w4 from the first replay, then w0..w4 from the second, each once
+	var got []string
+	for {
+		d, ok, err := ch.Get("cli.work", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, string(d.Body))
+	}
+	if strings.Join(got, " ") != "w1 w2 w3 w4 w0 w1 w2 w3 w4" {
+		t.Fatalf("replayed into cli.work: %v", got)
+	}
+}

@@ -728,6 +728,9 @@ type ReplayResult struct {
 	Failed    int    `json:"failed"`
 	Remaining int    `json:"remaining"`
 	Error     string `json:"error,omitempty"`
+	// NextOffset is, for a stream DLQ, the offset after the last record
+	// read (a stream keeps its dead letters).
+	NextOffset *uint64 `json:"next_offset,omitempty"`
 }
 
 // StreamConnection is one of /api/stream/connections (RabbitMQ's
