@@ -142,7 +142,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.next = last.id
 		for _, s := range slices.Backward(l.segs) {
 			if s.chunks > 0 {
-				h, err := l.headerAt(s.id, s.lastPos())
+				h, err := l.indexedHeader(s.id, s.chunks-1)
 				if err != nil {
 					l.seg.Close()
 					l.idx.Close()
@@ -162,31 +162,25 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// lastPos is the position of s's last chunk, read from its index.
-func (s *segment) lastPos() int64 { return -1 - int64(s.chunks-1) } // an index position, resolved by headerAt
-
-// headerAt reads the header of the chunk of segment id at pos; a negative
-// pos -1-i names the chunk of index record i.
-func (l *Log) headerAt(id uint64, pos int64) (Header, error) {
+// indexedHeader reads the header of the chunk of index record i of
+// segment id.
+func (l *Log) indexedHeader(id uint64, i int) (Header, error) {
+	xf, err := l.fs.OpenFile(filepath.Join(l.dir, idxName(id)), os.O_RDONLY, 0)
+	if err != nil {
+		return Header{}, err
+	}
+	r, err := readIndexRecord(xf, i)
+	xf.Close()
+	if err != nil {
+		return Header{}, err
+	}
 	f, err := l.fs.OpenFile(filepath.Join(l.dir, segName(id)), os.O_RDONLY, 0)
 	if err != nil {
 		return Header{}, err
 	}
 	defer f.Close()
-	if pos < 0 {
-		xf, err := l.fs.OpenFile(filepath.Join(l.dir, idxName(id)), os.O_RDONLY, 0)
-		if err != nil {
-			return Header{}, err
-		}
-		r, err := readIndexRecord(xf, int(-1-pos))
-		xf.Close()
-		if err != nil {
-			return Header{}, err
-		}
-		pos = int64(r.pos)
-	}
 	var b [HeaderSize]byte
-	if _, err := f.ReadAt(b[:], pos); err != nil {
+	if _, err := f.ReadAt(b[:], int64(r.pos)); err != nil {
 		return Header{}, err
 	}
 	return ParseHeader(b[:])
@@ -405,20 +399,12 @@ func (l *Log) Sync() error {
 
 // Commit makes every chunk appended so far visible to readers.
 func (l *Log) Commit() {
-	l.CommitUpTo(0)
-}
-
-// CommitUpTo makes the chunks below offset visible (all appended when 0).
-func (l *Log) CommitUpTo(offset uint64) {
 	l.mu.Lock()
-	if offset == 0 || offset > l.next {
-		offset = l.next
-	}
-	if offset <= l.committed {
+	if l.next <= l.committed {
 		l.mu.Unlock()
 		return
 	}
-	l.committed = offset
+	l.committed = l.next
 	for _, s := range l.segs {
 		s.readable = s.size
 	}
@@ -689,7 +675,7 @@ func (l *Log) recoverTracking() error {
 		if s.chunks == 0 {
 			continue
 		}
-		h, err := l.headerAt(s.id, -1)
+		h, err := l.indexedHeader(s.id, 0)
 		if err == nil && h.Type == ChunkTrackingSnapshot {
 			from = i
 			break
