@@ -178,24 +178,7 @@ func (r *runner) perf(uri string, pid int, metric func(*perfResult) float64, arg
 }
 
 // procCPU is a process's CPU seconds so far (0 when unknown).
-func procCPU(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	var utime, stime float64
-	// fields 14 and 15 after the command, which may hold spaces
-	s := string(data)
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == ')' {
-			s = s[i+2:]
-			break
-		}
-	}
-	var f [13]string
-	fmt.Sscan(s, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10], &utime, &stime)
-	return (utime + stime) / 100
-}
+func procCPU(pid int) float64 { return float64(max(cpuTicks(pid), 0)) / 100 }
 
 // streamPublish publishes with 2 producers, for d after warmup (the rate
 // of what was confirmed after the warmup), or count messages in all.
