@@ -181,30 +181,14 @@ walk:
 		ds, done := src.Take(&cur, want, transferBudget, upto, matches)
 		for i, d := range ds {
 			exchange, m, _ := pick(d.Msg)
-			if err := b.authorizePublish(act, v, exchange, m); err != nil {
-				res.Err = err
-			} else {
-				pr, err := v.Publish(&r, exchange, m)
-				if err == nil {
-					b.countRepublish(v.Name, exchange, pr.Routed > 0)
-				}
-				switch {
-				case err != nil:
-					res.Err = err
-				case pr.Failed:
-					res.Err = errors.New("the message could not be written to disk")
-				case pr.Routed == 0:
-					res.Err = fmt.Errorf("no queue bound to exchange '%s' takes routing key '%s'", exchangeDisplay(exchange), m.RoutingKey)
-				case pr.Rejected:
-					res.Err = fmt.Errorf("a queue bound to exchange '%s' refused the message (overflow reject-publish)", exchangeDisplay(exchange))
-				}
-				if res.Err == nil {
-					waits.Add(pr.Durable)
-					pending = append(pending, d)
-					res.Moved++
-					continue
-				}
+			dur, err := b.republish(act, v, &r, exchange, m)
+			if err == nil {
+				waits.Add(dur)
+				pending = append(pending, d)
+				res.Moved++
+				continue
 			}
+			res.Err = err
 			// This one and the rest of the batch go back, in place.
 			src.Return(ds[i:], false)
 			res.Failed++
@@ -341,6 +325,29 @@ func (b *Broker) ReplayDeadLetters(ctx context.Context, act Actor, v *VHost, q *
 		}
 		return ReplayMessage(m, o.KeepHistory)
 	}), nil
+}
+
+// republish publishes m to exchange as act, checked as a client's
+// publish, for a replay or a move: what its confirm waits for, or why it
+// did not take (refused, failed, unroutable, rejected by overflow).
+func (b *Broker) republish(act Actor, v *VHost, r *Router, exchange string, m *Message) (Durability, error) {
+	if err := b.authorizePublish(act, v, exchange, m); err != nil {
+		return Durability{}, err
+	}
+	pr, err := v.Publish(r, exchange, m)
+	if err != nil {
+		return Durability{}, err
+	}
+	b.countRepublish(v.Name, exchange, pr.Routed > 0)
+	switch {
+	case pr.Failed:
+		return Durability{}, errors.New("the message could not be written to disk")
+	case pr.Routed == 0:
+		return Durability{}, fmt.Errorf("no queue bound to exchange '%s' takes routing key '%s'", exchangeDisplay(exchange), m.RoutingKey)
+	case pr.Rejected:
+		return Durability{}, fmt.Errorf("a queue bound to exchange '%s' refused the message (overflow reject-publish)", exchangeDisplay(exchange))
+	}
+	return pr.Durable, nil
 }
 
 // ReplayMessage is the message to republish for dead letter m: to the

@@ -178,6 +178,16 @@ func (s *streamState) options(fs store.FS) streamlog.Options {
 // write one ("30m", "1h", "7D"): 0 when it is not one.
 func ParseInterval(s string) time.Duration { return parseMaxAge(s) }
 
+// committedRecords is how many records of a stream its readers can read
+// (its messages, as RabbitMQ counts them).
+func committedRecords(in streamlog.Info) int {
+	return int(in.Committed - min(in.FirstOffset, in.Committed))
+}
+
+// maxAgeUnits are x-max-age's units.
+var maxAgeUnits = map[byte]time.Duration{'Y': 365 * 24 * time.Hour, 'M': 30 * 24 * time.Hour, 'D': 24 * time.Hour,
+	'h': time.Hour, 'm': time.Minute, 's': time.Second}
+
 // parseMaxAge reads x-max-age ("7D"): RabbitMQ's units Y M D h m s (a
 // year of 365 days, a month of 30).
 func parseMaxAge(s string) time.Duration {
@@ -188,8 +198,7 @@ func parseMaxAge(s string) time.Duration {
 	if err != nil || n <= 0 {
 		return 0
 	}
-	unit := map[byte]time.Duration{'Y': 365 * 24 * time.Hour, 'M': 30 * 24 * time.Hour, 'D': 24 * time.Hour,
-		'h': time.Hour, 'm': time.Minute, 's': time.Second}[s[len(s)-1]]
+	unit := maxAgeUnits[s[len(s)-1]]
 	return time.Duration(n) * unit
 }
 
@@ -605,6 +614,32 @@ func (sc *streamConsumer) run() {
 	}
 }
 
+// eachRecord calls fn with the offset and bytes of each record of chunk
+// c, in order, until fn returns false; it reports whether fn stopped it.
+// The records of a compressed sub-batch are skipped (subBatchRecords),
+// their offsets counted.
+func eachRecord(c *streamlog.Chunk, fn func(off uint64, rec []byte) bool) bool {
+	data, off := c.Data(), c.ID
+	for len(data) > 0 {
+		e, rest, err := streamlog.NextEntry(data)
+		if err != nil {
+			return false
+		}
+		data = rest
+		recs := [][]byte{e.Data}
+		if e.SubBatch {
+			recs = subBatchRecords(e)
+		}
+		for i, rec := range recs {
+			if !fn(off+uint64(i), rec) {
+				return true
+			}
+		}
+		off += uint64(e.Records)
+	}
+	return false
+}
+
 // subBatchRecords are the records of an uncompressed sub-batch (the
 // others are skipped by AMQP 0-9-1 readers for now).
 func subBatchRecords(e streamlog.Entry) [][]byte {
@@ -801,7 +836,7 @@ func (k streamType) counts() (messages, consumers int) {
 	if in.Chunks == 0 {
 		return 0, consumers
 	}
-	return int(in.Committed - min(in.FirstOffset, in.Committed)), consumers // what readers can read
+	return committedRecords(in), consumers
 }
 func (k streamType) browse(offset int, fn func(Browsed) bool) int { return k.s().browse(offset, fn) }
 func (k streamType) here() bool                                   { return true }
@@ -833,7 +868,7 @@ func (k streamType) statsLocked(s *QueueStats) {
 	st := k.s()
 	in := st.log.Info()
 	if in.Chunks > 0 {
-		s.Ready = int(in.Committed - min(in.FirstOffset, in.Committed))
+		s.Ready = committedRecords(in)
 	}
 	s.ReadyBytes = in.Bytes
 	s.Persistent, s.PersistentBytes = s.Ready, s.ReadyBytes
@@ -956,7 +991,7 @@ func (s *streamState) browse(offset int, fn func(Browsed) bool) int {
 	if in.Chunks == 0 {
 		return 0
 	}
-	total := int(in.Committed - min(in.FirstOffset, in.Committed))
+	total := committedRecords(in)
 	from := in.FirstOffset + uint64(offset)
 	pos, err := s.log.AtOffset(from)
 	if err != nil {
@@ -972,31 +1007,14 @@ func (s *streamState) browse(offset int, fn func(Browsed) bool) int {
 		if c.Type != streamlog.ChunkUser {
 			continue
 		}
-		data, off := c.Data(), c.ID
-		for len(data) > 0 {
-			e, rest, err := streamlog.NextEntry(data)
-			if err != nil {
-				break
+		if eachRecord(c, func(o uint64, rec []byte) bool {
+			if o < from {
+				return true
 			}
-			data = rest
-			recs := [][]byte{e.Data}
-			if e.SubBatch {
-				recs = subBatchRecords(e)
-			}
-			for _, rec := range recs {
-				o := off
-				off++
-				if o < from {
-					continue
-				}
-				m, err := streamDecode(rec, s.q.Name)
-				if err != nil {
-					continue
-				}
-				if !fn(Browsed{Msg: m}) {
-					return total
-				}
-			}
+			m, err := streamDecode(rec, s.q.Name)
+			return err != nil || fn(Browsed{Msg: m})
+		}) {
+			return total
 		}
 	}
 }
@@ -1047,64 +1065,42 @@ func (b *Broker) replayStream(ctx context.Context, act Actor, v *VHost, q *Queue
 		if err != nil {
 			return res // the end (or the stream closed)
 		}
-		if c.Type != streamlog.ChunkUser || c.ID >= end {
-			if c.ID >= end {
-				return res
-			}
+		if c.ID >= end {
+			return res
+		}
+		if c.Type != streamlog.ChunkUser {
 			continue
 		}
-		data, off := c.Data(), c.ID
-		for len(data) > 0 && (o.Limit == 0 || res.Moved < o.Limit) {
-			e, rest, err := streamlog.NextEntry(data)
+		eachRecord(c, func(at uint64, rec []byte) bool {
+			if at < from || at >= end {
+				return true
+			}
+			if o.Limit > 0 && res.Moved >= o.Limit {
+				return false
+			}
+			res.Next = at + 1
+			m, err := streamDecode(rec, q.Name)
+			if err != nil || !o.Filter.Match(m) {
+				res.Skipped++
+				return true
+			}
+			exchange, out, ok := ReplayMessage(m, o.KeepHistory)
+			if !ok {
+				res.Skipped++
+				return true
+			}
+			dur, err := b.republish(act, v, &rt, exchange, out)
 			if err != nil {
-				break
+				res.Err, res.Next = err, at
+				res.Failed++
+				return false
 			}
-			data = rest
-			recs := [][]byte{e.Data}
-			if e.SubBatch {
-				recs = subBatchRecords(e)
-			}
-			for _, rec := range recs {
-				at := off
-				off++
-				if at < from || at >= end || o.Limit > 0 && res.Moved >= o.Limit {
-					continue
-				}
-				res.Next = at + 1
-				m, err := streamDecode(rec, q.Name)
-				if err != nil || !o.Filter.Match(m) {
-					res.Skipped++
-					continue
-				}
-				exchange, out, ok := ReplayMessage(m, o.KeepHistory)
-				if !ok {
-					res.Skipped++
-					continue
-				}
-				if err := b.authorizePublish(act, v, exchange, out); err != nil {
-					res.Err, res.Next = err, at
-					return res
-				}
-				pr, err := v.Publish(&rt, exchange, out)
-				switch {
-				case err != nil:
-					res.Err = err
-				case pr.Failed:
-					res.Err = errors.New("the message could not be written to disk")
-				case pr.Routed == 0:
-					res.Err = fmt.Errorf("no queue bound to exchange '%s' takes routing key '%s'", exchangeDisplay(exchange), out.RoutingKey)
-				case pr.Rejected:
-					res.Err = fmt.Errorf("a queue bound to exchange '%s' refused the message (overflow reject-publish)", exchangeDisplay(exchange))
-				}
-				if res.Err != nil {
-					res.Failed++
-					res.Next = at
-					return res
-				}
-				b.countRepublish(v.Name, exchange, true)
-				waits.Add(pr.Durable)
-				res.Moved++
-			}
+			waits.Add(dur)
+			res.Moved++
+			return true
+		})
+		if res.Err != nil {
+			return res
 		}
 	}
 	return res

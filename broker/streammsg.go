@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/warrenmq/warren/amqp"
@@ -368,7 +369,7 @@ func streamDecode(rec []byte, stream string) (*Message, error) {
 				case []byte:
 					return string(v), true
 				case uint64:
-					return uitoa(v), true
+					return strconv.FormatUint(v, 10), true
 				case amqp10.UUID:
 					return uuidString(v), true
 				}
@@ -435,19 +436,6 @@ func streamDecode(rec []byte, stream string) (*Message, error) {
 	}
 	m.Body = body
 	return m, nil
-}
-
-func uitoa(v uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
-	}
 }
 
 func uuidString(u amqp10.UUID) string {
