@@ -2,6 +2,7 @@ package streamserver
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -383,7 +384,7 @@ func (c *conn) authenticate(corr uint32, d *sp.Dec) error {
 		}
 		user, pass = string(parts[1]), string(parts[2])
 	case "AMQPLAIN":
-		t, _, err := amqp.DecodeTable(append(amqpLen(len(resp)), resp...))
+		t, _, err := amqp.DecodeTable(append(binary.BigEndian.AppendUint32(nil, uint32(len(resp))), resp...))
 		if err != nil {
 			c.respond(sp.KeySaslAuthenticate, corr, sp.SASLError)
 			return &errClose{sp.SASLError, "malformed AMQPLAIN response"}
@@ -416,8 +417,6 @@ func (c *conn) authenticate(corr uint32, d *sp.Dec) error {
 	})
 	return nil
 }
-
-func amqpLen(n int) []byte { return []byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)} }
 
 func isLoopback(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)

@@ -1,8 +1,10 @@
 package streamserver
 
 import (
+	"cmp"
 	"errors"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -478,12 +480,7 @@ func partitions(v *broker.VHost, superStream string) ([]string, bool) {
 		order, _ := broker.IntArg(b.Args["x-stream-partition-order"])
 		ps = append(ps, part{b.Destination, order})
 	}
-	// stable by order, then name
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && (ps[j].order < ps[j-1].order || ps[j].order == ps[j-1].order && ps[j].name < ps[j-1].name); j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
+	slices.SortFunc(ps, func(a, b part) int { return cmp.Or(cmp.Compare(a.order, b.order), strings.Compare(a.name, b.name)) })
 	var out []string
 	for _, p := range ps {
 		if len(out) == 0 || out[len(out)-1] != p.name {
