@@ -467,16 +467,13 @@ func (s *streamState) close(del bool) {
 	for _, c := range cons {
 		c.stop()
 	}
-	// wait for the writer to finish the chunk it writes
-	for {
-		s.mu.Lock()
-		w := s.writing
-		s.mu.Unlock()
-		if !w {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	// wait for the writer to finish the chunk it writes (it broadcasts
+	// room as it stops)
+	s.mu.Lock()
+	for s.writing {
+		s.room.Wait()
 	}
+	s.mu.Unlock()
 	if del {
 		s.log.Delete()
 	} else {

@@ -47,6 +47,7 @@ type conn struct {
 	closed      bool
 	pubs        map[uint8]*publisher
 	subs        map[uint8]*subscription
+	watched     map[*broker.Queue]bool // streams watch watches
 	wake        chan struct{}
 	done        chan struct{}
 
@@ -864,6 +865,16 @@ func (c *conn) queryOffset(corr uint32, d *sp.Dec) error {
 // watch sends MetadataUpdate when stream q goes away, and forgets the
 // connection's publishers and subscriptions of it.
 func (c *conn) watch(q *broker.Queue, name string) {
+	c.mu.Lock()
+	seen := c.watched[q]
+	if c.watched == nil {
+		c.watched = map[*broker.Queue]bool{}
+	}
+	c.watched[q] = true
+	c.mu.Unlock()
+	if seen {
+		return // one watcher per stream forgets all its publishers and subscriptions
+	}
 	go func() {
 		select {
 		case <-c.done:
@@ -875,6 +886,7 @@ func (c *conn) watch(q *broker.Queue, name string) {
 		}
 		var subs []*subscription
 		c.mu.Lock()
+		delete(c.watched, q)
 		for id, p := range c.pubs {
 			if p.q == q {
 				delete(c.pubs, id)
