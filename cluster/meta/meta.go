@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren/internal/raftlog"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -347,7 +348,7 @@ func Open(cfg Config) (*Group, error) {
 		CheckQuorum:               true,
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
-		Logger:                    raftLogger{g.log},
+		Logger:                    raftlog.Logger{L: g.log},
 	})
 	if err != nil {
 		return fail(fmt.Errorf("meta: %w", err))
@@ -1307,20 +1308,3 @@ func roleName(s raft.StateType) string {
 		return "follower"
 	}
 }
-
-// raftLogger sends etcd raft's log to slog; its routine Info lines
-// (elections, dropped proposals) go to Debug.
-type raftLogger struct{ l *slog.Logger }
-
-func (r raftLogger) Debug(v ...any)              { r.l.Debug(fmt.Sprint(v...)) }
-func (r raftLogger) Debugf(f string, v ...any)   { r.l.Debug(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
-func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
-func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
-func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
-func (r raftLogger) Fatalf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Panic(v ...any)              { r.Fatal(v...) }
-func (r raftLogger) Panicf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren/internal/raftlog"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -182,7 +183,7 @@ func newGroup(h *Host, id uint64, members []string, sm StateMachine, join bool, 
 		PreVote:                   true,
 		DisableProposalForwarding: true,
 		StepDownOnRemoval:         true,
-		Logger:                    raftLogger{h.log.With("group", id)},
+		Logger:                    raftlog.Logger{L: h.log.With("group", id)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qraft: group %d: %w", id, err)
