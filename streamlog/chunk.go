@@ -90,7 +90,7 @@ var errBadHeader = errors.New("streamlog: not a chunk header")
 
 // ParseHeader reads a chunk header from b (at least HeaderSize bytes).
 func ParseHeader(b []byte) (Header, error) {
-	if len(b) < HeaderSize || b[0] != magicVersion || b[1] > ChunkTrackingSnapshot {
+	if len(b) < HeaderSize || b[0] != magicVersion || b[1] > ChunkRaft {
 		return Header{}, errBadHeader
 	}
 	h := Header{

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,11 @@ type Options struct {
 	MaxAge   time.Duration
 	// Now is the clock of retention (time.Now when nil).
 	Now func() time.Time
+	// Raft makes the log a Raft log (raft.go): its chunks are the
+	// entries of a stream's Raft group, numbered on from the first kept;
+	// readers see only what CommitTo committed, and the retention keeps
+	// what is not committed.
+	Raft bool
 }
 
 const maxSegmentBytes = 3 << 30
@@ -61,7 +67,15 @@ type segment struct {
 	firstTS, lastTS int64
 	size            int64 // bytes written
 	readable        int64 // bytes committed: what readers may read
+	// A Raft log's numbering: the Raft index of the segment's first
+	// entry, and lead, 1 when the segment opens with a tracking snapshot
+	// (the log's own chunk, not an entry).
+	firstOrd uint64
+	lead     int
 }
+
+// entries is how many Raft entries s holds.
+func (s *segment) entries() uint64 { return uint64(s.chunks - s.lead) }
 
 // Log is one stream's log. One goroutine appends (Append, StoreOffset,
 // Sync, Commit); readers and the accessors may run on any goroutine.
@@ -82,6 +96,13 @@ type Log struct {
 	closed    bool
 	damaged   uint64 // chunks found damaged and skipped
 	buf       []byte
+
+	// a Raft log's (raft.go)
+	terms     []termRun
+	prevTerm  uint64 // the term of the entry before the first kept
+	commitOrd uint64 // the last entry committed
+	base      struct{ id, ord uint64 }
+	baseSeq   uint64
 }
 
 var (
@@ -119,6 +140,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	if opts.Raft {
+		if ids, err = l.readBase(ids); err != nil {
+			return nil, err
+		}
+	}
 	for i, id := range ids {
 		s, err := l.recoverSegment(id, i == len(ids)-1)
 		if err != nil {
@@ -127,9 +153,10 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.segs = append(l.segs, s)
 	}
 	if len(l.segs) == 0 {
-		if err := l.createSegment(0); err != nil {
+		if err := l.createSegment(l.base.id); err != nil {
 			return nil, err
 		}
+		l.next = l.base.id
 	} else {
 		last := l.segs[len(l.segs)-1]
 		if l.seg, err = l.fs.OpenFile(filepath.Join(dir, segName(last.id)), os.O_RDWR, 0); err != nil {
@@ -159,6 +186,13 @@ func Open(dir string, opts Options) (*Log, error) {
 		}
 	}
 	l.committed = l.next
+	if opts.Raft {
+		if err := l.number(); err != nil {
+			l.seg.Close()
+			l.idx.Close()
+			return nil, err
+		}
+	}
 	return l, nil
 }
 
@@ -229,7 +263,11 @@ func (l *Log) createSegment(id uint64) error {
 	}
 	l.seg, l.idx = seg, idx
 	l.mu.Lock()
-	l.segs = append(l.segs, &segment{id: id, size: fileHeaderSize, readable: fileHeaderSize})
+	ns := &segment{id: id, size: fileHeaderSize, readable: fileHeaderSize, firstOrd: l.base.ord}
+	if n := len(l.segs); n > 0 {
+		ns.firstOrd = l.segs[n-1].firstOrd + l.segs[n-1].entries()
+	}
+	l.segs = append(l.segs, ns)
 	l.mu.Unlock()
 	return nil
 }
@@ -251,12 +289,9 @@ type Batch struct {
 // Append writes b as the next chunk and returns its header. It is
 // neither durable (Sync) nor visible to readers (Commit) yet.
 func (l *Log) Append(b *Batch) (Header, error) {
-	var trailer []byte
-	if len(b.Writers) > 0 {
-		trailer = encodeWriters(b.Writers)
-	}
-	if b.Entries == 0 || len(b.Bloom) > 255 || len(b.Data)+len(trailer) > MaxChunkData {
-		return Header{}, fmt.Errorf("streamlog: bad batch (%d entries, %d bytes)", b.Entries, len(b.Data))
+	h, trailer, err := b.header()
+	if err != nil {
+		return Header{}, err
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -264,22 +299,43 @@ func (l *Log) Append(b *Batch) (Header, error) {
 		return Header{}, ErrClosed
 	}
 	s := l.segs[len(l.segs)-1]
-	size := int64(HeaderSize + len(b.Bloom) + len(b.Data) + len(trailer))
-	roll := s.chunks > 0 && (s.size+size > l.opts.MaxSegmentBytes || s.chunks >= l.opts.MaxSegmentChunks)
+	roll := s.chunks > 0 && (s.size+h.Size() > l.opts.MaxSegmentBytes || s.chunks >= l.opts.MaxSegmentChunks)
 	l.mu.Unlock()
 	if roll {
-		if err := l.roll(); err != nil {
+		if err := l.roll(b.Timestamp); err != nil {
 			return Header{}, err
 		}
 	}
-	return l.write(b.Type, b.Entries, b.Records, b.Data, b.Bloom, trailer, b.Timestamp, b.Epoch, b.Writers)
+	return l.writeChunk(h, b.Bloom, b.Data, trailer)
 }
 
-func (l *Log) write(typ uint8, entries uint16, records uint32, data, bloom, trailer []byte, ts int64, epoch uint64, writers map[string]uint64) (Header, error) {
+// header checks b and returns its chunk's header (without the id, set
+// when it is written) and its trailer.
+func (b *Batch) header() (Header, []byte, error) {
+	var trailer []byte
+	if len(b.Writers) > 0 {
+		trailer = encodeWriters(b.Writers)
+	}
+	if b.Entries == 0 || len(b.Bloom) > 255 || len(b.Data)+len(trailer) > MaxChunkData {
+		return Header{}, nil, fmt.Errorf("streamlog: bad batch (%d entries, %d bytes)", b.Entries, len(b.Data))
+	}
+	return Header{Type: b.Type, Entries: b.Entries, Records: b.Records, Timestamp: b.Timestamp, Epoch: b.Epoch,
+		CRC: crc32.ChecksumIEEE(b.Data), DataSize: uint32(len(b.Data)), TrailerSize: uint32(len(trailer)), BloomSize: uint8(len(b.Bloom))}, trailer, nil
+}
+
+// write writes a chunk of the log's own (a tracking chunk) of one entry
+// and one record.
+func (l *Log) write(typ uint8, data []byte, ts int64, epoch uint64) (Header, error) {
+	h := Header{Type: typ, Entries: 1, Records: 1, Timestamp: ts, Epoch: epoch, CRC: crc32.ChecksumIEEE(data), DataSize: uint32(len(data))}
+	return l.writeChunk(h, nil, data, nil)
+}
+
+// writeChunk writes a chunk with header h (its id is the log's next
+// offset) and its parts, and takes its tracking records.
+func (l *Log) writeChunk(h Header, bloom, data, trailer []byte) (Header, error) {
 	l.mu.Lock()
 	s := l.segs[len(l.segs)-1]
-	h := Header{Type: typ, Entries: entries, Records: records, Timestamp: ts, Epoch: epoch, ID: l.next,
-		CRC: crc32.ChecksumIEEE(data), DataSize: uint32(len(data)), TrailerSize: uint32(len(trailer)), BloomSize: uint8(len(bloom))}
+	h.ID = l.next
 	pos := s.size
 	l.buf = slices.Grow(l.buf[:0], int(h.Size()))[:HeaderSize]
 	h.Encode(l.buf)
@@ -290,23 +346,34 @@ func (l *Log) write(typ uint8, entries uint16, records uint32, data, bloom, trai
 		return Header{}, err
 	}
 	var rec [IndexRecordSize]byte
-	(&indexRecord{id: h.ID, timestamp: ts, epoch: epoch, pos: uint32(pos), typ: typ}).encode(rec[:])
+	(&indexRecord{id: h.ID, timestamp: h.Timestamp, epoch: h.Epoch, pos: uint32(pos), typ: h.Type}).encode(rec[:])
 	if _, err := l.idx.WriteAt(rec[:], fileHeaderSize+int64(s.chunks)*IndexRecordSize); err != nil {
 		return Header{}, err
 	}
 	l.mu.Lock()
 	if s.chunks == 0 {
-		s.firstID, s.firstTS = h.ID, ts
+		s.firstID, s.firstTS = h.ID, h.Timestamp
+		if h.Type == ChunkTrackingSnapshot {
+			s.lead = 1
+		}
 	}
 	s.chunks++
-	s.lastID, s.lastTS = h.ID, ts
+	s.lastID, s.lastTS = h.ID, h.Timestamp
 	s.size = pos + h.Size()
 	l.next = h.Next()
-	for ref, seq := range writers {
-		l.tracking.Writers[ref] = WriterSeq{Seq: seq, Chunk: h.ID}
+	switch h.Type {
+	case ChunkUser:
+		if len(trailer) > 0 {
+			_ = l.tracking.apply(trailer, h.ID, false)
+		}
+	case ChunkTrackingDelta:
+		_ = l.tracking.apply(data, h.ID, false)
+	case ChunkTrackingSnapshot:
+		l.tracking = newTracking()
+		_ = l.tracking.apply(data, h.ID, true)
 	}
-	if len(writers) > 0 {
-		l.tracking.trimWriters()
+	if l.opts.Raft && s.chunks > s.lead {
+		l.noteTerm(s.firstOrd+s.entries()-1, h.Epoch)
 	}
 	l.mu.Unlock()
 	return h, nil
@@ -318,18 +385,15 @@ func (l *Log) StoreOffset(ref string, offset uint64, ts int64, epoch uint64) err
 		return fmt.Errorf("streamlog: bad reference %q", ref)
 	}
 	data := appendTrack(nil, trackOffset, ref, offset)
-	if _, err := l.write(ChunkTrackingDelta, 1, 1, data, nil, nil, ts, epoch, nil); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.tracking.Offsets[ref] = offset
-	l.mu.Unlock()
-	return nil
+	_, err := l.write(ChunkTrackingDelta, data, ts, epoch)
+	return err
 }
 
 // roll closes the segment written and opens the next, which starts with
-// a snapshot of the tracking state; then the retention runs.
-func (l *Log) roll() error {
+// a snapshot of the tracking state (stamped ts, the time of the chunk that
+// rolls it: replicas of a Raft log write the same bytes); then the
+// retention runs.
+func (l *Log) roll(ts int64) error {
 	if err := l.Sync(); err != nil {
 		return err
 	}
@@ -340,7 +404,7 @@ func (l *Log) roll() error {
 		return err
 	}
 	if len(snap.Writers) > 0 || len(snap.Offsets) > 0 {
-		if _, err := l.write(ChunkTrackingSnapshot, 1, 1, snap.encodeSnapshot(), nil, nil, l.opts.Now().UnixMilli(), 0, nil); err != nil {
+		if _, err := l.write(ChunkTrackingSnapshot, snap.encodeSnapshot(), ts, 0); err != nil {
 			return err
 		}
 	}
@@ -367,9 +431,29 @@ func (l *Log) Retain() (int, error) {
 		drop := l.opts.MaxBytes > 0 && total > l.opts.MaxBytes ||
 			l.opts.MaxAge > 0 && s.chunks > 0 && s.lastTS < now-l.opts.MaxAge.Milliseconds() ||
 			s.chunks == 0
+		if l.opts.Raft && s.firstOrd+s.entries()-1 > l.commitOrd {
+			drop = false // a Raft log keeps what is not committed
+		}
 		if !drop {
 			l.mu.Unlock()
 			return n, nil
+		}
+		if l.opts.Raft {
+			nx := l.segs[1]
+			prev := l.prevTerm
+			if k := sort.Search(len(l.terms), func(k int) bool { return l.terms[k].ord >= nx.firstOrd }); k > 0 {
+				prev = l.terms[k-1].term
+			}
+			l.mu.Unlock()
+			// the numbering of the segment kept first, before the segment goes
+			if err := l.writeBase(nx.id, nx.firstOrd, prev); err != nil {
+				return n, err
+			}
+			l.mu.Lock()
+			l.prevTerm = prev
+			if k := sort.Search(len(l.terms), func(k int) bool { return l.terms[k].ord > nx.firstOrd }); k > 1 {
+				l.terms = l.terms[k-1:]
+			}
 		}
 		l.segs = l.segs[1:]
 		l.mu.Unlock()
@@ -554,6 +638,9 @@ func (l *Log) recoverSegment(id uint64, last bool) (*segment, error) {
 			if _, err := sf.ReadAt(b[:], int64(lastR.pos)); err == nil {
 				if h, err := ParseHeader(b[:]); err == nil && h.ID == lastR.id && int64(lastR.pos)+h.Size() <= size {
 					s.chunks, s.firstID, s.firstTS, s.lastID, s.lastTS = n, first.id, first.timestamp, lastR.id, lastR.timestamp
+					if first.typ == ChunkTrackingSnapshot {
+						s.lead = 1
+					}
 					s.size = int64(lastR.pos) + h.Size()
 					s.readable = s.size
 					return s, nil
@@ -594,6 +681,9 @@ func (l *Log) recoverSegment(id uint64, last bool) (*segment, error) {
 	s.size, s.readable, s.chunks = end, end, len(recs)
 	if len(recs) > 0 {
 		s.firstID, s.firstTS = recs[0].id, recs[0].timestamp
+		if recs[0].typ == ChunkTrackingSnapshot {
+			s.lead = 1
+		}
 		s.lastID, s.lastTS = recs[len(recs)-1].id, recs[len(recs)-1].timestamp
 	}
 	return s, nil

@@ -40,6 +40,14 @@ func (l *Log) End() Position {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.segs[len(l.segs)-1]
+	if l.opts.Raft {
+		// after the last committed chunk: what is appended but not
+		// committed yet is read once it is
+		for i := len(l.segs) - 1; i > 0 && l.segs[i].readable <= fileHeaderSize; i-- {
+			s = l.segs[i-1]
+		}
+		return Position{s.id, s.readable}
+	}
 	return Position{s.id, s.size}
 }
 
@@ -153,6 +161,11 @@ func (l *Log) searchIndex(s *segment, above func(indexRecord) bool, before bool)
 func (l *Log) NewReader(p Position) *Reader {
 	return &Reader{l: l, seg: p.seg, pos: p.pos}
 }
+
+// UseBuffer makes the reader read its next chunk into b (grown as
+// needed): a caller that keeps each chunk's bytes gives a new buffer
+// each time.
+func (r *Reader) UseBuffer(b []byte) { r.buf = b[:0] }
 
 // Close releases the reader's file.
 func (r *Reader) Close() {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"maps"
+	"slices"
 )
 
 // Tracking is what a stream remembers besides its messages: the last
@@ -53,21 +54,23 @@ func appendTrack(b []byte, kind byte, ref string, v uint64) []byte {
 // encodeWriters is a trailer: the writers' ids of one chunk.
 func encodeWriters(ws map[string]uint64) []byte {
 	var b []byte
-	for ref, seq := range ws {
-		b = appendTrack(b, trackWriter, ref, seq)
+	for _, ref := range slices.Sorted(maps.Keys(ws)) {
+		b = appendTrack(b, trackWriter, ref, ws[ref])
 	}
 	return b
 }
 
 // encodeSnapshot is a snapshot chunk's data.
 func (t *Tracking) encodeSnapshot() []byte {
+	// in key order: the replicas of a Raft log write the same bytes
 	var b []byte
-	for ref, w := range t.Writers {
+	for _, ref := range slices.Sorted(maps.Keys(t.Writers)) {
+		w := t.Writers[ref]
 		b = appendTrack(b, trackWriter, ref, w.Seq)
 		b = binary.BigEndian.AppendUint64(b, w.Chunk)
 	}
-	for ref, o := range t.Offsets {
-		b = appendTrack(b, trackOffset, ref, o)
+	for _, ref := range slices.Sorted(maps.Keys(t.Offsets)) {
+		b = appendTrack(b, trackOffset, ref, t.Offsets[ref])
 	}
 	return b
 }
@@ -117,4 +120,10 @@ func (t *Tracking) trimWriters() {
 		}
 		delete(t.Writers, old)
 	}
+}
+
+// OffsetData is a tracking delta chunk's data storing consumer reference
+// ref's offset (a Raft log's stored offsets are proposed as such chunks).
+func OffsetData(ref string, offset uint64) []byte {
+	return appendTrack(nil, trackOffset, ref, offset)
 }
