@@ -105,8 +105,9 @@ type Broker struct {
 	streamDir  string
 	streamOnce sync.Once
 	streamMem  *store.MemFS
-	recovered  bool // guarded by mu
-	firstBoot  bool // guarded by mu
+	sn         streamNets // replicated streams (streamrepl.go)
+	recovered  bool       // guarded by mu
+	firstBoot  bool       // guarded by mu
 
 	// defs is the definitions store Open opened (nil otherwise); ownsMsgs
 	// says Open opened msgs too. Close closes them, once.

@@ -200,7 +200,12 @@ func (classicType) closing() {}
 // quorum queue with members and a group is replicated in a cluster.
 func (q *Queue) newKind(s QueueSpec, node string) error {
 	if q.Config.Type == QueueTypeStream {
-		sq, err := newStreamState(q, !q.vhost.b.loading.Load())
+		var members []string
+		var group uint64
+		if len(s.Members) > 0 && s.Group != 0 && node != "" {
+			members, group = s.Members, s.Group
+		}
+		sq, err := newStreamState(q, !q.vhost.b.loading.Load(), members, group)
 		if err != nil {
 			return amqp.Errorf(amqp.InternalError, "cannot open stream '%s' in vhost '%s': %v", q.Name, q.vhost.Name, err)
 		}

@@ -26,28 +26,52 @@ const defaultQuorumGroupSize = 3
 // cluster's size). Nil when the queue is not replicated: a single node,
 // no raft host, not a quorum queue, an exclusive queue.
 func (b *Broker) quorumMembers(s QueueSpec) []string {
+	if queueTypeOf(s.Args) == QueueTypeStream && !s.Exclusive {
+		return b.streamMembers(s)
+	}
 	if b.node == "" || s.Exclusive || b.quorumHost() == nil {
 		return nil
 	}
 	if typ, _ := s.Args["x-queue-type"].(string); typ != QueueTypeQuorum {
 		return nil
 	}
+	size := defaultQuorumGroupSize
+	if n, ok := IntArg(s.Args["x-quorum-initial-group-size"]); ok && n > 0 {
+		size = int(min(n, 1<<16))
+	}
+	return b.chooseMembers(s.Home, size, func(q *Queue) []string {
+		if q.qq != nil {
+			return q.qq.memberList()
+		}
+		return nil
+	})
+}
+
+// chooseMembers chooses the members of a new replicated queue: home (the
+// leader locator's choice) first, then this node, then the nodes with the
+// fewest members of queues of the kind (membersOf), ties by name, up to
+// size (at most the cluster's size).
+func (b *Broker) chooseMembers(home string, size int, membersOf func(*Queue) []string) []string {
 	nodes := []string{b.node}
 	if b.nodes != nil {
 		if ns := b.nodes(); len(ns) > 0 {
 			nodes = ns
 		}
 	}
-	size := defaultQuorumGroupSize
-	if n, ok := IntArg(s.Args["x-quorum-initial-group-size"]); ok && n > 0 {
-		size = int(min(n, 1<<16))
-	}
 	size = min(size, len(nodes))
 	count := map[string]int{}
-	for _, q := range b.quorumQueues() {
-		for _, m := range q.qq.memberList() {
-			count[m]++
+	for _, name := range b.VHosts() {
+		v := b.VHost(name)
+		if v == nil {
+			continue
 		}
+		v.mu.RLock()
+		for _, q := range v.queues {
+			for _, m := range membersOf(q) {
+				count[m]++
+			}
+		}
+		v.mu.RUnlock()
 	}
 	var members []string
 	add := func(n string) {
@@ -55,7 +79,7 @@ func (b *Broker) quorumMembers(s QueueSpec) []string {
 			members = append(members, n)
 		}
 	}
-	add(s.Home)
+	add(home)
 	add(b.node)
 	rest := slices.Clone(nodes)
 	sort.Slice(rest, func(i, j int) bool {
@@ -121,14 +145,20 @@ func (s *qqState) start(fresh bool) {
 // group has a leader (the other members start theirs when they apply
 // the declare, a little later).
 func (s *qqState) campaign(g QuorumGroup) {
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(qqCampaignEvery) {
-		if l, _ := g.Leader(); l != "" {
-			return
-		}
+	campaignUntilLed(qqCampaignEvery, func() bool { l, _ := g.Leader(); return l != "" }, func() bool {
 		s.smu.Lock()
 		gone := s.gone
 		s.smu.Unlock()
-		if gone || g.Campaign() != nil {
+		return gone || g.Campaign() != nil
+	})
+}
+
+// campaignUntilLed calls campaign every interval, for 3 s at most, until
+// led reports a leader or campaign reports that it is no use (a new
+// replicated group's preferred leader: quorum queues', streams').
+func campaignUntilLed(every time.Duration, led func() bool, campaign func() (stop bool)) {
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(every) {
+		if led() || campaign() {
 			return
 		}
 	}

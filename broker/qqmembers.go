@@ -404,8 +404,13 @@ func (b *Broker) proposeMembers(q *Queue, members []string) error {
 	if b.repl == nil {
 		return errors.New("not clustered")
 	}
-	return b.propose(fmt.Sprintf("members of queue '%s' in vhost '%s'", q.Name, q.vhost.Name),
-		&command{Op: opQueueMembers, VHost: q.vhost.Name, Name: q.Name, Members: members, Value: int64(q.qq.id)})
+	kind := "queue"
+	if q.IsStream() {
+		kind = "stream"
+	}
+	_, group := q.typ().replicas()
+	return b.propose(fmt.Sprintf("members of %s '%s' in vhost '%s'", kind, q.Name, q.vhost.Name),
+		&command{Op: opQueueMembers, VHost: q.vhost.Name, Name: q.Name, Members: members, Value: int64(group)})
 }
 
 // applyQueueMembers applies an opQueueMembers command: the record's
@@ -415,6 +420,10 @@ func (b *Broker) proposeMembers(q *Queue, members []string) error {
 func (v *VHost) applyQueueMembers(c *command) error {
 	v.mu.Lock()
 	q := v.queues[c.Name]
+	if q != nil && q.sq != nil && q.sq.repl != nil {
+		v.mu.Unlock()
+		return v.applyStreamMembers(q, c)
+	}
 	if q == nil || q.qq == nil || q.qq.id != uint64(c.Value) || len(c.Members) == 0 {
 		v.mu.Unlock()
 		return memberError("not_found")

@@ -1241,6 +1241,18 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 	switch req[0] {
 	case callConsume, callQQConsume:
 		return appendResult(nil, b.consumeForPeer(from, d, req[0] == callQQConsume)), nil
+	case callStreamAppend:
+		out, err := b.streamAppendForPeer(d)
+		if err != nil {
+			return appendResult(nil, err), nil
+		}
+		return out, nil
+	case callStreamLeader:
+		out, err := b.streamLeaderForPeer(d)
+		if err != nil {
+			return appendResult(nil, err), nil
+		}
+		return out, nil
 	case callGet, callQQGet:
 		var term uint64
 		if req[0] == callQQGet {

@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -11,9 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/golang/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4"
 	"github.com/warrenmq/warren/amqp"
 	"github.com/warrenmq/warren/store"
 	"github.com/warrenmq/warren/streamlog"
+	"github.com/warrenmq/warren/streamraft"
 )
 
 // A stream (issue 25) is the fourth kind of queue: an append-only log on
@@ -62,6 +69,8 @@ type streamState struct {
 
 	published atomic.Uint64
 	delivered atomic.Uint64
+
+	repl *streamRepl // in a cluster (streamrepl.go), nil on a single node
 }
 
 // streamPub is one piece of work for a stream's writer: an AMQP 0-9-1
@@ -73,6 +82,9 @@ type streamPub struct {
 	w      *rwait
 	op     *StreamPublish
 	store  *streamStore
+	// local: forwarded by another node's writer (streamAppendForPeer):
+	// written here or refused, never forwarded again
+	local bool
 }
 
 func (p *streamPub) size() int {
@@ -143,27 +155,40 @@ func (v *VHost) streamPath(name string) (store.FS, string) {
 
 // newStreamState opens q's log; fresh: a new stream, whose directory is
 // emptied first (what a deleted stream of the same name left).
-func newStreamState(q *Queue, fresh bool) (*streamState, error) {
+func newStreamState(q *Queue, fresh bool, members []string, group uint64) (*streamState, error) {
 	fs, dir := q.vhost.streamPath(q.Name)
+	s := &streamState{q: q, cons: map[*Consumer]*streamConsumer{}, gone: make(chan struct{})}
+	s.room = sync.NewCond(&s.mu)
+	if len(members) > 0 {
+		s.repl = newStreamRepl(s, members, group)
+	}
 	if fresh {
 		if l, err := streamlog.Open(dir, streamlog.Options{FS: fs}); err == nil {
 			l.Delete()
 		}
+		if s.repl != nil {
+			_ = fs.Remove(filepath.Join(dir, "raft.state"))
+			_ = fs.Remove(filepath.Join(dir, "raft.base"))
+			_ = fs.Remove(dir)
+		}
 	}
-	s := &streamState{q: q, cons: map[*Consumer]*streamConsumer{}, gone: make(chan struct{})}
-	s.room = sync.NewCond(&s.mu)
+	// (a node that is not a member keeps an empty log, which it fills
+	// if it becomes one)
 	l, err := streamlog.Open(dir, s.options(fs))
 	if err != nil {
 		return nil, err
 	}
 	s.log = l
+	if s.repl != nil {
+		s.repl.register()
+	}
 	s.armRetention()
 	return s, nil
 }
 
 func (s *streamState) options(fs store.FS) streamlog.Options {
 	e := s.q.eff
-	o := streamlog.Options{FS: fs, Now: s.q.vhost.b.clock.Now}
+	o := streamlog.Options{FS: fs, Now: s.q.vhost.b.clock.Now, Raft: s.repl != nil}
 	if e.MaxLengthBytes != nil {
 		o.MaxBytes = *e.MaxLengthBytes
 	}
@@ -319,6 +344,17 @@ func (s *streamState) write() {
 			}
 			return
 		}
+		if s.repl != nil && !s.repl.leading() {
+			// Another node leads: what waits goes to its writer.
+			done = append(done[:0], s.pend...)
+			clear(s.pend)
+			s.pend, s.pendBytes = nil, 0
+			s.room.Broadcast()
+			s.mu.Unlock()
+			s.forward(done)
+			clear(done)
+			continue
+		}
 		// A stored offset is a chunk of its own; the publishes before it
 		// go first.
 		if st := s.pend[0].store; st != nil {
@@ -326,7 +362,12 @@ func (s *streamState) write() {
 			s.pendBytes -= 64
 			s.room.Broadcast()
 			s.mu.Unlock()
-			if err := s.log.StoreOffset(st.ref, st.offset, s.q.vhost.b.clock.Now().UnixMilli(), 1); err == nil {
+			now := s.q.vhost.b.clock.Now().UnixMilli()
+			if s.repl != nil {
+				if err := s.repl.storeOffset(st, now); err != nil {
+					s.q.vhost.b.log.Debug("stream: storing an offset failed", "queue", s.q.Name, "err", err)
+				}
+			} else if err := s.log.StoreOffset(st.ref, st.offset, now, 1); err == nil {
 				s.log.Commit()
 			}
 			continue
@@ -410,7 +451,38 @@ func (s *streamState) write() {
 			bloom.Add("") // messages without a value are there too
 		}
 		var err error
-		if ents > 0 {
+		switch {
+		case ents > 0 && s.repl != nil:
+			// the group commits it (a majority synced it); a failure
+			// leaves the stream writable (the next leader takes over)
+			err = s.repl.propose(&streamlog.Batch{Entries: uint16(ents), Records: uint32(recs), Data: data, Bloom: bloom,
+				Timestamp: s.q.vhost.b.clock.Now().UnixMilli(), Writers: writers})
+			if errors.Is(err, streamraft.ErrNotLeader) {
+				// Not written: this node's own publishes go to the next
+				// leader (the loop forwards them), others' are refused
+				// (their node forwards them again).
+				var again []streamPub
+				for i := range done {
+					if done[i].local {
+						done[i].finish(errStreamNoLeader(s.q))
+					} else {
+						again = append(again, done[i])
+					}
+				}
+				if !s.requeueFront(again) {
+					for i := range again {
+						again[i].finish(streamlog.ErrClosed)
+					}
+				}
+				clear(done)
+				continue
+			}
+			for i := range done {
+				done[i].finish(err)
+			}
+			clear(done)
+			continue
+		case ents > 0:
 			_, err = s.log.Append(&streamlog.Batch{Entries: uint16(ents), Records: uint32(recs), Data: data, Bloom: bloom,
 				Timestamp: s.q.vhost.b.clock.Now().UnixMilli(), Epoch: 1, Writers: writers})
 			if err == nil {
@@ -435,6 +507,78 @@ func (s *streamState) write() {
 		}
 	}
 }
+
+// forward sends pubs to the leader's writer (a replicated stream that
+// this node does not lead), waiting up to 10 s for a leader; the pubs a
+// leader forwarded here are refused instead (it lost the leadership).
+func (s *streamState) forward(pubs []streamPub) {
+	var local, fwd []streamPub
+	for _, p := range pubs {
+		if p.local {
+			local = append(local, p)
+		} else {
+			fwd = append(fwd, p)
+		}
+	}
+	for i := range local {
+		local[i].finish(errStreamNoLeader(s.q))
+	}
+	if len(fwd) == 0 {
+		return
+	}
+	err := errStreamNoLeader(s.q)
+	for end := time.Now().Add(streamLeaderWait); time.Now().Before(end); {
+		l := s.repl.currentLeader(time.Until(end))
+		if l.node == s.q.vhost.b.node {
+			// this node leads now: its writer takes them
+			for i := range fwd {
+				fwd[i].local = true
+			}
+			if !s.requeueFront(fwd) {
+				break
+			}
+			return
+		}
+		if l.node == "" {
+			break
+		}
+		errs, retry := s.repl.forward(l.node, fwd)
+		var again []streamPub
+		for i := range fwd {
+			if retry[i] {
+				again = append(again, fwd[i])
+			} else {
+				fwd[i].finish(errs[i])
+			}
+		}
+		if fwd = again; len(fwd) == 0 {
+			return
+		}
+		// these were not written: they go to the next leader
+		s.repl.waitChange(l, time.Until(end))
+	}
+	for i := range fwd {
+		fwd[i].finish(err)
+	}
+}
+
+// requeueFront gives pubs back to the writer ahead of what came since
+// (the publishers' order); false when the stream is closed.
+func (s *streamState) requeueFront(pubs []streamPub) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	for i := range pubs {
+		s.pendBytes += pubs[i].size()
+	}
+	s.pend = append(pubs, s.pend...)
+	return true
+}
+
+// streamLeaderWait bounds how long publishes wait for a stream's leader.
+const streamLeaderWait = 10 * time.Second
 
 func (p *streamPub) finish(err error) {
 	switch {
@@ -474,8 +618,17 @@ func (s *streamState) close(del bool) {
 		s.room.Wait()
 	}
 	s.mu.Unlock()
+	if s.repl != nil {
+		s.repl.close(del)
+	}
 	if del {
 		s.log.Delete()
+		if s.repl != nil {
+			fs, dir := s.q.vhost.streamPath(s.q.Name)
+			_ = fs.Remove(filepath.Join(dir, "raft.state"))
+			_ = fs.Remove(filepath.Join(dir, "raft.base"))
+			_ = fs.Remove(dir)
+		}
 	} else {
 		s.log.Close()
 	}
@@ -613,8 +766,8 @@ func (sc *streamConsumer) run() {
 
 // eachRecord calls fn with the offset and bytes of each record of chunk
 // c, in order, until fn returns false; it reports whether fn stopped it.
-// The records of a compressed sub-batch are skipped (subBatchRecords),
-// their offsets counted.
+// The records of a sub-batch that does not decompress are skipped
+// (subBatchRecords), their offsets counted.
 func eachRecord(c *streamlog.Chunk, fn func(off uint64, rec []byte) bool) bool {
 	data, off := c.Data(), c.ID
 	for len(data) > 0 {
@@ -637,14 +790,25 @@ func eachRecord(c *streamlog.Chunk, fn func(off uint64, rec []byte) bool) bool {
 	return false
 }
 
-// subBatchRecords are the records of an uncompressed sub-batch (the
-// others are skipped by AMQP 0-9-1 readers for now).
+// subBatchRecords are the records of a sub-batch entry (a stream-protocol
+// publisher's), decompressed when the publisher compressed them with one
+// of the protocol's codecs as RabbitMQ's clients write them (gzip, snappy
+// framed, lz4 frames, zstd), within the uncompressed size the entry
+// announces (and at most MaxChunkData): an AMQP 0-9-1 consumer reads them
+// as any other. Beyond RabbitMQ: 4.3 skips compressed sub-batches for
+// AMQP 0-9-1 consumers (rabbit_stream_queue: "it can only be consumed by
+// Stream protocol clients"), which then miss messages the stream holds;
+// 3.10 closes the consumer's channel on any sub-batch (541). A sub-batch
+// that does not decompress is skipped, its offsets counted.
 func subBatchRecords(e streamlog.Entry) [][]byte {
+	b := e.Data
 	if e.Compression != 0 {
-		return nil
+		var err error
+		if b, err = decompressSubBatch(e); err != nil {
+			return nil
+		}
 	}
 	var out [][]byte
-	b := e.Data
 	for range e.Records {
 		if len(b) < 4 {
 			break
@@ -657,6 +821,55 @@ func subBatchRecords(e streamlog.Entry) [][]byte {
 		b = b[4+n:]
 	}
 	return out
+}
+
+// Sub-batch compression codecs (the stream protocol's numbers).
+const (
+	compressGzip   = 1
+	compressSnappy = 2
+	compressLz4    = 3
+	compressZstd   = 4
+)
+
+var errSubBatch = errors.New("stream: a sub-batch that does not decompress")
+
+// decompressSubBatch decompresses a sub-batch's records, reading no more
+// than the uncompressed size it announces.
+func decompressSubBatch(e streamlog.Entry) ([]byte, error) {
+	if e.Plain > streamlog.MaxChunkData {
+		return nil, errSubBatch
+	}
+	src := bytes.NewReader(e.Data)
+	var r io.Reader
+	switch e.Compression {
+	case compressGzip:
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			return nil, errSubBatch
+		}
+		r = zr
+	case compressSnappy:
+		r = snappy.NewReader(src)
+	case compressLz4:
+		r = lz4.NewReader(src)
+	case compressZstd:
+		// (the client's encoder's default window is 8 MiB; what is read
+		// is bounded by the announced size below)
+		zr, err := zstd.NewReader(src, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(16<<20),
+			zstd.WithDecoderMaxMemory(256<<20))
+		if err != nil {
+			return nil, errSubBatch
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		return nil, errSubBatch
+	}
+	out := make([]byte, e.Plain)
+	if _, err := io.ReadFull(r, out); err != nil {
+		return nil, errSubBatch
+	}
+	return out, nil
 }
 
 // streamOffsetSpec is where a consumer starts (x-stream-offset): the
@@ -732,6 +945,10 @@ func (s *streamState) addConsumer(c *Consumer, added func()) error {
 	}
 	if c.Prefetch <= 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "consumer prefetch count is not set for 'queue '%s' in vhost '%s''", q.Name, q.vhost.Name)
+	}
+	if !q.StreamHere() {
+		// rabbit_stream_queue: a consumer reads a local member
+		return amqp.Errorf(amqp.PreconditionFailed, "stream queue '%s' in vhost '%s' does not have a running replica on the local node", q.Name, q.vhost.Name)
 	}
 	pos, from, err := s.startAt(c.Args)
 	if err != nil {
@@ -842,9 +1059,18 @@ func (k streamType) takeDeadLetter(src *Queue, rd *remoteDL, name string) {
 	k.enqueue(rd.msg, nil)
 	src.remoteDLAnswer(rd, name, nil)
 }
-func (streamType) answersLater() bool                         { return false }
-func (streamType) replicas() (members []string, group uint64) { return nil, 0 }
-func (streamType) started(bool)                               {}
+func (streamType) answersLater() bool { return false }
+func (k streamType) replicas() (members []string, group uint64) {
+	if r := k.s().repl; r != nil {
+		return r.memberList(), r.group
+	}
+	return nil, 0
+}
+func (k streamType) started(fresh bool) {
+	if r := k.s().repl; r != nil {
+		r.start(fresh)
+	}
+}
 func (streamType) available() error                           { return nil }
 func (k streamType) callHome(req []byte) (*msgDecoder, error) { return nil, errRemoteNoQueue }
 func (streamType) homeLost() error                            { return errRemoteNoQueue }

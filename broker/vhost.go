@@ -265,10 +265,11 @@ func NewQueueName() string {
 // DeclareQueue creates a queue or checks an existing one. It returns the
 // queue with its ready message and consumer counts.
 func (v *VHost) DeclareQueue(s QueueSpec, passive bool) (*Queue, int, int, error) {
-	if !passive && v.b.replicating() && v.Queue(s.Name) == nil && queueTypeOf(s.Args) == QueueTypeStream {
-		// Each node would keep a stream of its own: refused until streams
-		// are replicated (issue 25), rather than split.
-		return nil, 0, 0, amqp.Errorf(amqp.NotImplemented, "stream queues are not replicated yet: queue '%s' in vhost '%s' cannot be declared in a cluster", s.Name, v.Name)
+	if !passive && v.b.replicating() && v.Queue(s.Name) == nil && queueTypeOf(s.Args) == QueueTypeStream &&
+		(!v.b.sn.on.Load() || v.b.streamNet() == nil) {
+		// Each node would keep a stream of its own: refused while a node
+		// of the cluster does not replicate streams, rather than split.
+		return nil, 0, 0, amqp.Errorf(amqp.NotImplemented, "stream queue '%s' in vhost '%s' cannot be declared: a node of the cluster does not replicate streams", s.Name, v.Name)
 	}
 	if !passive && v.b.replicating() && v.Queue(s.Name) == nil {
 		return v.proposeQueueDeclare(s)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,8 +27,17 @@ import (
 // (qrepl.EnqueueBatch).
 const featEnqueueBatch = "qq-enqueue-batch"
 
+// featStreamRaft: replicated streams (streamraft); a cluster declares
+// streams only once every node has them.
+const featStreamRaft = "stream-raft"
+
+// streamEndpointFeat prefixes a line of the answer that is no feature:
+// the node's stream-protocol endpoint ("stream@host:port"), which the
+// peers give stream clients (an older build ignores it).
+const streamEndpointFeat = "stream@"
+
 // ourFeatures are this build's, as svcFeat answers them.
-var ourFeatures = []string{featEnqueueBatch}
+var ourFeatures = []string{featEnqueueBatch, featStreamRaft}
 
 // featuresWait bounds a peer's answer.
 const featuresWait = 10 * time.Second
@@ -40,8 +50,24 @@ type features struct {
 	peer map[string]map[string]bool
 }
 
-func serveFeatures(string, []byte) ([]byte, error) {
-	return []byte(strings.Join(ourFeatures, "\n")), nil
+func (n *Node) serveFeatures(string, []byte) ([]byte, error) {
+	fs := ourFeatures
+	if n.cfg.StreamEndpoint != "" {
+		fs = append(slices.Clone(fs), streamEndpointFeat+n.cfg.StreamEndpoint)
+	}
+	return []byte(strings.Join(fs, "\n")), nil
+}
+
+// peerStreamEndpoint is the stream endpoint peer name said it has.
+func (n *Node) peerStreamEndpoint(name string) string {
+	n.feat.mu.Lock()
+	defer n.feat.mu.Unlock()
+	for f := range n.feat.peer[name] {
+		if ep, ok := strings.CutPrefix(f, streamEndpointFeat); ok {
+			return ep
+		}
+	}
+	return ""
 }
 
 // askFeatures asks peer name what it decodes (its link just came up).
@@ -79,12 +105,17 @@ func (n *Node) askFeatures(name string) {
 // answered.
 func (n *Node) featuresChanged(ms []meta.Member) {
 	all := len(ms) > 0 && !n.cfg.NoFeatures // (playing an older build, it has none)
+	streams := all
 	n.feat.mu.Lock()
 	for _, m := range ms {
 		if m.Name != n.cfg.Node && !n.feat.peer[m.Name][featEnqueueBatch] {
 			all = false
 		}
+		if m.Name != n.cfg.Node && !n.feat.peer[m.Name][featStreamRaft] {
+			streams = false
+		}
 	}
 	n.feat.mu.Unlock()
 	n.b.SetQuorumBatching(all)
+	n.b.SetStreamReplication(streams)
 }

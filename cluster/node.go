@@ -15,6 +15,7 @@
 //	svcQQ    one-way   quorum queue leaders' announcements (broker.HandleQuorumMessage)
 //	svcQSnap one-way   quorum queue snapshot streams (cluster/qraft), on the bulk lane
 //	svcFeat  call      the formats this node's build decodes (features.go)
+//	svcSRaft one-way   Raft messages of the streams' groups (streamraft)
 package cluster
 
 import (
@@ -29,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -53,6 +55,8 @@ const (
 	svcQSnap byte = 7
 	// Formats a node decodes, asked of every peer (features.go).
 	svcFeat byte = 8
+	// issue 25: replicated streams.
+	svcSRaft byte = 9
 )
 
 // Config configures a node.
@@ -98,6 +102,9 @@ type Config struct {
 	// of each of its quorum queues' groups, keeping every entry it has.
 	// See force.go.
 	ForceNewCluster bool
+	// StreamEndpoint is the stream-protocol endpoint ("host:port") this
+	// node's peers give stream clients for it ("" when it has none).
+	StreamEndpoint string
 }
 
 // leaderWait bounds how long Start waits for the metadata group to have
@@ -250,6 +257,8 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	n.tr.OnMessage(svcQSnap, qh.Step)
 	n.tr.OnMessage(svcQQ, b.HandleQuorumMessage)
 	b.SetQuorumHost(quorumHost{h: qh, n: n})
+	n.tr.OnMessage(svcSRaft, b.HandleStreamRaft)
+	b.SetStreamNet(streamNet{n})
 
 	// The group first (it reads the cluster id this node keeps), then
 	// the links: a handshake always compares the id the node has.
@@ -290,7 +299,7 @@ func Start(cfg Config, b *broker.Broker, m *mgmt.Server) (*Node, error) {
 	n.tr.Handle(svcData, b.HandlePeerCall)
 	n.tr.OnMessage(svcData, n.dataMessage)
 	if !cfg.NoFeatures {
-		n.tr.Handle(svcFeat, serveFeatures)
+		n.tr.Handle(svcFeat, n.serveFeatures)
 	}
 	links := cfg.Links
 	if m != nil {
@@ -732,6 +741,27 @@ func (e noQuorumError) Unwrap() []error {
 		return []error{broker.ErrNoQuorum, broker.ErrOutcomeUnknown, e.err}
 	}
 	return []error{broker.ErrNoQuorum, e.err}
+}
+
+// streamNet is the broker's link for the streams' Raft groups.
+type streamNet struct{ n *Node }
+
+func (s streamNet) Send(node string, msg []byte) { _ = s.n.tr.Send(node, svcSRaft, msg) }
+
+func (s streamNet) Endpoint(node string) (string, int, bool) {
+	ep := s.n.cfg.StreamEndpoint
+	if node != s.n.cfg.Node {
+		ep = s.n.peerStreamEndpoint(node)
+	}
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p > 65535 {
+		return "", 0, false
+	}
+	return host, p, true
 }
 
 // quorumHost adapts the raft host to the broker's QuorumHost.

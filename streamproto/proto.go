@@ -50,6 +50,7 @@ const (
 	KeyStreamStats                     uint16 = 28
 	KeyCreateSuperStream               uint16 = 29
 	KeyDeleteSuperStream               uint16 = 30
+	KeyResolveOffsetSpec               uint16 = 31 // 4.3
 	ResponseBit                        uint16 = 0x8000
 	KeyConsumerUpdateResponse                 = KeyConsumerUpdate | ResponseBit
 	KeyTuneResponse                           = KeyTune | ResponseBit
@@ -347,7 +348,7 @@ func KeyName(k uint16) string {
 		"delete_publisher", "subscribe", "deliver", "credit", "store_offset", "query_offset", "unsubscribe", "create",
 		"delete", "metadata", "metadata_update", "peer_properties", "sasl_handshake", "sasl_authenticate", "tune",
 		"open", "close", "heartbeat", "route", "partitions", "consumer_update", "exchange_command_versions",
-		"stream_stats", "create_super_stream", "delete_super_stream"}
+		"stream_stats", "create_super_stream", "delete_super_stream", "resolve_offset_spec"}
 	r := k &^ ResponseBit
 	if int(r) < len(names) && r > 0 {
 		if k&ResponseBit != 0 {

@@ -40,7 +40,9 @@ type conn struct {
 	deliverV2 bool
 
 	mu          sync.Mutex
-	out         []byte
+	out         []byte     // frames being added (send)
+	outq        []outPiece // complete output before out, in order
+	outBytes    int        // bytes in outq
 	room        *sync.Cond // subscriptions wait here while out is full
 	confirmed   *sync.Cond // the reader waits here beyond maxUnconfirmed
 	unconfirmed int
@@ -147,9 +149,27 @@ func (c *conn) poke() {
 	}
 }
 
-// writeLoop writes the output to the socket.
+// outPiece is a part of the output: a frame's bytes, or a chunk's data
+// in the buffer it was read into from the files (pooled: the writer
+// returns it once sent), so a delivered chunk is not copied again before
+// the socket.
+type outPiece struct {
+	b      []byte
+	pooled *[]byte
+}
+
+// chunkBufs are the buffers subscriptions read chunks into.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// pending is the output queued (outq and out), for the high-water mark.
+func (c *conn) pending() int { return c.outBytes + len(c.out) }
+
+// writeLoop writes the output to the socket, the pieces queued together
+// in one vectored write.
 func (c *conn) writeLoop() {
 	var buf []byte
+	var q []outPiece
+	var bufs net.Buffers
 	for {
 		select {
 		case <-c.wake:
@@ -158,21 +178,43 @@ func (c *conn) writeLoop() {
 		}
 		for {
 			c.mu.Lock()
-			buf, c.out = c.out, buf[:0]
+			q = append(q[:0], c.outq...)
+			clear(c.outq)
+			c.outq, c.outBytes = c.outq[:0], 0
+			small := len(c.out) > 0
+			if small {
+				q = append(q, outPiece{b: c.out})
+				c.out = buf[:0]
+			}
 			c.room.Broadcast()
 			c.mu.Unlock()
-			if len(buf) == 0 {
+			if len(q) == 0 {
 				break
 			}
+			bufs = bufs[:0]
+			for _, p := range q {
+				bufs = append(bufs, p.b)
+			}
 			c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			n, err := c.nc.Write(buf)
+			n, err := bufs.WriteTo(c.nc)
 			c.sentBytes.Add(uint64(n))
+			for _, p := range q {
+				if p.pooled != nil && cap(*p.pooled) <= 4<<20 {
+					*p.pooled = (*p.pooled)[:0]
+					chunkBufs.Put(p.pooled)
+				}
+			}
+			if small {
+				buf = q[len(q)-1].b[:0] // out's buffer, written: reused
+				if cap(buf) > outHighWater {
+					buf = nil
+				}
+			}
+			clear(q)
+			clear(bufs)
 			if err != nil {
 				c.nc.Close()
 				return
-			}
-			if cap(buf) > outHighWater {
-				buf = nil
 			}
 		}
 	}
@@ -183,7 +225,7 @@ func (c *conn) flushAndWait(d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		c.mu.Lock()
-		n := len(c.out)
+		n := c.pending()
 		c.mu.Unlock()
 		if n == 0 {
 			time.Sleep(5 * time.Millisecond) // the last write
@@ -324,6 +366,8 @@ func (c *conn) handle(f sp.Frame) error {
 		return c.deleteSuperStream(corr, d)
 	case sp.KeyExchangeCommandVersions:
 		return c.exchangeCommandVersions(corr, d)
+	case sp.KeyResolveOffsetSpec:
+		return c.resolveOffsetSpec(corr, d)
 	}
 	return &errClose{sp.UnknownFrame, "unknown command " + sp.KeyName(f.Key)}
 }
@@ -468,7 +512,7 @@ func (c *conn) exchangeCommandVersions(corr uint32, d *sp.Dec) error {
 			sp.KeyCreate, sp.KeyDelete, sp.KeyMetadata, sp.KeyMetadataUpdate, sp.KeyPeerProperties, sp.KeySaslHandshake,
 			sp.KeySaslAuthenticate, sp.KeyTune, sp.KeyOpen, sp.KeyClose, sp.KeyHeartbeat, sp.KeyRoute, sp.KeyPartitions,
 			sp.KeyConsumerUpdate, sp.KeyExchangeCommandVersions, sp.KeyStreamStats, sp.KeyCreateSuperStream,
-			sp.KeyDeleteSuperStream}
+			sp.KeyDeleteSuperStream, sp.KeyResolveOffsetSpec}
 		e.U32(uint32(len(keys)))
 		for _, k := range keys {
 			e.U16(k)
@@ -582,29 +626,166 @@ func (c *conn) metadata(corr uint32, d *sp.Dec) error {
 	}
 	host, portS := c.s.advertised(c.nc)
 	port, _ := strconv.Atoi(portS)
+	// The endpoints: this node's as Open gave it (the Go client insists
+	// on the same pair), the other members' as they advertise them.
+	type endpoint struct {
+		host string
+		port int
+	}
+	self := c.s.b.Node() // "" on a single node
+	eps := []endpoint{{host, port}}
+	refs := map[string]uint16{self: 0}
+	ref := func(node string) (uint16, bool) {
+		if r, ok := refs[node]; ok {
+			return r, true
+		}
+		h, p, ok := c.s.b.StreamEndpoint(node)
+		if !ok || len(eps) >= 0xfffe {
+			return 0, false
+		}
+		refs[node] = uint16(len(eps))
+		eps = append(eps, endpoint{h, p})
+		return refs[node], true
+	}
+	type answer struct {
+		code     uint16
+		leader   uint16
+		replicas []uint16
+	}
+	answers := make([]answer, len(names))
+	for i, n := range names {
+		q := c.vhost.Stream(n)
+		if q == nil {
+			answers[i] = answer{code: sp.StreamDoesNotExist, leader: 0xffff}
+			continue
+		}
+		a := answer{code: sp.OK, leader: 0xffff}
+		leader, replicas := q.StreamMembers()
+		if r, ok := ref(leader); ok && (leader != "" || self == "") {
+			a.leader = r
+		}
+		for _, m := range replicas {
+			if r, ok := ref(m); ok {
+				a.replicas = append(a.replicas, r)
+			}
+		}
+		if a.leader == 0xffff {
+			a.code = sp.StreamNotAvailable
+		}
+		answers[i] = a
+	}
 	c.send(func(e *sp.Enc) {
 		e.Start(sp.KeyMetadata|sp.ResponseBit, 1)
 		e.U32(corr)
-		e.U32(1)
-		e.U16(0)
-		e.Str(host)
-		e.U32(uint32(port))
+		e.U32(uint32(len(eps)))
+		for i, ep := range eps {
+			e.U16(uint16(i))
+			e.Str(ep.host)
+			e.U32(uint32(ep.port))
+		}
 		e.U32(uint32(len(names)))
-		for _, n := range names {
+		for i, n := range names {
+			a := answers[i]
 			e.Str(n)
-			if c.vhost.Stream(n) == nil {
-				e.U16(sp.StreamDoesNotExist)
-				e.U16(0xffff)
-				e.U32(0)
-				continue
+			e.U16(a.code)
+			e.U16(a.leader)
+			e.U32(uint32(len(a.replicas)))
+			for _, r := range a.replicas {
+				e.U16(r)
 			}
-			e.U16(sp.OK)
-			e.U16(0) // the leader: this node
-			e.U32(0) // replicas: none on a single node
 		}
 		e.Finish()
 	})
 	return nil
+}
+
+// resolveOffsetSpec is 4.3's ResolveOffsetSpec: where a subscription with
+// that offset specification (and filter properties) would start, as an
+// offset (rabbit_stream_reader over osiris:resolve_offset_spec): first,
+// the first chunk's id; last, the last chunk's; next, the offset after
+// the last committed record; an offset, itself within the stream; a
+// timestamp, the first chunk written at or after it. With filter.N a
+// position moves on to the first chunk that may match; past the end it
+// is next. An empty stream resolves everything to its next offset.
+func (c *conn) resolveOffsetSpec(corr uint32, d *sp.Dec) error {
+	name := d.S()
+	kind := d.U16()
+	var value int64
+	if kind == broker.OffsetAbsolute || kind == broker.OffsetTimestamp {
+		value = int64(d.U64())
+	}
+	props := d.Map()
+	if d.Err() != nil {
+		return &errClose{sp.UnknownFrame, "malformed resolve_offset_spec"}
+	}
+	answer := func(code uint16, off uint64) {
+		c.send(func(e *sp.Enc) {
+			e.Response(sp.KeyResolveOffsetSpec, corr, code)
+			e.U16(broker.OffsetAbsolute) // the resolved value is an offset
+			e.U64(off)
+			e.Finish()
+		})
+	}
+	q, code := c.stream(name, broker.Read)
+	if q == nil {
+		answer(code, 0)
+		return nil
+	}
+	if !q.StreamHere() {
+		answer(sp.StreamNotAvailable, 0)
+		return nil
+	}
+	if kind < broker.OffsetFirst || kind > broker.OffsetTimestamp {
+		answer(sp.NoOffset, 0)
+		return nil
+	}
+	off, err := resolveOffset(q, kind, value, props)
+	if err != nil {
+		answer(sp.NoOffset, 0)
+		return nil
+	}
+	answer(sp.OK, off)
+	return nil
+}
+
+// resolveOffset is the offset a reader of q starting at (kind, value)
+// reads first (resolveOffsetSpec).
+func resolveOffset(q *broker.Queue, kind uint16, value int64, props map[string]string) (uint64, error) {
+	l := q.StreamLog()
+	in := l.Info()
+	next := in.Committed
+	if kind == broker.OffsetNext || in.Chunks == 0 {
+		return next, nil
+	}
+	filters, unfiltered := filtersOf(props)
+	if kind == broker.OffsetAbsolute && len(filters) == 0 {
+		return min(max(uint64(max(value, 0)), in.FirstOffset), next), nil
+	}
+	pos, err := q.StreamPosition(kind, value)
+	if err != nil {
+		return 0, err
+	}
+	r := l.NewReader(pos)
+	defer r.Close()
+	for {
+		ch, err := r.Next()
+		if errors.Is(err, streamlog.ErrNoChunk) {
+			return next, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if ch.Type != streamlog.ChunkUser {
+			continue
+		}
+		if len(filters) > 0 && !streamlog.Matches(ch.Bloom(), filters, unfiltered) {
+			continue
+		}
+		if kind == broker.OffsetAbsolute {
+			return max(uint64(max(value, 0)), ch.ID), nil
+		}
+		return ch.ID, nil
+	}
 }
 
 func (c *conn) streamStats(corr uint32, d *sp.Dec) error {
@@ -766,14 +947,17 @@ func (c *conn) publish(version uint16, d *sp.Dec) error {
 		return nil
 	}
 	p.published.Add(uint64(len(op.IDs)))
+	c.s.published.Add(uint64(len(op.IDs)))
 	op.Ref = p.ref
 	idsDone := op.IDs
 	op.Done = func(err error) {
 		if err != nil {
 			p.errored.Add(uint64(len(idsDone)))
+			c.s.errored.Add(uint64(len(idsDone)))
 			c.publishError(id, idsDone, sp.InternalError)
 		} else {
 			p.confirmed.Add(uint64(len(idsDone)))
+			c.s.confirmed.Add(uint64(len(idsDone)))
 			c.confirms.Add(uint64(len(idsDone)))
 			c.send(func(e *sp.Enc) {
 				e.Start(sp.KeyPublishConfirm, 1)

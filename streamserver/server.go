@@ -23,9 +23,11 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 )
 
 // Config configures a Server.
@@ -75,6 +77,17 @@ type Server struct {
 	nextID uint64
 
 	sac *sacGroups
+
+	// what the listener did since it started (the Prometheus counters)
+	published, confirmed, errored, delivered atomic.Uint64
+}
+
+// Counters returns the messages the listener's publishers published, had
+// confirmed or refused, and its subscriptions delivered, since it
+// started.
+func (s *Server) Counters() api.StreamCounters {
+	return api.StreamCounters{Published: s.published.Load(), Confirmed: s.confirmed.Load(),
+		Errored: s.errored.Load(), Delivered: s.delivered.Load()}
 }
 
 // New returns a server of b's streams.

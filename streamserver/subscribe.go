@@ -2,6 +2,7 @@ package streamserver
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"runtime/debug"
 	"slices"
@@ -89,6 +90,11 @@ func (c *conn) subscribe(corr uint32, d *sp.Dec) error {
 		c.respond(sp.KeySubscribe, corr, code)
 		return nil
 	}
+	if !q.StreamHere() {
+		// no member of the stream on this node: the client reads a replica
+		c.respond(sp.KeySubscribe, corr, sp.StreamNotAvailable)
+		return nil
+	}
 	sub := &subscription{c: c, id: id, q: q, stream: name, props: props, name: props["name"], credit: int(credit),
 		kind: kind, value: value, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	c.mu.Lock()
@@ -137,16 +143,17 @@ func (sub *subscription) start(kind uint16, value int64) {
 	go sub.run(sub.q.StreamLog().NewReader(pos))
 }
 
-// filters are the subscription's filter values (filter.N) and whether
-// it wants unfiltered messages too.
-func (sub *subscription) filters() ([]string, bool) {
+// filtersOf are the filter values (filter.N) of a subscription's or a
+// ResolveOffsetSpec's properties, and whether it wants unfiltered
+// messages too.
+func filtersOf(props map[string]string) ([]string, bool) {
 	var fs []string
-	for k, v := range sub.props {
+	for k, v := range props {
 		if strings.HasPrefix(k, "filter.") {
 			fs = append(fs, v)
 		}
 	}
-	return fs, sub.props["match-unfiltered"] == "true"
+	return fs, props["match-unfiltered"] == "true"
 }
 
 func (sub *subscription) run(r *streamlog.Reader) {
@@ -160,7 +167,7 @@ func (sub *subscription) run(r *streamlog.Reader) {
 	}()
 	c := sub.c
 	log := sub.q.StreamLog()
-	values, unfiltered := sub.filters()
+	values, unfiltered := filtersOf(sub.props)
 	for {
 		// wait for credit
 		sub.mu.Lock()
@@ -175,7 +182,12 @@ func (sub *subscription) run(r *streamlog.Reader) {
 		}
 		sub.mu.Unlock()
 		wake := log.Wait()
+		bufp := chunkBufs.Get().(*[]byte)
+		r.UseBuffer(*bufp)
 		ch, err := r.Next()
+		if err != nil || ch.Type != streamlog.ChunkUser {
+			chunkBufs.Put(bufp)
+		}
 		if errors.Is(err, streamlog.ErrNoChunk) {
 			select {
 			case <-sub.quit:
@@ -192,23 +204,35 @@ func (sub *subscription) run(r *streamlog.Reader) {
 			continue
 		}
 		if len(values) > 0 && !streamlog.Matches(ch.Bloom(), values, unfiltered) {
+			chunkBufs.Put(bufp)
 			continue // no message it wants: skipped, no credit spent
+		}
+		*bufp = ch.Raw // the chunk's buffer, the writer's once queued
+		var lastChunk uint64
+		if c.deliverV2 {
+			lastChunk = log.Info().LastChunkID
 		}
 		// wait for room in the connection's output
 		c.mu.Lock()
-		for len(c.out) > outHighWater && !c.closed {
+		for c.pending() > outHighWater && !c.closed {
 			c.room.Wait()
 		}
 		if c.closed {
 			c.mu.Unlock()
+			chunkBufs.Put(bufp)
 			return
 		}
 		select {
 		case <-sub.quit:
 			c.mu.Unlock()
+			chunkBufs.Put(bufp)
 			return
 		default:
 		}
+		// The frame: its start and the chunk's header in out, then the
+		// chunk's data from its own buffer (the frame's size counts it).
+		data := ch.Data()
+		start := len(c.out)
 		e := sp.Enc{B: c.out}
 		v := uint16(1)
 		if c.deliverV2 {
@@ -217,12 +241,13 @@ func (sub *subscription) run(r *streamlog.Reader) {
 		e.Start(sp.KeyDeliver, v)
 		e.U8(sub.id)
 		if v == 2 {
-			e.U64(log.Info().LastChunkID)
+			e.U64(lastChunk)
 		}
 		e.B = append(e.B, ch.Raw[:streamlog.HeaderSize]...)
-		e.B = append(e.B, ch.Data()...)
-		e.Finish()
-		c.out = e.B
+		binary.BigEndian.PutUint32(e.B[start:], uint32(len(e.B)-start-4+len(data)))
+		c.outq = append(c.outq, outPiece{b: e.B}, outPiece{b: data, pooled: bufp})
+		c.outBytes += len(e.B) + len(data)
+		c.out = nil
 		c.mu.Unlock()
 		c.poke()
 		sub.mu.Lock()
@@ -231,6 +256,7 @@ func (sub *subscription) run(r *streamlog.Reader) {
 		sub.offset.Store(ch.Next() - 1) // the last offset sent, as RabbitMQ reports it
 		sub.chunks.Add(1)
 		sub.messages.Add(uint64(ch.Records))
+		sub.c.s.delivered.Add(uint64(ch.Records))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/warrenmq/warren/internal/testutil"
 	"github.com/warrenmq/warren/mgmt"
 	"github.com/warrenmq/warren/server"
+	"github.com/warrenmq/warren/streamserver"
 )
 
 // Cluster is an in-process Warren cluster for tests: n nodes in this
@@ -43,19 +44,28 @@ type Node struct {
 	join    bool         // started empty, waiting to be added (AddNode)
 	addr    string       // AMQP
 	mgAddr  string
+	saddr   string // the stream protocol's (WithStreams), kept across Restart
 
 	mu   sync.Mutex
 	b    *broker.Broker
 	srv  *server.Server
 	mg   *mgmt.Server
 	node *cluster.Node
+	ss   *streamserver.Server
 }
 
 type clusterConfig struct {
-	place  func(vhost, name string) string
-	server func(*server.Config)
-	tick   time.Duration
-	older  map[int]bool
+	place   func(vhost, name string) string
+	server  func(*server.Config)
+	tick    time.Duration
+	older   map[int]bool
+	streams bool
+}
+
+// WithStreams gives every node a stream-protocol listener on a port of
+// its own (Node.StreamAddr), which the nodes advertise to each other.
+func WithStreams() ClusterOption {
+	return func(c *clusterConfig) { c.streams = true }
 }
 
 // ClusterOption adjusts a test cluster.
@@ -248,13 +258,33 @@ func (nd *Node) start() error {
 		b.Close()
 		return err
 	}
-	mg := mgmt.New(mgmt.Config{Server: srv, Addr: nd.mgAddr, Logger: logger, UI: mgmt.DefaultUI()})
+	var ss *streamserver.Server
+	if nd.c.cfg.streams {
+		if nd.saddr == "" {
+			sln := testutil.ListenFree(nd.c.t)
+			nd.saddr = sln.Addr().String()
+			sln.Close()
+		}
+		ss = streamserver.New(b, streamserver.Config{Addr: nd.saddr, Logger: logger})
+	}
+	mcfg := mgmt.Config{Server: srv, Addr: nd.mgAddr, Logger: logger, UI: mgmt.DefaultUI()}
+	if ss != nil {
+		mcfg.Streams = ss
+	}
+	mg := mgmt.New(mcfg)
 	node, err := cluster.Start(cluster.Config{Node: nd.name, Listen: nd.caddr, Peers: nd.c.peers(),
 		Secret: []byte(ClusterSecret), DataDir: nd.dataDir, Logger: logger, Tick: nd.c.cfg.tick, Join: nd.join,
-		Listener: ln, NoFeatures: nd.c.cfg.older[nd.i]}, b, mg)
+		Listener: ln, NoFeatures: nd.c.cfg.older[nd.i], StreamEndpoint: nd.saddr}, b, mg)
 	if err != nil {
 		b.Close()
 		return err
+	}
+	if ss != nil {
+		if err := ss.Listen(); err != nil {
+			node.Close()
+			b.Close()
+			return err
+		}
 	}
 	if err := srv.Start(); err != nil {
 		node.Close()
@@ -268,11 +298,17 @@ func (nd *Node) start() error {
 		return err
 	}
 	nd.mu.Lock()
-	nd.b, nd.srv, nd.mg, nd.node = b, srv, mg, node
+	nd.b, nd.srv, nd.mg, nd.node, nd.ss = b, srv, mg, node, ss
 	nd.addr, nd.mgAddr = srv.Addr().String(), mg.Addr().String()
 	nd.mu.Unlock()
 	return nil
 }
+
+// StreamAddr is the node's stream-protocol address (WithStreams).
+func (nd *Node) StreamAddr() string { return nd.saddr }
+
+// DataDir is the node's data directory.
+func (nd *Node) DataDir() string { return nd.dataDir }
 
 // Name is the node's name.
 func (nd *Node) Name() string { return nd.name }
@@ -313,13 +349,16 @@ func (nd *Node) Crash() { nd.stop(false) }
 
 func (nd *Node) stop(clean bool) {
 	nd.mu.Lock()
-	b, srv, mg, node := nd.b, nd.srv, nd.mg, nd.node
-	nd.b, nd.srv, nd.mg, nd.node = nil, nil, nil, nil
+	b, srv, mg, node, ss := nd.b, nd.srv, nd.mg, nd.node, nd.ss
+	nd.b, nd.srv, nd.mg, nd.node, nd.ss = nil, nil, nil, nil, nil
 	nd.mu.Unlock()
 	if srv == nil {
 		return
 	}
 	mg.Close()
+	if ss != nil {
+		ss.Close()
+	}
 	var serr error
 	if clean {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

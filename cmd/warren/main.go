@@ -25,8 +25,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -261,6 +263,9 @@ func run(args []string, out io.Writer) error {
 			log.Warn("forced start (warren node force-boot): this node becomes the only member of its cluster and of its quorum queues")
 		}
 		ccfg.Links = links
+		if ss != nil {
+			ccfg.StreamEndpoint = streamEndpoint(o, ccfg.Advertise)
+		}
 		cn, err = cluster.Start(*ccfg, b, mg)
 		if err != nil {
 			closeAll()
@@ -360,4 +365,28 @@ func checkStats(interval, retention time.Duration) error {
 		return fmt.Errorf("--stats-retention %s: at most %d samples of --stats-interval %s", retention, maxStatsSamples, interval)
 	}
 	return nil
+}
+
+// streamEndpoint is the stream endpoint ("host:port") the other nodes
+// give stream clients for this one: --stream-advertised-host and -port,
+// else the stream listener's address, its host taken from the cluster's
+// advertised address when the listener names none.
+func streamEndpoint(o options, clusterAdvertise string) string {
+	host, port, err := net.SplitHostPort(o.StreamAddr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host, _, _ = net.SplitHostPort(clusterAdvertise)
+	}
+	if o.StreamHost != "" {
+		host = o.StreamHost
+	}
+	if o.StreamPort != 0 {
+		port = strconv.Itoa(o.StreamPort)
+	}
+	if host == "" || port == "" || port == "0" {
+		return ""
+	}
+	return net.JoinHostPort(host, port)
 }

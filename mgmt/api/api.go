@@ -769,6 +769,12 @@ type StreamConnectionDetails struct {
 	User     string `json:"user"`
 }
 
+// StreamCounters are the stream protocol listener's message counters
+// since it started (the Prometheus page's protocol="stream" samples).
+type StreamCounters struct {
+	Published, Confirmed, Errored, Delivered uint64
+}
+
 // StreamPublisher is one of /api/stream/publishers.
 type StreamPublisher struct {
 	ConnectionDetails StreamConnectionDetails `json:"connection_details"`
