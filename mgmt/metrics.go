@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/warrenmq/warren/broker"
+	"github.com/warrenmq/warren/mgmt/api"
 	"github.com/warrenmq/warren/server"
 )
 
@@ -314,13 +315,46 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	p.one("rabbitmq_channels", "gauge", "Channels currently open", int64(nch))
 	p.one("rabbitmq_consumers", "gauge", "Consumers currently connected", int64(consumers))
 	p.one("rabbitmq_queues", "gauge", "Queues available", int64(len(rows)))
-	p.one("rabbitmq_global_consumers", "gauge", "Current number of consumers", int64(consumers), "protocol", "amqp091")
+	// The stream protocol's listener's samples, protocol="stream" as
+	// rabbitmq_stream's (when the listener runs).
+	var sc *api.StreamCounters
+	var streamPubs, streamCons int
+	if l := s.cfg.Streams; l != nil {
+		if c, ok := l.(interface{ Counters() api.StreamCounters }); ok {
+			v := c.Counters()
+			sc = &v
+			streamPubs, streamCons = len(l.Publishers()), len(l.Consumers())
+		}
+	}
+	p.family("rabbitmq_global_consumers", "gauge", "Current number of consumers")
+	p.i("rabbitmq_global_consumers", int64(consumers), "protocol", "amqp091")
+	if sc != nil {
+		p.i("rabbitmq_global_consumers", int64(streamCons), "protocol", "stream")
+		p.one("rabbitmq_global_publishers", "gauge", "Current number of publishers", int64(streamPubs), "protocol", "stream")
+	}
 
 	// Global message counters (channels', alphabetical as RabbitMQ's).
 	proto := []string{"protocol", "amqp091"}
+	// the stream listener's sample of a family, after the amqp091 one
+	type sample struct {
+		v      uint64
+		labels []string
+	}
+	streamSample := map[string]sample{}
+	if sc != nil {
+		stream := []string{"protocol", "stream"}
+		streamSample = map[string]sample{
+			"rabbitmq_global_messages_confirmed_total": {sc.Confirmed, stream},
+			"rabbitmq_global_messages_delivered_total": {sc.Delivered, []string{"protocol", "stream", "queue_type", "rabbit_stream_queue"}},
+			"rabbitmq_global_messages_received_total":  {sc.Published, stream},
+		}
+	}
 	counter := func(name, help string, v uint64) {
 		p.family(name, "counter", help)
 		p.u(name, v, proto...)
+		if x, ok := streamSample[name]; ok {
+			p.u(name, x.v, x.labels...)
+		}
 	}
 	counter("rabbitmq_global_messages_acknowledged_total", "Total number of messages acknowledged by consumers", ms.Ack)
 	counter("rabbitmq_global_messages_confirmed_total", "Total number of messages confirmed to publishers", ms.Confirm)
@@ -360,6 +394,10 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		"Total number of messages rejected or nacked by consumers without requeue", ms.Reject)
 	counter("warren_global_messages_requeued_total",
 		"Total number of messages rejected or nacked by consumers with requeue", ms.Requeue)
+	if sc != nil {
+		p.family("warren_global_stream_publish_errors_total", "counter", "Total number of stream-protocol publishes refused (publish errors)")
+		p.u("warren_global_stream_publish_errors_total", sc.Errored, "protocol", "stream")
+	}
 
 	// Per queue.
 	type qfam struct {
@@ -440,10 +478,66 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	s.streamMetrics(&p, rows)
+
 	w.Header().Set("Content-Type", metricsContentType)
 	w.Header().Set("Content-Length", strconv.Itoa(p.b.Len()))
 	if r.Method == http.MethodHead {
 		return
 	}
 	w.Write(p.b.Bytes())
+}
+
+// streamMetrics are Warren's per-stream samples (issue 25): each stream's
+// log (segments, bytes, offsets, chunks, damaged chunks), each consumer's
+// lag, and a replicated stream's Raft state on this node. RabbitMQ 3.10
+// shows streams as queues only (the rabbitmq_queue_* families above).
+func (s *Server) streamMetrics(p *promWriter, rows []queueRow) {
+	type srow struct {
+		vhost, name string
+		in          broker.StreamInfo
+		q           *broker.Queue
+	}
+	var ss []srow
+	for i := range rows {
+		if in, ok := rows[i].q.StreamInfo(); ok {
+			ss = append(ss, srow{rows[i].vhost, rows[i].name, in, rows[i].q})
+		}
+	}
+	if len(ss) == 0 {
+		return
+	}
+	for _, f := range []struct {
+		name, typ, help string
+		v               func(*broker.StreamInfo) uint64
+	}{
+		{"warren_stream_segments", "gauge", "Segment files of the stream's log on this node", func(in *broker.StreamInfo) uint64 { return uint64(in.Segments) }},
+		{"warren_stream_bytes", "gauge", "Bytes of the stream's log on this node", func(in *broker.StreamInfo) uint64 { return uint64(in.Bytes) }},
+		{"warren_stream_chunks", "gauge", "Chunks of the stream's log on this node", func(in *broker.StreamInfo) uint64 { return uint64(in.Chunks) }},
+		{"warren_stream_first_offset", "gauge", "The stream's first offset kept (after the retention)", func(in *broker.StreamInfo) uint64 { return in.FirstOffset }},
+		{"warren_stream_committed_offset", "gauge", "The offset after the stream's last committed record", func(in *broker.StreamInfo) uint64 { return in.Committed }},
+		{"warren_stream_damaged_chunks_total", "counter", "Damaged chunks the recovery and the readers skipped", func(in *broker.StreamInfo) uint64 { return in.Damaged }},
+	} {
+		p.family(f.name, f.typ, f.help)
+		for i := range ss {
+			p.u(f.name, f.v(&ss[i].in), "vhost", ss[i].vhost, "queue", ss[i].name)
+		}
+	}
+	p.family("warren_stream_consumer_lag", "gauge", "Records between an AMQP 0-9-1 consumer's next offset and the stream's committed end")
+	for i := range ss {
+		for _, c := range ss[i].in.Consumers {
+			lag := uint64(0)
+			if ss[i].in.Committed > c.Offset {
+				lag = ss[i].in.Committed - c.Offset
+			}
+			p.u("warren_stream_consumer_lag", lag, "vhost", ss[i].vhost, "queue", ss[i].name, "consumer_tag", c.Tag)
+		}
+	}
+	p.family("warren_stream_leader", "gauge", "1 if this node leads the replicated stream, else 0")
+	for i := range ss {
+		if _, ok := ss[i].q.StreamReplicas(); ok {
+			l, _ := ss[i].q.StreamMembers()
+			p.u("warren_stream_leader", map[bool]uint64{true: 1}[l == s.node], "vhost", ss[i].vhost, "queue", ss[i].name)
+		}
+	}
 }

@@ -37,6 +37,7 @@ func (s *Server) routes() {
 	s.clusterRoutes()
 	s.maintenanceRoutes()
 	s.quorumRoutes()
+	s.streamReplicaRoutes()
 
 	s.connRoutes()
 	s.accessRoutes()

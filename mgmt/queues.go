@@ -154,8 +154,37 @@ func (c *call) queueJSON(v *broker.VHost, q *broker.Queue) api.Queue {
 			OpenFiles: map[string]int{s.node: 1 + len(in.Consumers)}}
 		m.QueueStream = &api.QueueStream{Readers: map[string]int{s.node: len(in.Consumers)}, Segments: in.Segments,
 			Stream: streamLogJSON(in)}
+		c.streamFields(&m, q)
 	}
 	return m
+}
+
+// streamFields sets a replicated stream's leader, members and online
+// (issue 25), as RabbitMQ shows them; nothing on a single node.
+func (c *call) streamFields(m *api.Queue, q *broker.Queue) {
+	members, ok := q.StreamReplicas()
+	if !ok {
+		return
+	}
+	leader, _ := q.StreamMembers()
+	running := map[string]bool{c.s.node: true}
+	if cl := c.s.cluster(); cl != nil {
+		for _, n := range cl.Nodes() {
+			running[n.Name] = n.Running
+		}
+	}
+	g := m.QueueQuorum
+	g.Members, g.Online, g.Leader = members, []string{}, nilIfEmpty(leader)
+	g.OpenFiles = map[string]int{}
+	for _, n := range members {
+		if running[n] {
+			g.Online = append(g.Online, n)
+			g.OpenFiles[n] = 1
+		}
+	}
+	if leader != "" {
+		m.Node = leader
+	}
 }
 
 func streamLogJSON(in broker.StreamInfo) *api.StreamLog {

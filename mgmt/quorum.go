@@ -81,11 +81,17 @@ func memberFailed(err error) *apiError {
 // qqLookup is resource_exists of the per-queue endpoints: 404 for an
 // unknown vhost or queue (or a vhost the user may not see: 401).
 func (c *call) qqLookup() (vhost, name string, info broker.QuorumMembership, err error) {
+	return c.membersLookup(c.s.b.QuorumMembershipOf)
+}
+
+// membersLookup is qqLookup with the membership of another kind (a
+// stream's: Broker.StreamMembershipOf).
+func (c *call) membersLookup(of func(vhost, name string) (broker.QuorumMembership, error)) (vhost, name string, info broker.QuorumMembership, err error) {
 	v, q, err := c.queue()
 	if err != nil {
 		return "", "", info, err
 	}
-	info, err = c.s.b.QuorumMembershipOf(v.Name, q.Name)
+	info, err = of(v.Name, q.Name)
 	return v.Name, q.Name, c.s.shownInfo(info), err
 }
 
@@ -257,7 +263,12 @@ type memberReq struct {
 // RabbitMQ's precedence: an unknown queue (404), then a bad body (400),
 // then a queue whose membership is unknown (503).
 func (c *call) memberRequest() (memberReq, error) {
-	vhost, name, info, err := c.qqLookup()
+	return c.memberRequestOf(c.s.b.QuorumMembershipOf)
+}
+
+// memberRequestOf is memberRequest with the membership of another kind.
+func (c *call) memberRequestOf(of func(vhost, name string) (broker.QuorumMembership, error)) (memberReq, error) {
+	vhost, name, info, err := c.membersLookup(of)
 	if ae := (*apiError)(nil); errors.As(err, &ae) {
 		return memberReq{}, err
 	}

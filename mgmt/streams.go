@@ -19,7 +19,8 @@ func (s *Server) streamRoutes() {
 }
 
 // streamList lists what the user may see: its own connections (all of
-// them for monitoring and administrators), on the vhosts it can see.
+// them for monitoring and administrators), on the vhosts it can see, on
+// every node of a cluster (as RabbitMQ's lists are).
 func (c *call) streamList() error {
 	vh, err := c.pathVHost()
 	if err != nil {
@@ -39,6 +40,9 @@ func (c *call) streamList() error {
 				}
 			}
 		}
+		if c.clustered() {
+			list = append(list, remoteVisible(c, func(x api.StreamConnection) bool { return keep(x.User, x.VHost) })...)
+		}
 		return listOf(c, list)
 	case hasSuffixPath(c, "/api/stream/publishers"):
 		list := []api.StreamPublisher{}
@@ -49,6 +53,9 @@ func (c *call) streamList() error {
 				}
 			}
 		}
+		if c.clustered() {
+			list = append(list, remoteVisible(c, func(x api.StreamPublisher) bool { return keep(x.ConnectionDetails.User, x.Queue.VHost) })...)
+		}
 		return listOf(c, list)
 	}
 	list := []api.StreamConsumer{}
@@ -58,6 +65,9 @@ func (c *call) streamList() error {
 				list = append(list, x)
 			}
 		}
+	}
+	if c.clustered() {
+		list = append(list, remoteVisible(c, func(x api.StreamConsumer) bool { return keep(x.ConnectionDetails.User, x.Queue.VHost) })...)
 	}
 	return listOf(c, list)
 }

@@ -1,6 +1,6 @@
 // Queues: the list (filter, sort, paging, features, add a queue) and a
 // queue's page: charts of its rates and lengths, details, quorum members,
-// consumers, bindings (add, remove), publish, get, move, purge, delete,
+// a stream's log and replicas, consumers, bindings (add, remove), publish, get, move, purge, delete,
 // and the message browser (ready messages, read without consuming them,
 // with their x-death history decoded).
 
@@ -185,6 +185,7 @@ function queuePage(ctx, vhost, name) {
   const stats = h('div', {class: 'cards', id: 'q-stats'});
   const details = h('div', {class: 'details', id: 'q-details'});
   const quorum = h('section', {id: 'q-quorum', hidden: true});
+  const streamEl = h('section', {id: 'q-stream', hidden: true});
   const consumers = h('div', {id: 'q-consumers'});
   const bindings = h('div', {id: 'q-bindings'});
   const typeBadge = h('span');
@@ -214,6 +215,7 @@ function queuePage(ctx, vhost, name) {
     h('div', {class: 'charts'}, rates.el, lengths.el),
     h('section', null, h('h2', null, 'Details'), details),
     quorum,
+    streamEl,
     h('section', null, h('h2', null, 'Consumers'), consumers),
     h('section', null, h('h2', null, 'Bindings'), bindings, bindForm(ctx, vhost, name)),
     publishPanel(ctx, vhost, name),
@@ -274,6 +276,7 @@ function queuePage(ctx, vhost, name) {
         h('div', null, h('h3', null, 'Effective policy definition'), kvTable(eff, 'policy-def'))));
     consumers.replaceChildren(consumersTable(q.consumer_details || []));
     if (q.type === 'quorum') await drawQuorum(quorum, vhost, name, q);
+    if (q.type === 'stream') await drawStream(streamEl, vhost, name, q);
   });
 
   // The message browser reloads on demand only, so it does not jump while
@@ -384,6 +387,56 @@ function consumersTable(cds) {
         h('td', null, c.active === false ? badge('waiting', 'warn') : badge('active', 'ok')),
         h('td', null, kvTable(c.arguments, 'args')));
     }))));
+}
+
+// drawStream shows a stream's log (segments, first and last offset and
+// timestamp), its replicas (leader, members, online) and its consumers
+// with their offsets and lag: AMQP 0-9-1 consumers from the queue's
+// stream object, stream-protocol ones from /api/stream/consumers.
+async function drawStream(el, vhost, name, q) {
+  const s = q.stream || {};
+  let protoCons = [];
+  try {
+    protoCons = items(await api(`/stream/consumers/${enc(vhost)}`)).filter(c => c.queue && c.queue.name === name);
+  } catch (err) {
+    // the stream listener may be off: its consumers are not listed
+  }
+  const ts = v => v != null ? timeText(Number(v)) : '—';
+  const off = v => v != null ? num(v) : '—';
+  const members = q.members || [];
+  const online = new Set(q.online || []);
+  const rows = [
+    ['Segments', num(q.segments ?? 0)], ['Size on disk', bytes(s.bytes ?? 0)], ['Chunks', num(s.chunks ?? 0)],
+    ['First offset', off(s.first_offset)], ['First timestamp', ts(s.first_timestamp)],
+    ['Last chunk id', off(s.last_chunk_id)], ['Last timestamp', ts(s.last_timestamp)],
+    ['Committed offset', num(s.committed_offset ?? 0)],
+    ['Damaged chunks', s.damaged_chunks ? h('span', {class: 'error'}, num(s.damaged_chunks)) : '0'],
+  ];
+  const cons = [
+    ...(s.consumers || []).map(c => ({tag: c.consumer_tag, protocol: 'AMQP 0-9-1', offset: c.offset, lag: c.lag})),
+    ...protoCons.map(c => ({tag: `${c.connection_details?.name ?? ''} #${c.subscription_id}`, protocol: 'stream',
+      offset: c.offset, lag: c.offset_lag})),
+  ];
+  el.hidden = false;
+  el.replaceChildren(
+    h('h2', null, 'Stream'),
+    props(rows),
+    members.length ? h('div', null, h('h3', null, 'Replicas'),
+      props([['Leader', q.leader || h('span', {class: 'error'}, 'none')], ['Online', `${num(online.size)} of ${num(members.length)}`]]),
+      h('div', {class: 'table-wrap'}, h('table', {class: 'grid', id: 's-replicas'},
+        h('thead', null, h('tr', null, ['Node', 'Role', 'Online'].map(c => h('th', {scope: 'col'}, c)))),
+        h('tbody', null, [...members].sort().map(n => h('tr', {'data-node': n},
+          h('td', null, n),
+          h('td', {'data-col': 'role'}, n === q.leader ? badge('leader', 'ok') : 'replica'),
+          h('td', {'data-col': 'online'}, online.has(n) ? badge('online', 'ok') : badge('offline', 'danger')))))))) : null,
+    h('h3', null, 'Readers'),
+    cons.length ? h('div', {class: 'table-wrap'}, h('table', {class: 'grid', id: 's-consumers'},
+      h('thead', null, h('tr', null, ['Consumer', 'Protocol', 'Next offset', 'Lag'].map(c => h('th', {scope: 'col'}, c)))),
+      h('tbody', null, cons.map(c => h('tr', {'data-consumer': c.tag},
+        h('td', null, c.tag), h('td', null, c.protocol),
+        h('td', {class: 'num', 'data-col': 'offset'}, num(c.offset)),
+        h('td', {class: 'num', 'data-col': 'lag'}, num(c.lag)))))))
+      : h('p', {class: 'muted', id: 's-no-consumers'}, 'No consumer reads this stream.'));
 }
 
 // drawQuorum shows a quorum queue's leader and members, and each member's
