@@ -50,6 +50,7 @@ func TestUI(t *testing.T) {
 		{"Exchanges", testUIExchanges},
 		{"Admin", testUIAdmin},
 		{"ClusterPage", testUIClusterPage},
+		{"StreamPage", testUIStreamPage},
 		{"KeyboardAndContrast", testUIKeyboardAndContrast},
 	} {
 		t.Run(c.name, c.run)
