@@ -67,8 +67,9 @@ type cliCtx struct {
 	pollPeriod time.Duration
 	// warren queues grow and rebalance (cli_qq.go).
 	vhostPattern, queuePattern string
-	offline                    bool   // warren cluster forget --offline
-	dataDir                    string // warren node force-boot
+	offline                    bool         // warren cluster forget --offline
+	super                      *superStream // warren streams add_super_stream
+	dataDir                    string       // warren node force-boot
 }
 
 // deadFilterFlags are dlq inspect's and dlq replay's filters, by the most
@@ -150,6 +151,7 @@ var cliCommands = []*cliCommand{
 	}},
 	clusterCommand,
 	nodeCommand,
+	streamsCommand,
 	{name: "help", args: "[COMMAND]", summary: "show this help, or a command's"},
 }
 
