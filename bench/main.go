@@ -185,6 +185,7 @@ func main() {
 	shovelCount := flag.Int("shovel-count", 200000, "-shovel: messages moved per run")
 	streams := flag.Bool("streams", false, "streams over both protocols (issue 25): scenarios stream-publish, stream-consume, stream-publish-091, stream-consume-091")
 	streamCount := flag.Int("stream-count", 2000000, "-streams: messages read per consume run")
+	streamPerfCount := flag.Int("stream-perf-count", 20000000, "-streams: messages read per stream-consume-perf run (warren-perf stream reads tens of millions a second)")
 	rabbitStream := flag.String("rabbit-stream", "127.0.0.1:5552", "-streams: RabbitMQ's stream protocol address")
 	var q quorumOptions
 	flag.IntVar(&q.nodes, "qq-nodes", 3, "-quorum: nodes per cluster")
@@ -212,7 +213,9 @@ func main() {
 		runFn = func(o options, log io.Writer) error { return runQuorum(o, q, log) }
 	}
 	if *streams {
-		runFn = func(o options, log io.Writer) error { return runStreams(o, *streamCount, *rabbitStream, log) }
+		runFn = func(o options, log io.Writer) error {
+			return runStreams(o, *streamCount, *streamPerfCount, *rabbitStream, log)
+		}
 	}
 	if o.shovel {
 		runFn = func(o options, log io.Writer) error { return runShovel(o, *shovelCount, log) }

@@ -21,6 +21,7 @@ package main
 //	             queued in one quorum queue (fresh clusters)
 //	qq-idle-cpu  CPU seconds over 30 s, summed over the 3 nodes, with
 //	             1,000 idle quorum queues (fresh clusters)
+//	st-publish   qq-publish into a replicated stream (a member per node)
 //	qq-failover  kill -9 of the queue leader's node while a publisher on
 //	             another node publishes with confirms at a paced rate:
 //	             seconds to the first confirm of a message published
@@ -82,6 +83,7 @@ func quorumScenarios(q quorumOptions) []scenario {
 		{name: "qq-rss", what: fmt.Sprintf("RSS of the %d nodes with %d messages queued in a quorum queue", q.nodes, q.count), unit: "MiB", kind: "fresh"},
 		{name: "qq-idle-cpu", what: fmt.Sprintf("CPU seconds of the %d nodes over %v with %d idle quorum queues", q.nodes, q.idleWindow, q.queues), unit: "s", kind: "fresh"},
 		{name: "qq-failover", what: "kill -9 of the leader's node to the next confirm", unit: "s", kind: "dirty"},
+		{name: "st-publish", what: "replicated stream (a member per node), 16 B, confirms (1000 in flight), publishers on every node: confirmed msgs/s", unit: "msgs/s", higher: true},
 	}
 }
 
@@ -403,6 +405,32 @@ func declareQuorum(uri string, names ...string) error {
 	return nil
 }
 
+// declareStream declares streams through uri (on every node: RabbitMQ's
+// default x-initial-cluster-size), retrying while a Warren cluster's
+// nodes have not yet told each other that they replicate streams.
+func declareStream(uri string, names ...string) error {
+	var err error
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		var conn *amqp.Connection
+		if conn, err = amqp.Dial(uri); err != nil {
+			continue
+		}
+		var ch *amqp.Channel
+		if ch, err = conn.Channel(); err == nil {
+			for _, n := range names {
+				if _, err = ch.QueueDeclare(n, true, false, false, false, amqp.Table{"x-queue-type": "stream"}); err != nil {
+					break
+				}
+			}
+		}
+		conn.Close()
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("declaring streams %v: %w", names, err)
+}
+
 // deleteQueue deletes a queue through uri, ignoring errors.
 func deleteQueue(uri, name string) {
 	conn, err := amqp.Dial(uri)
@@ -456,7 +484,9 @@ func (r *quorumRunner) measureQuorum(s scenario, broker string) (float64, string
 	settleAll(qc.pids())
 	switch s.name {
 	case "qq-publish", "qq-fsync":
-		return r.publish(qc, s.name == "qq-fsync")
+		return r.publish(qc, s.name == "qq-fsync", declareQuorum)
+	case "st-publish":
+		return r.publish(qc, false, declareStream)
 	case "qq-latency":
 		return r.latency(qc)
 	case "qq-rss":
@@ -512,8 +542,8 @@ func queueDesc(qc *qqCluster) string {
 
 // publish is qq-publish (confirmed msgs/s summed over the per-node
 // publishers) and, with fsync, qq-fsync (strace over the window).
-func (r *quorumRunner) publish(qc *qqCluster, fsync bool) (float64, string, error) {
-	if err := declareQuorum(qc.amqp[0], qqQueue); err != nil {
+func (r *quorumRunner) publish(qc *qqCluster, fsync bool, declare func(uri string, names ...string) error) (float64, string, error) {
+	if err := declare(qc.amqp[0], qqQueue); err != nil {
 		return 0, "", err
 	}
 	pids := qc.pids()

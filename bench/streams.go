@@ -12,6 +12,12 @@ package main
 //	                     limit otherwise)
 //	stream-consume       stream protocol: msgs/s reading -stream-count
 //	                     messages from first (initial credit 10)
+//	stream-publish-perf  stream protocol, warren-perf stream (a light
+//	                     client: messages encoded once, Publish frames of
+//	                     1,000, 2 producers, 100,000 unconfirmed each)
+//	stream-consume-perf  stream protocol, warren-perf stream: msgs/s
+//	                     reading -stream-count messages from first, its
+//	                     entries walked, not decoded (credit 10)
 //	stream-publish-091   AMQP 0-9-1 (warren-perf, as every other scenario):
 //	                     confirmed msgs/s, 2 publishers, 1,000 unconfirmed
 //	                     each, 16 B
@@ -33,6 +39,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,7 +50,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 )
 
-func runStreams(o options, count int, rabbitStream string, log io.Writer) error {
+func runStreams(o options, count, perfCount int, rabbitStream string, log io.Writer) error {
 	bin, err := buildBinaries()
 	if err != nil {
 		return err
@@ -55,8 +62,13 @@ func runStreams(o options, count int, rabbitStream string, log io.Writer) error 
 	scs := []struct{ name, what string }{
 		{"stream-publish", "stream protocol, confirmed msgs/s (2 producers, BatchSend of 1,000 x 16 B)"},
 		{"stream-consume", fmt.Sprintf("stream protocol, msgs/s reading %d from first", count)},
+		{"stream-publish-perf", "stream protocol (warren-perf stream), confirmed msgs/s (2 producers, frames of 1,000 x 16 B, 100,000 unconfirmed each)"},
+		{"stream-consume-perf", fmt.Sprintf("stream protocol (warren-perf stream), msgs/s reading %d from first (credit 10)", perfCount)},
 		{"stream-publish-091", "AMQP 0-9-1 into a stream (warren-perf), confirmed msgs/s (2 publishers, 1,000 in flight each)"},
 		{"stream-consume-091", fmt.Sprintf("AMQP 0-9-1 from a stream (warren-perf), msgs/s reading %d from first (prefetch 1,000)", count)},
+	}
+	if o.only != nil {
+		scs = slices.DeleteFunc(scs, func(s struct{ name, what string }) bool { return !o.only[s.name] })
 	}
 	for _, s := range scs {
 		r.results = append(r.results, &scenarioResult{Name: s.name, What: s.what, Unit: "msgs/s", Higher: true, Target: 3})
@@ -72,7 +84,11 @@ func runStreams(o options, count int, rabbitStream string, log io.Writer) error 
 				order = []string{"rabbitmq", "warren"}
 			}
 			for _, on := range order {
-				v, extra, err := r.streamRun(s.name, on, count, rabbitStream)
+				n := count
+				if s.name == "stream-consume-perf" {
+					n = perfCount
+				}
+				v, extra, err := r.streamRun(s.name, on, n, rabbitStream)
 				if err != nil {
 					return fmt.Errorf("round %d, %s on %s: %w", round, s.name, on, err)
 				}
@@ -138,6 +154,18 @@ func (r *runner) streamRun(name, on string, count int, rabbitStream string) (flo
 			cpu0, start = procCPU(pid), time.Now()
 			v, err = streamConsume(env, sname, count)
 		}
+	case "stream-publish-perf":
+		v, err = r.streamPerf(streamAddr, func(p *streamPerfResult) float64 { return p.ConfirmRate },
+			"--stream", sname, "--mode", "publish", "--producers", "2", "--batch", "1000", "--inflight", "100000", "--size", "16",
+			"--duration", r.o.duration.String(), "--warmup", r.o.warmup.String())
+	case "stream-consume-perf":
+		// filled by warren-perf stream (the Go client would take minutes)
+		if _, err = r.streamPerf(streamAddr, func(*streamPerfResult) float64 { return 0 },
+			"--stream", sname, "--mode", "publish", "--count", fmt.Sprint(count), "--batch", "1000", "--inflight", "100000"); err == nil {
+			cpu0, start = procCPU(pid), time.Now()
+			v, err = r.streamPerf(streamAddr, func(p *streamPerfResult) float64 { return p.ConsumeRate },
+				"--stream", sname, "--mode", "consume", "--count", fmt.Sprint(count), "--credit", "10")
+		}
 	case "stream-publish-091":
 		v, err = r.perf(amqpURI, pid, func(p *perfResult) float64 { return p.ConfirmRate },
 			"--predeclared", "--queue", sname, "--publishers", "2", "--consumers", "0", "--size", "16", "--confirm", "1000",
@@ -173,6 +201,30 @@ func (r *runner) perf(uri string, pid int, metric func(*perfResult) float64, arg
 	}
 	if len(res.Errors) > 0 {
 		return 0, fmt.Errorf("warren-perf reported errors: %v", res.Errors)
+	}
+	return metric(&res), nil
+}
+
+// streamPerfResult is warren-perf stream's JSON.
+type streamPerfResult struct {
+	ConfirmRate      float64 `json:"confirm_rate"`
+	ConsumeRate      float64 `json:"consume_rate"`
+	ClientCPUPercent float64 `json:"client_cpu_percent"`
+}
+
+// streamPerf runs warren-perf stream (a light stream-protocol client: the
+// same binary and arguments against both brokers) and returns its metric.
+func (r *runner) streamPerf(addr string, metric func(*streamPerfResult) float64, args ...string) (float64, error) {
+	args = append([]string{"stream", "--addr", addr}, args...)
+	cmd := exec.Command(filepath.Join(r.bin, "warren-perf"), args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("warren-perf %s: %v\n%s", strings.Join(args, " "), err, lastLines(errOut.String(), 20))
+	}
+	var res streamPerfResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return 0, fmt.Errorf("warren-perf stream output: %v\n%s", err, out.String())
 	}
 	return metric(&res), nil
 }

@@ -156,6 +156,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "sink" {
 		return runSink(ctx, args[1:], stderr)
 	}
+	if len(args) > 0 && args[0] == "stream" {
+		return runStream(ctx, args[1:], stdout, stderr)
+	}
 	o, err := parseOptions(args, stderr)
 	if err != nil {
 		return err
