@@ -108,6 +108,10 @@ func (q *Queue) flush() {
 		q.vhost.dlq.done(int64(n))
 		q.mu.Lock()
 		q.dlInFlight = 0
+		q.dlDone += uint64(n)
+		if q.dlCond != nil {
+			q.dlCond.Broadcast() // DeadLetterBarrier
+		}
 	}
 	q.dlFlusher.stopLocked()
 	if q.dlCond != nil {
@@ -139,6 +143,24 @@ func (q *Queue) publishOutbox(out []dlBatch) {
 func (q *Queue) waitDeadLetters() {
 	q.mu.Lock()
 	for q.dlFlusher.runningLocked() || len(q.outbox) > 0 {
+		q.kickFlusherLocked()
+		q.dlCondLocked().Wait()
+	}
+	q.mu.Unlock()
+}
+
+// DeadLetterBarrier returns once the flusher has published (routed to
+// their targets) the dead letters the queue held when called; later ones
+// are not waited for, so a busy queue cannot hold the caller. A channel
+// calls it before a method that changes routing (exchange and queue
+// declare, bind, delete, purge), so that a message it rejected before
+// is dead-lettered by the routing of that moment, as RabbitMQ's queue
+// process does it: a reject, then the dead-letter exchange's declare on
+// the same channel, drops the message (R3.2).
+func (q *Queue) DeadLetterBarrier() {
+	q.mu.Lock()
+	target := q.dlQueued
+	for q.dlDone < target {
 		q.kickFlusherLocked()
 		q.dlCondLocked().Wait()
 	}
@@ -228,4 +250,13 @@ func (f *dlFlushers) wait() {
 		f.waiting--
 	}
 	f.mu.Unlock()
+}
+
+// SetDeadLetterHookForTest makes fn run on q's flusher before each batch
+// of dead letters is published (nil: none); tests hold the flusher with
+// it.
+func (q *Queue) SetDeadLetterHookForTest(fn func()) {
+	q.mu.Lock()
+	q.dlHook = fn
+	q.mu.Unlock()
 }

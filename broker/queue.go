@@ -110,6 +110,8 @@ type Queue struct {
 	outbox     []dlBatch         // dead letters for the flusher to publish, in order (dlflush.go)
 	outboxN    int               // the dead letters in outbox
 	dlInFlight int               // the dead letters the flusher took and is publishing
+	dlQueued   uint64            // dead letters ever put in the outbox (DeadLetterBarrier)
+	dlDone     uint64            // of those, the ones the flusher has published
 	dlFlusher  lazyWorker        // the queue's flusher (dlflush.go)
 	rdl        []*remoteDL       // dead letters owed to queues on other nodes (dlremote.go)
 	rdlTimer   clock.Timer       // retries rdl
@@ -467,6 +469,7 @@ func (q *Queue) deadLocked(e *qentry, reason string) {
 	// committed (qqmarks.go).
 	it.qqEpoch, it.qqSeq = q.backing().deadLettered(e.Seq, reason, q.atLeastOnce())
 	q.outboxN++
+	q.dlQueued++
 	q.vhost.dlq.n.Add(1)
 	dlx, dlrk := q.eff.DLX, q.eff.DLRK
 	if n := len(q.outbox); n > 0 && q.outbox[n-1].reason == reason && q.outbox[n-1].dlx == dlx && q.outbox[n-1].dlrk == dlrk {

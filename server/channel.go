@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ type channel struct {
 	inContent  int // 0 none, 1 want header, 2 want body
 	router     broker.Router
 	lastQueue  string
+	dlQueues   []*broker.Queue // rejected into since the last deadLetterBarrier
 	confirm    bool
 	tx         bool
 	txOps      []txOp
@@ -210,6 +212,13 @@ func (ch *channel) dispatch(m amqp.Method) error {
 		return nil
 	case *amqp.ChannelFlowOk:
 		return nil
+	case *amqp.ExchangeDeclare, *amqp.ExchangeDelete, *amqp.ExchangeBind, *amqp.ExchangeUnbind,
+		*amqp.QueueDeclare, *amqp.QueueBind, *amqp.QueueUnbind, *amqp.QueuePurge, *amqp.QueueDelete:
+		// routing changes: what this channel rejected before is
+		// dead-lettered first (deadLetterBarrier); then the second switch
+		ch.deadLetterBarrier()
+	}
+	switch m := m.(type) {
 	case *amqp.ExchangeDeclare:
 		return ch.exchangeDeclare(m)
 	case *amqp.ExchangeDelete:
@@ -945,14 +954,42 @@ func (ch *channel) applySettle(tag uint64, multiple bool, kind int, requeue bool
 		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Ack(ds) })
 	case requeue:
 		// basic.reject(requeue) counts as a failed delivery, basic.nack does
-		// not (R5.3, RabbitMQ 4.3).
+		// not (R5.3, RabbitMQ 4.3); past a delivery limit it dead-letters.
 		failed := kind == settleReject
-		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Requeue(ds, failed) })
+		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { ch.settledDL(q); q.Requeue(ds, failed) })
 	default:
-		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { q.Reject(ds) })
+		settle(taken, func(q *broker.Queue, ds []broker.Delivery) { ch.settledDL(q); q.Reject(ds) })
 	}
 	ch.redispatch()
 	return nil
+}
+
+// settledDL notes that the channel rejected or requeued deliveries of q,
+// which may dead-letter them (deadLetterBarrier).
+// The list is bounded: past 32 queues the channel waits for them at once.
+func (ch *channel) settledDL(q *broker.Queue) {
+	if slices.Contains(ch.dlQueues, q) {
+		return
+	}
+	if len(ch.dlQueues) >= 32 {
+		ch.deadLetterBarrier()
+	}
+	ch.dlQueues = append(ch.dlQueues, q)
+}
+
+// deadLetterBarrier waits until the dead letters of the queues this
+// channel rejected into are routed: the queues' flushers publish them off
+// the reader's goroutine (broker/dlflush.go), and a method that changes
+// routing must not overtake them. A channel's methods are handled in
+// order, so a rejected message is dead-lettered by the exchanges and
+// bindings of the moment it was rejected, as in RabbitMQ (R3.2: a reject
+// before the dead-letter exchange exists drops the message).
+func (ch *channel) deadLetterBarrier() {
+	for _, q := range ch.dlQueues {
+		q.DeadLetterBarrier()
+	}
+	clear(ch.dlQueues)
+	ch.dlQueues = ch.dlQueues[:0]
 }
 
 // markDoneLocked settles unacked[i] and trims settled entries off the front.
