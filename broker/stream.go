@@ -1209,23 +1209,27 @@ func (q *Queue) StreamPosition(kind uint16, value int64) (streamlog.Position, er
 // browse reads the stream's messages from the offset-th record of its
 // first chunk on, without consuming anything (a stream keeps them): the
 // dead-letter page and warren dlq inspect read a stream DLQ this way.
-func (s *streamState) browse(offset int, fn func(Browsed) bool) int {
+//
+// The total is the committed records once the reading is done: the
+// reader shows committed chunks only, and a chunk committed while it
+// read must be counted with it (the total is never below what it showed).
+func (s *streamState) browse(offset int, fn func(Browsed) bool) (total int) {
 	in := s.log.Info()
 	if in.Chunks == 0 {
 		return 0
 	}
-	total := committedRecords(in)
+	defer func() { total = committedRecords(s.log.Info()) }()
 	from := in.FirstOffset + uint64(offset)
 	pos, err := s.log.AtOffset(from)
 	if err != nil {
-		return total
+		return 0
 	}
 	r := s.log.NewReader(pos)
 	defer r.Close()
 	for {
 		c, err := r.Next()
 		if err != nil {
-			return total
+			return 0
 		}
 		if c.Type != streamlog.ChunkUser {
 			continue
@@ -1237,7 +1241,7 @@ func (s *streamState) browse(offset int, fn func(Browsed) bool) int {
 			m, err := streamDecode(rec, s.q.Name)
 			return err != nil || fn(Browsed{Msg: m})
 		}) {
-			return total
+			return 0
 		}
 	}
 }
