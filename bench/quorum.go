@@ -22,6 +22,7 @@ package main
 //	qq-idle-cpu  CPU seconds over 30 s, summed over the 3 nodes, with
 //	             1,000 idle quorum queues (fresh clusters)
 //	st-publish   qq-publish into a replicated stream (a member per node)
+//	st-idle-cpu  qq-idle-cpu with 200 idle replicated streams
 //	qq-failover  kill -9 of the queue leader's node while a publisher on
 //	             another node publishes with confirms at a paced rate:
 //	             seconds to the first confirm of a message published
@@ -67,6 +68,7 @@ type quorumOptions struct {
 	publishers   int           // warren-perf publishers per node (qq-publish, qq-fsync)
 	count        int           // messages queued for qq-rss
 	queues       int           // idle quorum queues for qq-idle-cpu
+	streams      int           // idle streams for st-idle-cpu
 	rate         float64       // total paced rate (qq-latency; qq-failover uses a third)
 	idleWindow   time.Duration // qq-idle-cpu's measurement window
 	idleSettle   time.Duration // pause between declaring the queues and measuring
@@ -84,6 +86,7 @@ func quorumScenarios(q quorumOptions) []scenario {
 		{name: "qq-idle-cpu", what: fmt.Sprintf("CPU seconds of the %d nodes over %v with %d idle quorum queues", q.nodes, q.idleWindow, q.queues), unit: "s", kind: "fresh"},
 		{name: "qq-failover", what: "kill -9 of the leader's node to the next confirm", unit: "s", kind: "dirty"},
 		{name: "st-publish", what: "replicated stream (a member per node), 16 B, confirms (1000 in flight), publishers on every node: confirmed msgs/s", unit: "msgs/s", higher: true},
+		{name: "st-idle-cpu", what: fmt.Sprintf("CPU seconds of the %d nodes over %v with %d idle replicated streams", q.nodes, q.idleWindow, q.streams), unit: "s", kind: "fresh"},
 	}
 }
 
@@ -135,7 +138,7 @@ func runQuorum(o options, q quorumOptions, log io.Writer) error {
 		}
 	}
 	if len(scs) == 0 {
-		return errors.New("no scenario selected (qq-publish, qq-latency, qq-fsync, qq-rss, qq-idle-cpu, qq-failover)")
+		return errors.New("no scenario selected (qq-publish, qq-latency, qq-fsync, qq-rss, qq-idle-cpu, qq-failover, st-publish, st-idle-cpu)")
 	}
 	for round := 1; round <= o.rounds; round++ {
 		for i, s := range scs {
@@ -492,7 +495,9 @@ func (r *quorumRunner) measureQuorum(s scenario, broker string) (float64, string
 	case "qq-rss":
 		return r.rss(qc)
 	case "qq-idle-cpu":
-		return r.idleCPU(qc)
+		return r.idleCPU(qc, r.q.queues, declareQuorum)
+	case "st-idle-cpu":
+		return r.idleCPU(qc, r.q.streams, declareStream)
 	case "qq-failover":
 		return r.failover(qc)
 	}
@@ -653,21 +658,21 @@ func (r *quorumRunner) rss(qc *qqCluster) (float64, string, error) {
 	return after, fmt.Sprintf("(before %.0f MiB; %d confirmed in %.0fs; %s)", before, confirmed, took.Seconds(), queueDesc(qc)), nil
 }
 
-// idleCPU is qq-idle-cpu: q.queues quorum queues declared through every
-// node in turn, a pause, then the nodes' CPU over the window.
-func (r *quorumRunner) idleCPU(qc *qqCluster) (float64, string, error) {
+// idleCPU is qq-idle-cpu and st-idle-cpu: n queues declared through
+// every node in turn, a pause, then the nodes' CPU over the window.
+func (r *quorumRunner) idleCPU(qc *qqCluster, n int, declare func(uri string, names ...string) error) (float64, string, error) {
 	t0 := time.Now()
 	errs := make([]error, len(qc.amqp))
 	var wg sync.WaitGroup
 	for i, uri := range qc.amqp {
 		var names []string
-		for k := i; k < r.q.queues; k += len(qc.amqp) {
+		for k := i; k < n; k += len(qc.amqp) {
 			names = append(names, fmt.Sprintf("bench-idle-%d", k))
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = declareQuorum(uri, names...)
+			errs[i] = declare(uri, names...)
 		}()
 	}
 	wg.Wait()

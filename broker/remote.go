@@ -1120,6 +1120,7 @@ func (q *Queue) settleLocal(ds []Delivery, kind byte) {
 func (b *Broker) PeerState(node string, up bool) {
 	if node != b.node {
 		defer b.qqPeerState(node, up) // quorum queues wait for their leader (qqclient.go)
+		defer b.streamPeerState(node, up)
 	}
 	if up && node != b.node {
 		b.retryRemoteDLsNow()

@@ -101,6 +101,23 @@ func (b *Broker) HandleStreamRaft(from string, msg []byte) {
 	}
 }
 
+// streamPeerState tells this node's stream members that the link to
+// node went down or came up: an idle stream's group is quiesced and
+// learns of its leader's loss this way (streamraft/quiesce.go).
+func (b *Broker) streamPeerState(node string, up bool) {
+	b.sn.mu.Lock()
+	groups := make([]*streamRepl, 0, len(b.sn.groups))
+	for _, r := range b.sn.groups {
+		groups = append(groups, r)
+	}
+	b.sn.mu.Unlock()
+	for _, r := range groups {
+		if n := r.raftNode(); n != nil {
+			n.PeerState(node, up)
+		}
+	}
+}
+
 // defaultStreamClusterSize: x-initial-cluster-size's default is every
 // node (RabbitMQ's).
 const defaultStreamClusterSize = 1 << 16
@@ -207,6 +224,8 @@ func (r *streamRepl) startMember(fresh, join bool) {
 		OnLeader: r.onLeader,
 		Log2:     b.log.With("queue", r.s.q.Name, "vhost", r.s.q.vhost.Name),
 		Tick:     streamTick,
+		Online:   r.reachable,
+		Group:    group,
 	})
 	r.mu.Lock()
 	r.starting = false
@@ -653,3 +672,16 @@ func (q *Queue) StreamReplicas() ([]string, bool) {
 // StreamHere reports whether this node holds stream q's log (a single
 // node, or a member of its group): readers read here.
 func (q *Queue) StreamHere() bool { return q.sq.repl == nil || q.sq.repl.member.Load() }
+
+// StreamRaftStatus returns this node's member's view of a replicated
+// stream's group (false: single node, or no member here).
+func (q *Queue) StreamRaftStatus() (streamraft.Status, bool) {
+	if q.sq == nil || q.sq.repl == nil {
+		return streamraft.Status{}, false
+	}
+	n := q.sq.repl.raftNode()
+	if n == nil {
+		return streamraft.Status{}, false
+	}
+	return n.Status(), true
+}

@@ -18,6 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	samqp "github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+	"github.com/warrenmq/warren/streamraft"
 	"github.com/warrenmq/warren/warrentest"
 )
 
@@ -405,4 +406,53 @@ func TestStreamReplicatedDeleteRedeclare(t *testing.T) {
 		}
 	}
 	replicasAgree(t, c, name)
+}
+
+// TestStreamQuiescedFailover: an idle replicated stream's group quiesces
+// (no heartbeats, no election clock: streamraft/quiesce.go), and the loss
+// of its leader's node still elects another, from the cluster's links:
+// a publish through a surviving node is confirmed, the consumers on both
+// read everything, and once idle again the group quiesces again.
+func TestStreamQuiescedFailover(t *testing.T) {
+	c := warrentest.StartCluster(t, 3)
+	name := "rs-quiet"
+	declareClusterStream(t, c.Node(0), name, amqp.Table{"x-queue-type": "stream"})
+	publishStreamConfirmed(t, c.Node(0).URL(), name, bodiesRange("before", 0, 10))
+	quiesced := func(nodes ...int) {
+		t.Helper()
+		var sts []string
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			all := true
+			sts = sts[:0]
+			for _, i := range nodes {
+				q := c.Node(i).Broker().VHost("/").Queue(name)
+				var st streamraft.Status
+				ok := q != nil
+				if ok {
+					st, ok = q.StreamRaftStatus()
+				}
+				all = all && ok && st.Quiesced
+				sts = append(sts, fmt.Sprintf("%s: %+v", c.Node(i).Name(), st))
+			}
+			if all {
+				return
+			}
+		}
+		t.Fatalf("the stream's group did not quiesce: %v", sts)
+	}
+	quiesced(0, 1, 2)
+	l := streamLeaderIndex(c, name)
+	if l < 0 {
+		t.Fatal("no stream leader")
+	}
+	c.Node(l).Crash()
+	a, b := (l+1)%3, (l+2)%3
+	publishStreamConfirmed(t, c.Node(a).URL(), name, bodiesRange("after", 0, 10))
+	for _, i := range []int{a, b} {
+		bodies, _ := consumeStream(t, c.Node(i).URL(), name, 20)
+		if bodies[0] != "before-0" || bodies[19] != "after-9" {
+			t.Fatalf("%s reads %v", c.Node(i).Name(), bodies)
+		}
+	}
+	quiesced(a, b)
 }

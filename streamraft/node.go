@@ -94,6 +94,15 @@ type Config struct {
 	// Tick is raft's tick (100 ms when 0, as the quorum queues'); a
 	// leader heartbeats every tick, an election takes 10 to 20.
 	Tick time.Duration
+	// QuiesceTicks is how many ticks a leader's group stays idle before
+	// it quiesces (quiesce.go): 10 when 0, never when negative.
+	QuiesceTicks int
+	// Online reports whether the link to a member's node is up (nil:
+	// every one is); PeerState reports its changes.
+	Online func(node string) bool
+	// Group is the stream's group id, the same on every member: it
+	// spreads the campaigns after a leader's node went down.
+	Group uint64
 }
 
 type inMsg struct {
@@ -119,6 +128,7 @@ type Node struct {
 	mu      sync.Mutex
 	props   []*flight
 	ops     []func()
+	peerEv  []peerEvent
 	inbox   []inMsg
 	wake    chan struct{}
 	stopped bool
@@ -134,8 +144,13 @@ type Node struct {
 	ready    bool // OnLeader(self, term, true) was said for term
 	// membersDirty: the configuration changed (Status's members)
 	membersDirty bool
-	stopc        chan struct{}
-	donec        chan struct{}
+	// quiesced: the group is idle and this member does not tick
+	// (quiesce.go); idleTicks and idleCommit are the leader's count.
+	quiesced   bool
+	idleTicks  int
+	idleCommit uint64
+	stopc      chan struct{}
+	donec      chan struct{}
 }
 
 // Status is a member's view of its group.
@@ -145,13 +160,17 @@ type Status struct {
 	FirstIndex              uint64
 	Leader                  string
 	Members                 []string
-	Progress                map[string]uint64 // the leader's: each member's match index
+	// Quiesced: the group is idle and this member does not tick.
+	Quiesced bool
 }
 
 // Start starts the member.
 func Start(cfg Config) (*Node, error) {
 	if cfg.Tick <= 0 {
 		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.QuiesceTicks == 0 {
+		cfg.QuiesceTicks = 10
 	}
 	lg := cfg.Log2
 	if lg == nil {
@@ -356,26 +375,40 @@ func (n *Node) run() {
 	tick := time.NewTicker(n.cfg.Tick)
 	defer tick.Stop()
 	defer n.failAll(ErrStopped)
+	ticking := true
 	for {
 		select {
 		case <-n.stopc:
 			return
 		case <-tick.C:
-			n.rn.Tick()
+			n.tick()
 		case <-n.wake:
 		}
 		n.mu.Lock()
-		props, inbox, ops := n.props, n.inbox, n.ops
-		n.props, n.inbox, n.ops = nil, nil, nil
+		props, inbox, ops, peerEv := n.props, n.inbox, n.ops, n.peerEv
+		n.props, n.inbox, n.ops, n.peerEv = nil, nil, nil, nil
 		n.mu.Unlock()
 		for _, in := range inbox {
 			if n.st.names[in.m.GetFrom()] == "" {
 				n.st.names[in.m.GetFrom()] = in.from // a member added later learns its peers
 			}
+			if isQuiesce(in.m) {
+				n.followQuiesce(in.m)
+				continue
+			}
+			if in.m.GetType() != pb.MsgHeartbeatResp {
+				n.unquiesce()
+			}
 			_ = n.rn.Step(in.m)
+		}
+		if len(ops) > 0 || len(props) > 0 {
+			n.unquiesce()
 		}
 		for _, fn := range ops {
 			fn()
+		}
+		for _, ev := range peerEv {
+			n.peerEvent(ev)
 		}
 		n.propose(props)
 		for n.rn.HasReady() {
@@ -386,6 +419,16 @@ func (n *Node) run() {
 				n.mu.Unlock()
 				return
 			}
+		}
+		// a quiesced member does not even wake for its ticker
+		if n.quiesced == ticking {
+			if ticking {
+				tick.Stop()
+			} else {
+				tick.Reset(n.cfg.Tick)
+			}
+			ticking = !ticking
+			n.updateStatus()
 		}
 	}
 }
@@ -659,6 +702,7 @@ func (n *Node) updateStatus() {
 	s := &n.status
 	s.Role, s.Term, s.Commit, s.Leader = st.RaftState.String(), st.GetTerm(), st.GetCommit(), n.name(st.Lead)
 	s.LastIndex, s.FirstIndex = n.log.LastIndex(), n.log.FirstIndex()
+	s.Quiesced = n.quiesced
 	if len(s.Members) != len(n.st.cs.GetVoters()) || n.membersDirty || slices.Contains(s.Members, "") {
 		s.Members = s.Members[:0:0]
 		for _, id := range n.st.cs.GetVoters() {

@@ -28,6 +28,7 @@ type cluster struct {
 	mu    sync.Mutex
 	nodes map[string]*member
 	cut   map[[2]string]bool
+	sent  int // messages delivered
 }
 
 type member struct {
@@ -70,13 +71,46 @@ func (c *cluster) start(name string, members []string, join bool) {
 	}
 	n, err := Start(Config{Self: name, Members: members, Join: join, Log: l, FS: m.fs, Dir: "/s",
 		Tick: 10 * time.Millisecond, Log2: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Send: func(to string, msg []byte) { c.send(name, to, msg) }})
+		Send: func(to string, msg []byte) { c.send(name, to, msg) }, Group: 1,
+		Online: func(node string) bool { return c.up(name, node) }})
 	if err != nil {
 		c.t.Fatalf("%s: start: %v", name, err)
 	}
 	c.mu.Lock()
 	m.log, m.node = l, n
 	c.mu.Unlock()
+	c.peerState(name, true)
+}
+
+// up reports whether from's link to node is up (node runs, not cut off),
+// as the cluster's transport would.
+func (c *cluster) up(from, node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.nodes[node]
+	return m != nil && m.node != nil && !c.cut[[2]string{from, node}] && !c.cut[[2]string{node, from}]
+}
+
+// peerState tells every other running member that name's link went up
+// or down (a transport's report).
+func (c *cluster) peerState(name string, up bool) {
+	c.mu.Lock()
+	var others []*Node
+	for o, m := range c.nodes {
+		if o != name && m.node != nil {
+			others = append(others, m.node)
+		}
+	}
+	c.mu.Unlock()
+	for _, n := range others {
+		n.PeerState(name, up)
+	}
+}
+
+func (c *cluster) sentCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sent
 }
 
 // stop stops a member (its files stay as they are).
@@ -90,6 +124,7 @@ func (c *cluster) stop(name string) {
 		n.Stop()
 		l.Close()
 	}
+	c.peerState(name, false)
 }
 
 // crash stops a member and loses what it did not sync.
@@ -106,6 +141,7 @@ func (c *cluster) send(from, to string, msg []byte) {
 		return
 	}
 	n := m.node
+	c.sent++
 	c.mu.Unlock()
 	_ = n.Step(from, msg)
 }
@@ -113,14 +149,26 @@ func (c *cluster) send(from, to string, msg []byte) {
 // isolate cuts name off from every other member (heal: false restores).
 func (c *cluster) isolate(name string, cut bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for o := range c.nodes {
+	var others []string
+	for o, m := range c.nodes {
 		if o != name {
 			if cut {
 				c.cut[[2]string{name, o}] = true
 			} else {
 				delete(c.cut, [2]string{name, o})
 			}
+			if m.node != nil {
+				others = append(others, o)
+			}
+		}
+	}
+	self := c.nodes[name].node
+	c.mu.Unlock()
+	// both ends of each link see it go down or come up
+	c.peerState(name, !cut)
+	if self != nil {
+		for _, o := range others {
+			self.PeerState(o, !cut)
 		}
 	}
 }
@@ -499,4 +547,105 @@ func TestRestartAll(t *testing.T) {
 		}
 	}
 	c.sameBytes("a", "b", "c")
+}
+
+// quiesced waits until every named member says its group is quiesced.
+func (c *cluster) quiesced(names ...string) {
+	c.t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		all := true
+		for _, n := range names {
+			all = all && c.node(n).Status().Quiesced
+		}
+		if all {
+			return
+		}
+	}
+	for _, n := range names {
+		c.t.Logf("%s: %+v", n, c.node(n).Status())
+	}
+	c.t.Fatalf("members %v did not quiesce", names)
+}
+
+// TestQuiesce: an idle group quiesces (no message for many election
+// timeouts), wakes for a publish, commits it on every member and
+// quiesces again.
+func TestQuiesce(t *testing.T) {
+	c := newCluster(t, streamlog.Options{}, "a", "b", "c")
+	l := c.leader("a", "b", "c")
+	if err := c.publish(l, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.caughtUp("a", "b", "c")
+	c.quiesced("a", "b", "c")
+	before := c.sentCount()
+	time.Sleep(300 * time.Millisecond) // 30 ticks: 2 election timeouts at least
+	if n := c.sentCount() - before; n != 0 {
+		t.Fatalf("a quiesced group sent %d messages", n)
+	}
+	if l2, _ := c.node("b").Leader(); l2 != l {
+		t.Fatalf("leader %q after quiescence, was %q", l2, l)
+	}
+	if err := c.publish(l, 2); err != nil {
+		t.Fatal(err)
+	}
+	c.caughtUp("a", "b", "c")
+	for _, n := range []string{"a", "b", "c"} {
+		if got := c.records(n); !slices.Equal(got, []string{"p1", "p2"}) {
+			t.Fatalf("%s reads %v", n, got)
+		}
+	}
+	c.quiesced("a", "b", "c")
+}
+
+// TestQuiescedLeaderLost: the leader of a quiesced group goes (its node
+// stops, then: its links are cut); the followers, which do not count
+// down to an election while quiesced, hear it from the links, elect
+// another and take publishes; the old leader, isolated, steps down.
+func TestQuiescedLeaderLost(t *testing.T) {
+	for _, how := range []string{"stop", "isolate"} {
+		t.Run(how, func(t *testing.T) {
+			names := []string{"a", "b", "c"}
+			c := newCluster(t, streamlog.Options{}, names...)
+			l := c.leader(names...)
+			if err := c.publish(l, 1); err != nil {
+				t.Fatal(err)
+			}
+			c.caughtUp(names...)
+			c.quiesced(names...)
+			rest := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == l })
+			if how == "stop" {
+				c.stop(l)
+			} else {
+				c.isolate(l, true)
+			}
+			l2 := c.leader(rest...)
+			if err := c.publish(l2, 2); err != nil {
+				t.Fatal(err)
+			}
+			c.caughtUp(rest...)
+			if how == "stop" {
+				c.start(l, names, false)
+			} else {
+				// cut off from its quorum, the old leader steps down
+				for end := time.Now().Add(10 * time.Second); c.node(l).Status().Role == "StateLeader"; time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(end) {
+						t.Fatalf("the isolated leader %s still leads: %+v", l, c.node(l).Status())
+					}
+				}
+				c.isolate(l, false)
+			}
+			if err := c.publish(c.leader(names...), 3); err != nil {
+				t.Fatal(err)
+			}
+			c.caughtUp(names...)
+			for _, n := range names {
+				if got := c.records(n); !slices.Equal(got, []string{"p1", "p2", "p3"}) {
+					t.Fatalf("%s reads %v", n, got)
+				}
+			}
+			c.sameBytes(names...)
+			c.quiesced(names...)
+		})
+	}
 }

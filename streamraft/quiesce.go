@@ -1,0 +1,231 @@
+package streamraft
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/fnv"
+	"math/rand/v2"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+)
+
+// Quiescence, as the quorum queues' groups do it (cluster/qraft/doc.go).
+//
+// An idle stream costs nothing: a leader whose group is idle (nothing
+// proposed or in flight, every reachable member caught up and recently
+// active, the commit unchanged for Config.QuiesceTicks ticks) stops
+// ticking, so it sends no heartbeats, and tells its followers, which stop
+// too when their log and commit match its. A quiesced member wakes on a
+// proposal, an operation or a raft message (a heartbeat response
+// excepted); a woken leader heartbeats again.
+//
+// A quiesced follower does not count down to an election, so the
+// failure of its leader's node comes from the cluster's links
+// (PeerState): the follower forgets that leader and campaigns after a
+// short delay spread by node. PreVote and CheckQuorum stay on, so a
+// follower merely cut off from a live leader only pre-votes, which the
+// members that still hear from the leader refuse: no term moves. A
+// quiesced leader wakes when a member's node goes down (so that
+// CheckQuorum makes it step down if it lost its quorum) or comes back
+// up (to catch it up).
+
+// quiesceCtx marks the leader's "quiesce" message: a heartbeat that only
+// a member of this package reads as such (it is never stepped).
+var quiesceCtx = []byte("warren-quiesce")
+
+func isQuiesce(m *pb.Message) bool {
+	return m.GetType() == pb.MsgHeartbeat && bytes.Equal(m.GetContext(), quiesceCtx)
+}
+
+type peerEvent struct {
+	node string
+	up   bool
+}
+
+// PeerState tells the member that the link to node went down or came up
+// (the cluster's transport saw it).
+func (n *Node) PeerState(node string, up bool) {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return
+	}
+	n.peerEv = append(n.peerEv, peerEvent{node, up})
+	n.mu.Unlock()
+	n.poke()
+}
+
+func (n *Node) online(name string) bool {
+	return name == n.cfg.Self || n.cfg.Online == nil || n.cfg.Online(name)
+}
+
+// tick advances raft's clock, unless the group quiesces now.
+func (n *Node) tick() {
+	if n.quiesced || n.maybeQuiesce() {
+		return
+	}
+	n.rn.Tick()
+}
+
+func (n *Node) unquiesce() {
+	n.quiesced = false
+	n.idleTicks = 0
+}
+
+// maybeQuiesce quiesces a leader's idle group; it reports whether it did.
+func (n *Node) maybeQuiesce() bool {
+	if n.cfg.QuiesceTicks < 0 {
+		return false
+	}
+	reset := func() bool { n.idleTicks = 0; return false }
+	st := n.rn.BasicStatus()
+	if st.RaftState != raft.StateLeader || st.LeadTransferee != raft.None || !n.ready ||
+		len(n.inflight) > 0 || len(n.fresh) > 0 || n.rn.HasReady() {
+		return reset()
+	}
+	last := n.log.LastIndex()
+	if st.GetCommit() != last || st.Applied != last {
+		return reset()
+	}
+	ok := true
+	var followers []string
+	n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id == n.self {
+			return
+		}
+		name := n.name(id)
+		if name == "" || !n.online(name) {
+			return
+		}
+		if pr.Match != last || !pr.RecentActive || pr.State != tracker.StateReplicate {
+			ok = false
+		}
+		followers = append(followers, name)
+	})
+	// Without a quorum of reachable voters keep ticking: CheckQuorum
+	// then makes this leader step down.
+	reachable := 0
+	for _, id := range n.st.cs.GetVoters() {
+		if name := n.name(id); name != "" && n.online(name) {
+			reachable++
+		}
+	}
+	if !ok || reachable < len(n.st.cs.GetVoters())/2+1 {
+		return reset()
+	}
+	if st.GetCommit() != n.idleCommit {
+		n.idleCommit = st.GetCommit()
+		n.idleTicks = 0
+	}
+	n.idleTicks++
+	if n.idleTicks < n.cfg.QuiesceTicks {
+		return false
+	}
+	n.quiesced = true
+	for _, f := range followers {
+		m := &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(n.self), To: new(NodeID(f)),
+			Term: new(st.GetTerm()), Commit: new(st.GetCommit()), Context: quiesceCtx}
+		if b, err := proto.Marshal(m); err == nil {
+			n.cfg.Send(f, b)
+		}
+	}
+	return true
+}
+
+// followQuiesce quiesces a follower told to by its leader, once its log
+// and commit are the leader's. The message is first a heartbeat (without
+// the mark, so that raft reads no read-index context in the answer): it
+// carries the leader's commit, which the follower's log holds.
+func (n *Node) followQuiesce(m *pb.Message) {
+	st := n.rn.BasicStatus()
+	if st.RaftState != raft.StateFollower || st.GetTerm() != m.GetTerm() || st.Lead != m.GetFrom() ||
+		n.log.LastIndex() != m.GetCommit() {
+		return
+	}
+	hb := &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(m.GetFrom()), To: new(m.GetTo()),
+		Term: new(m.GetTerm()), Commit: new(m.GetCommit())}
+	if err := n.rn.Step(hb); err != nil {
+		return
+	}
+	if n.rn.BasicStatus().GetCommit() == m.GetCommit() {
+		n.quiesced = true
+	}
+}
+
+// peerEvent wakes the member where a node's state matters to it.
+func (n *Node) peerEvent(ev peerEvent) {
+	id := NodeID(ev.node)
+	st := n.rn.BasicStatus()
+	if !ev.up && st.Lead == id && st.RaftState == raft.StateFollower {
+		n.leaderDown(st.GetTerm(), id)
+		return
+	}
+	if n.quiesced && st.RaftState == raft.StateLeader && n.isVoter(id) {
+		// up: catch the member up; down: tick, so that CheckQuorum
+		// makes a leader cut off from its quorum step down
+		n.unquiesce()
+	}
+}
+
+func (n *Node) isVoter(id uint64) bool {
+	for _, v := range n.st.cs.GetVoters() {
+		if v == id {
+			return true
+		}
+	}
+	return false
+}
+
+// campaignStagger spaces the campaigns of a group's followers after its
+// leader's node went down (as qraft's).
+const campaignStagger = 50 * time.Millisecond
+
+// leaderDown: the link to this follower's leader's node is down. The
+// follower forgets its leader at once and campaigns after a delay spread
+// by node (campaignRank), instead of an election timeout later (a
+// quiesced follower does not even count). The campaign is a pre-vote,
+// which a member still hearing from the leader refuses (its lease
+// holds), so a cut link alone moves no term.
+func (n *Node) leaderDown(term, leader uint64) {
+	n.unquiesce()
+	_ = n.rn.ForgetLeader()
+	d := time.Duration(n.campaignRank(leader))*campaignStagger + rand.N(campaignStagger/2+1)
+	time.AfterFunc(d, func() {
+		n.op(func() {
+			st := n.rn.BasicStatus()
+			if st.RaftState != raft.StateFollower || st.Lead != raft.None || st.GetTerm() != term {
+				return // a leader (or an election) came first
+			}
+			_ = n.rn.Campaign()
+		})
+	})
+}
+
+// campaignRank is this member's place among the voters other than the
+// down leader, ordered by a hash of the group and the node, so that the
+// streams of a dead node spread their new leaders over the others.
+func (n *Node) campaignRank(leader uint64) int {
+	key := func(id uint64) uint64 {
+		h := fnv.New64a()
+		var b [16]byte
+		binary.BigEndian.PutUint64(b[:8], n.cfg.Group)
+		binary.BigEndian.PutUint64(b[8:], id)
+		h.Write(b[:])
+		return h.Sum64()
+	}
+	mine := key(n.self)
+	rank := 0
+	for _, v := range n.st.cs.GetVoters() {
+		if v == n.self || v == leader {
+			continue
+		}
+		if k := key(v); k < mine || k == mine && v < n.self {
+			rank++
+		}
+	}
+	return rank
+}
