@@ -1248,6 +1248,12 @@ func (b *Broker) HandlePeerCall(from string, req []byte) ([]byte, error) {
 			return appendResult(nil, err), nil
 		}
 		return out, nil
+	case callStreamQuery:
+		out, err := b.streamQueryForPeer(d)
+		if err != nil {
+			return appendResult(nil, err), nil
+		}
+		return out, nil
 	case callStreamLeader:
 		out, err := b.streamLeaderForPeer(d)
 		if err != nil {

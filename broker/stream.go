@@ -1164,12 +1164,13 @@ func (q *Queue) StreamStoreOffset(ref string, offset uint64) bool {
 	return q.sq.queue(streamPub{store: &streamStore{ref: ref, offset: offset}})
 }
 
-// StreamOffset is the offset stored for consumer reference ref.
-func (q *Queue) StreamOffset(ref string) (uint64, bool) { return q.sq.log.Offset(ref) }
+// StreamOffset is the offset stored for consumer reference ref (the
+// leader's answer in a cluster).
+func (q *Queue) StreamOffset(ref string) (uint64, bool) { return q.sq.query(streamQueryOffset, ref) }
 
 // StreamWriterSeq is the last publishing id written for publisher
-// reference ref.
-func (q *Queue) StreamWriterSeq(ref string) (uint64, bool) { return q.sq.log.WriterSeq(ref) }
+// reference ref (the leader's answer in a cluster).
+func (q *Queue) StreamWriterSeq(ref string) (uint64, bool) { return q.sq.query(streamQuerySeq, ref) }
 
 // StreamGone is closed when stream q is deleted or the broker closes.
 func (q *Queue) StreamGone() <-chan struct{} { return q.sq.gone }

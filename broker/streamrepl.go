@@ -422,7 +422,85 @@ func (r *streamRepl) storeOffset(st *streamStore, ts int64) error {
 const (
 	callStreamAppend byte = 'T' // vhost, queue, group, pubs: a writer's batch for the leader's writer
 	callStreamLeader byte = 'L' // vhost, queue: who leads (a node that is not a member asks)
+	callStreamQuery  byte = 'O' // vhost, queue, kind, ref: the leader's writer sequence or stored offset
 )
+
+// Kinds of callStreamQuery.
+const (
+	streamQuerySeq    byte = iota // QueryPublisherSequence: a publisher's last publishing id
+	streamQueryOffset             // QueryOffset: a consumer's stored offset
+)
+
+// query answers a publisher's sequence or a consumer's stored offset as
+// the leader knows it, as RabbitMQ does (rabbit_stream_reader asks the
+// leader's osiris writer for both): a replica's log is a moment behind
+// the leader's, where a StoreOffset sent through any node goes. On the
+// leader, a single node, or with no leader reachable, the local log
+// answers.
+func (s *streamState) query(kind byte, ref string) (uint64, bool) {
+	local := func() (uint64, bool) {
+		if kind == streamQuerySeq {
+			return s.log.WriterSeq(ref)
+		}
+		return s.log.Offset(ref)
+	}
+	r := s.repl
+	b := s.q.vhost.b
+	if r == nil {
+		return local()
+	}
+	l := r.currentLeader(2 * time.Second)
+	p := b.getPeers()
+	if l.node == "" || l.node == b.node || p == nil {
+		return local()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req := appendStr(appendStr([]byte{callStreamQuery, 0}, s.q.vhost.Name), s.q.Name)
+	req = appendStr(append(req, kind), ref)
+	resp, err := p.Call(ctx, l.node, req)
+	if err != nil {
+		return local()
+	}
+	d, err := decodeResult(resp)
+	if err != nil {
+		return local()
+	}
+	v, ok := d.Uvarint(), d.Bool()
+	if d.Err() != nil {
+		return local()
+	}
+	return v, ok
+}
+
+// streamQueryForPeer answers callStreamQuery from this node's log.
+func (b *Broker) streamQueryForPeer(d *msgDecoder) ([]byte, error) {
+	vn, qn := d.Str(), d.Str()
+	kind, ref := d.Byte(), d.Str()
+	if d.Err() != nil {
+		return nil, d.Err()
+	}
+	v := b.VHost(vn)
+	if v == nil {
+		return nil, notFoundQueue(qn, vn)
+	}
+	q := v.Queue(qn)
+	if q == nil || q.sq == nil {
+		return nil, notFoundQueue(qn, vn)
+	}
+	var val uint64
+	var ok bool
+	if kind == streamQuerySeq {
+		val, ok = q.sq.log.WriterSeq(ref)
+	} else {
+		val, ok = q.sq.log.Offset(ref)
+	}
+	out := binary.AppendUvarint(appendResult(nil, nil), val)
+	if ok {
+		return append(out, 1), nil
+	}
+	return append(out, 0), nil
+}
 
 // Forwarded publish kinds.
 const (

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -455,4 +456,91 @@ func TestStreamQuiescedFailover(t *testing.T) {
 		}
 	}
 	quiesced(a, b)
+}
+
+// TestStreamQueriesAskTheLeader: QueryPublisherSequence and QueryOffset
+// answer what the leader knows on every node, as RabbitMQ's
+// rabbit_stream_reader asks the leader's writer for both: on a node that
+// holds no replica of the stream (x-initial-cluster-size 2 of 3) they
+// give the publisher's last id and the offset a consumer stored on
+// another node.
+func TestStreamQueriesAskTheLeader(t *testing.T) {
+	c := warrentest.StartCluster(t, 3, warrentest.WithStreams())
+	name := "rs-query"
+	declareClusterStream(t, c.Node(0), name, amqp.Table{"x-queue-type": "stream", "x-initial-cluster-size": int64(2)})
+	outside := -1
+	for end := time.Now().Add(10 * time.Second); outside < 0 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for i, nd := range c.Nodes() {
+			if q := nd.Broker().VHost("/").Queue(name); q != nil {
+				if ms, ok := q.StreamReplicas(); ok && len(ms) == 2 && !slices.Contains(ms, nd.Name()) {
+					outside = i
+				}
+			}
+		}
+	}
+	if outside < 0 {
+		t.Fatal("no node outside the stream's two members")
+	}
+	member := (outside + 1) % 3
+	envAt := func(i int) *stream.Environment {
+		env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().
+			SetUri("rabbitmq-stream://guest:guest@" + c.Node(i).StreamAddr() + "/%2f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { env.Close() })
+		return env
+	}
+	in := envAt(member)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if m, err := in.StreamMetaData(name); err == nil && m.Leader != nil && len(m.Replicas) == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no metadata with a leader and a replica")
+		}
+	}
+	p, err := in.NewProducer(name, stream.NewProducerOptions().SetProducerName("q-pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirms := p.NotifyPublishConfirmation()
+	for i := range 20 {
+		m := samqp.NewMessage([]byte(fmt.Sprintf("m%d", i)))
+		m.SetPublishingId(int64(100 + i))
+		if err := p.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for got, timeout := 0, time.After(20*time.Second); got < 20; {
+		select {
+		case cs := <-confirms:
+			got += len(cs)
+		case <-timeout:
+			t.Fatalf("%d of 20 confirmed", got)
+		}
+	}
+	p.Close()
+	cons, err := in.NewConsumer(name, func(stream.ConsumerContext, *samqp.Message) {},
+		stream.NewConsumerOptions().SetConsumerName("q-cons").SetManualCommit().SetOffset(stream.OffsetSpecification{}.First()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.StoreCustomOffset(7); err != nil {
+		t.Fatal(err)
+	}
+	out := envAt(outside)
+	if seq, err := out.QuerySequence("q-pub", name); err != nil || seq != 119 {
+		t.Fatalf("publisher sequence on %s (no replica): %d, %v; want 119", c.Node(outside).Name(), seq, err)
+	}
+	var off int64
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if off, err = out.QueryOffset("q-cons", name); err == nil && off == 7 {
+			break
+		}
+	}
+	if off != 7 {
+		t.Fatalf("stored offset on %s (no replica): %d, %v; want 7", c.Node(outside).Name(), off, err)
+	}
+	cons.Close()
 }
