@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"maps"
@@ -39,6 +38,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/raftlog"
+	"github.com/warrenmq/warren/internal/raftpeer"
 	"github.com/warrenmq/warren/store"
 	"github.com/warrenmq/warren/streamlog"
 	"go.etcd.io/raft/v3"
@@ -46,16 +46,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// NodeID is the raft id of a node name (as cluster/meta and qraft make
-// them).
-func NodeID(name string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	if id := h.Sum64(); id != 0 {
-		return id
-	}
-	return 1
-}
+// NodeID is the raft id of a node name (raftpeer.NodeID, as cluster/meta
+// and qraft make them).
+func NodeID(name string) uint64 { return raftpeer.NodeID(name) }
 
 var (
 	// ErrNotLeader: a proposal on a member that does not lead.

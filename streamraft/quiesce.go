@@ -2,14 +2,11 @@ package streamraft
 
 import (
 	"bytes"
-	"encoding/binary"
-	"hash/fnv"
-	"math/rand/v2"
 	"time"
 
+	"github.com/warrenmq/warren/internal/raftpeer"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -91,30 +88,11 @@ func (n *Node) maybeQuiesce() bool {
 	if st.GetCommit() != last || st.Applied != last {
 		return reset()
 	}
-	ok := true
-	var followers []string
-	n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if id == n.self {
-			return
-		}
+	followers, ok := raftpeer.Followers(n.rn, n.self, last, n.st.cs.GetVoters(), func(id uint64) bool {
 		name := n.name(id)
-		if name == "" || !n.online(name) {
-			return
-		}
-		if pr.Match != last || !pr.RecentActive || pr.State != tracker.StateReplicate {
-			ok = false
-		}
-		followers = append(followers, name)
+		return name != "" && n.online(name)
 	})
-	// Without a quorum of reachable voters keep ticking: CheckQuorum
-	// then makes this leader step down.
-	reachable := 0
-	for _, id := range n.st.cs.GetVoters() {
-		if name := n.name(id); name != "" && n.online(name) {
-			reachable++
-		}
-	}
-	if !ok || reachable < len(n.st.cs.GetVoters())/2+1 {
+	if !ok {
 		return reset()
 	}
 	if st.GetCommit() != n.idleCommit {
@@ -127,10 +105,10 @@ func (n *Node) maybeQuiesce() bool {
 	}
 	n.quiesced = true
 	for _, f := range followers {
-		m := &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(n.self), To: new(NodeID(f)),
+		m := &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(n.self), To: new(f),
 			Term: new(st.GetTerm()), Commit: new(st.GetCommit()), Context: quiesceCtx}
 		if b, err := proto.Marshal(m); err == nil {
-			n.cfg.Send(f, b)
+			n.cfg.Send(n.name(f), b)
 		}
 	}
 	return true
@@ -180,21 +158,16 @@ func (n *Node) isVoter(id uint64) bool {
 	return false
 }
 
-// campaignStagger spaces the campaigns of a group's followers after its
-// leader's node went down (as qraft's).
-const campaignStagger = 50 * time.Millisecond
-
 // leaderDown: the link to this follower's leader's node is down. The
 // follower forgets its leader at once and campaigns after a delay spread
-// by node (campaignRank), instead of an election timeout later (a
+// by node (raftpeer.CampaignDelay), instead of an election timeout later (a
 // quiesced follower does not even count). The campaign is a pre-vote,
 // which a member still hearing from the leader refuses (its lease
 // holds), so a cut link alone moves no term.
 func (n *Node) leaderDown(term, leader uint64) {
 	n.unquiesce()
 	_ = n.rn.ForgetLeader()
-	d := time.Duration(n.campaignRank(leader))*campaignStagger + rand.N(campaignStagger/2+1)
-	time.AfterFunc(d, func() {
+	time.AfterFunc(raftpeer.CampaignDelay(n.cfg.Group, n.self, leader, n.st.cs.GetVoters()), func() {
 		n.op(func() {
 			st := n.rn.BasicStatus()
 			if st.RaftState != raft.StateFollower || st.Lead != raft.None || st.GetTerm() != term {
@@ -203,29 +176,4 @@ func (n *Node) leaderDown(term, leader uint64) {
 			_ = n.rn.Campaign()
 		})
 	})
-}
-
-// campaignRank is this member's place among the voters other than the
-// down leader, ordered by a hash of the group and the node, so that the
-// streams of a dead node spread their new leaders over the others.
-func (n *Node) campaignRank(leader uint64) int {
-	key := func(id uint64) uint64 {
-		h := fnv.New64a()
-		var b [16]byte
-		binary.BigEndian.PutUint64(b[:8], n.cfg.Group)
-		binary.BigEndian.PutUint64(b[8:], id)
-		h.Write(b[:])
-		return h.Sum64()
-	}
-	mine := key(n.self)
-	rank := 0
-	for _, v := range n.st.cs.GetVoters() {
-		if v == n.self || v == leader {
-			continue
-		}
-		if k := key(v); k < mine || k == mine && v < n.self {
-			rank++
-		}
-	}
-	return rank
 }

@@ -4,18 +4,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"hash/fnv"
+
+	"github.com/warrenmq/warren/internal/raftpeer"
 )
 
-// NodeID is a node's static Raft id: FNV-1a 64 of its name, 0 mapped to 1.
-func NodeID(name string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	if id := h.Sum64(); id != 0 {
-		return id
-	}
-	return 1
-}
+// NodeID is a node's static Raft id (raftpeer.NodeID).
+func NodeID(name string) uint64 { return raftpeer.NodeID(name) }
 
 // Entry kinds (the first byte of a normal entry's data after the version).
 const (

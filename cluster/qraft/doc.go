@@ -55,7 +55,7 @@
 // group wakes on a proposal, an operation or a raft message (a heartbeat
 // response excepted). A follower (quiesced or not) whose leader's node
 // PeerState reports down forgets that leader and campaigns after a short
-// delay spread by node (campaignStagger), not after the election timeout:
+// delay spread by node (raftpeer.CampaignDelay), not after the election timeout:
 // failover takes a round trip, not 1-2 s. PreVote and CheckQuorum stay on,
 // so a follower merely cut off from a healthy leader only pre-votes,
 // which the members still hearing from the leader refuse: no term moves

@@ -2,11 +2,8 @@ package qraft
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -14,9 +11,9 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/raftlog"
+	"github.com/warrenmq/warren/internal/raftpeer"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -1006,32 +1003,11 @@ func (g *Group) maybeQuiesce() bool {
 	if st.GetCommit() != last || g.applied != last {
 		return reset()
 	}
-	ok := true
-	var followers []string
-	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if id == g.h.self {
-			return
-		}
-		name := g.h.loopName(id)
-		if name == "" || !g.h.isOnline(name) {
-			return
-		}
-		if pr.Match != last || !pr.RecentActive || pr.State != tracker.StateReplicate {
-			ok = false
-		}
-		followers = append(followers, name)
+	followers, ok := raftpeer.Followers(g.rn, g.h.self, last, g.confState.GetVoters(), func(id uint64) bool {
+		n := g.h.loopName(id)
+		return n != "" && g.h.isOnline(n)
 	})
-	// Without a quorum of reachable voters, keep ticking: CheckQuorum
-	// then makes this leader step down.
-	reachable := 1
-	for _, id := range g.confState.GetVoters() {
-		if id != g.h.self {
-			if n := g.h.loopName(id); n != "" && g.h.isOnline(n) {
-				reachable++
-			}
-		}
-	}
-	if !ok || reachable < len(g.confState.GetVoters())/2+1 {
+	if !ok {
 		return reset()
 	}
 	if st.GetCommit() != g.idleCommit {
@@ -1045,7 +1021,7 @@ func (g *Group) maybeQuiesce() bool {
 	g.quiesced = true
 	g.quiescedFlag.Store(true)
 	for _, f := range followers {
-		g.h.batcherFor(f).addQuiesce(g.id, st.GetTerm(), st.GetCommit())
+		g.h.batcherFor(g.h.loopName(f)).addQuiesce(g.id, st.GetTerm(), st.GetCommit())
 	}
 	return true
 }
@@ -1072,12 +1048,6 @@ func (g *Group) peerEvent(node uint64, up bool) bool {
 	return false
 }
 
-// campaignStagger spaces the campaigns of a group's followers after its
-// leader's node went down: the follower ranked k (see campaignRank)
-// campaigns after k*campaignStagger plus up to half of it at random, so
-// that two rarely split the vote.
-const campaignStagger = 50 * time.Millisecond
-
 // leaderDown: the transport reports the node of this follower's leader
 // down (in term). The follower forgets its leader at once and campaigns
 // after a short delay spread by node, instead of waiting out the election
@@ -1095,8 +1065,7 @@ const campaignStagger = 50 * time.Millisecond
 func (g *Group) leaderDown(term, leader uint64) {
 	g.wake()
 	_ = g.rn.ForgetLeader()
-	rank := g.campaignRank(leader)
-	d := time.Duration(rank)*campaignStagger + rand.N(campaignStagger/2+1)
+	d := raftpeer.CampaignDelay(g.id, g.h.self, leader, g.confState.GetVoters())
 	time.AfterFunc(d, func() {
 		_ = g.do(func() {
 			st := g.rn.BasicStatus()
@@ -1107,32 +1076,6 @@ func (g *Group) leaderDown(term, leader uint64) {
 			_ = g.rn.Campaign()
 		})
 	})
-}
-
-// campaignRank is this node's place among the group's voters other than
-// the down leader, in an order by a hash of the group and the node (so
-// that the groups of a dead node spread their new leaders over the
-// others).
-func (g *Group) campaignRank(leader uint64) int {
-	key := func(id uint64) uint64 {
-		h := fnv.New64a()
-		var b [16]byte
-		binary.BigEndian.PutUint64(b[:8], g.id)
-		binary.BigEndian.PutUint64(b[8:], id)
-		h.Write(b[:])
-		return h.Sum64()
-	}
-	mine := key(g.h.self)
-	rank := 0
-	for _, v := range g.confState.GetVoters() {
-		if v == g.h.self || v == leader {
-			continue
-		}
-		if k := key(v); k < mine || k == mine && v < g.h.self {
-			rank++
-		}
-	}
-	return rank
 }
 
 func (g *Group) isMember(id uint64) bool {
