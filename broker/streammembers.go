@@ -53,7 +53,7 @@ func (b *Broker) StreamMembershipOf(vhost, name string) (QuorumMembership, error
 	return QuorumMembership{VHost: vhost, Name: name, Members: ms, Leader: q.sq.repl.leaderNode(), Replicated: true}, nil
 }
 
-// streamLeading returns the stream's raft member if this node leads it,
+// leadingNode returns the stream's raft member if this node leads it,
 // else a *NotLeaderError naming the leader.
 func (r *streamRepl) leadingNode() (*streamraft.Node, error) {
 	r.mu.Lock()

@@ -438,12 +438,7 @@ const (
 // leader, a single node, or with no leader reachable, the local log
 // answers.
 func (s *streamState) query(kind byte, ref string) (uint64, bool) {
-	local := func() (uint64, bool) {
-		if kind == streamQuerySeq {
-			return s.log.WriterSeq(ref)
-		}
-		return s.log.Offset(ref)
-	}
+	local := func() (uint64, bool) { return s.localQuery(kind, ref) }
 	r := s.repl
 	b := s.q.vhost.b
 	if r == nil {
@@ -473,6 +468,14 @@ func (s *streamState) query(kind byte, ref string) (uint64, bool) {
 	return v, ok
 }
 
+// localQuery answers query from this node's log.
+func (s *streamState) localQuery(kind byte, ref string) (uint64, bool) {
+	if kind == streamQuerySeq {
+		return s.log.WriterSeq(ref)
+	}
+	return s.log.Offset(ref)
+}
+
 // streamQueryForPeer answers callStreamQuery from this node's log.
 func (b *Broker) streamQueryForPeer(d *msgDecoder) ([]byte, error) {
 	vn, qn := d.Str(), d.Str()
@@ -480,21 +483,11 @@ func (b *Broker) streamQueryForPeer(d *msgDecoder) ([]byte, error) {
 	if d.Err() != nil {
 		return nil, d.Err()
 	}
-	v := b.VHost(vn)
-	if v == nil {
+	q := b.peerStream(vn, qn)
+	if q == nil {
 		return nil, notFoundQueue(qn, vn)
 	}
-	q := v.Queue(qn)
-	if q == nil || q.sq == nil {
-		return nil, notFoundQueue(qn, vn)
-	}
-	var val uint64
-	var ok bool
-	if kind == streamQuerySeq {
-		val, ok = q.sq.log.WriterSeq(ref)
-	} else {
-		val, ok = q.sq.log.Offset(ref)
-	}
+	val, ok := q.sq.localQuery(kind, ref)
 	out := binary.AppendUvarint(appendResult(nil, nil), val)
 	if ok {
 		return append(out, 1), nil
@@ -618,12 +611,8 @@ func (b *Broker) streamAppendForPeer(d *msgDecoder) ([]byte, error) {
 	if d.Err() != nil {
 		return nil, d.Err()
 	}
-	v := b.VHost(vn)
-	if v == nil {
-		return nil, notFoundQueue(qn, vn)
-	}
-	q := v.Queue(qn)
-	if q == nil || q.sq == nil || q.sq.repl == nil || q.sq.repl.group != group {
+	q := b.peerStream(vn, qn)
+	if q == nil || q.sq.repl.group != group {
 		return nil, notFoundQueue(qn, vn)
 	}
 	s := q.sq
@@ -701,15 +690,25 @@ func (b *Broker) streamLeaderForPeer(d *msgDecoder) ([]byte, error) {
 	if d.Err() != nil {
 		return nil, d.Err()
 	}
-	v := b.VHost(vn)
-	if v == nil {
-		return nil, notFoundQueue(qn, vn)
-	}
-	q := v.Queue(qn)
-	if q == nil || q.sq == nil || q.sq.repl == nil {
+	q := b.peerStream(vn, qn)
+	if q == nil {
 		return nil, notFoundQueue(qn, vn)
 	}
 	return appendStr(appendResult(nil, nil), q.sq.repl.leaderNode()), nil
+}
+
+// peerStream is replicated stream qn of vhost vn, for a peer's call (nil
+// if there is none).
+func (b *Broker) peerStream(vn, qn string) *Queue {
+	v := b.VHost(vn)
+	if v == nil {
+		return nil
+	}
+	q := v.Queue(qn)
+	if q == nil || q.sq == nil || q.sq.repl == nil {
+		return nil
+	}
+	return q
 }
 
 // --- the stream protocol's view ---
